@@ -1,0 +1,105 @@
+"""Forward+backward time of recdrop layers with recurrent dropout, as a ratio to torch.nn without.
+
+Everything is measured in one run on one machine: torch.nn (cuDNN on a GPU, its fused kernel on a
+CPU) without dropout, and recdrop with Semeniuta per-step dropout p=0.25 (and optionally the
+other schemes). Prints a table and, with --out, writes it as CSV.
+
+    python benchmarks/bench_layers.py                   # CPU, 2 threads
+    python benchmarks/bench_layers.py --device cuda --schemes semeniuta gal moon
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import platform
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+import torch
+
+import recdrop
+
+SHAPES = [(256, 35), (1024, 35), (1024, 100)]  # (hidden, sequence length); issue 3 and issue 6 shapes
+
+
+def hardware(device: str) -> str:
+    if device.startswith("cuda"):
+        return torch.cuda.get_device_name(device)
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              check=True, cwd=Path(__file__).parent).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def time_fwd_bwd(module, x, repeats: int, device: str) -> float:
+    """Median seconds of one forward+backward pass (after two warm-up passes)."""
+    def step():
+        y, _ = module(x)
+        y.sum().backward()
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    for _ in range(2):
+        step()
+    times = []
+    for _ in range(repeats):
+        sync()
+        t0 = time.perf_counter()
+        step()
+        sync()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--threads", type=int, default=2, help="CPU threads (torch.set_num_threads)")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--kinds", nargs="+", default=["LSTM", "GRU"])
+    ap.add_argument("--schemes", nargs="+", default=["semeniuta"])
+    ap.add_argument("--out", type=Path, help="write the table as CSV here")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    print(f"# hardware: {hardware(args.device)} | threads: {torch.get_num_threads()} | torch {torch.__version__} "
+          f"| commit {commit()} | float32, batch {args.batch}")
+    rows = []
+    for kind in args.kinds:
+        for hidden, steps in SHAPES:
+            x = torch.randn(steps, args.batch, hidden, device=args.device)
+            ref = getattr(torch.nn, kind)(hidden, hidden).to(args.device)
+            t_ref = time_fwd_bwd(ref, x, args.repeats, args.device)
+            for scheme in args.schemes:
+                ours = getattr(recdrop, kind)(hidden, hidden, recurrent_dropout=0.25, scheme=scheme,
+                                              sampling="per-step").to(args.device)
+                t_ours = time_fwd_bwd(ours, x, args.repeats, args.device)
+                rows.append({"kind": kind, "hidden": hidden, "seq": steps, "scheme": scheme,
+                             "torch_nn_ms": round(t_ref * 1e3, 2), "recdrop_ms": round(t_ours * 1e3, 2),
+                             "ratio": round(t_ours / t_ref, 2)})
+                r = rows[-1]
+                print(f"{kind:4s} hidden {hidden:5d} seq {steps:4d} {scheme:14s} torch.nn {r['torch_nn_ms']:9.2f} ms"
+                      f"   recdrop {r['recdrop_ms']:9.2f} ms   ratio {r['ratio']:.2f}x", flush=True)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        with args.out.open("w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+    return rows
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,231 @@
+"""One time step of the RNN, LSTM and GRU with recurrent dropout (paper Section 3).
+
+The step functions take the input projection ``gx = W_ih x_t + b_ih`` already computed (the
+layers compute it for all steps in one matmul) and the factors of d(.) for this step
+(``recdrop.masks``); a factor of ``None`` means "not dropped". Gate order and parameter names are
+torch.nn's, so weights load both ways between a recdrop module and its torch.nn twin.
+
+Deviation (GRU): torch.nn applies the reset gate after the recurrent matmul,
+n_t = tanh(W_in x + b_in + r_t * (W_hn h_{t-1} + b_hn)), where the paper's Eq. 11
+(``eq:gru_candidates``) has W_g [x_t, r_t * h_{t-1}]. We follow torch.nn so that the modules are
+drop-in replacements whose weights load from torch.nn.GRU.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Dict, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .masks import SCHEMES, RecurrentDropout, StepFactors
+
+ACTIVATIONS: Dict[str, Callable[[Tensor], Tensor]] = {"tanh": torch.tanh, "relu": torch.relu}
+
+# Scheme names each cell accepts. For the vanilla RNN, "semeniuta" and "gal" both mean Eq. 2
+# (drop h_{t-1} where it re-enters the cell: the whole new state is the "update" of a vanilla
+# RNN, and h_{t-1} is what enters its only gate); "moon" drops the state h_t itself, which is
+# then both the output and the next step's input.
+CELL_SCHEMES = {"LSTM": SCHEMES, "GRU": SCHEMES, "RNN": ("semeniuta", "gal", "moon")}
+GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
+
+
+def _mul(x: Tensor, factor) -> Tensor:
+    return x if factor is None else x * factor
+
+
+def lstm_step(gx: Tensor, h: Tensor, c: Tensor, w_hh: Tensor, b_hh: Optional[Tensor],
+              gal, sem, moon, act: Callable[[Tensor], Tensor] = torch.tanh) -> Tuple[Tensor, Tensor]:
+    """LSTM step, Eqs. 4-6, with Gal (Eq. 7), Moon (Eq. 8) and Semeniuta (Eq. 9) dropout.
+
+    torch.nn gate order: i, f, g, o.
+    """
+    gates = gx + F.linear(_mul(h, gal), w_hh, b_hh)  # Eq. 7: d(h_{t-1}) enters every gate
+    i, f, g, o = gates.chunk(4, dim=-1)
+    i, f, o = torch.sigmoid(i), torch.sigmoid(f), torch.sigmoid(o)
+    g = _mul(act(g), sem)  # Eq. 9: c_t = f * c_{t-1} + i * d(g_t)
+    c = _mul(f * c + i * g, moon)  # Eq. 8: c_t = d(f * c_{t-1} + i * g_t), carried on dropped
+    return o * act(c), c
+
+
+def gru_step(gx: Tensor, h: Tensor, w_hh: Tensor, b_hh: Optional[Tensor],
+             gal, sem, moon, act: Callable[[Tensor], Tensor] = torch.tanh) -> Tensor:
+    """GRU step, Eqs. 10-12 in torch.nn's form, with Semeniuta dropout on the candidate (Eq. 13).
+
+    torch.nn gate order: r, z, n; torch's z is the paper's 1 - z_t and its n the paper's g_t.
+    Gal drops h_{t-1} where it enters r, z and n; Moon drops the new state h_t (carried dropped).
+    """
+    gh = F.linear(_mul(h, gal), w_hh, b_hh)
+    xr, xz, xn = gx.chunk(3, dim=-1)
+    hr, hz, hn = gh.chunk(3, dim=-1)
+    r = torch.sigmoid(xr + hr)
+    z = torch.sigmoid(xz + hz)
+    n = _mul(act(xn + r * hn), sem)  # Eq. 13: d(g_t)
+    return _mul((1 - z) * n + z * h, moon)
+
+
+def rnn_step(gx: Tensor, h: Tensor, w_hh: Tensor, b_hh: Optional[Tensor],
+             gal, sem, moon, act: Callable[[Tensor], Tensor] = torch.tanh) -> Tensor:
+    """Vanilla RNN step, Eq. 1; with Eq. 2 (d(h_{t-1}) where it re-enters) for "semeniuta"/"gal"."""
+    drop_in = gal if sem is None else sem
+    return _mul(act(gx + F.linear(_mul(h, drop_in), w_hh, b_hh)), moon)
+
+
+def init_uniform_(params, hidden_size: int) -> None:
+    """torch.nn's default init: every parameter uniform in [-1/sqrt(H), 1/sqrt(H)]."""
+    bound = 1.0 / math.sqrt(hidden_size) if hidden_size > 0 else 0.0
+    with torch.no_grad():
+        for w in params:
+            w.uniform_(-bound, bound)
+
+
+def check_activation(nonlinearity: str) -> Callable[[Tensor], Tensor]:
+    if nonlinearity not in ACTIVATIONS:
+        raise ValueError(f"nonlinearity={nonlinearity!r} is not valid; allowed values: "
+                         f"{', '.join(map(repr, ACTIVATIONS))}")
+    return ACTIVATIONS[nonlinearity]
+
+
+class _CellBase(nn.Module):
+    """A single-step cell, drop-in for torch.nn.{LSTM,GRU,RNN}Cell, with recurrent dropout.
+
+    With ``sampling="per-sequence"`` the cell draws its mask at the first training call and keeps
+    it until ``reset_masks()`` (call it at the start of every new sequence); with ``"per-step"``
+    every call draws a fresh mask. ``forward(..., masks=...)`` takes raw 0/1 masks of shape
+    ``(B, H)`` instead, one per dropped target (see ``RecurrentDropout.targets``).
+    """
+
+    kind = ""
+
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, device=None, dtype=None, *,
+                 nonlinearity: str = "tanh", recurrent_dropout: float = 0.0, scheme: str = "semeniuta",
+                 sampling: str = "per-step", scaling: str = "inverted"):
+        super().__init__()
+        _check_sizes(input_size, hidden_size)
+        self.input_size, self.hidden_size, self.bias = input_size, hidden_size, bias
+        self.nonlinearity = nonlinearity
+        self._act = check_activation(nonlinearity)
+        self.rdrop = RecurrentDropout(recurrent_dropout, scheme, sampling, scaling, CELL_SCHEMES[self.kind])
+        g = GATES[self.kind] * hidden_size
+        kw = {"device": device, "dtype": dtype}
+        self.weight_ih = nn.Parameter(torch.empty(g, input_size, **kw))
+        self.weight_hh = nn.Parameter(torch.empty(g, hidden_size, **kw))
+        if bias:
+            self.bias_ih = nn.Parameter(torch.empty(g, **kw))
+            self.bias_hh = nn.Parameter(torch.empty(g, **kw))
+        else:
+            self.register_parameter("bias_ih", None)
+            self.register_parameter("bias_hh", None)
+        self._sequence_masks: Optional[Dict[str, Tensor]] = None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        init_uniform_(self.parameters(), self.hidden_size)
+
+    def reset_masks(self) -> None:
+        """Forget the per-sequence mask: the next training call draws a new one."""
+        self._sequence_masks = None
+
+    def extra_repr(self) -> str:
+        s = f"{self.input_size}, {self.hidden_size}"
+        if not self.bias:
+            s += ", bias=False"
+        if self.nonlinearity != "tanh":
+            s += f", nonlinearity={self.nonlinearity!r}"
+        r = self.rdrop
+        if r.p > 0:
+            s += f", recurrent_dropout={r.p}, scheme={r.scheme!r}, sampling={r.sampling!r}, scaling={r.scaling!r}"
+        return s
+
+    def _factors(self, x: Tensor, masks) -> StepFactors:
+        r, shape = self.rdrop, (x.shape[0], self.hidden_size)
+        if masks is None and self.training and r.targets:
+            if r.sampling == "per-step":
+                masks = r.draw(shape, x.device, x.dtype)
+            else:
+                if self._sequence_masks is None:
+                    self._sequence_masks = r.draw(shape, x.device, x.dtype)
+                masks = self._sequence_masks
+                if next(iter(masks.values())).shape[0] != shape[0]:
+                    raise ValueError(f"input batch size {shape[0]} differs from the per-sequence mask's: "
+                                     "call reset_masks() at the start of every new sequence")
+        if masks is not None:
+            r.check_masks(masks, shape)
+        return r.factors(masks, self.training, per_step=False)
+
+    def _prepare(self, input: Tensor, hx, n_states: int):
+        if input.dim() not in (1, 2):
+            raise ValueError(f"input must be 1-D (unbatched) or 2-D (batch, input_size), got shape {tuple(input.shape)}")
+        if input.shape[-1] != self.input_size:
+            raise ValueError(f"input must have input_size={self.input_size} features in its last dimension, "
+                             f"got shape {tuple(input.shape)}")
+        batched = input.dim() == 2
+        x = input if batched else input.unsqueeze(0)
+        want = (x.shape[0], self.hidden_size)
+        if hx is None:
+            states = [x.new_zeros(want) for _ in range(n_states)]
+        else:
+            states = [hx] if n_states == 1 else list(hx)
+            if len(states) != n_states:
+                raise ValueError(f"hx must be a tuple of {n_states} tensors (h, c), got {len(states)}")
+            states = [s if batched else s.unsqueeze(0) for s in states]
+            for s in states:
+                if tuple(s.shape) != want:
+                    raise ValueError(f"hx must have shape {want if batched else want[1:]}, got "
+                                     f"{tuple(s.shape) if batched else tuple(s.shape[1:])}")
+        gx = F.linear(x, self.weight_ih, self.bias_ih)
+        return x, gx, states, batched
+
+
+def _check_sizes(input_size: int, hidden_size: int) -> None:
+    for name, v in (("input_size", input_size), ("hidden_size", hidden_size)):
+        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+            raise ValueError(f"{name} must be a positive int, got {v!r}")
+
+
+class LSTMCell(_CellBase):
+    """Drop-in ``torch.nn.LSTMCell`` with recurrent dropout (Eqs. 7-9). ``p`` is the drop rate."""
+
+    kind = "LSTM"
+
+    def forward(self, input: Tensor, hx: Optional[Tuple[Tensor, Tensor]] = None, *,
+                masks: Optional[Dict[str, Tensor]] = None) -> Tuple[Tensor, Tensor]:
+        x, gx, (h, c), batched = self._prepare(input, hx, 2)
+        gal, sem, moon = self._factors(x, masks).at(0)
+        h, c = lstm_step(gx, h, c, self.weight_hh, self.bias_hh, gal, sem, moon, self._act)
+        return (h, c) if batched else (h[0], c[0])
+
+
+class GRUCell(_CellBase):
+    """Drop-in ``torch.nn.GRUCell`` with recurrent dropout (Semeniuta: Eq. 13)."""
+
+    kind = "GRU"
+
+    def forward(self, input: Tensor, hx: Optional[Tensor] = None, *,
+                masks: Optional[Dict[str, Tensor]] = None) -> Tensor:
+        x, gx, (h,), batched = self._prepare(input, hx, 1)
+        gal, sem, moon = self._factors(x, masks).at(0)
+        h = gru_step(gx, h, self.weight_hh, self.bias_hh, gal, sem, moon, self._act)
+        return h if batched else h[0]
+
+
+class RNNCell(_CellBase):
+    """Drop-in ``torch.nn.RNNCell`` with recurrent dropout.
+
+    Schemes: ``"semeniuta"`` (default) and ``"gal"`` both apply Eq. 2, d(h_{t-1}) where it
+    re-enters the cell; ``"moon"`` drops h_t itself (output and carried state).
+    """
+
+    kind = "RNN"
+
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, nonlinearity: str = "tanh",
+                 device=None, dtype=None, **kwargs):
+        super().__init__(input_size, hidden_size, bias, device, dtype, nonlinearity=nonlinearity, **kwargs)
+
+    def forward(self, input: Tensor, hx: Optional[Tensor] = None, *,
+                masks: Optional[Dict[str, Tensor]] = None) -> Tensor:
+        x, gx, (h,), batched = self._prepare(input, hx, 1)
+        gal, sem, moon = self._factors(x, masks).at(0)
+        h = rnn_step(gx, h, self.weight_hh, self.bias_hh, gal, sem, moon, self._act)
+        return h if batched else h[0]

@@ -1,0 +1,255 @@
+"""Multi-layer RNN, LSTM and GRU with recurrent dropout, drop-in for torch.nn (paper Section 3).
+
+Same constructor arguments, forward signature, shapes, return values and parameter names as
+``torch.nn.LSTM`` / ``GRU`` / ``RNN``; the keyword-only arguments ``recurrent_dropout``, ``scheme``,
+``sampling`` and ``scaling`` add the paper's recurrent dropout (see ``recdrop.masks``). Every layer
+and direction draws its own masks. With ``recurrent_dropout=0``, or in ``eval()`` with inverted
+scaling, the modules compute exactly what torch.nn computes.
+
+Speed: the input projections W_ih x_t of all time steps are one matmul before the time loop (as
+cuDNN does); only the recurrent matmul and the elementwise gate math run per step.
+"""
+from __future__ import annotations
+
+import warnings
+from typing import Dict, List, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.nn.utils.rnn import PackedSequence
+
+from .cells import CELL_SCHEMES, GATES, check_activation, gru_step, init_uniform_, lstm_step, rnn_step, _check_sizes
+from .masks import RecurrentDropout, check_rate
+
+Masks = List[Dict[str, Tensor]]
+
+
+class _RecurrentLayer(nn.Module):
+    kind = ""
+
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
+                 batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
+                 proj_size: int = 0, device=None, dtype=None, *, nonlinearity: str = "tanh",
+                 recurrent_dropout: float = 0.0, scheme: str = "semeniuta", sampling: str = "per-step",
+                 scaling: str = "inverted"):
+        super().__init__()
+        _check_sizes(input_size, hidden_size)
+        if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 1:
+            raise ValueError(f"num_layers must be a positive int, got {num_layers!r}")
+        if proj_size:
+            raise NotImplementedError("proj_size is not supported by recdrop yet; use proj_size=0")
+        self.input_size, self.hidden_size, self.num_layers = input_size, hidden_size, num_layers
+        self.bias, self.batch_first, self.bidirectional = bias, batch_first, bidirectional
+        self.dropout = check_rate("dropout", dropout)
+        self.proj_size = 0
+        if self.dropout > 0 and num_layers == 1:
+            warnings.warn("dropout option adds dropout after all but last recurrent layer, so non-zero "
+                          f"dropout expects num_layers greater than 1, but got dropout={dropout} and "
+                          f"num_layers={num_layers}")
+        self.nonlinearity = nonlinearity
+        self._act = check_activation(nonlinearity)
+        self.rdrop = RecurrentDropout(recurrent_dropout, scheme, sampling, scaling, CELL_SCHEMES[self.kind])
+        self.num_directions = 2 if bidirectional else 1
+        gate_size = GATES[self.kind] * hidden_size
+        kw = {"device": device, "dtype": dtype}
+        self._flat_weights_names: List[str] = []
+        for layer in range(num_layers):
+            layer_input = input_size if layer == 0 else hidden_size * self.num_directions
+            for suffix in ("", "_reverse")[: self.num_directions]:
+                shapes = {f"weight_ih_l{layer}{suffix}": (gate_size, layer_input),
+                          f"weight_hh_l{layer}{suffix}": (gate_size, hidden_size)}
+                if bias:
+                    shapes[f"bias_ih_l{layer}{suffix}"] = (gate_size,)
+                    shapes[f"bias_hh_l{layer}{suffix}"] = (gate_size,)
+                for name, shape in shapes.items():
+                    setattr(self, name, nn.Parameter(torch.empty(shape, **kw)))
+                    self._flat_weights_names.append(name)
+        self.reset_parameters()
+
+    # -- torch.nn compatibility -------------------------------------------------------------------
+    def reset_parameters(self) -> None:
+        init_uniform_(self.parameters(), self.hidden_size)
+
+    def flatten_parameters(self) -> None:
+        """No-op, kept so code written for torch.nn (which calls it for cuDNN) runs unchanged."""
+
+    @property
+    def all_weights(self) -> List[List[nn.Parameter]]:
+        per = 4 if self.bias else 2
+        names = self._flat_weights_names
+        return [[getattr(self, n) for n in names[i:i + per]] for i in range(0, len(names), per)]
+
+    def extra_repr(self) -> str:
+        s = f"{self.input_size}, {self.hidden_size}"
+        for name, default in (("num_layers", 1), ("bias", True), ("batch_first", False), ("dropout", 0.0),
+                              ("bidirectional", False), ("nonlinearity", "tanh")):
+            if getattr(self, name) != default:
+                s += f", {name}={getattr(self, name)!r}"
+        r = self.rdrop
+        if r.p > 0:
+            s += f", recurrent_dropout={r.p}, scheme={r.scheme!r}, sampling={r.sampling!r}, scaling={r.scaling!r}"
+        return s
+
+    # -- masks ------------------------------------------------------------------------------------
+    def draw_masks(self, seq_len: int, batch_size: int, device=None, dtype=None,
+                   generator: Optional[torch.Generator] = None) -> Masks:
+        """Raw 0/1 masks for one forward call: a list over layers x directions (torch's order,
+        ``l0, l0_reverse, l1, ...``) of dicts target -> tensor ``(T, B, H)`` or ``(B, H)``."""
+        shape = self.rdrop.mask_shape(seq_len, batch_size, self.hidden_size)
+        return [self.rdrop.draw(shape, device, dtype, generator)
+                for _ in range(self.num_layers * self.num_directions)]
+
+    # -- forward ----------------------------------------------------------------------------------
+    def forward(self, input: Tensor, hx=None, *, masks: Optional[Masks] = None):
+        """Same as torch.nn's forward. ``masks`` (keyword-only) replaces the random masks with
+        given raw 0/1 masks, in the layout of ``draw_masks``; used when training only."""
+        if isinstance(input, PackedSequence):
+            raise NotImplementedError("PackedSequence input is not supported by recdrop yet; pass a padded "
+                                      "tensor (and mask the padding in the loss)")
+        x, hx, batched = self._check_input(input, hx)
+        steps, batch = x.shape[0], x.shape[1]
+        n_states = 2 if self.kind == "LSTM" else 1
+        if masks is None and self.training and self.rdrop.targets:
+            masks = self.draw_masks(steps, batch, x.device, x.dtype)
+        if masks is not None:
+            self._check_masks(masks, steps, batch)
+        h_n: List[Tensor] = []
+        c_n: List[Tensor] = []
+        for layer in range(self.num_layers):
+            outs = []
+            for d in range(self.num_directions):
+                k = layer * self.num_directions + d
+                state = tuple(s[k] for s in hx)
+                out, state = self._run_direction(x, state, layer, d == 1, None if masks is None else masks[k])
+                outs.append(out)
+                h_n.append(state[0])
+                if n_states == 2:
+                    c_n.append(state[1])
+            x = outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)
+            if self.dropout > 0 and self.training and layer < self.num_layers - 1:
+                x = F.dropout(x, self.dropout, training=True)
+        output = x.transpose(0, 1) if self.batch_first else x
+        h = torch.stack(h_n)
+        state = (h, torch.stack(c_n)) if n_states == 2 else h
+        if not batched:
+            output = output.squeeze(1)
+            state = tuple(s.squeeze(1) for s in state) if n_states == 2 else state.squeeze(1)
+        return output, state
+
+    def _run_direction(self, x: Tensor, state: Tuple[Tensor, ...], layer: int, reverse: bool,
+                       masks: Optional[Dict[str, Tensor]]):
+        sfx = "_reverse" if reverse else ""
+        w_ih = getattr(self, f"weight_ih_l{layer}{sfx}")
+        w_hh = getattr(self, f"weight_hh_l{layer}{sfx}")
+        b_ih = getattr(self, f"bias_ih_l{layer}{sfx}") if self.bias else None
+        b_hh = getattr(self, f"bias_hh_l{layer}{sfx}") if self.bias else None
+        per_step = self.rdrop.sampling == "per-step"
+        factors = self.rdrop.factors(masks, self.training, per_step=per_step)
+        gx = F.linear(x, w_ih, b_ih)  # (T, B, G*H): all input projections in one matmul
+        steps = x.shape[0]
+        order = range(steps - 1, -1, -1) if reverse else range(steps)
+        outs: List[Optional[Tensor]] = [None] * steps
+        act = self._act
+        if self.kind == "LSTM":
+            h, c = state
+            for k, t in enumerate(order):  # masks are indexed by processing step k
+                gal, sem, moon = factors.at(k)
+                h, c = lstm_step(gx[t], h, c, w_hh, b_hh, gal, sem, moon, act)
+                outs[t] = h
+            return torch.stack(outs), (h, c)
+        step = gru_step if self.kind == "GRU" else rnn_step
+        (h,) = state
+        for k, t in enumerate(order):
+            gal, sem, moon = factors.at(k)
+            h = step(gx[t], h, w_hh, b_hh, gal, sem, moon, act)
+            outs[t] = h
+        return torch.stack(outs), (h,)
+
+    # -- input checks -----------------------------------------------------------------------------
+    def _check_input(self, input: Tensor, hx):
+        if not isinstance(input, Tensor):
+            raise ValueError(f"input must be a torch.Tensor, got {type(input).__name__}")
+        if input.dim() not in (2, 3):
+            raise ValueError(f"input must be 3-D (batched) or 2-D (unbatched), got shape {tuple(input.shape)}")
+        if input.shape[-1] != self.input_size:
+            raise ValueError(f"input must have input_size={self.input_size} features in its last dimension, "
+                             f"got shape {tuple(input.shape)}")
+        batched = input.dim() == 3
+        x = input if batched else input.unsqueeze(1)
+        if batched and self.batch_first:
+            x = x.transpose(0, 1)
+        n_states = 2 if self.kind == "LSTM" else 1
+        want = (self.num_layers * self.num_directions, x.shape[1], self.hidden_size)
+        if hx is None:
+            hx = tuple(x.new_zeros(want) for _ in range(n_states))
+        else:
+            states = tuple(hx) if n_states == 2 else (hx,)
+            if n_states == 2 and len(states) != 2:
+                raise ValueError(f"hx must be a tuple (h_0, c_0), got {len(states)} tensors")
+            names = ("h_0", "c_0")
+            for name, s in zip(names, states):
+                if not isinstance(s, Tensor):
+                    raise ValueError(f"hx: {name} must be a torch.Tensor, got {type(s).__name__}")
+                shape = tuple(s.shape) if batched else tuple(s.shape) + ("(unbatched)",)
+                expect = want if batched else (want[0], want[2])
+                if tuple(s.shape) != expect:
+                    raise ValueError(f"hx: {name} must have shape {expect}, got {shape[:s.dim()]}")
+            hx = states if batched else tuple(s.unsqueeze(1) for s in states)
+        return x, hx, batched
+
+    def _check_masks(self, masks: Masks, steps: int, batch: int) -> None:
+        n = self.num_layers * self.num_directions
+        if not isinstance(masks, (list, tuple)) or len(masks) != n:
+            raise ValueError(f"masks must be a list of {n} dicts (one per layer and direction)")
+        shape = self.rdrop.mask_shape(steps, batch, self.hidden_size)
+        for m in masks:
+            self.rdrop.check_masks(m, shape)
+
+
+class LSTM(_RecurrentLayer):
+    """Drop-in ``torch.nn.LSTM`` with recurrent dropout.
+
+    Keyword-only: ``recurrent_dropout`` p (the drop rate, in [0, 1)); ``scheme`` one of
+    ``"semeniuta"`` (default; drop g_t, Eq. 9), ``"gal"`` (drop h_{t-1} where it enters the gates,
+    Eq. 7), ``"moon"`` (drop c_t, Eq. 8, carried dropped), ``"gal+semeniuta"`` (both);
+    ``sampling`` ``"per-step"`` or ``"per-sequence"``; ``scaling`` ``"inverted"`` (Eq. 18) or
+    ``"paper"`` (Eq. 3); ``nonlinearity`` of g_t and c_t, ``"tanh"`` or ``"relu"``.
+    ``proj_size`` and ``PackedSequence`` input raise NotImplementedError.
+    """
+
+    kind = "LSTM"
+
+
+class GRU(_RecurrentLayer):
+    """Drop-in ``torch.nn.GRU`` with recurrent dropout; arguments as ``recdrop.LSTM``.
+
+    ``"semeniuta"`` drops the candidate n_t (the paper's g_t, Eq. 13); ``"gal"`` drops h_{t-1} where
+    it enters r, z and n; ``"moon"`` drops the new state h_t, which is carried dropped.
+    Deviation: the reset gate sits where torch.nn puts it (see ``recdrop.cells``).
+    """
+
+    kind = "GRU"
+
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
+                 batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
+                 device=None, dtype=None, **kwargs):
+        super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional,
+                         0, device, dtype, **kwargs)
+
+
+class RNN(_RecurrentLayer):
+    """Drop-in ``torch.nn.RNN`` (Eq. 1) with recurrent dropout.
+
+    ``scheme``: ``"semeniuta"`` (default) and ``"gal"`` both apply Eq. 2, d(h_{t-1}) where it
+    re-enters the cell: for a vanilla RNN, the paper's recurrent dropout. ``"moon"`` drops h_t
+    itself (the output and the carried state). ``"gal+semeniuta"`` is not accepted.
+    """
+
+    kind = "RNN"
+
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, nonlinearity: str = "tanh",
+                 bias: bool = True, batch_first: bool = False, dropout: float = 0.0,
+                 bidirectional: bool = False, device=None, dtype=None, **kwargs):
+        super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional,
+                         0, device, dtype, nonlinearity=nonlinearity, **kwargs)

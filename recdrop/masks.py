@@ -1,0 +1,132 @@
+"""Recurrent dropout masks: the dropout function d(.) of Eq. 3 (``eq:dropout``) and Eq. 18.
+
+All masks of every scheme are drawn here, in one place. A mask is a 0/1 tensor drawn from
+Bernoulli(1 - p), where ``p`` is always the *drop* rate (the paper's Eqs. 14-17 write p for the
+keep probability; we never do).
+
+Shapes: per-step masks are ``(T, B, H)`` (a fresh mask at every step, for every example and
+unit); per-sequence masks are ``(B, H)`` (one per example, fixed over the sequence), as in the
+authors' code.
+
+Scaling:
+- ``"inverted"`` (Eq. 18): mask / (1 - p) while training, identity at test.
+- ``"paper"`` (Eq. 3): mask while training, times (1 - p) at test.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, Optional, Tuple, Union
+
+import torch
+
+SCHEMES = ("semeniuta", "gal", "moon", "gal+semeniuta")
+SAMPLINGS = ("per-step", "per-sequence")
+SCALINGS = ("inverted", "paper")
+
+# Which vector of the cell each scheme drops (the targets of d(.)):
+#   gal       -> h_{t-1} where it enters the gates and the candidate (Eq. 7)
+#   semeniuta -> the update vector g_t (Eq. 9 LSTM, Eq. 13 GRU)
+#   moon      -> the cell state c_t (Eq. 8), or the GRU/RNN state h_t
+SCHEME_TARGETS: Dict[str, Tuple[str, ...]] = {
+    "semeniuta": ("semeniuta",),
+    "gal": ("gal",),
+    "moon": ("moon",),
+    "gal+semeniuta": ("gal", "semeniuta"),
+}
+
+Factor = Union[torch.Tensor, float, None]
+
+
+def _check_choice(name: str, value, allowed) -> None:
+    if value not in allowed:
+        raise ValueError(f"{name}={value!r} is not valid; allowed values: {', '.join(map(repr, allowed))}")
+
+
+def check_rate(name: str, p) -> float:
+    """Return ``p`` as a float, or raise ValueError unless it is a number in [0, 1)."""
+    if isinstance(p, bool) or not isinstance(p, (int, float)):
+        raise ValueError(f"{name} must be a float in [0, 1), got {p!r}")
+    if not 0.0 <= float(p) < 1.0:
+        raise ValueError(f"{name} must be in [0, 1), got {p!r}")
+    return float(p)
+
+
+@dataclass(frozen=True)
+class RecurrentDropout:
+    """What to drop, how often to draw its mask, and how to scale it.
+
+    ``p`` is the drop rate in [0, 1). ``scheme`` names the dropped vector (see ``SCHEME_TARGETS``),
+    ``sampling`` is ``"per-step"`` or ``"per-sequence"``, ``scaling`` is ``"inverted"`` (Eq. 18)
+    or ``"paper"`` (Eq. 3).
+    """
+
+    p: float = 0.0
+    scheme: str = "semeniuta"
+    sampling: str = "per-step"
+    scaling: str = "inverted"
+    schemes: Tuple[str, ...] = SCHEMES  # the scheme names the owning cell accepts
+
+    def __post_init__(self):
+        object.__setattr__(self, "p", check_rate("recurrent_dropout", self.p))
+        _check_choice("scheme", self.scheme, self.schemes)
+        _check_choice("sampling", self.sampling, SAMPLINGS)
+        _check_choice("scaling", self.scaling, SCALINGS)
+
+    @property
+    def targets(self) -> Tuple[str, ...]:
+        return SCHEME_TARGETS[self.scheme] if self.p > 0 else ()
+
+    def mask_shape(self, steps: int, batch: int, hidden: int) -> Tuple[int, ...]:
+        return (steps, batch, hidden) if self.sampling == "per-step" else (batch, hidden)
+
+    def draw(self, shape: Tuple[int, ...], device=None, dtype=None,
+             generator: Optional[torch.Generator] = None) -> Dict[str, torch.Tensor]:
+        """Draw raw 0/1 masks of ``shape``, one per target, all steps in one call."""
+        keep = torch.full(shape, 1.0 - self.p, device=device, dtype=dtype)
+        return {t: torch.bernoulli(keep, generator=generator) for t in self.targets}
+
+    def check_masks(self, masks: Dict[str, torch.Tensor], shape: Tuple[int, ...]) -> None:
+        """Raise ValueError unless ``masks`` has exactly this scheme's targets, each of ``shape``."""
+        if not isinstance(masks, dict) or set(masks) != set(self.targets):
+            got = sorted(masks) if isinstance(masks, dict) else type(masks).__name__
+            raise ValueError(f"masks must be a dict with keys {sorted(self.targets)} for scheme={self.scheme!r} "
+                             f"and recurrent_dropout={self.p}, got {got}")
+        for name, m in masks.items():
+            if tuple(m.shape) != shape:
+                raise ValueError(f"masks[{name!r}] must have shape {shape} for sampling={self.sampling!r}, "
+                                 f"got {tuple(m.shape)}")
+
+    def factors(self, masks: Optional[Dict[str, torch.Tensor]], training: bool,
+                per_step: bool) -> "StepFactors":
+        """The multipliers d(.) applies, per target: scaled masks when training, a constant at test.
+
+        ``per_step``: the masks have a leading time axis to index at every step.
+        """
+        if not self.targets:
+            return StepFactors({}, per_step=False)
+        if training:
+            if masks is None:
+                raise ValueError("masks are required while training with recurrent_dropout > 0")
+            if self.scaling == "inverted":  # Eq. 18
+                masks = {k: m / (1.0 - self.p) for k, m in masks.items()}
+            return StepFactors(masks, per_step=per_step)
+        if self.scaling == "paper":  # Eq. 3, test phase: (1 - p) x
+            return StepFactors({t: 1.0 - self.p for t in self.targets}, per_step=False)
+        return StepFactors({}, per_step=False)
+
+
+class StepFactors:
+    """Per-step access to the factors of each target: ``f.at(t)`` -> (gal, semeniuta, moon)."""
+
+    __slots__ = ("gal", "semeniuta", "moon", "per_step")
+
+    def __init__(self, factors: Dict[str, Factor], per_step: bool):
+        self.gal = factors.get("gal")
+        self.semeniuta = factors.get("semeniuta")
+        self.moon = factors.get("moon")
+        self.per_step = per_step
+
+    def at(self, t: int) -> Tuple[Factor, Factor, Factor]:
+        if self.per_step:
+            return tuple(None if f is None else f[t] for f in (self.gal, self.semeniuta, self.moon))
+        return self.gal, self.semeniuta, self.moon

@@ -1,0 +1,88 @@
+"""Mask statistics, and that forward really samples the way `sampling` says."""
+import pytest
+import torch
+
+import recdrop
+
+
+@pytest.mark.parametrize("p", [0.25, 0.5])
+@pytest.mark.parametrize("sampling", recdrop.SAMPLINGS)
+def test_keep_rate_and_shapes(p, sampling):
+    m = recdrop.LSTM(3, 64, 2, bidirectional=True, recurrent_dropout=p, scheme="gal+semeniuta", sampling=sampling)
+    masks = m.draw_masks(50, 40, generator=torch.Generator().manual_seed(0))
+    assert len(masks) == 4  # every layer and direction has its own masks
+    for layer in masks:
+        assert set(layer) == {"gal", "semeniuta"}
+        for mk in layer.values():
+            assert mk.shape == ((50, 40, 64) if sampling == "per-step" else (40, 64))
+            assert set(mk.unique().tolist()) <= {0.0, 1.0}
+            assert abs(mk.mean().item() - (1 - p)) < 0.03
+    flat = [mk for layer in masks for mk in layer.values()]
+    assert all(not torch.equal(a, b) for i, a in enumerate(flat) for b in flat[i + 1:])
+
+
+def test_per_step_masks_vary_over_time_and_between_examples():
+    m = recdrop.GRU(3, 32, recurrent_dropout=0.5, sampling="per-step")
+    mk = m.draw_masks(10, 8)[0]["semeniuta"]
+    assert not torch.equal(mk[0], mk[1])
+    assert not torch.equal(mk[:, 0], mk[:, 1])
+
+
+def test_per_sequence_masks_differ_between_examples():
+    mk = recdrop.LSTM(3, 32, recurrent_dropout=0.5, sampling="per-sequence").draw_masks(10, 8)[0]["semeniuta"]
+    assert not torch.equal(mk[0], mk[1])
+
+
+def _dropped_pattern(sampling):
+    """Moon with paper scaling: a dropped unit has c_t = 0, hence h_t = o * tanh(0) = 0 exactly."""
+    torch.manual_seed(0)
+    m = recdrop.LSTM(3, 32, bidirectional=True, recurrent_dropout=0.5, scheme="moon", sampling=sampling,
+                     scaling="paper")
+    y, _ = m(torch.randn(12, 6, 3))
+    return y == 0  # (T, B, 2H)
+
+
+def test_forward_per_sequence_mask_constant_over_time():
+    z = _dropped_pattern("per-sequence")
+    assert z.any()
+    assert torch.equal(z, z[:1].expand_as(z))
+    assert not torch.equal(z[:, 0], z[:, 1])  # differs between examples
+    assert not torch.equal(z[..., :32], z[..., 32:])  # and between directions
+
+
+def test_forward_per_step_mask_varies_over_time():
+    z = _dropped_pattern("per-step")
+    assert z.any() and not torch.equal(z[0], z[1])
+
+
+def test_forward_draws_with_draw_masks():
+    """Without `masks`, forward draws from the global RNG exactly what draw_masks would."""
+    m = recdrop.LSTM(3, 16, 2, recurrent_dropout=0.3, scheme="moon", sampling="per-step").double()
+    x = torch.randn(7, 4, 3, dtype=torch.float64)
+    torch.manual_seed(5)
+    y_random, _ = m(x)
+    torch.manual_seed(5)
+    masks = m.draw_masks(7, 4, dtype=torch.float64)
+    y_given, _ = m(x, masks=masks)
+    assert torch.equal(y_random, y_given)
+
+
+def test_cell_per_sequence_mask_is_kept_until_reset():
+    torch.manual_seed(0)
+    cell = recdrop.LSTMCell(3, 32, recurrent_dropout=0.5, scheme="moon", sampling="per-sequence", scaling="paper")
+    x = torch.randn(4, 3)
+    h1, c1 = cell(x)
+    h2, _ = cell(x, (h1, c1))
+    assert torch.equal(h1 == 0, h2 == 0)
+    cell.reset_masks()
+    h3, _ = cell(x)
+    assert not torch.equal(h1 == 0, h3 == 0)
+    with pytest.raises(ValueError, match="reset_masks"):
+        cell(torch.randn(5, 3))
+
+
+def test_cell_per_step_mask_is_fresh_every_call():
+    torch.manual_seed(0)
+    cell = recdrop.GRUCell(3, 64, recurrent_dropout=0.5, scheme="moon", sampling="per-step", scaling="paper")
+    x = torch.randn(4, 3)
+    assert not torch.equal(cell(x) == 0, cell(x) == 0)

@@ -1,0 +1,117 @@
+"""With recurrent dropout off (or in eval() with inverted scaling) recdrop computes what torch.nn computes."""
+import pytest
+import torch
+
+import recdrop
+
+KINDS = ["LSTM", "GRU", "RNN"]
+TOL = {torch.float64: 1e-10, torch.float32: 1e-5}
+
+
+def twins(kind, dtype, *args, **kwargs):
+    ref = getattr(torch.nn, kind)(*args, **kwargs).to(dtype)
+    ours = getattr(recdrop, kind)(*args, **kwargs).to(dtype)
+    ours.load_state_dict(ref.state_dict())
+    return ref, ours
+
+
+def assert_close(a, b, tol):
+    assert a.shape == b.shape
+    assert (a - b).abs().max().item() <= tol, (a - b).abs().max().item()
+
+
+def run_both(ref, ours, x, hx, tol):
+    outs = []
+    for m in (ref, ours):
+        y, state = m(x, hx)
+        states = state if isinstance(state, tuple) else (state,)
+        loss = y.pow(2).sum() + sum(s.sin().sum() for s in states)
+        grads = torch.autograd.grad(loss, list(m.parameters()))
+        outs.append((y, states, grads))
+    (y1, s1, g1), (y2, s2, g2) = outs
+    assert_close(y1, y2, tol)
+    for a, b in zip(s1, s2):
+        assert_close(a, b, tol)
+    for a, b in zip(g1, g2):
+        assert_close(a, b, tol * 10)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("num_layers", [1, 2])
+@pytest.mark.parametrize("batch_first", [False, True])
+@pytest.mark.parametrize("bidirectional", [False, True])
+@pytest.mark.parametrize("with_state", [False, True])
+def test_layer_parity(dtype, kind, num_layers, batch_first, bidirectional, with_state):
+    torch.manual_seed(0)
+    ref, ours = twins(kind, dtype, 5, 7, num_layers, batch_first=batch_first, bidirectional=bidirectional)
+    T, B = 6, 3
+    x = torch.randn((B, T, 5) if batch_first else (T, B, 5), dtype=dtype)
+    hx = None
+    if with_state:
+        shape = (num_layers * (2 if bidirectional else 1), B, 7)
+        hx = (torch.randn(shape, dtype=dtype), torch.randn(shape, dtype=dtype)) if kind == "LSTM" \
+            else torch.randn(shape, dtype=dtype)
+    run_both(ref, ours, x, hx, TOL[dtype])
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_unbatched_input_and_no_bias(kind):
+    torch.manual_seed(1)
+    ref, ours = twins(kind, torch.float64, 4, 6, 2, bias=False, bidirectional=True)
+    run_both(ref, ours, torch.randn(5, 4, dtype=torch.float64), None, 1e-10)
+
+
+def test_rnn_relu_positional_nonlinearity():
+    torch.manual_seed(2)
+    ref, ours = twins("RNN", torch.float64, 4, 6, 1, "relu")
+    assert ours.nonlinearity == "relu"
+    run_both(ref, ours, torch.randn(5, 2, 4, dtype=torch.float64), None, 1e-10)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("scheme", ["semeniuta", "gal", "moon"])
+def test_eval_with_inverted_dropout_matches_torch(kind, scheme):
+    torch.manual_seed(3)
+    ref = getattr(torch.nn, kind)(4, 6, 2).double()
+    ours = getattr(recdrop, kind)(4, 6, 2, recurrent_dropout=0.4, scheme=scheme).double()
+    ours.load_state_dict(ref.state_dict())
+    ref.eval(), ours.eval()
+    x = torch.randn(5, 3, 4, dtype=torch.float64)
+    assert_close(ref(x)[0], ours(x)[0], 1e-10)
+    ours.train()  # and in training the dropout does change the output
+    assert (ref(x)[0] - ours(x)[0]).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("batched", [False, True])
+def test_cell_parity(dtype, kind, batched):
+    torch.manual_seed(4)
+    ref = getattr(torch.nn, kind + "Cell")(5, 7).to(dtype)
+    ours = getattr(recdrop, kind + "Cell")(5, 7).to(dtype)
+    ours.load_state_dict(ref.state_dict())
+    x = torch.randn((3, 5) if batched else (5,), dtype=dtype)
+    hshape = (3, 7) if batched else (7,)
+    for hx in (None, torch.randn(hshape, dtype=dtype)):
+        if kind == "LSTM" and hx is not None:
+            hx = (hx, torch.randn(hshape, dtype=dtype))
+        a, b = ref(x, hx), ours(x, hx)
+        a = a if isinstance(a, tuple) else (a,)
+        b = b if isinstance(b, tuple) else (b,)
+        for u, v in zip(a, b):
+            assert_close(u, v, TOL[dtype])
+        ga = torch.autograd.grad(sum(u.sum() for u in a), list(ref.parameters()))
+        gb = torch.autograd.grad(sum(v.sum() for v in b), list(ours.parameters()))
+        for u, v in zip(ga, gb):
+            assert_close(u, v, TOL[dtype] * 10)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_state_dict_loads_both_ways(kind):
+    ours = getattr(recdrop, kind)(3, 4, 2, bidirectional=True, recurrent_dropout=0.25)
+    ref = getattr(torch.nn, kind)(3, 4, 2, bidirectional=True)
+    ref.load_state_dict(ours.state_dict())
+    assert [n for n, _ in ours.named_parameters()] == [n for n, _ in ref.named_parameters()]
+    for (_, a), (_, b) in zip(ours.named_parameters(), ref.named_parameters()):
+        assert torch.equal(a, b)
