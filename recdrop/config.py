@@ -1,0 +1,76 @@
+"""Typed experiment configs with named scales (``ci``, ``quick``, ``paper``).
+
+A config is a frozen dataclass whose defaults are the ``paper`` settings; each experiment's
+``SCALES`` maps the other scale names to overrides. ``Config.at_scale("quick", epochs=3)`` checks
+the scale and every override (unknown field, wrong type) with a clear error.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import typing
+from typing import Any, ClassVar, Dict
+
+SCALE_NAMES = ("ci", "quick", "paper")
+
+
+def _type_ok(value, hint) -> bool:
+    origin = typing.get_origin(hint)
+    if origin is typing.Union:
+        return any(_type_ok(value, h) for h in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    if origin in (tuple, list):
+        return isinstance(value, (tuple, list))
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, hint)
+
+
+@dataclasses.dataclass(frozen=True)
+class ExperimentConfig:
+    """Base of every experiment's config. Subclasses set ``experiment`` and ``SCALES``."""
+
+    experiment: ClassVar[str] = ""
+    SCALES: ClassVar[Dict[str, Dict[str, Any]]] = {"paper": {}}
+
+    scale: str = "paper"  # which preset this config came from (part of the run id)
+
+    @classmethod
+    def at_scale(cls, scale: str, **overrides):
+        """The config of ``scale`` with ``overrides`` applied; ValueError on anything unknown."""
+        if scale not in cls.SCALES:
+            raise ValueError(f"scale={scale!r} is not valid for {cls.experiment}; allowed values: "
+                             f"{', '.join(map(repr, cls.SCALES))}")
+        return cls(scale=scale).replace(**{**cls.SCALES[scale], **overrides})
+
+    def replace(self, **changes):
+        """A copy with ``changes``, each checked against the fields and their types."""
+        hints = typing.get_type_hints(type(self))
+        names = [f.name for f in dataclasses.fields(self)]
+        for key, value in changes.items():
+            if key not in names:
+                raise ValueError(f"{key!r} is not a parameter of {type(self).__name__}; "
+                                 f"its parameters are: {', '.join(names)}")
+            if not _type_ok(value, hints[key]):
+                raise ValueError(f"{type(self).__name__}.{key} must be of type "
+                                 f"{getattr(hints[key], '__name__', hints[key])}, got {value!r}")
+        changes = {k: tuple(v) if isinstance(v, list) else v for k, v in changes.items()}
+        new = dataclasses.replace(self, **changes)
+        new.validate()
+        return new
+
+    def validate(self) -> None:
+        """Subclasses check value ranges here (raise ValueError)."""
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"experiment": self.experiment, **dataclasses.asdict(self)}
+
+
+def run_id(config: ExperimentConfig, seed: int) -> str:
+    """A short, stable hash of the canonical config and the seed: the key of a run's record."""
+    blob = json.dumps({"config": config.to_dict(), "seed": int(seed)}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]

@@ -1,0 +1,13 @@
+"""One module per paper experiment: its config and scales, its grid (the table's cells), its task."""
+from . import temporal_order
+
+EXPERIMENTS = {
+    "temporal_order": (temporal_order.TemporalOrderTask, temporal_order.grid),
+}
+
+
+def get(name: str):
+    """(task class, grid function) of experiment ``name``."""
+    if name not in EXPERIMENTS:
+        raise ValueError(f"experiment={name!r} is not known; allowed values: {', '.join(map(repr, EXPERIMENTS))}")
+    return EXPERIMENTS[name]

@@ -1,0 +1,133 @@
+"""The results store: one JSON record per finished run, and checkpoints in a cache outside git.
+
+Records live in ``data/runs/<experiment>/<scale>/<run_id>.json`` (committed). A record is written
+last and atomically (a temp file in the same folder, then ``os.replace``): its presence means the
+run is done, and an interrupted write never leaves a broken record. Checkpoints live under
+``$RECDROP_CACHE`` (default ``~/.cache/recdrop``) and are never committed.
+"""
+from __future__ import annotations
+
+import datetime
+import io
+import json
+import os
+import platform
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional
+
+import torch
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_RUNS = REPO_ROOT / "data" / "runs"
+
+
+def cache_dir() -> Path:
+    """Where checkpoints go: ``$RECDROP_CACHE``, else ``~/.cache/recdrop``."""
+    return Path(os.environ.get("RECDROP_CACHE") or Path.home() / ".cache" / "recdrop")
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that readers see the old file or the whole new one, never part."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def save_checkpoint(path: Path, state: Dict[str, Any]) -> None:
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    atomic_write_bytes(path, buf.getvalue())
+
+
+class CorruptCheckpointError(RuntimeError):
+    pass
+
+
+def load_checkpoint(path: Path) -> Dict[str, Any]:
+    try:
+        return torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as e:  # truncated or overwritten file: say which, and how to recover
+        raise CorruptCheckpointError(f"checkpoint {path} cannot be read ({type(e).__name__}: {e}); "
+                                     "delete it to restart that run from scratch") from e
+
+
+def hardware(device: str = "cpu") -> str:
+    """The GPU name, or the CPU model with its thread count."""
+    if str(device).startswith("cuda") and torch.cuda.is_available():
+        return torch.cuda.get_device_name(torch.device(device))
+    model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{model} ({torch.get_num_threads()} threads)"
+
+
+def git_commit() -> str:
+    """The commit of the code that ran, with ``-dirty`` if recdrop/ had uncommitted changes."""
+    def git(*args):
+        return subprocess.run(["git", *args], capture_output=True, text=True, cwd=REPO_ROOT, check=True).stdout.strip()
+    try:
+        sha = git("rev-parse", "--short=10", "HEAD")
+        dirty = git("status", "--porcelain", "--", "recdrop")
+        return sha + ("-dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def environment(device: str) -> Dict[str, str]:
+    return {"hardware": hardware(device), "device": str(device), "torch": torch.__version__,
+            "python": platform.python_version(), "commit": git_commit(),
+            "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+
+
+class RunStore:
+    """Finished-run records, keyed by run id (a hash of config + seed)."""
+
+    def __init__(self, root: Optional[os.PathLike] = None):
+        self.root = Path(root) if root is not None else Path(os.environ.get("RECDROP_RUNS") or DEFAULT_RUNS)
+
+    def path(self, experiment: str, scale: str, rid: str) -> Path:
+        return self.root / experiment / scale / f"{rid}.json"
+
+    def checkpoint_path(self, experiment: str, rid: str) -> Path:
+        return cache_dir() / "checkpoints" / experiment / f"{rid}.pt"
+
+    def has(self, experiment: str, scale: str, rid: str) -> bool:
+        return self.path(experiment, scale, rid).exists()
+
+    def load(self, experiment: str, scale: str, rid: str) -> Dict[str, Any]:
+        path = self.path(experiment, scale, rid)
+        try:
+            return json.loads(path.read_text())
+        except json.JSONDecodeError as e:
+            raise ValueError(f"run record {path} is not valid JSON ({e}); delete it to rerun that run") from e
+
+    def save(self, record: Dict[str, Any]) -> Path:
+        path = self.path(record["experiment"], record["config"]["scale"], record["run_id"])
+        atomic_write_bytes(path, (json.dumps(record, indent=1, sort_keys=True) + "\n").encode())
+        return path
+
+    def records(self, experiment: str, scale: Optional[str] = None) -> List[Dict[str, Any]]:
+        """All finished records of ``experiment`` (at ``scale`` if given)."""
+        folder = self.root / experiment
+        pattern = f"{scale}/*.json" if scale else "*/*.json"
+        return [json.loads(p.read_text()) for p in sorted(folder.glob(pattern))]
+
+    def __iter__(self) -> Iterator[Dict[str, Any]]:
+        for p in sorted(self.root.glob("*/*/*.json")):
+            yield json.loads(p.read_text())

@@ -1,0 +1,180 @@
+"""The trainer shared by every experiment: progress, checkpoints, resume, NaN checks, records.
+
+An experiment supplies a ``Task`` (its model, optimiser, batches, one training step, an
+evaluation); ``train_run`` owns the loop. A checkpoint (model, optimiser, task state, RNG states,
+position, curves) is written atomically after every epoch and every ``checkpoint_every_s``
+seconds inside one, so ``resume`` continues an interrupted run and ends with the same metrics as an
+uninterrupted one (same seed, CPU). The finished record is written last.
+"""
+from __future__ import annotations
+
+import math
+import random
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from .config import ExperimentConfig, run_id
+from .store import RunStore, environment, load_checkpoint, save_checkpoint
+
+DEVICES = ("cpu", "cuda")
+
+
+class NonFiniteLossError(FloatingPointError):
+    """A NaN or infinite training loss; the last good checkpoint is kept."""
+
+
+class Task:
+    """What an experiment gives the trainer. Subclasses set ``model`` and ``optimizer`` in
+    ``__init__(config, device, seed)`` and implement the methods below."""
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    progress_metric: str = ""  # the metric shown on the progress bar
+
+    def batches(self, epoch: int) -> Sequence[Any]:
+        """The training batches of ``epoch``: deterministic given the seed and the epoch."""
+        raise NotImplementedError
+
+    def train_step(self, batch) -> Dict[str, float]:
+        """One optimisation step; returns at least {"loss": ...}, plus sums to average per epoch."""
+        raise NotImplementedError
+
+    def evaluate(self, epoch: int, train_stats: Dict[str, float]) -> Dict[str, float]:
+        """The epoch's metrics (``train_stats`` holds the means of train_step's outputs)."""
+        raise NotImplementedError
+
+    def end_epoch(self, epoch: int, metrics: Dict[str, float]) -> None:
+        """Learning-rate schedules and the like."""
+
+    def final_metrics(self, curves: List[Dict[str, float]]) -> Dict[str, float]:
+        """The record's headline metrics; by default the last epoch's."""
+        return dict(curves[-1])
+
+    def state_dict(self) -> Dict[str, Any]:
+        """Task state beyond model and optimiser (learning rate, carried hidden state...)."""
+        return {}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        pass
+
+
+def check_device(device: str) -> str:
+    kind = str(device).split(":")[0]
+    if kind not in DEVICES:
+        raise ValueError(f"device={device!r} is not valid; allowed values: 'cpu', 'cuda', 'cuda:N'")
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={device!r} was asked for but no CUDA device is available here; use device='cpu'")
+    return str(device)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def _rng_state() -> Dict[str, Any]:
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: Dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def train_run(make_task: Callable[..., Task], config: ExperimentConfig, seed: int = 0, device: str = "cpu",
+              store: Optional[RunStore] = None, resume: bool = True, progress: bool = True,
+              checkpoint_every_s: float = 180.0, callback: Optional[Callable[[str, int, int], None]] = None,
+              position: int = 0) -> Dict[str, Any]:
+    """Train one run of ``config`` with ``seed`` (or load its record if it is finished).
+
+    ``callback(event, epoch, batch)`` is called after every batch ("batch") and epoch ("epoch");
+    tests use it to interrupt a run.
+    """
+    device = check_device(device)
+    store = store or RunStore()
+    rid = run_id(config, seed)
+    name = config.experiment
+    if store.has(name, config.scale, rid):
+        return store.load(name, config.scale, rid)
+    ckpt_path = store.checkpoint_path(name, rid)
+    seed_everything(seed)
+    task = make_task(config, device, seed)
+    epochs = config.epochs
+    start_epoch, start_batch, curves, sums, elapsed = 0, 0, [], {}, 0.0
+    if resume and ckpt_path.exists():
+        ck = load_checkpoint(ckpt_path)
+        task.model.load_state_dict(ck["model"])
+        task.optimizer.load_state_dict(ck["optimizer"])
+        task.load_state_dict(ck["task"])
+        _set_rng_state(ck["rng"])
+        start_epoch, start_batch, curves, sums, elapsed = (ck["epoch"], ck["batch"], ck["curves"], ck["sums"],
+                                                           ck["elapsed"])
+
+    def checkpoint(epoch: int, batch: int) -> None:
+        save_checkpoint(ckpt_path, {"model": task.model.state_dict(), "optimizer": task.optimizer.state_dict(),
+                                    "task": task.state_dict(), "rng": _rng_state(), "epoch": epoch,
+                                    "batch": batch, "curves": curves, "sums": sums,
+                                    "elapsed": elapsed + time.perf_counter() - t_start, "run_id": rid})
+
+    t_start = time.perf_counter()
+    last_ckpt = time.monotonic()
+    n_batches = len(task.batches(0))
+    bar = tqdm(total=epochs * n_batches, initial=start_epoch * n_batches + start_batch, disable=not progress,
+               desc=f"{name} {rid}", position=position, leave=position == 0, dynamic_ncols=True)
+    try:
+        for epoch in range(start_epoch, epochs):
+            task.model.train()
+            batches = task.batches(epoch)
+            first = start_batch if epoch == start_epoch else 0
+            if first == 0:
+                sums = {}
+            for b in range(first, len(batches)):
+                out = task.train_step(batches[b])
+                loss = float(out["loss"])
+                if not math.isfinite(loss):
+                    raise NonFiniteLossError(f"run {name}/{rid} (seed {seed}): training loss is {loss} at epoch "
+                                             f"{epoch + 1}, batch {b + 1}; the last good checkpoint is kept at "
+                                             f"{ckpt_path}")
+                for k, v in out.items():
+                    sums[k] = sums.get(k, 0.0) + float(v)
+                sums["_n"] = sums.get("_n", 0) + 1
+                bar.update(1)
+                if callback:
+                    callback("batch", epoch, b)
+                if time.monotonic() - last_ckpt > checkpoint_every_s and b + 1 < len(batches):
+                    checkpoint(epoch, b + 1)
+                    last_ckpt = time.monotonic()
+            n = sums.pop("_n")
+            train_stats = {k: v / n for k, v in sums.items()}
+            task.model.eval()
+            with torch.no_grad():
+                metrics = {"epoch": epoch + 1, **task.evaluate(epoch, train_stats)}
+            curves.append(metrics)
+            task.end_epoch(epoch, metrics)
+            if task.progress_metric:
+                bar.set_postfix(epoch=epoch + 1, loss=f"{train_stats['loss']:.4g}",
+                                **{task.progress_metric: f"{metrics.get(task.progress_metric, float('nan')):.4g}"})
+            sums = {}
+            checkpoint(epoch + 1, 0)
+            last_ckpt = time.monotonic()
+            if callback:
+                callback("epoch", epoch, len(batches))
+    finally:
+        bar.close()
+    record = {"experiment": name, "run_id": rid, "seed": seed, "config": config.to_dict(),
+              "metrics": task.final_metrics(curves), "curves": curves,
+              "wall_time_s": round(elapsed + time.perf_counter() - t_start, 2), **environment(device)}
+    store.save(record)
+    ckpt_path.unlink(missing_ok=True)
+    return record

@@ -1,0 +1,187 @@
+"""Configs, the results store, the trainer (resume, NaN) and the sweep runner (kill and resume)."""
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from recdrop.config import run_id
+from recdrop.experiments.temporal_order import TemporalOrderConfig, TemporalOrderTask, generate, grid
+from recdrop.store import CorruptCheckpointError, RunStore, atomic_write_bytes
+from recdrop.sweep import run_grid
+from recdrop.train import NonFiniteLossError, train_run
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "cache"))
+    return RunStore(tmp_path / "runs")
+
+
+def ci_config(**kw):
+    return TemporalOrderConfig.at_scale("ci", **kw)
+
+
+# -- configs -------------------------------------------------------------------------------------
+def test_scales_and_overrides():
+    assert TemporalOrderConfig.at_scale("paper").hidden_size == 256
+    assert TemporalOrderConfig.at_scale("quick", epochs=3).epochs == 3
+    with pytest.raises(ValueError, match="scale='huge'.*'ci', 'quick'|scale='huge'"):
+        TemporalOrderConfig.at_scale("huge")
+    with pytest.raises(ValueError, match="'hiden_size' is not a parameter.*hidden_size"):
+        TemporalOrderConfig.at_scale("ci", hiden_size=3)
+    with pytest.raises(ValueError, match="epochs must be of type int"):
+        TemporalOrderConfig.at_scale("ci", epochs="3")
+    with pytest.raises(ValueError, match="optimizer='rmsprop'"):
+        TemporalOrderConfig.at_scale("ci", optimizer="rmsprop")
+
+
+def test_run_id_is_stable_and_discriminating():
+    cfg = ci_config()
+    rid = run_id(cfg, 0)
+    assert rid == run_id(ci_config(), 0)
+    assert rid != run_id(cfg, 1)
+    assert rid != run_id(cfg.replace(hidden_size=17), 0)
+    assert rid != run_id(TemporalOrderConfig.at_scale("quick"), 0)
+    code = ("from recdrop.config import run_id; from recdrop.experiments.temporal_order import TemporalOrderConfig;"
+            "print(run_id(TemporalOrderConfig.at_scale('ci'), 0))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
+    assert out.stdout.strip() == rid  # the same in a fresh process (no hash randomisation)
+
+
+# -- data ----------------------------------------------------------------------------------------
+def test_temporal_order_data_follows_the_definition():
+    x, y = generate(500, 30, 10, 20, torch.Generator().manual_seed(0))
+    assert x.shape == (30, 500, 2) and y.shape == (500,)
+    for n in range(500):
+        marks = torch.nonzero(x[:, n, 1]).flatten().tolist()
+        first, second = marks[0], marks[-1]
+        assert 0 <= first <= 10 and 10 <= second <= 20
+        assert y[n] == 2 * x[first, n, 0] + x[second, n, 0]
+    assert set(y.tolist()) == {0, 1, 2, 3}
+
+
+# -- store ---------------------------------------------------------------------------------------
+def test_atomic_write_leaves_old_file_on_failure(tmp_path):
+    path = tmp_path / "r.json"
+    atomic_write_bytes(path, b"old")
+    with pytest.raises(TypeError):
+        atomic_write_bytes(path, object())  # fails while writing
+    assert path.read_bytes() == b"old"
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]  # no temp file left behind
+
+
+def test_record_contents(store):
+    rec = train_run(TemporalOrderTask, ci_config(), seed=3, store=store, progress=False)
+    saved = json.loads(store.path("temporal_order", "ci", rec["run_id"]).read_text())
+    assert saved == rec
+    for key in ("experiment", "config", "seed", "metrics", "curves", "wall_time_s", "hardware", "torch", "commit"):
+        assert key in rec
+    assert rec["config"]["scale"] == "ci" and rec["seed"] == 3
+    assert len(rec["curves"]) == 2 and 0 <= rec["metrics"]["test_acc"] <= 1
+    assert not store.checkpoint_path("temporal_order", rec["run_id"]).exists()
+    assert train_run(TemporalOrderTask, ci_config(), seed=3, store=store) == rec  # loaded, not retrained
+
+
+# -- trainer -------------------------------------------------------------------------------------
+class Interrupt(Exception):
+    pass
+
+
+@pytest.mark.parametrize("at", [("batch", 1, 1), ("epoch", 0, 4)])
+def test_resume_ends_with_the_same_metrics(store, tmp_path, at):
+    cfg = ci_config(epochs=3, recurrent_dropout=0.5, sampling="per-step")
+    straight = train_run(TemporalOrderTask, cfg, seed=1, store=RunStore(tmp_path / "other"), progress=False)
+
+    def stop(event, epoch, batch):
+        if (event, epoch, batch) == at:
+            raise Interrupt
+    with pytest.raises(Interrupt):
+        train_run(TemporalOrderTask, cfg, seed=1, store=store, progress=False, callback=stop,
+                  checkpoint_every_s=0.0)
+    assert store.checkpoint_path("temporal_order", run_id(cfg, 1)).exists()
+    assert not store.has("temporal_order", "ci", run_id(cfg, 1))
+    resumed = train_run(TemporalOrderTask, cfg, seed=1, store=store, progress=False)
+    assert resumed["curves"] == straight["curves"]
+    assert resumed["metrics"] == straight["metrics"]
+
+
+def test_nan_loss_stops_the_run_and_keeps_the_checkpoint(store):
+    class Exploding(TemporalOrderTask):
+        calls = 0
+
+        def train_step(self, batch):
+            out = super().train_step(batch)
+            Exploding.calls += 1
+            return {**out, "loss": math.nan} if Exploding.calls == 6 else out
+    cfg = ci_config(epochs=3)
+    rid = run_id(cfg, 0)
+    with pytest.raises(NonFiniteLossError, match=f"temporal_order/{rid}.*nan at epoch 2, batch 2"):
+        train_run(Exploding, cfg, seed=0, store=store, progress=False)
+    ck = torch.load(store.checkpoint_path("temporal_order", rid), weights_only=False)
+    assert ck["epoch"] == 1 and ck["batch"] == 0  # the last good one, at the end of epoch 1
+    assert not store.has("temporal_order", "ci", rid)
+
+
+def test_corrupt_checkpoint_is_a_clear_error(store):
+    cfg = ci_config()
+    path = store.checkpoint_path("temporal_order", run_id(cfg, 0))
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"not a checkpoint")
+    with pytest.raises(CorruptCheckpointError, match="cannot be read.*delete it"):
+        train_run(TemporalOrderTask, cfg, seed=0, store=store, progress=False)
+
+
+def test_device_is_checked(store):
+    with pytest.raises(ValueError, match="device='tpu'"):
+        train_run(TemporalOrderTask, ci_config(), device="tpu", store=store)
+
+
+# -- sweep ---------------------------------------------------------------------------------------
+def test_sweep_render_only_and_train(store):
+    rows = run_grid("temporal_order", "ci", seeds=[0], train=False, store=store)
+    assert len(rows) == len(grid("ci")) == 18 and all(r["record"] is None for r in rows)
+    rows = run_grid("temporal_order", "ci", seeds=[0], store=store, progress=False, epochs=1)
+    assert all(r["record"] is not None for r in rows)
+    with pytest.raises(ValueError, match="seeds"):
+        run_grid("temporal_order", "ci", seeds=[-1], store=store)
+    with pytest.raises(ValueError, match="experiment='nope'"):
+        run_grid("nope", "ci", store=store)
+
+
+def test_sweep_with_two_workers_equals_one(store, tmp_path):
+    one = run_grid("temporal_order", "ci", seeds=[0], store=store, progress=False, epochs=1)
+    two = run_grid("temporal_order", "ci", seeds=[0], store=RunStore(tmp_path / "two"), jobs=2,
+                   progress=False, epochs=1)
+    assert [r["record"]["metrics"] for r in one] == [r["record"]["metrics"] for r in two]
+
+
+def test_killed_sweep_loses_no_finished_record(tmp_path):
+    env = {**os.environ, "RECDROP_RUNS": str(tmp_path / "runs"), "RECDROP_CACHE": str(tmp_path / "cache"),
+           "TQDM_DISABLE": "1"}
+    cmd = [sys.executable, "-m", "recdrop.sweep", "temporal_order", "--scale", "ci", "--no-progress",
+           "--set", "epochs=30"]
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env)
+    folder = tmp_path / "runs" / "temporal_order" / "ci"
+    deadline = time.time() + 120
+    while not list(folder.glob("*.json")) and time.time() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    before = {p.name: p.read_text() for p in folder.glob("*.json")}
+    assert 1 <= len(before) < 18, "the kill must land mid-sweep"
+    for text in before.values():
+        json.loads(text)  # every record left is whole
+    subprocess.run(cmd, cwd=REPO, env=env, check=True)
+    after = {p.name: p.read_text() for p in folder.glob("*.json")}
+    assert len(after) == 18
+    assert all(after[name] == text for name, text in before.items())  # finished records untouched
