@@ -3,7 +3,7 @@
 PY := .venv/bin/python
 export RECDROP_DATA ?= $(abspath ../shared/data)
 
-.PHONY: setup test demo bench
+.PHONY: setup test book demo bench
 setup: .venv/.installed
 .venv/.installed: pyproject.toml
 	python3 -m venv .venv
@@ -12,8 +12,17 @@ setup: .venv/.installed
 	$(PY) -m pip install -q -e '.[test]'
 	touch $@
 
+# Unit tests; every notebook at `ci` scale under nbval (training into a scratch store, so the
+# committed records are untouched); then the book build from the committed records.
 test: setup
 	TQDM_DISABLE=1 $(PY) -m pytest -q tests
+	scratch=$$(mktemp -d) && TQDM_DISABLE=1 RECDROP_RUNS=$$scratch/runs RECDROP_CACHE=$$scratch/cache \
+	  $(PY) -m pytest -q --nbval-lax --nbval-current-env --nbval-cell-timeout=600 notebooks/
+	$(PY) -m recdrop.book
+
+# The main job: execute every notebook from the stored records and build the HTML book.
+book: setup
+	$(PY) -m recdrop.book
 
 demo: setup
 	$(PY) -m recdrop.demo

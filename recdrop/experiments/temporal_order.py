@@ -160,3 +160,144 @@ def grid(scale: str, **overrides) -> List[Tuple[Dict[str, str], TemporalOrderCon
         cells.append(({"length": length_name, "scheme": "none", "sampling": "-", "scaling": "-"},
                       dict(length=length, recurrent_dropout=0.0)))
     return [(label, TemporalOrderConfig.at_scale(scale, **{**kw, **overrides})) for label, kw in cells]
+
+
+# -- Table 1 and its figures ----------------------------------------------------------------------
+TOLERANCE_PP = 10.0  # a cell is "reproduced" when ours is within 10 accuracy points of the paper's
+CELL_KEYS = ["length", "scheme", "sampling", "scaling"]
+PAPER_GROUP = {"moon": "Moon et al. (2015)", "gal": "Gal (2015); Ours", "semeniuta": "Gal (2015); Ours"}
+
+
+def table1(rows) -> "pd.DataFrame":
+    """Table 1, long form: setting | paper | ours (mean ± sd, n) | delta | verdict, in accuracy %."""
+    import pandas as pd
+
+    from ..paper import paper_results
+    from ..report import fmt_mean_sd, summarize
+
+    paper = paper_results(1).set_index(["group", "row", "column"])
+    summary = summarize(rows, CELL_KEYS, ["train_acc", "test_acc"])
+    out = []
+    for _, s in summary.iterrows():
+        for split in ("train", "test"):
+            mean, sd, n = s[f"{split}_acc_mean"] * 100, s[f"{split}_acc_std"] * 100, int(s["n"])
+            key = (PAPER_GROUP.get(s["scheme"]), s["sampling"], f"{s['length']} {split}")
+            in_paper = s["scaling"] == "paper" and key in paper.index
+            p = paper.loc[key] if in_paper else None
+            p_val = float(p["value"]) if in_paper else float("nan")
+            delta = mean - p_val
+            if not in_paper:
+                verdict = "not in the paper"
+            elif not n:
+                verdict = "not yet run"
+            else:
+                verdict = "reproduced" if abs(delta) <= TOLERANCE_PP else "not reproduced"
+            out.append({"length": s["length"], "scheme": s["scheme"], "sampling": s["sampling"],
+                        "scaling": s["scaling"], "split": split,
+                        "paper (%)": f"{p['qualifier']}{p['value']}" if in_paper else "—",
+                        "ours (%)": fmt_mean_sd(mean, sd, n, digits=1),
+                        "delta": round(delta, 1) if n and in_paper else None, "verdict": verdict})
+    return pd.DataFrame(out)
+
+
+def table1_wide(rows) -> "pd.DataFrame":
+    """Table 1 in the paper's layout, each cell "ours / paper" (accuracy %), ours first."""
+    long = table1(rows)
+    long["cell"] = long["ours (%)"].str.replace(" ± ", "±", regex=False) + " / " + long["paper (%)"]
+    long["column"] = long["length"] + " " + long["split"]
+    wide = long.pivot_table(index=["scheme", "scaling", "sampling"], columns="column", values="cell",
+                            aggfunc="first", sort=False)
+    return wide[[f"{l} {s}" for l in LENGTHS for s in ("train", "test")]]
+
+
+def plot_curves(rows):
+    """Test accuracy per epoch of every cell with the paper's scaling, one panel per length."""
+    import seaborn as sns
+
+    from ..report import curves_frame
+
+    df = curves_frame(rows, CELL_KEYS)
+    df = df[df["scaling"].isin(["paper", "-"])]
+    grid_ = sns.relplot(data=df, x="epoch", y="test_acc", hue="scheme", style="sampling", col="length",
+                        kind="line", height=3.2, aspect=1.3, errorbar=None)
+    grid_.set_axis_labels("epoch", "test accuracy")
+    grid_.refline(y=0.25, color="grey", lw=0.8)
+    return grid_
+
+
+def plot_cell_norm(rows):
+    """Mean norm of the final cell state c_T, training (masks on) vs test, for Moon's scheme with
+    `paper` and `inverted` scaling and for Semeniuta's: Sec. 3 predicts decay at test (paper scaling)
+    or growth in training (inverted) for Moon, neither for Semeniuta."""
+    import seaborn as sns
+
+    from ..report import curves_frame
+
+    df = curves_frame(rows, CELL_KEYS)
+    df = df[df["scheme"].isin(["moon", "semeniuta"])]
+    df = df.melt(id_vars=CELL_KEYS + ["epoch", "seed"], value_vars=["train_cell_norm", "test_cell_norm"],
+                 var_name="phase", value_name="||c_T||")
+    df["phase"] = df["phase"].str.replace("_cell_norm", "", regex=False)
+    df["setting"] = df["scheme"] + ", " + df["scaling"] + " scaling"
+    grid_ = sns.relplot(data=df, x="epoch", y="||c_T||", hue="setting", style="phase", row="length",
+                        col="sampling", kind="line", height=2.8, aspect=1.4, errorbar=None)
+    grid_.set(yscale="log")
+    return grid_
+
+
+def claims(rows) -> "pd.DataFrame":
+    """The claims of Sec. 4.1 (and Sec. 3's closing discussion), each checked against our runs:
+    confirmed, not confirmed, or not yet run. Accuracies within TOLERANCE_PP of 100% count as
+    solved, within TOLERANCE_PP of 25% (chance) as failed."""
+    import pandas as pd
+
+    from ..report import summarize
+
+    s = summarize(rows, CELL_KEYS, ["train_acc", "test_acc", "train_cell_norm", "test_cell_norm"])
+    s = s.set_index(CELL_KEYS)
+    tol = TOLERANCE_PP / 100
+
+    def acc(length, scheme, sampling, split, scaling="paper"):
+        key = (length, scheme, sampling, scaling)
+        if key not in s.index or not s.loc[key, "n"]:
+            return None
+        return s.loc[key, f"{split}_acc_mean"]
+
+    def solved(a):
+        return a >= 1 - tol
+
+    def chance(a):
+        return a <= 0.25 + tol
+
+    def check(conditions):
+        """``conditions``: (cell arguments for acc(), predicate) pairs that must all hold."""
+        vals = [(acc(*args), test) for args, test in conditions]
+        if any(v is None for v, _ in vals):
+            return "not yet run"
+        return "confirmed" if all(test(v) for v, test in vals) else "not confirmed"
+
+    both = ("per-step", "per-sequence")
+    out = [
+        ("Moon, per-sequence: learns the task in training but fails at test (test at or below chance), "
+         "short and medium",
+         check([((l, "moon", "per-sequence", "train"), solved) for l in LENGTHS]
+               + [((l, "moon", "per-sequence", "test"), chance) for l in LENGTHS])),
+        ("Moon, per-step: solves short",
+         check([(("short", "moon", "per-step", sp), solved) for sp in ("train", "test")])),
+        ("Moon, per-step: does not learn medium in the allotted iterations",
+         check([(("medium", "moon", "per-step", sp), chance) for sp in ("train", "test")])),
+        ("Gal: solves short and medium, both samplings",
+         check([((l, "gal", sm, sp), solved) for l in LENGTHS for sm in both for sp in ("train", "test")])),
+        ("Ours (Semeniuta): solves short and medium, both samplings",
+         check([((l, "semeniuta", sm, sp), solved) for l in LENGTHS for sm in both for sp in ("train", "test")])),
+    ]
+    # Sec. 3, after Eq. 18: with inverted scaling Moon's state grows in training instead of decaying at test.
+    inv = [(l, "moon", sm, "inverted") for l in LENGTHS for sm in ("per-step", "per-sequence")]
+    if all(k in s.index and s.loc[k, "n"] for k in inv):
+        grows = all(s.loc[k, "train_cell_norm_mean"] > s.loc[k, "test_cell_norm_mean"] for k in inv)
+        verdict = "confirmed" if grows else "not confirmed"
+    else:
+        verdict = "not yet run"
+    out.append(("Moon, inverted scaling (Sec. 3, after Eq. 18): the cell state is larger in training than at test",
+                verdict))
+    return pd.DataFrame(out, columns=["claim (paper Sec. 4.1 / Sec. 3)", "ours"])
