@@ -89,10 +89,14 @@ def git_commit() -> str:
         return "unknown"
 
 
+def utc_now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
 def environment(device: str) -> Dict[str, str]:
+    """Hardware, versions and commit of the code running now, for a run record."""
     return {"hardware": hardware(device), "device": str(device), "torch": torch.__version__,
-            "python": platform.python_version(), "commit": git_commit(),
-            "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+            "python": platform.python_version(), "commit": git_commit()}
 
 
 class RunStore:

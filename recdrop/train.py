@@ -18,7 +18,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .config import ExperimentConfig, run_id
-from .store import RunStore, environment, load_checkpoint, save_checkpoint
+from .store import RunStore, environment, load_checkpoint, save_checkpoint, utc_now
 
 DEVICES = ("cpu", "cuda")
 
@@ -108,6 +108,7 @@ def train_run(make_task: Callable[..., Task], config: ExperimentConfig, seed: in
     if store.has(name, config.scale, rid):
         return store.load(name, config.scale, rid)
     ckpt_path = store.checkpoint_path(name, rid)
+    env = environment(device)  # taken at the start: the commit of the code that runs
     seed_everything(seed)
     task = make_task(config, device, seed)
     epochs = config.epochs
@@ -120,12 +121,14 @@ def train_run(make_task: Callable[..., Task], config: ExperimentConfig, seed: in
         _set_rng_state(ck["rng"])
         start_epoch, start_batch, curves, sums, elapsed = (ck["epoch"], ck["batch"], ck["curves"], ck["sums"],
                                                            ck["elapsed"])
+        env["resumed_from_commit"] = ck.get("commit", "unknown")
 
     def checkpoint(epoch: int, batch: int) -> None:
         save_checkpoint(ckpt_path, {"model": task.model.state_dict(), "optimizer": task.optimizer.state_dict(),
                                     "task": task.state_dict(), "rng": _rng_state(), "epoch": epoch,
                                     "batch": batch, "curves": curves, "sums": sums,
-                                    "elapsed": elapsed + time.perf_counter() - t_start, "run_id": rid})
+                                    "elapsed": elapsed + time.perf_counter() - t_start, "run_id": rid,
+                                    "commit": env["commit"]})
 
     t_start = time.perf_counter()
     last_ckpt = time.monotonic()
@@ -174,7 +177,8 @@ def train_run(make_task: Callable[..., Task], config: ExperimentConfig, seed: in
         bar.close()
     record = {"experiment": name, "run_id": rid, "seed": seed, "config": config.to_dict(),
               "metrics": task.final_metrics(curves), "curves": curves,
-              "wall_time_s": round(elapsed + time.perf_counter() - t_start, 2), **environment(device)}
+              "wall_time_s": round(elapsed + time.perf_counter() - t_start, 2),
+              **env, "finished": utc_now()}
     store.save(record)
     ckpt_path.unlink(missing_ok=True)
     return record
