@@ -1,8 +1,9 @@
 """One module per paper experiment: its config and scales, its grid (the table's cells), its task."""
-from . import temporal_order
+from . import temporal_order, word_lm
 
 EXPERIMENTS = {
     "temporal_order": (temporal_order.TemporalOrderTask, temporal_order.grid),
+    "word_lm": (word_lm.WordLMTask, word_lm.grid),
 }
 
 

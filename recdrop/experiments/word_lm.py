@@ -1,0 +1,350 @@
+"""Word-level language modelling on Penn Treebank (paper Section 4.2, Table 2 and Figure 2).
+
+Embedding 256 -> forward dropout -> one recdrop.LSTM of 256 with recurrent dropout -> forward
+dropout -> linear to the 10k vocabulary; plain SGD with stateful truncated BPTT. Where the paper
+is silent the authors' code (drop-rnn: config.py, main.py, model.py, sgd_optimizer.py) decides,
+and the field says so.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Dict, List, Tuple
+
+import torch
+import torch.nn.functional as F
+
+from .. import LSTM
+from ..config import ExperimentConfig
+from ..data.ptb import batchify, load_ptb
+from ..train import Task
+
+
+@dataclasses.dataclass(frozen=True)
+class WordLMConfig(ExperimentConfig):
+    experiment = "word_lm"
+    SCALES = {
+        "paper": {},
+        # A 2-core CPU runs the 26-run grid in about 45 minutes: the first 100k training tokens (of
+        # 930k), embedding and LSTM of 64 units (the 10k softmax dominates the cost), 15 epochs, so
+        # that the small model reaches the over-fitting regime where regularisation matters;
+        # validation and test sets in full.
+        "quick": dict(train_tokens=100_000, embedding_size=64, hidden_size=64, epochs=15),
+        "ci": dict(train_tokens=3_000, valid_tokens=2_000, test_tokens=2_000, embedding_size=16, hidden_size=16,
+                   epochs=2),
+    }
+
+    scheme: str = "semeniuta"
+    sampling: str = "per-step"
+    recurrent_dropout: float = 0.0
+    scaling: str = "paper"  # authors' code: recurrent masks not inverted (Eq. 3)
+    input_dropout: float = 0.0  # paper Sec. 4.2 Table 2: 0.2 with forward dropout (inverted, as usual)
+    output_dropout: float = 0.0  # paper Sec. 4.2 Table 2: 0.5 with forward dropout
+    embedding_size: int = 256  # authors' code config.py
+    hidden_size: int = 256  # paper Sec. 4.2: one layer of 256
+    init_scale: float = 0.05  # paper Sec. 4.2: every parameter uniform in [-0.05, 0.05] (incl. biases)
+    lr: float = 1.0  # paper Sec. 4.2 (plain SGD, no momentum: authors' code sgd_optimizer.py)
+    lr_decay: float = 1.5  # paper Sec. 4.2: divide by 1.5 after an epoch without a better validation perplexity
+    clip_norm: float = 10.0  # paper Sec. 4.2: global-norm clipping at 10
+    batch_size: int = 32  # paper Sec. 4.2
+    bptt: int = 35  # paper Sec. 4.2
+    epochs: int = 100  # authors' code main.py (the paper does not say)
+    train_tokens: int = 0  # 0: the whole split
+    valid_tokens: int = 0
+    test_tokens: int = 0
+
+    def validate(self) -> None:
+        for name in ("input_dropout", "output_dropout"):
+            v = getattr(self, name)
+            if not 0.0 <= v < 1.0:
+                raise ValueError(f"{name} must be in [0, 1), got {v}")
+        for name in ("embedding_size", "hidden_size", "batch_size", "bptt", "epochs"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+
+
+class WordLM(torch.nn.Module):
+    def __init__(self, cfg: WordLMConfig, vocab_size: int):
+        super().__init__()
+        self.embed = torch.nn.Embedding(vocab_size, cfg.embedding_size)
+        self.input_drop = torch.nn.Dropout(cfg.input_dropout)
+        self.rnn = LSTM(cfg.embedding_size, cfg.hidden_size, recurrent_dropout=cfg.recurrent_dropout,
+                        scheme=cfg.scheme, sampling=cfg.sampling, scaling=cfg.scaling)
+        self.output_drop = torch.nn.Dropout(cfg.output_dropout)
+        self.out = torch.nn.Linear(cfg.hidden_size, vocab_size)
+        with torch.no_grad():
+            for p in self.parameters():
+                p.uniform_(-cfg.init_scale, cfg.init_scale)
+
+    def forward(self, tokens, state):
+        y, state = self.rnn(self.input_drop(self.embed(tokens)), state)
+        return self.out(self.output_drop(y)), state
+
+
+_CORPUS_CACHE: Dict[str, Any] = {}
+
+
+def corpus():
+    if "ptb" not in _CORPUS_CACHE:
+        _CORPUS_CACHE["ptb"] = load_ptb()
+    return _CORPUS_CACHE["ptb"]
+
+
+def _detach(state):
+    return tuple(s.detach() for s in state)
+
+
+class WordLMTask(Task):
+    progress_metric = "valid_ppl"
+
+    def __init__(self, cfg: WordLMConfig, device: str, seed: int):
+        self.cfg, self.device = cfg, device
+        c = corpus()
+
+        def split(tokens, limit):
+            return batchify(tokens[:limit] if limit else tokens, cfg.batch_size).to(device)
+        self.train_data = split(c.train, cfg.train_tokens)
+        self.valid_data = split(c.valid, cfg.valid_tokens)
+        self.test_data = split(c.test, cfg.test_tokens)
+        self.model = WordLM(cfg, len(c.vocab)).to(device)
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=cfg.lr)
+        self.state = self._zero_state()  # carried across batches and epochs, never reset (authors' code)
+        self.best_valid = math.inf
+
+    def _zero_state(self):
+        z = torch.zeros(1, self.cfg.batch_size, self.cfg.hidden_size, device=self.device)
+        return (z, z.clone())
+
+    def batches(self, epoch: int) -> List[int]:
+        """Start rows of the BPTT windows; the tail shorter than a window is dropped (authors' code)."""
+        return list(range(0, self.train_data.shape[0] - self.cfg.bptt, self.cfg.bptt))
+
+    def train_step(self, start: int) -> Dict[str, float]:
+        x = self.train_data[start:start + self.cfg.bptt]
+        y = self.train_data[start + 1:start + 1 + self.cfg.bptt]
+        logits, state = self.model(x, self.state)
+        self.state = _detach(state)
+        nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        # Authors' code: cross-entropy summed over the 35 steps and averaged over the batch.
+        self.optimizer.zero_grad(set_to_none=True)
+        (nll * self.cfg.bptt).backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_norm)
+        self.optimizer.step()
+        return {"loss": nll.item()}
+
+    def perplexities(self, data) -> Tuple[float, float]:
+        """(exp of the mean token NLL over the split, the authors' mean over windows of exp(window NLL)),
+        from a zero state carried across the split's windows."""
+        state, total, count, per_window = self._zero_state(), 0.0, 0, []
+        for start in range(0, data.shape[0] - 1, self.cfg.bptt):
+            x = data[start:start + self.cfg.bptt]
+            y = data[start + 1:start + 1 + self.cfg.bptt]
+            x = x[:y.shape[0]]
+            logits, state = self.model(x, state)
+            nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), reduction="sum").item()
+            total, count = total + nll, count + y.numel()
+            per_window.append(math.exp(nll / y.numel()))
+        return math.exp(total / count), sum(per_window) / len(per_window)
+
+    def evaluate(self, epoch: int, train_stats: Dict[str, float]) -> Dict[str, float]:
+        valid, valid_authors = self.perplexities(self.valid_data)
+        test, test_authors = self.perplexities(self.test_data)
+        return {"train_ppl": math.exp(train_stats["loss"]), "valid_ppl": valid, "test_ppl": test,
+                "valid_ppl_authors": valid_authors, "test_ppl_authors": test_authors,
+                "lr": self.optimizer.param_groups[0]["lr"]}
+
+    def end_epoch(self, epoch: int, metrics: Dict[str, float]) -> None:
+        if metrics["valid_ppl"] < self.best_valid:
+            self.best_valid = metrics["valid_ppl"]
+        else:  # paper Sec. 4.2: divide the learning rate by 1.5
+            for g in self.optimizer.param_groups:
+                g["lr"] /= self.cfg.lr_decay
+
+    def final_metrics(self, curves: List[Dict[str, float]]) -> Dict[str, float]:
+        """The final model's perplexities (as the authors test), and those of the best-validation epoch."""
+        best = min(curves, key=lambda c: c["valid_ppl"])
+        return {**curves[-1], "best_epoch": best["epoch"], "best_valid_ppl": best["valid_ppl"],
+                "best_test_ppl": best["test_ppl"], "best_test_ppl_authors": best["test_ppl_authors"]}
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {"state": self.state, "best_valid": self.best_valid}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        self.state = tuple(s.to(self.device) for s in state["state"])
+        self.best_valid = state["best_valid"]
+
+
+FORWARD = {"without forward dropout": dict(input_dropout=0.0, output_dropout=0.0),
+           "with forward dropout": dict(input_dropout=0.2, output_dropout=0.5)}  # paper Table 2 caption
+SCHEMES = ("moon", "gal", "semeniuta")
+RATES = (0.25, 0.5)
+SAMPLINGS = ("per-step", "per-sequence")
+
+
+def grid(scale: str, config_class=WordLMConfig, **overrides):
+    """Table 2's 26 runs: no recurrent dropout, and scheme x rate x sampling, each without and with
+    forward dropout; recurrent masks with the `paper` scaling."""
+    cells = []
+    for forward, fwd in FORWARD.items():
+        cells.append(({"forward": forward, "scheme": "none", "rate": 0.0, "sampling": "-"}, dict(fwd)))
+        for scheme in SCHEMES:
+            for rate in RATES:
+                for sampling in SAMPLINGS:
+                    cells.append(({"forward": forward, "scheme": scheme, "rate": rate, "sampling": sampling},
+                                  dict(fwd, scheme=scheme, recurrent_dropout=rate, sampling=sampling)))
+    return [(label, config_class.at_scale(scale, **{**kw, **overrides})) for label, kw in cells]
+
+
+# -- Table 2, the claims of Sec. 4.2, Figure 2 ------------------------------------------------------
+TOLERANCE_REL = 0.05  # a cell is "reproduced" within 5% perplexity of the paper's (issue target)
+CELL_KEYS = ["forward", "scheme", "rate", "sampling"]
+PAPER_SCHEME = {"moon": "Moon et al. (2015)", "gal": "Gal (2015)", "semeniuta": "Ours", "none": "Ours"}
+METRICS = ["valid_ppl", "test_ppl", "valid_ppl_authors", "test_ppl_authors", "best_test_ppl"]
+
+
+def paper_row(rate: float, sampling: str) -> str:
+    return "0.0 --" if rate == 0 else f"{rate} {sampling}"
+
+
+def paper_value(paper, forward, scheme, rate, sampling, split) -> float:
+    """The paper's Table 2 number (``paper`` is paper_results(2) indexed by group, row, column)."""
+    key = (forward, paper_row(rate, sampling), f"{PAPER_SCHEME[scheme]} {split}")
+    return float(paper.loc[key, "value"])
+
+
+def table2(rows, paper_table: int = 2) -> "pd.DataFrame":
+    """Long form: one row per cell and split, paper | ours (mean ± sd, n) | delta % | verdict.
+
+    ``ours`` is the standard perplexity (exp of the mean token NLL) of the final model, as the
+    authors test; the authors' own perplexity and the best-validation model's are beside it."""
+    import pandas as pd
+
+    from ..paper import paper_results
+    from ..report import fmt_mean_sd, summarize
+
+    paper = paper_results(paper_table).set_index(["group", "row", "column"])
+    s = summarize(rows, CELL_KEYS, METRICS)
+    out = []
+    for _, r in s.iterrows():
+        n = int(r["n"])
+        for split in ("Valid", "Test"):
+            m = split.lower()
+            p = paper_value(paper, r["forward"], r["scheme"], r["rate"], r["sampling"], split)
+            mean = r[f"{m}_ppl_mean"]
+            delta = (mean - p) / p * 100 if n else None
+            out.append({"forward": r["forward"], "scheme": r["scheme"], "rate": r["rate"], "sampling": r["sampling"],
+                        "split": split, "paper": p, "ours": fmt_mean_sd(mean, r[f"{m}_ppl_std"], n),
+                        "ours, authors' ppl": fmt_mean_sd(r[f"{m}_ppl_authors_mean"], r[f"{m}_ppl_authors_std"], n),
+                        "ours, best-valid model": fmt_mean_sd(r["best_test_ppl_mean"], r["best_test_ppl_std"], n)
+                        if split == "Test" else "",
+                        "delta (%)": None if delta is None else round(delta, 1),
+                        "verdict": "not yet run" if not n else
+                        ("reproduced" if abs(delta) <= TOLERANCE_REL * 100 else "not reproduced")})
+    return pd.DataFrame(out)
+
+
+def table2_wide(rows, paper_table: int = 2):
+    """The paper's layout, ours beside the paper's for every scheme and split, the best value of each
+    column and block in bold (as the paper bolds). Cells not run are empty."""
+    import pandas as pd
+
+    long = table2(rows, paper_table)
+    long["ours_value"] = pd.to_numeric(long["ours"].str.split(" ").str[0], errors="coerce")
+    long["setting"] = [paper_row(r, s) for r, s in zip(long["rate"], long["sampling"])]
+    parts = []
+    for source, col in (("paper", "paper"), ("ours", "ours_value")):
+        w = long.pivot_table(index=["forward", "setting"], columns=["scheme", "split"], values=col, sort=False,
+                             dropna=False)
+        w.columns = pd.MultiIndex.from_tuples([(sc, sp, source) for sc, sp in w.columns])
+        parts.append(w)
+    wide = pd.concat(parts, axis=1)
+    # the no-dropout row belongs to every scheme's column, as in the paper
+    order = [(sc, sp, src) for sc in SCHEMES for sp in ("Valid", "Test") for src in ("paper", "ours")]
+    for sc, sp, src in order:
+        none = wide[("none", sp, src)]
+        if (sc, sp, src) in wide:
+            wide[(sc, sp, src)] = wide[(sc, sp, src)].fillna(none)
+    wide = wide[[c for c in order if c in wide]]
+
+    def bold_best(block):
+        return ["font-weight: bold" if v == block.min() else "" for v in block]
+    styler = wide.style.format("{:.1f}", na_rep="not run")
+    for forward in FORWARD:
+        idx = pd.IndexSlice[forward, :]
+        styler = styler.apply(bold_best, subset=idx, axis=0)
+    return styler
+
+
+def claims(rows) -> "pd.DataFrame":
+    """The observations (i)-(v) of Sec. 4.2, each evaluated on the paper's Table 2 and on ours
+    (test perplexity of the final model)."""
+    import pandas as pd
+
+    from ..paper import paper_results
+    from ..report import summarize
+
+    paper = paper_results(2).set_index(["group", "row", "column"])
+    cells = [(f, sc, r, sm) for f in FORWARD for sc in SCHEMES for r in RATES for sm in SAMPLINGS] + \
+        [(f, "none", 0.0, "-") for f in FORWARD]
+    paper_ppl = {c: paper_value(paper, *c, "Test") for c in cells}
+    s = summarize(rows, CELL_KEYS, ["test_ppl"]).set_index(CELL_KEYS)
+    ours_ppl = {c: s.loc[c, "test_ppl_mean"] for c in cells if c in s.index and s.loc[c, "n"]}
+
+    def best(ppl, forward, scheme):
+        return min(ppl[(forward, scheme, r, sm)] for r in RATES for sm in SAMPLINGS)
+
+    def settings(ppl, test):
+        """How many of the 4 (rate, forward) settings satisfy ``test(ppl, forward, rate)``."""
+        return sum(bool(test(ppl, f, r)) for f in FORWARD for r in RATES)
+
+    wo, w = FORWARD
+    checks = [
+        ("(i) ours (Semeniuta) beats Moon and Gal: best cell of each scheme, both blocks",
+         lambda p: all(best(p, f, "semeniuta") < min(best(p, f, "moon"), best(p, f, "gal")) for f in FORWARD)),
+        # The paper's own numbers support (ii) without forward dropout only; with it they show the reverse.
+        ("(ii) Moon: per-step beats per-sequence, without forward dropout (both rates)",
+         lambda p: all(p[(wo, "moon", r, "per-step")] < p[(wo, "moon", r, "per-sequence")] for r in RATES)),
+        ("(iii) ours: per-step and per-sequence similar (within 5% in at least 3 of 4 settings)",
+         lambda p: settings(p, lambda p, f, r: abs(p[(f, "semeniuta", r, "per-step")] /
+                                                   p[(f, "semeniuta", r, "per-sequence")] - 1) <= 0.05) >= 3),
+        ("(iv) forward dropout alone beats every recurrent dropout alone",
+         lambda p: p[(w, "none", 0.0, "-")] < min(p[(wo, sc, r, sm)] for sc in SCHEMES for r in RATES
+                                                  for sm in SAMPLINGS)),
+        ("(v) with forward dropout, ours and Gal both improve on forward dropout alone, ours more",
+         lambda p: best(p, w, "semeniuta") < best(p, w, "gal") < p[(w, "none", 0.0, "-")]),
+    ]
+    out = []
+    for claim, test in checks:
+        on_paper = "holds" if test(paper_ppl) else "does not hold"
+        try:
+            ours = "confirmed" if test(ours_ppl) else "not confirmed"
+        except KeyError:
+            ours = "not yet run"
+        out.append((claim, on_paper, ours))
+    return pd.DataFrame(out, columns=["observation (paper Sec. 4.2)", "on the paper's numbers", "on ours"])
+
+
+def plot_figure2(rows):
+    """Figure 2: training (solid) and validation (dashed) perplexity per epoch, without and with
+    0.25 per-step Semeniuta dropout (no forward dropout)."""
+    import matplotlib.pyplot as plt
+
+    from ..report import curves_frame
+
+    df = curves_frame(rows, CELL_KEYS)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    wo = next(iter(FORWARD))
+    for (scheme, rate, sampling), color, name in (
+            (("none", 0.0, "-"), "tab:blue", "no dropout"),
+            (("semeniuta", 0.25, "per-step"), "tab:red", "0.25 per-step recurrent dropout (ours)")):
+        c = df[(df["forward"] == wo) & (df["scheme"] == scheme) & (df["rate"] == rate) & (df["sampling"] == sampling)]
+        if c.empty:
+            continue
+        c = c.groupby("epoch")[["train_ppl", "valid_ppl"]].mean()
+        ax.plot(c.index, c["train_ppl"], "-", color=color, label=f"{name}, training")
+        ax.plot(c.index, c["valid_ppl"], "--", color=color, label=f"{name}, validation")
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("perplexity")
+    ax.set_yscale("log")
+    ax.legend(fontsize=8)
+    return fig

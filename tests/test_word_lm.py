@@ -1,0 +1,76 @@
+"""The word-level LM follows the paper and the authors' code where the paper is silent."""
+import math
+
+import pytest
+import torch
+
+from recdrop.data import data_root
+from recdrop.experiments.word_lm import WordLMConfig, WordLMTask, grid
+
+pytestmark = pytest.mark.skipif(not (data_root() / "ptb").exists(), reason="PTB not available")
+
+
+def test_grid_is_table_2():
+    cells = grid("ci")
+    assert len(cells) == 26
+    labels = [label for label, _ in cells]
+    assert sum(l["scheme"] == "none" for l in labels) == 2
+    for label, cfg in cells:
+        assert cfg.scaling == "paper"
+        assert (cfg.input_dropout, cfg.output_dropout) == ((0.2, 0.5) if label["forward"] == "with forward dropout"
+                                                          else (0.0, 0.0))
+        assert cfg.recurrent_dropout == label["rate"]
+
+
+def test_paper_scale_settings():
+    c = WordLMConfig.at_scale("paper")
+    assert (c.hidden_size, c.embedding_size, c.batch_size, c.bptt, c.lr, c.clip_norm, c.lr_decay, c.epochs) == \
+        (256, 256, 32, 35, 1.0, 10.0, 1.5, 100)
+
+
+@pytest.fixture(scope="module")
+def task():
+    torch.manual_seed(0)
+    return WordLMTask(WordLMConfig.at_scale("ci"), "cpu", 0)
+
+
+def test_parameters_uniform_in_005(task):
+    for p in task.model.parameters():
+        assert p.abs().max() <= 0.05 and p.abs().max() > 0.04
+
+
+def test_state_is_carried_across_batches(task):
+    before = task.state[0].clone()
+    task.model.train()
+    task.train_step(0)
+    assert not torch.equal(task.state[0], before)
+    assert not task.state[0].requires_grad  # detached: truncated BPTT
+
+
+def test_loss_is_summed_over_time(task, monkeypatch):
+    """The gradient step equals one of lr on (mean token NLL x bptt), as in the authors' code."""
+    seen = {}
+    orig = torch.Tensor.backward
+
+    def spy(self, *a, **k):
+        seen["loss"] = self.item()
+        return orig(self, *a, **k)
+    monkeypatch.setattr(torch.Tensor, "backward", spy)
+    out = task.train_step(0)
+    assert seen["loss"] == pytest.approx(out["loss"] * task.cfg.bptt, rel=1e-6)
+
+
+def test_perplexities_standard_and_authors(task):
+    task.model.eval()
+    with torch.no_grad():
+        standard, authors = task.perplexities(task.valid_data)
+    assert math.isfinite(standard) and authors >= standard * 0.999  # Jensen: mean of exp >= exp of mean
+
+
+def test_lr_divided_by_1_5_when_validation_does_not_improve(task):
+    task.best_valid = math.inf
+    lr = task.optimizer.param_groups[0]["lr"]
+    task.end_epoch(0, {"valid_ppl": 100.0})
+    assert task.optimizer.param_groups[0]["lr"] == lr
+    task.end_epoch(1, {"valid_ppl": 101.0})
+    assert task.optimizer.param_groups[0]["lr"] == pytest.approx(lr / 1.5)
