@@ -155,27 +155,43 @@ class _CellBase(nn.Module):
         return r.factors(masks, self.training, per_step=False)
 
     def _prepare(self, input: Tensor, hx, n_states: int):
-        if input.dim() not in (1, 2):
-            raise ValueError(f"input must be 1-D (unbatched) or 2-D (batch, input_size), got shape {tuple(input.shape)}")
-        if input.shape[-1] != self.input_size:
-            raise ValueError(f"input must have input_size={self.input_size} features in its last dimension, "
-                             f"got shape {tuple(input.shape)}")
-        batched = input.dim() == 2
+        batched = check_input(input, self.input_size, batched_rank=2)
         x = input if batched else input.unsqueeze(0)
         want = (x.shape[0], self.hidden_size)
         if hx is None:
             states = [x.new_zeros(want) for _ in range(n_states)]
         else:
-            states = [hx] if n_states == 1 else list(hx)
-            if len(states) != n_states:
-                raise ValueError(f"hx must be a tuple of {n_states} tensors (h, c), got {len(states)}")
-            states = [s if batched else s.unsqueeze(0) for s in states]
-            for s in states:
-                if tuple(s.shape) != want:
-                    raise ValueError(f"hx must have shape {want if batched else want[1:]}, got "
-                                     f"{tuple(s.shape) if batched else tuple(s.shape[1:])}")
+            states = [s if batched else s.unsqueeze(0) for s in check_states(hx, n_states, want if batched else want[1:])]
         gx = F.linear(x, self.weight_ih, self.bias_ih)
         return x, gx, states, batched
+
+
+def check_input(input, input_size: int, batched_rank: int) -> bool:
+    """Raise ValueError unless ``input`` is a tensor of rank ``batched_rank`` (or one less: unbatched)
+    with ``input_size`` features; return whether it is batched."""
+    if not isinstance(input, Tensor):
+        raise ValueError(f"input must be a torch.Tensor, got {type(input).__name__}")
+    if input.dim() not in (batched_rank - 1, batched_rank):
+        raise ValueError(f"input must be {batched_rank}-D (batched) or {batched_rank - 1}-D (unbatched), "
+                         f"got shape {tuple(input.shape)}")
+    if input.shape[-1] != input_size:
+        raise ValueError(f"input must have input_size={input_size} features in its last dimension, "
+                         f"got shape {tuple(input.shape)}")
+    return input.dim() == batched_rank
+
+
+def check_states(hx, n_states: int, shape: Tuple[int, ...]) -> Tuple[Tensor, ...]:
+    """``hx`` as a tuple of ``n_states`` tensors (h_0 or (h_0, c_0)), each of exactly ``shape``:
+    no broadcasting."""
+    states = tuple(hx) if n_states == 2 and isinstance(hx, (tuple, list)) else (hx,)
+    if len(states) != n_states:
+        raise ValueError(f"hx must be a tuple (h_0, c_0), got {len(states)} tensors")
+    for name, st in zip(("h_0", "c_0"), states):
+        if not isinstance(st, Tensor):
+            raise ValueError(f"hx: {name} must be a torch.Tensor, got {type(st).__name__}")
+        if tuple(st.shape) != tuple(shape):
+            raise ValueError(f"hx: {name} must have shape {tuple(shape)}, got {tuple(st.shape)}")
+    return states
 
 
 def _check_sizes(input_size: int, hidden_size: int) -> None:
@@ -197,20 +213,27 @@ class LSTMCell(_CellBase):
         return (h, c) if batched else (h[0], c[0])
 
 
-class GRUCell(_CellBase):
-    """Drop-in ``torch.nn.GRUCell`` with recurrent dropout (Semeniuta: Eq. 13)."""
+class _SingleStateCell(_CellBase):
+    """A cell whose only state is h_t (GRU, RNN); ``step`` is its step function."""
 
-    kind = "GRU"
+    step: Callable = staticmethod(rnn_step)
 
     def forward(self, input: Tensor, hx: Optional[Tensor] = None, *,
                 masks: Optional[Dict[str, Tensor]] = None) -> Tensor:
         x, gx, (h,), batched = self._prepare(input, hx, 1)
         gal, sem, moon = self._factors(x, masks).at(0)
-        h = gru_step(gx, h, self.weight_hh, self.bias_hh, gal, sem, moon, self._act)
+        h = self.step(gx, h, self.weight_hh, self.bias_hh, gal, sem, moon, self._act)
         return h if batched else h[0]
 
 
-class RNNCell(_CellBase):
+class GRUCell(_SingleStateCell):
+    """Drop-in ``torch.nn.GRUCell`` with recurrent dropout (Semeniuta: Eq. 13)."""
+
+    kind = "GRU"
+    step = staticmethod(gru_step)
+
+
+class RNNCell(_SingleStateCell):
     """Drop-in ``torch.nn.RNNCell`` with recurrent dropout.
 
     Schemes: ``"semeniuta"`` (default) and ``"gal"`` both apply Eq. 2, d(h_{t-1}) where it
@@ -218,14 +241,8 @@ class RNNCell(_CellBase):
     """
 
     kind = "RNN"
+    step = staticmethod(rnn_step)
 
     def __init__(self, input_size: int, hidden_size: int, bias: bool = True, nonlinearity: str = "tanh",
                  device=None, dtype=None, **kwargs):
         super().__init__(input_size, hidden_size, bias, device, dtype, nonlinearity=nonlinearity, **kwargs)
-
-    def forward(self, input: Tensor, hx: Optional[Tensor] = None, *,
-                masks: Optional[Dict[str, Tensor]] = None) -> Tensor:
-        x, gx, (h,), batched = self._prepare(input, hx, 1)
-        gal, sem, moon = self._factors(x, masks).at(0)
-        h = rnn_step(gx, h, self.weight_hh, self.bias_hh, gal, sem, moon, self._act)
-        return h if batched else h[0]

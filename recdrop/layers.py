@@ -19,7 +19,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import PackedSequence
 
-from .cells import CELL_SCHEMES, GATES, check_activation, gru_step, init_uniform_, lstm_step, rnn_step, _check_sizes
+from .cells import (CELL_SCHEMES, GATES, _check_sizes, check_activation, check_input, check_states, gru_step,
+                    init_uniform_, lstm_step, rnn_step)
 from .masks import RecurrentDropout, check_rate
 
 Masks = List[Dict[str, Tensor]]
@@ -168,35 +169,16 @@ class _RecurrentLayer(nn.Module):
 
     # -- input checks -----------------------------------------------------------------------------
     def _check_input(self, input: Tensor, hx):
-        if not isinstance(input, Tensor):
-            raise ValueError(f"input must be a torch.Tensor, got {type(input).__name__}")
-        if input.dim() not in (2, 3):
-            raise ValueError(f"input must be 3-D (batched) or 2-D (unbatched), got shape {tuple(input.shape)}")
-        if input.shape[-1] != self.input_size:
-            raise ValueError(f"input must have input_size={self.input_size} features in its last dimension, "
-                             f"got shape {tuple(input.shape)}")
-        batched = input.dim() == 3
+        batched = check_input(input, self.input_size, batched_rank=3)
         x = input if batched else input.unsqueeze(1)
         if batched and self.batch_first:
             x = x.transpose(0, 1)
         n_states = 2 if self.kind == "LSTM" else 1
         want = (self.num_layers * self.num_directions, x.shape[1], self.hidden_size)
         if hx is None:
-            hx = tuple(x.new_zeros(want) for _ in range(n_states))
-        else:
-            states = tuple(hx) if n_states == 2 else (hx,)
-            if n_states == 2 and len(states) != 2:
-                raise ValueError(f"hx must be a tuple (h_0, c_0), got {len(states)} tensors")
-            names = ("h_0", "c_0")
-            for name, s in zip(names, states):
-                if not isinstance(s, Tensor):
-                    raise ValueError(f"hx: {name} must be a torch.Tensor, got {type(s).__name__}")
-                shape = tuple(s.shape) if batched else tuple(s.shape) + ("(unbatched)",)
-                expect = want if batched else (want[0], want[2])
-                if tuple(s.shape) != expect:
-                    raise ValueError(f"hx: {name} must have shape {expect}, got {shape[:s.dim()]}")
-            hx = states if batched else tuple(s.unsqueeze(1) for s in states)
-        return x, hx, batched
+            return x, tuple(x.new_zeros(want) for _ in range(n_states)), batched
+        states = check_states(hx, n_states, want if batched else (want[0], want[2]))
+        return x, states if batched else tuple(st.unsqueeze(1) for st in states), batched
 
     def _check_masks(self, masks: Masks, steps: int, batch: int) -> None:
         n = self.num_layers * self.num_directions

@@ -8,6 +8,7 @@ run is done, and an interrupted write never leaves a broken record. Checkpoints 
 from __future__ import annotations
 
 import datetime
+import functools
 import io
 import json
 import os
@@ -77,8 +78,10 @@ def hardware(device: str = "cpu") -> str:
     return f"{model} ({torch.get_num_threads()} threads)"
 
 
+@functools.lru_cache(maxsize=None)
 def git_commit() -> str:
-    """The commit of the code that ran, with ``-dirty`` if recdrop/ had uncommitted changes."""
+    """The commit of the code running, with ``-dirty`` if recdrop/ had uncommitted changes. Read once
+    per process, at the first run (close to when the code was imported), and kept."""
     def git(*args):
         return subprocess.run(["git", *args], capture_output=True, text=True, cwd=REPO_ROOT, check=True).stdout.strip()
     try:

@@ -68,12 +68,12 @@ def test_initial_state_wrong_shape(cls):
 @pytest.mark.parametrize("cls", CELLS)
 def test_cell_bad_input(cls):
     cell = cls(3, 4)
-    with pytest.raises(ValueError, match="input must be 1-D"):
+    with pytest.raises(ValueError, match=r"input must be 2-D \(batched\) or 1-D"):
         cell(torch.randn(2, 2, 3))
     with pytest.raises(ValueError, match="input_size=3"):
         cell(torch.randn(2, 5))
     bad = torch.zeros(3, 4)
-    with pytest.raises(ValueError, match=r"hx must have shape \(2, 4\)"):
+    with pytest.raises(ValueError, match=r"hx: h_0 must have shape \(2, 4\)"):
         cell(torch.randn(2, 3), (bad, bad) if cls is recdrop.LSTMCell else bad)
 
 
