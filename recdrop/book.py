@@ -4,9 +4,9 @@
     python -m recdrop.book --scale ci --train   # what CI does: train the `ci` grids, then build
 
 Each notebook is executed into ``book/executed/`` (not committed) with ``scale`` set to the largest
-scale that has stored records (``paper`` > ``quick`` > ``ci``) and ``train=False``; a notebook with
-no stored records at all is run at ``ci`` scale with training on. Then ``jupyter-book build`` runs
-with warnings as errors on a clean ``_build``.
+scale that has stored records (``paper`` > ``quick`` > ``ci``) and ``train=False``; a table with no
+stored records at all is rendered at ``quick`` scale with every cell marked "not yet run". Then
+``jupyter-book build`` runs with warnings as errors on a clean ``_build``.
 """
 from __future__ import annotations
 
@@ -30,8 +30,7 @@ def execute_notebooks(scale: str | None = None, train: bool = False) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("TQDM_DISABLE", "1")
     for experiment, nb in NOTEBOOKS.items():
-        chosen = scale or best_scale(experiment)
-        params = {"scale": chosen or "ci", "train": train or chosen is None}
+        params = {"scale": scale or best_scale(experiment) or "quick", "train": train}
         print(f"executing {nb} with {params}", flush=True)
         papermill.execute_notebook(str(ROOT / nb), str(out_dir / Path(nb).name), parameters=params,
                                    kernel_name="python3", cwd=str(ROOT), progress_bar=False)

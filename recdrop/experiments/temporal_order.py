@@ -218,6 +218,8 @@ def plot_curves(rows):
 
     df = curves_frame(rows, CELL_KEYS)
     df = df[df["scaling"].isin(["paper", "-"])]
+    if df.empty:
+        return None
     grid_ = sns.relplot(data=df, x="epoch", y="test_acc", hue="scheme", style="sampling", col="length",
                         kind="line", height=3.2, aspect=1.3, errorbar=None)
     grid_.set_axis_labels("epoch", "test accuracy")
@@ -235,6 +237,8 @@ def plot_cell_norm(rows):
 
     df = curves_frame(rows, CELL_KEYS)
     df = df[df["scheme"].isin(["moon", "semeniuta"])]
+    if df.empty:
+        return None
     df = df.melt(id_vars=CELL_KEYS + ["epoch", "seed"], value_vars=["train_cell_norm", "test_cell_norm"],
                  var_name="phase", value_name="||c_T||")
     df["phase"] = df["phase"].str.replace("_cell_norm", "", regex=False)
