@@ -32,8 +32,22 @@ def execute_notebooks(scale: str | None = None, train: bool = False) -> None:
     for experiment, nb in NOTEBOOKS.items():
         params = {"scale": scale or best_scale(experiment) or "quick", "train": train}
         print(f"executing {nb} with {params}", flush=True)
-        papermill.execute_notebook(str(ROOT / nb), str(out_dir / Path(nb).name), parameters=params,
-                                   kernel_name="python3", cwd=str(ROOT), progress_bar=False)
+        out = out_dir / Path(nb).name
+        papermill.execute_notebook(str(ROOT / nb), str(out), parameters=params, kernel_name="python3",
+                                   cwd=str(ROOT), progress_bar=False)
+        hide_injected_parameters(out)
+
+
+def hide_injected_parameters(path: Path) -> None:
+    """Collapse papermill's injected-parameters cell on the rendered page (the stamp says the scale)."""
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        tags = cell.metadata.get("tags", [])
+        if "injected-parameters" in tags and "hide-cell" not in tags:
+            cell.metadata["tags"] = tags + ["hide-cell"]
+    nbformat.write(nb, path)
 
 
 def build_html() -> Path:
