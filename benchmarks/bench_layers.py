@@ -1,8 +1,9 @@
 """Forward+backward time of recdrop layers with recurrent dropout, as a ratio to torch.nn without.
 
 Everything is measured in one run on one machine: torch.nn (cuDNN on a GPU, its fused kernel on a
-CPU) without dropout, and recdrop with Semeniuta per-step dropout p=0.25 (and optionally the
-other schemes). Prints a table and, with --out, writes it as CSV.
+CPU) without dropout; recdrop with Semeniuta per-step dropout p=0.25 (and optionally the other
+schemes) on its default path (the fused sequence of recdrop.fused for LSTM); and the same module's
+plain per-step loop (``fused=False``). Prints a table and, with --out, writes it as CSV.
 
     python benchmarks/bench_layers.py                   # CPU, 2 threads
     python benchmarks/bench_layers.py --device cuda --schemes semeniuta gal moon
@@ -85,13 +86,18 @@ def main(argv=None):
             for scheme in args.schemes:
                 ours = getattr(recdrop, kind)(hidden, hidden, recurrent_dropout=0.25, scheme=scheme,
                                               sampling="per-step").to(args.device)
+                fused = ours.fused
                 t_ours = time_fwd_bwd(ours, x, args.repeats, args.device)
+                ours.fused = False  # the plain per-step loop, for comparison
+                t_loop = time_fwd_bwd(ours, x, args.repeats, args.device) if fused else t_ours
                 rows.append({"kind": kind, "hidden": hidden, "seq": steps, "scheme": scheme,
                              "torch_nn_ms": round(t_ref * 1e3, 2), "recdrop_ms": round(t_ours * 1e3, 2),
-                             "ratio": round(t_ours / t_ref, 2)})
+                             "loop_ms": round(t_loop * 1e3, 2), "ratio": round(t_ours / t_ref, 2),
+                             "loop_over_recdrop": round(t_loop / t_ours, 2)})
                 r = rows[-1]
                 print(f"{kind:4s} hidden {hidden:5d} seq {steps:4d} {scheme:14s} torch.nn {r['torch_nn_ms']:9.2f} ms"
-                      f"   recdrop {r['recdrop_ms']:9.2f} ms   ratio {r['ratio']:.2f}x", flush=True)
+                      f"   recdrop {r['recdrop_ms']:9.2f} ms ({'fused' if fused else 'loop'})"
+                      f"   ratio {r['ratio']:.2f}x   plain loop {r['loop_ms']:9.2f} ms", flush=True)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         with args.out.open("w", newline="") as f:
