@@ -81,7 +81,7 @@ def hardware(device: str = "cpu") -> str:
 @functools.lru_cache(maxsize=None)
 def git_commit() -> str:
     """The commit of the code running, with ``-dirty`` if recdrop/ had uncommitted changes. Read once
-    per process, at the first run (close to when the code was imported), and kept."""
+    per process, when this module is imported (the code that runs is the code imported), and kept."""
     def git(*args):
         return subprocess.run(["git", *args], capture_output=True, text=True, cwd=REPO_ROOT, check=True).stdout.strip()
     try:
@@ -94,6 +94,9 @@ def git_commit() -> str:
 
 def utc_now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+git_commit()  # at import: later edits to the checkout do not change what this process runs
 
 
 def environment(device: str) -> Dict[str, str]:
