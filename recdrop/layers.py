@@ -21,7 +21,7 @@ from torch.nn.utils.rnn import PackedSequence
 
 from .cells import (CELL_SCHEMES, GATES, _check_sizes, check_activation, check_input, check_states, gru_step,
                     init_uniform_, lstm_step, rnn_step)
-from .fused import lstm_sequence
+from .fused import gru_sequence, lstm_sequence, rnn_sequence
 from .masks import RecurrentDropout, check_rate
 
 Masks = List[Dict[str, Tensor]]
@@ -29,7 +29,7 @@ Masks = List[Dict[str, Tensor]]
 
 class _RecurrentLayer(nn.Module):
     kind = ""
-    fused = False  # the fast path of recdrop.fused (LSTM); set False on a module to run the reference loop
+    fused = True  # the fast path of recdrop.fused; set False on a module to run the reference loop
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
@@ -154,8 +154,11 @@ class _RecurrentLayer(nn.Module):
         order = range(steps - 1, -1, -1) if reverse else range(steps)
         outs: List[Optional[Tensor]] = [None] * steps
         act = self._act
-        if self.kind == "LSTM" and self.fused:
-            return lstm_sequence(gx, state[0], state[1], w_hh, b_hh, factors, self.nonlinearity, reverse)
+        if self.fused:
+            if self.kind == "LSTM":
+                return lstm_sequence(gx, state[0], state[1], w_hh, b_hh, factors, self.nonlinearity, reverse)
+            run = gru_sequence if self.kind == "GRU" else rnn_sequence
+            return run(gx, state[0], w_hh, b_hh, factors, self.nonlinearity, reverse)
         if self.kind == "LSTM":
             h, c = state
             for k, t in enumerate(order):  # masks are indexed by processing step k
@@ -205,7 +208,6 @@ class LSTM(_RecurrentLayer):
     """
 
     kind = "LSTM"
-    fused = True
 
 
 class GRU(_RecurrentLayer):
