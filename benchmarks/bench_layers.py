@@ -12,37 +12,16 @@ from __future__ import annotations
 
 import argparse
 import csv
-import platform
 import statistics
-import subprocess
 import time
 from pathlib import Path
 
 import torch
 
 import recdrop
+from recdrop.store import git_commit, hardware
 
 SHAPES = [(256, 35), (1024, 35), (1024, 100)]  # (hidden, sequence length); issue 3 and issue 6 shapes
-
-
-def hardware(device: str) -> str:
-    if device.startswith("cuda"):
-        return torch.cuda.get_device_name(device)
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              check=True, cwd=Path(__file__).parent).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def time_fwd_bwd(module, x, repeats: int, device: str) -> float:
@@ -71,15 +50,20 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--kinds", nargs="+", default=["LSTM", "GRU"])
     ap.add_argument("--schemes", nargs="+", default=["semeniuta"])
-    ap.add_argument("--out", type=Path, help="write the table as CSV here")
+    ap.add_argument("--hidden", type=int, nargs="+", help="hidden sizes to sweep at --seq (instead of the issue's shapes)")
+    ap.add_argument("--seq", type=int, default=35)
+    ap.add_argument("--out", type=Path, help="write the table as CSV here (with hardware, torch and commit per row)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     print(f"# hardware: {hardware(args.device)} | threads: {torch.get_num_threads()} | torch {torch.__version__} "
-          f"| commit {commit()} | float32, batch {args.batch}")
+          f"| commit {git_commit()} | float32, batch {args.batch}")
     rows = []
+    env = {"hardware": hardware(args.device), "device": args.device, "threads": torch.get_num_threads(),
+           "torch": torch.__version__, "commit": git_commit(), "batch": args.batch}
+    shapes = [(h, args.seq) for h in args.hidden] if args.hidden else SHAPES
     for kind in args.kinds:
-        for hidden, steps in SHAPES:
+        for hidden, steps in shapes:
             x = torch.randn(steps, args.batch, hidden, device=args.device)
             ref = getattr(torch.nn, kind)(hidden, hidden).to(args.device)
             t_ref = time_fwd_bwd(ref, x, args.repeats, args.device)
@@ -93,7 +77,7 @@ def main(argv=None):
                 rows.append({"kind": kind, "hidden": hidden, "seq": steps, "scheme": scheme,
                              "torch_nn_ms": round(t_ref * 1e3, 2), "recdrop_ms": round(t_ours * 1e3, 2),
                              "loop_ms": round(t_loop * 1e3, 2), "ratio": round(t_ours / t_ref, 2),
-                             "loop_over_recdrop": round(t_loop / t_ours, 2)})
+                             "loop_over_recdrop": round(t_loop / t_ours, 2), **env})
                 r = rows[-1]
                 print(f"{kind:4s} hidden {hidden:5d} seq {steps:4d} {scheme:14s} torch.nn {r['torch_nn_ms']:9.2f} ms"
                       f"   recdrop {r['recdrop_ms']:9.2f} ms ({'fused' if fused else 'loop'})"

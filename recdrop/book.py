@@ -20,7 +20,8 @@ from pathlib import Path
 from .report import best_scale
 
 ROOT = Path(__file__).resolve().parent.parent
-NOTEBOOKS = {"temporal_order": "notebooks/temporal_order.ipynb", "word_lm": "notebooks/word_lm.ipynb"}  # experiment -> notebook, book order
+NOTEBOOKS = {"temporal_order": "notebooks/temporal_order.ipynb", "word_lm": "notebooks/word_lm.ipynb",
+             "performance": "notebooks/performance.ipynb"}  # experiment -> notebook, book order
 
 
 def execute_notebooks(scale: str | None = None, train: bool = False) -> None:

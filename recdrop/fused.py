@@ -5,7 +5,8 @@ per time step. Here the forward runs the same equations (Eqs. 4-9 with d(.) of E
 recording, keeping the gate activations, and the backward walks the steps in reverse computing
 the gradients by hand; the recurrent weight's gradient is one matmul over all steps after the loop.
 Same numbers as the reference path (tested to 1e-10 in float64), fewer kernels and no per-step
-graph.
+graph. Higher-order gradients (double backward) are not supported here and raise an error: set
+``module.fused = False`` to run the reference loop for those.
 """
 from __future__ import annotations
 
@@ -25,6 +26,13 @@ def _at(factor, t: int, per_step: bool):
 
 def _mul(x: Tensor, factor) -> Tensor:
     return x if factor is None else x * factor
+
+
+def _first_order_only() -> None:
+    """Grad mode is on inside a backward only under create_graph=True (higher-order gradients)."""
+    if torch.is_grad_enabled():
+        raise RuntimeError("recdrop's fast path does not support higher-order gradients (create_graph=True); "
+                           "set module.fused = False to run the reference loop")
 
 
 class _LSTMSequence(torch.autograd.Function):
@@ -59,6 +67,7 @@ class _LSTMSequence(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, d_ys: Tensor, d_hn: Optional[Tensor], d_cn: Optional[Tensor]):
+        _first_order_only()
         w_hh, gates_all, c_prev_all, tc_all, hin_all, c_last = ctx.saved_tensors
         gal, sem, moon = ctx.factors
         per_step, relu, reverse = ctx.flags
@@ -136,6 +145,7 @@ class _GRUSequence(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, d_ys: Tensor, d_hn_out: Optional[Tensor]):
+        _first_order_only()
         w_hh, rzn_all, hn_all, hin_all, h_prev_all, h_last = ctx.saved_tensors
         gal, sem, moon = ctx.factors
         per_step, relu, reverse, has_bias = ctx.flags
@@ -188,6 +198,7 @@ class _RNNSequence(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, d_ys: Tensor, d_hn_out: Optional[Tensor]):
+        _first_order_only()
         w_hh, a_all, hin_all, h_last = ctx.saved_tensors
         drop_in, moon = ctx.factors
         per_step, relu, reverse = ctx.flags

@@ -62,3 +62,13 @@ def test_fused_is_the_default_and_matches_torch(kind):
     assert ours.fused
     x = torch.randn(4, 2, 3, dtype=torch.float64)
     assert (ref(x)[0] - ours(x)[0]).abs().max() < 1e-12
+
+
+def test_double_backward_is_a_clear_error_and_the_loop_supports_it():
+    m = recdrop.LSTM(3, 4).double()
+    x = torch.randn(5, 2, 3, dtype=torch.float64, requires_grad=True)
+    with pytest.raises(RuntimeError, match="higher-order gradients.*fused = False"):
+        torch.autograd.grad(m(x)[0].pow(2).sum(), x, create_graph=True)
+    m.fused = False
+    (g,) = torch.autograd.grad(m(x)[0].pow(2).sum(), x, create_graph=True)
+    assert torch.autograd.grad(g.sum(), x)[0].abs().sum() > 0

@@ -1,0 +1,41 @@
+"""The Performance page: benchmark results from ``data/benchmarks/*.csv`` (written by
+``benchmarks/bench_layers.py --out``), as ratio tables and a plot of time per step."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+BENCH_DIR = Path(__file__).resolve().parent.parent / "data" / "benchmarks"
+IMPLEMENTATIONS = {"torch_nn_ms": "torch.nn, no dropout", "recdrop_ms": "recdrop fast path, dropout 0.25",
+                   "loop_ms": "recdrop plain loop, dropout 0.25"}
+
+
+def load_benchmarks(folder: Path = BENCH_DIR) -> pd.DataFrame:
+    """Every stored benchmark row, with the file it came from."""
+    frames = [pd.read_csv(p).assign(file=p.name) for p in sorted(Path(folder).glob("*.csv"))]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["kind", "hidden", "seq"])
+
+
+def ratio_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Forward+backward time of each layer as a ratio to torch.nn without dropout (same machine, same run)."""
+    cols = ["hardware", "threads", "torch", "commit", "kind", "hidden", "seq", "scheme", "torch_nn_ms",
+            "recdrop_ms", "ratio", "loop_ms", "loop_over_recdrop"]
+    return df[[c for c in cols if c in df]].rename(columns={"ratio": "recdrop / torch.nn",
+                                                            "loop_over_recdrop": "plain loop / recdrop"})
+
+
+def plot_time_per_step(df: pd.DataFrame):
+    """Milliseconds per time step (forward + backward) against hidden size, per implementation."""
+    import seaborn as sns
+
+    if df.empty:
+        return None
+    long = df.melt(id_vars=["hardware", "kind", "hidden", "seq"], value_vars=list(IMPLEMENTATIONS),
+                   var_name="implementation", value_name="ms")
+    long["ms per step"] = long["ms"] / long["seq"]
+    long["implementation"] = long["implementation"].map(IMPLEMENTATIONS)
+    g = sns.relplot(data=long, x="hidden", y="ms per step", hue="implementation", col="kind", row="hardware",
+                    kind="line", marker="o", height=3.2, aspect=1.2, facet_kws={"sharey": False})
+    g.set(xscale="log", yscale="log")
+    return g
