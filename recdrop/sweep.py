@@ -5,6 +5,10 @@
 From a notebook: ``run_grid("temporal_order", "quick", train=False)`` only loads what is stored.
 Several worker processes may share one device (``jobs``); each writes its own records atomically,
 so runs never clobber each other and a killed sweep loses no finished record.
+
+On several machines, ``engine="ray"`` (``--engine ray``) hands the runs to a Ray cluster
+(``RAY_ADDRESS``, or a local one): each worker trains into its own local store and returns the
+finished record, and the driver writes it here, so no shared file system is assumed.
 """
 from __future__ import annotations
 
@@ -41,8 +45,38 @@ def _run_one(experiment: str, config, seed: int, device: str, store_root: str, t
     return train_run(make_task, config, seed, device, RunStore(store_root), progress=progress, position=position)
 
 
+def _run_remote(experiment: str, config, seed: int, device: str, threads: int) -> Dict[str, Any]:
+    """A Ray task: train in a store local to the worker and return the finished record."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        return _run_one(experiment, config, seed, device, tmp, threads, 0, False)
+
+
+def _run_with_ray(todo, experiment: str, device: str, jobs: int, store: RunStore, bar, failures) -> None:
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(address=os.environ.get("RAY_ADDRESS"), num_cpus=None if os.environ.get("RAY_ADDRESS") else jobs,
+                 include_dashboard=False, log_to_driver=False)
+    remote = ray.remote(num_cpus=1, num_gpus=1 if device.startswith("cuda") else 0)(_run_remote)
+    pending = {remote.remote(experiment, r["config"], r["seed"], device, 1): r for r in todo}
+    while pending:
+        done, _ = ray.wait(list(pending), num_returns=1)
+        r = pending.pop(done[0])
+        try:
+            r["record"] = ray.get(done[0])
+            store.save(r["record"])  # the driver writes the store
+        except Exception as e:
+            failures.append((r, e))
+        bar.update(1)
+
+
+ENGINES = ("local", "ray")
+
+
 def run_grid(experiment: str, scale: str, seeds: Sequence[int] = (0,), device: str = "cpu", jobs: int = 1,
-             train: bool = True, store: Optional[RunStore] = None, progress: bool = True,
+             train: bool = True, store: Optional[RunStore] = None, progress: bool = True, engine: str = "local",
              **overrides) -> List[Dict[str, Any]]:
     """Every cell of ``experiment``'s grid at ``scale`` for every seed: one row per run with the
     cell's labels, ``seed``, ``run_id`` and ``record`` (None where not run and ``train`` is False).
@@ -55,6 +89,8 @@ def run_grid(experiment: str, scale: str, seeds: Sequence[int] = (0,), device: s
         raise ValueError(f"jobs must be a positive int, got {jobs!r}")
     if not isinstance(train, bool):
         raise ValueError(f"train must be True or False, got {train!r}")
+    if engine not in ENGINES:
+        raise ValueError(f"engine={engine!r} is not valid; allowed values: {', '.join(map(repr, ENGINES))}")
     device = check_device(device) if train else device
     store = store or RunStore()
     rows = []
@@ -71,7 +107,9 @@ def run_grid(experiment: str, scale: str, seeds: Sequence[int] = (0,), device: s
                      disable=not progress, position=0, dynamic_ncols=True)
     failures = []
     try:
-        if jobs == 1:
+        if engine == "ray":
+            _run_with_ray(todo, experiment, device, jobs, store, sweep_bar, failures)
+        elif jobs == 1:
             for r in todo:
                 try:
                     r["record"] = _run_one(experiment, r["config"], r["seed"], device, str(store.root),
@@ -117,14 +155,15 @@ def main(argv=None) -> int:
     ap.add_argument("experiment", choices=sorted(experiments.EXPERIMENTS))
     ap.add_argument("--scale", default="quick")
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--jobs", type=int, default=1, help="worker processes on the device")
+    ap.add_argument("--jobs", type=int, default=1, help="worker processes on the device (CPUs for a local Ray)")
+    ap.add_argument("--engine", choices=ENGINES, default="local", help="local processes, or a Ray cluster")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="override config fields")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
     try:
         rows = run_grid(args.experiment, args.scale, args.seeds, args.device, args.jobs,
-                        progress=not args.no_progress, **_parse_overrides(args.set))
+                        progress=not args.no_progress, engine=args.engine, **_parse_overrides(args.set))
     except (ValueError, RuntimeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -185,3 +185,19 @@ def test_killed_sweep_loses_no_finished_record(tmp_path):
     after = {p.name: p.read_text() for p in folder.glob("*.json")}
     assert len(after) == 18
     assert all(after[name] == text for name, text in before.items())  # finished records untouched
+
+
+def test_sweep_through_ray_equals_the_plain_runner(store, tmp_path):
+    pytest.importorskip("ray")
+    import ray
+
+    plain = run_grid("temporal_order", "ci", seeds=[0], store=store, progress=False, epochs=1)
+    ray_store = RunStore(tmp_path / "ray")
+    try:
+        via_ray = run_grid("temporal_order", "ci", seeds=[0], store=ray_store, jobs=2, progress=False,
+                           engine="ray", epochs=1)
+    finally:
+        ray.shutdown()
+    assert [r["record"]["metrics"] for r in via_ray] == [r["record"]["metrics"] for r in plain]
+    assert [r["record"]["curves"] for r in via_ray] == [r["record"]["curves"] for r in plain]
+    assert len(ray_store.records("temporal_order", "ci")) == len(plain)  # written by the driver
