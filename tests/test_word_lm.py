@@ -74,3 +74,17 @@ def test_lr_divided_by_1_5_when_validation_does_not_improve(task):
     assert task.optimizer.param_groups[0]["lr"] == lr
     task.end_epoch(1, {"valid_ppl": 101.0})
     assert task.optimizer.param_groups[0]["lr"] == pytest.approx(lr / 1.5)
+
+
+def test_test_set_scored_at_best_validation_and_at_the_end(tmp_path, monkeypatch):
+    from recdrop.store import RunStore
+    from recdrop.train import train_run
+
+    monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "cache"))
+    rec = train_run(WordLMTask, WordLMConfig.at_scale("ci", epochs=3), store=RunStore(tmp_path), progress=False)
+    curves = rec["curves"]
+    best = min(curves, key=lambda c: c["valid_ppl"])
+    assert best["test_ppl"] is not None and curves[-1]["test_ppl"] is not None
+    assert rec["metrics"]["best_test_ppl"] == best["test_ppl"] and rec["metrics"]["test_ppl"] == curves[-1]["test_ppl"]
+    for before, c in zip([math.inf] + [min(x["valid_ppl"] for x in curves[:k]) for k in range(1, 3)], curves):
+        assert (c["test_ppl"] is not None) == (c["valid_ppl"] < before or c is curves[-1])
