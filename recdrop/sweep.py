@@ -77,9 +77,10 @@ ENGINES = ("local", "ray")
 
 def run_grid(experiment: str, scale: str, seeds: Sequence[int] = (0,), device: str = "cpu", jobs: int = 1,
              train: bool = True, store: Optional[RunStore] = None, progress: bool = True, engine: str = "local",
-             **overrides) -> List[Dict[str, Any]]:
+             only: Optional[Dict[str, Any]] = None, **overrides) -> List[Dict[str, Any]]:
     """Every cell of ``experiment``'s grid at ``scale`` for every seed: one row per run with the
     cell's labels, ``seed``, ``run_id`` and ``record`` (None where not run and ``train`` is False).
+    ``only`` keeps the cells whose labels have these values (e.g. ``{"scheme": "moon"}``).
 
     Finished runs are loaded, unfinished ones resumed from their checkpoint, missing ones trained.
     """
@@ -93,8 +94,15 @@ def run_grid(experiment: str, scale: str, seeds: Sequence[int] = (0,), device: s
         raise ValueError(f"engine={engine!r} is not valid; allowed values: {', '.join(map(repr, ENGINES))}")
     device = check_device(device) if train else device
     store = store or RunStore()
+    cells = grid(scale, **overrides)
+    if only:
+        unknown = set(only) - set(cells[0][0])
+        if unknown:
+            raise ValueError(f"only: {sorted(unknown)} are not labels of {experiment}'s cells; "
+                             f"its labels are: {', '.join(cells[0][0])}")
+        cells = [(label, cfg) for label, cfg in cells if all(label[k] == v for k, v in only.items())]
     rows = []
-    for label, cfg in grid(scale, **overrides):
+    for label, cfg in cells:
         for seed in seeds:
             rid = run_id(cfg, seed)
             rec = store.load(experiment, cfg.scale, rid) if store.has(experiment, cfg.scale, rid) else None
@@ -137,6 +145,7 @@ def run_grid(experiment: str, scale: str, seeds: Sequence[int] = (0,), device: s
 
 
 def _parse_overrides(items: Sequence[str]) -> Dict[str, Any]:
+    """``["key=value", ...]`` as a dict, each value a Python literal where it parses as one."""
     out = {}
     for item in items:
         key, sep, value = item.partition("=")
@@ -159,11 +168,13 @@ def main(argv=None) -> int:
     ap.add_argument("--engine", choices=ENGINES, default="local", help="local processes, or a Ray cluster")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="override config fields")
+    ap.add_argument("--only", nargs="*", default=[], metavar="LABEL=VALUE", help="run only the cells with these labels")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
     try:
         rows = run_grid(args.experiment, args.scale, args.seeds, args.device, args.jobs,
-                        progress=not args.no_progress, engine=args.engine, **_parse_overrides(args.set))
+                        progress=not args.no_progress, engine=args.engine,
+                        only=_parse_overrides(args.only) or None, **_parse_overrides(args.set))
     except (ValueError, RuntimeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

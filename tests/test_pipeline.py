@@ -157,10 +157,21 @@ def test_sweep_render_only_and_train(store):
         run_grid("nope", "ci", store=store)
 
 
+SUBSET = {"length": "short", "scheme": "moon"}  # 4 cells: both samplings, both scalings
+
+
+def test_sweep_only_some_cells(store):
+    rows = run_grid("temporal_order", "ci", seeds=[0, 1], train=False, store=store, only=SUBSET)
+    assert len(rows) == 8 and all(r["length"] == "short" and r["scheme"] == "moon" for r in rows)
+    with pytest.raises(ValueError, match="only: \\['colour'\\] are not labels"):
+        run_grid("temporal_order", "ci", train=False, store=store, only={"colour": "red"})
+
+
 def test_sweep_with_two_workers_equals_one(store, tmp_path):
-    one = run_grid("temporal_order", "ci", seeds=[0], store=store, progress=False, epochs=1)
+    one = run_grid("temporal_order", "ci", seeds=[0], store=store, progress=False, only=SUBSET, epochs=1)
     two = run_grid("temporal_order", "ci", seeds=[0], store=RunStore(tmp_path / "two"), jobs=2,
-                   progress=False, epochs=1)
+                   progress=False, only=SUBSET, epochs=1)
+    assert len(two) == 4
     assert [r["record"]["metrics"] for r in one] == [r["record"]["metrics"] for r in two]
 
 
@@ -191,11 +202,11 @@ def test_sweep_through_ray_equals_the_plain_runner(store, tmp_path):
     pytest.importorskip("ray")
     import ray
 
-    plain = run_grid("temporal_order", "ci", seeds=[0], store=store, progress=False, epochs=1)
+    plain = run_grid("temporal_order", "ci", seeds=[0], store=store, progress=False, only=SUBSET, epochs=1)
     ray_store = RunStore(tmp_path / "ray")
     try:
         via_ray = run_grid("temporal_order", "ci", seeds=[0], store=ray_store, jobs=2, progress=False,
-                           engine="ray", epochs=1)
+                           engine="ray", only=SUBSET, epochs=1)
     finally:
         ray.shutdown()
     assert [r["record"]["metrics"] for r in via_ray] == [r["record"]["metrics"] for r in plain]
