@@ -2,7 +2,7 @@
 
 Everything is measured in one run on one machine: torch.nn (cuDNN on a GPU, its fused kernel on a
 CPU) without dropout; recdrop with Semeniuta per-step dropout p=0.25 (and optionally the other
-schemes) on its default path (the fused sequence of recdrop.fused for LSTM); and the same module's
+schemes) on its default path (the fused sequence of recdrop.fused); and the same module's
 plain per-step loop (``fused=False``). Prints a table and, with --out, writes it as CSV.
 
     python benchmarks/bench_layers.py                   # CPU, 2 threads
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import statistics
 import time
 from pathlib import Path
@@ -19,7 +20,7 @@ from pathlib import Path
 import torch
 
 import recdrop
-from recdrop.store import git_commit, hardware
+from recdrop.store import atomic_write_bytes, git_commit, hardware
 
 SHAPES = [(256, 35), (1024, 35), (1024, 100)]  # (hidden, sequence length); issue 3 and issue 6 shapes
 
@@ -83,11 +84,11 @@ def main(argv=None):
                       f"   recdrop {r['recdrop_ms']:9.2f} ms ({'fused' if fused else 'loop'})"
                       f"   ratio {r['ratio']:.2f}x   plain loop {r['loop_ms']:9.2f} ms", flush=True)
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        with args.out.open("w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+        atomic_write_bytes(args.out, buf.getvalue().encode())
     return rows
 
 

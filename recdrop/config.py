@@ -59,9 +59,12 @@ class ExperimentConfig:
                 raise ValueError(f"{type(self).__name__}.{key} must be of type "
                                  f"{getattr(hints[key], '__name__', hints[key])}, got {value!r}")
         changes = {k: tuple(v) if isinstance(v, list) else v for k, v in changes.items()}
-        new = dataclasses.replace(self, **changes)
-        new.validate()
-        return new
+        return dataclasses.replace(self, **changes)  # __post_init__ validates
+
+    def __post_init__(self):
+        if self.scale not in SCALE_NAMES:
+            raise ValueError(f"scale={self.scale!r} is not valid; allowed values: {', '.join(map(repr, SCALE_NAMES))}")
+        self.validate()
 
     def validate(self) -> None:
         """Subclasses check value ranges here (raise ValueError)."""

@@ -150,15 +150,15 @@ class _RecurrentLayer(nn.Module):
         per_step = self.rdrop.sampling == "per-step"
         factors = self.rdrop.factors(masks, self.training, per_step=per_step)
         gx = F.linear(x, w_ih, b_ih)  # (T, B, G*H): all input projections in one matmul
-        steps = x.shape[0]
-        order = range(steps - 1, -1, -1) if reverse else range(steps)
-        outs: List[Optional[Tensor]] = [None] * steps
-        act = self._act
         if self.fused:
             if self.kind == "LSTM":
                 return lstm_sequence(gx, state[0], state[1], w_hh, b_hh, factors, self.nonlinearity, reverse)
             run = gru_sequence if self.kind == "GRU" else rnn_sequence
             return run(gx, state[0], w_hh, b_hh, factors, self.nonlinearity, reverse)
+        steps = x.shape[0]
+        order = range(steps - 1, -1, -1) if reverse else range(steps)
+        outs: List[Optional[Tensor]] = [None] * steps
+        act = self._act
         if self.kind == "LSTM":
             h, c = state
             for k, t in enumerate(order):  # masks are indexed by processing step k

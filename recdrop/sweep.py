@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 
 from . import experiments
 from .config import run_id
-from .store import RunStore
+from .store import RunStore, cache_dir
 from .train import check_device, train_run
 
 
@@ -46,11 +46,9 @@ def _run_one(experiment: str, config, seed: int, device: str, store_root: str, t
 
 
 def _run_remote(experiment: str, config, seed: int, device: str, threads: int) -> Dict[str, Any]:
-    """A Ray task: train in a store local to the worker and return the finished record."""
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as tmp:
-        return _run_one(experiment, config, seed, device, tmp, threads, 0, False)
+    """A Ray task: train into a store kept on the worker (so a finished run survives a driver that
+    dies before saving it, and a resubmitted run is loaded, not retrained) and return the record."""
+    return _run_one(experiment, config, seed, device, str(cache_dir() / "ray-runs"), threads, 0, False)
 
 
 def _run_with_ray(todo, experiment: str, device: str, jobs: int, store: RunStore, bar, failures) -> None:

@@ -44,6 +44,13 @@ def test_scales_and_overrides():
         TemporalOrderConfig.at_scale("ci", optimizer="rmsprop")
 
 
+def test_a_config_built_directly_is_validated_too():
+    with pytest.raises(ValueError, match="epochs must be positive"):
+        TemporalOrderConfig(epochs=0)
+    with pytest.raises(ValueError, match="scale='large'"):
+        TemporalOrderConfig(scale="large")
+
+
 def test_run_id_is_stable_and_discriminating():
     cfg = ci_config()
     rid = run_id(cfg, 0)

@@ -14,6 +14,8 @@ import urllib.request
 from pathlib import Path
 from typing import Dict, Iterable, Optional
 
+from ..store import atomic_write_bytes
+
 SUMS_FILE = Path(__file__).with_name("SHA256SUMS")
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -58,8 +60,8 @@ def verified_files(dataset: str, names: Iterable[str], source: str, root: Option
     for name in names:
         path = folder / name
         if not path.exists() and download_urls and name in download_urls:
-            folder.mkdir(parents=True, exist_ok=True)
-            urllib.request.urlretrieve(download_urls[name], path)  # noqa: S310 (a public mirror)
+            with urllib.request.urlopen(download_urls[name]) as response:  # noqa: S310 (a public mirror)
+                atomic_write_bytes(path, response.read())  # never a partial file under the final name
         if not path.exists():
             raise DatasetError(f"{dataset}: {path} is missing. Get it from {source} (see SOURCE.md in the "
                                f"dataset folder), put it in {folder}/, or set RECDROP_DATA to the folder that "
