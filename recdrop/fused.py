@@ -15,6 +15,7 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
+from .cells import _mul
 from .masks import StepFactors
 
 
@@ -22,10 +23,6 @@ def _at(factor, t: int, per_step: bool):
     if factor is None or not isinstance(factor, Tensor) or not per_step:
         return factor
     return factor[t]
-
-
-def _mul(x: Tensor, factor) -> Tensor:
-    return x if factor is None else x * factor
 
 
 def _first_order_only() -> None:
