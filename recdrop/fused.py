@@ -19,10 +19,11 @@ from .cells import _mul
 from .masks import StepFactors
 
 
-def _at(factor, t: int, per_step: bool):
-    if factor is None or not isinstance(factor, Tensor) or not per_step:
-        return factor
-    return factor[t]
+def _at(factor, k: int, per_step: bool):
+    """The factor of processing step ``k``: a per-step mask's slice, else the factor itself."""
+    if per_step and isinstance(factor, Tensor):
+        return factor[k]
+    return factor
 
 
 def _first_order_only() -> None:
@@ -33,68 +34,87 @@ def _first_order_only() -> None:
 
 
 class _LSTMSequence(torch.autograd.Function):
+    """Eqs. 4-9 over all steps. Everything is stored in processing order k (a reverse direction
+    flips its input once), written in place into preallocated buffers (about 9 kernels a step
+    forward, 7 backward), and the local derivatives that do not depend on the recurrence are
+    computed for all steps at once before the backward loop."""
+
     @staticmethod
     def forward(ctx, gx: Tensor, h0: Tensor, c0: Tensor, w_hh: Tensor, gal, sem, moon, per_step: bool,
                 relu: bool, reverse: bool):
+        if reverse:
+            gx = gx.flip(0)
         steps, hidden = gx.shape[0], h0.shape[-1]
-        act = torch.relu if relu else torch.tanh
-        order = range(steps - 1, -1, -1) if reverse else range(steps)
-        ys = gx.new_empty(steps, *h0.shape)
-        gates_all = gx.new_empty(gx.shape)  # i, f, g, o after their activations
-        c_prev_all = gx.new_empty(steps, *h0.shape)
+        act_ = torch.relu_ if relu else torch.tanh_
+        w_t = w_hh.t()
+        gates_all = torch.empty_like(gx)  # i, f, g, o after their activations
+        c_all = gx.new_empty(steps + 1, *h0.shape)  # c_0 .. c_T
+        c_all[0] = c0
         tc_all = gx.new_empty(steps, *h0.shape)  # act(c_t)
-        hin_all = gx.new_empty(steps, *h0.shape)  # d(h_{t-1}) as it entered the gates
-        h, c = h0, c0
-        for k, t in enumerate(order):
-            hin = _mul(h, _at(gal, k, per_step))
-            gates = torch.addmm(gx[t], hin, w_hh.t())
-            g = act(gates[:, 2 * hidden:3 * hidden])
-            gates = torch.sigmoid(gates)
-            gates[:, 2 * hidden:3 * hidden] = g
-            i, f, o = gates[:, :hidden], gates[:, hidden:2 * hidden], gates[:, 3 * hidden:]
-            c_prev_all[t] = c
-            c = _mul(torch.addcmul(f * c, i, _mul(g, _at(sem, k, per_step))), _at(moon, k, per_step))
-            tc = act(c)
-            h = o * tc
-            ys[t], gates_all[t], tc_all[t], hin_all[t] = h, gates, tc, hin
-        ctx.save_for_backward(w_hh, gates_all, c_prev_all, tc_all, hin_all, c)
+        ys = gx.new_empty(steps, *h0.shape)
+        hin_all = None if gal is None else gx.new_empty(steps, *h0.shape)  # d(h_{t-1}) entering the gates
+        gsem_all = None if sem is None else gx.new_empty(steps, *h0.shape)  # d(g_t)
+        h = h0
+        for k in range(steps):
+            if gal is not None:
+                h = torch.mul(h, _at(gal, k, per_step), out=hin_all[k])  # Eq. 7
+            gates = torch.addmm(gx[k], h, w_t, out=gates_all[k])
+            torch.sigmoid_(gates[:, :2 * hidden])
+            g = act_(gates[:, 2 * hidden:3 * hidden])
+            o = torch.sigmoid_(gates[:, 3 * hidden:])
+            if sem is not None:
+                g = torch.mul(g, _at(sem, k, per_step), out=gsem_all[k])  # Eq. 9
+            c = torch.mul(gates[:, hidden:2 * hidden], c_all[k], out=c_all[k + 1])
+            c.addcmul_(gates[:, :hidden], g)
+            if moon is not None:
+                c.mul_(_at(moon, k, per_step))  # Eq. 8
+            tc = torch.clamp_min(c, 0.0, out=tc_all[k]) if relu else torch.tanh(c, out=tc_all[k])
+            h = torch.mul(o, tc, out=ys[k])
+        ctx.save_for_backward(w_hh, h0, gates_all, c_all, tc_all, ys, hin_all, gsem_all)
         ctx.factors = (gal, sem, moon)
         ctx.flags = (per_step, relu, reverse)
-        return ys, h, c
+        return (ys.flip(0) if reverse else ys), h.clone(), c_all[-1].clone()
 
     @staticmethod
     def backward(ctx, d_ys: Tensor, d_hn: Optional[Tensor], d_cn: Optional[Tensor]):
         _first_order_only()
-        w_hh, gates_all, c_prev_all, tc_all, hin_all, c_last = ctx.saved_tensors
+        w_hh, h0, gates_all, c_all, tc_all, ys, hin_all, gsem_all = ctx.saved_tensors
         gal, sem, moon = ctx.factors
         per_step, relu, reverse = ctx.flags
-        steps, hidden = gates_all.shape[0], w_hh.shape[1]
-        order = range(steps - 1, -1, -1) if reverse else range(steps)
-        d_gates_all = torch.empty_like(gates_all)
-        dh = torch.zeros_like(c_last) if d_hn is None else d_hn.clone()
-        dc = torch.zeros_like(c_last) if d_cn is None else d_cn.clone()
-        for k, t in reversed(list(enumerate(order))):
-            gates = gates_all[t]
-            i, f, g, o = (gates[:, :hidden], gates[:, hidden:2 * hidden], gates[:, 2 * hidden:3 * hidden],
-                          gates[:, 3 * hidden:])
-            tc = tc_all[t]
-            dh = dh + d_ys[t]
-            d_act_c = (tc > 0).to(tc.dtype) if relu else 1 - tc * tc
-            dc = torch.addcmul(dc, dh * o, d_act_c)  # through h_t = o * act(c_t)
-            dc = _mul(dc, _at(moon, k, per_step))  # c_t = d(f * c_{t-1} + i * d(g_t))
-            sem_t = _at(sem, k, per_step)
-            d_g = _mul(dc * i, sem_t)
-            d_pre_g = d_g * ((g > 0).to(g.dtype) if relu else 1 - g * g)
-            d_gates = d_gates_all[t]
-            d_gates[:, :hidden] = dc * _mul(g, sem_t) * i * (1 - i)
-            d_gates[:, hidden:2 * hidden] = dc * c_prev_all[t] * f * (1 - f)
-            d_gates[:, 2 * hidden:3 * hidden] = d_pre_g
-            d_gates[:, 3 * hidden:] = dh * tc * o * (1 - o)
-            dc = dc * f
-            dh = _mul(d_gates @ w_hh, _at(gal, k, per_step))
-        flat = d_gates_all.reshape(-1, d_gates_all.shape[-1])
-        d_w_hh = flat.t() @ hin_all.reshape(-1, hidden)
-        return d_gates_all, dh, dc, d_w_hh, None, None, None, None, None, None
+        steps, batch, hidden = tc_all.shape
+        if reverse:
+            d_ys = d_ys.flip(0)
+        i, f, g, o = gates_all.chunk(4, dim=-1)
+        # Local derivatives for all steps at once: d pre-activation = (dc or dh) * local[k].
+        local = torch.empty_like(gates_all)
+        l_i, l_f, l_g, l_o = local.chunk(4, dim=-1)
+        torch.mul(g if gsem_all is None else gsem_all, i * (1 - i), out=l_i)
+        torch.mul(c_all[:-1], f * (1 - f), out=l_f)
+        torch.mul(i, (g > 0).to(g.dtype) if relu else 1 - g * g, out=l_g)
+        if sem is not None:
+            l_g.mul_(sem)
+        torch.mul(tc_all, o * (1 - o), out=l_o)
+        o_dtc = o * ((tc_all > 0).to(tc_all.dtype) if relu else 1 - tc_all * tc_all)  # d h_t / d c_t
+        local_ifg = local.view(steps, batch, 4, hidden)[:, :, :3]
+        d_gates = torch.empty_like(gates_all)
+        d_ifg = d_gates.view(steps, batch, 4, hidden)[:, :, :3]
+        d_o = d_gates[..., 3 * hidden:]
+        dh = torch.zeros_like(h0) if d_hn is None else d_hn
+        dc = torch.zeros_like(h0) if d_cn is None else d_cn
+        for k in range(steps - 1, -1, -1):
+            dh = dh + d_ys[k]
+            dc = torch.addcmul(dc, dh, o_dtc[k])
+            if moon is not None:
+                dc = dc * _at(moon, k, per_step)
+            torch.mul(dc.unsqueeze(1), local_ifg[k], out=d_ifg[k])
+            torch.mul(dh, l_o[k], out=d_o[k])
+            dc = dc * f[k]
+            dh = torch.mm(d_gates[k], w_hh)
+            if gal is not None:
+                dh = dh * _at(gal, k, per_step)
+        hin = hin_all if hin_all is not None else torch.cat([h0.unsqueeze(0), ys[:-1]])
+        d_w_hh = d_gates.view(-1, 4 * hidden).t() @ hin.view(-1, hidden)
+        return (d_gates.flip(0) if reverse else d_gates), dh, dc, d_w_hh, None, None, None, None, None, None
 
 
 def lstm_sequence(gx: Tensor, h0: Tensor, c0: Tensor, w_hh: Tensor, b_hh: Optional[Tensor], factors: StepFactors,
