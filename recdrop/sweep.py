@@ -7,8 +7,11 @@ Several worker processes may share one device (``jobs``); each writes its own re
 so runs never clobber each other and a killed sweep loses no finished record.
 
 On several machines, ``engine="ray"`` (``--engine ray``) hands the runs to a Ray cluster
-(``RAY_ADDRESS``, or a local one): each worker trains into its own local store and returns the
-finished record, and the driver writes it here, so no shared file system is assumed.
+(``RAY_ADDRESS``, or a local one), and ``engine="submitit"`` to SLURM through submitit (or to local
+processes where there is no SLURM; ``RECDROP_SUBMITIT_CLUSTER``, ``RECDROP_SUBMITIT_DIR`` and
+``RECDROP_SLURM_PARTITION`` adjust it). Either way each worker trains into its own local store
+and returns the finished record, and the driver writes it here, so no shared file system is
+assumed for the results.
 """
 from __future__ import annotations
 
@@ -46,9 +49,9 @@ def _run_one(experiment: str, config, seed: int, device: str, store_root: str, t
 
 
 def _run_remote(experiment: str, config, seed: int, device: str, threads: int) -> Dict[str, Any]:
-    """A Ray task: train into a store kept on the worker (so a finished run survives a driver that
+    """A Ray or submitit task: train into a store kept on the worker (so a finished run survives a driver that
     dies before saving it, and a resubmitted run is loaded, not retrained) and return the record."""
-    return _run_one(experiment, config, seed, device, str(cache_dir() / "ray-runs"), threads, 0, False)
+    return _run_one(experiment, config, seed, device, str(cache_dir() / "worker-runs"), threads, 0, False)
 
 
 def _run_with_ray(todo, experiment: str, device: str, jobs: int, store: RunStore, bar, failures) -> None:
@@ -70,7 +73,30 @@ def _run_with_ray(todo, experiment: str, device: str, jobs: int, store: RunStore
         bar.update(1)
 
 
-ENGINES = ("local", "ray")
+def _run_with_submitit(todo, experiment: str, device: str, jobs: int, store: RunStore, bar, failures) -> None:
+    import submitit
+
+    folder = os.environ.get("RECDROP_SUBMITIT_DIR") or str(cache_dir() / "submitit")
+    executor = submitit.AutoExecutor(folder=folder, cluster=os.environ.get("RECDROP_SUBMITIT_CLUSTER") or None)
+    params = dict(timeout_min=int(os.environ.get("RECDROP_SUBMITIT_TIMEOUT_MIN", 24 * 60)), cpus_per_task=1,
+                  gpus_per_node=1 if device.startswith("cuda") else 0, slurm_array_parallelism=jobs)
+    if os.environ.get("RECDROP_SLURM_PARTITION"):
+        params["slurm_partition"] = os.environ["RECDROP_SLURM_PARTITION"]
+    executor.update_parameters(**params)
+    with executor.batch():  # one SLURM job array
+        submitted = [(executor.submit(_run_remote, experiment, r["config"], r["seed"], device, 1), r) for r in todo]
+    by_job = {job.job_id: r for job, r in submitted}
+    for job in submitit.helpers.as_completed([job for job, _ in submitted], poll_frequency=1 if executor.cluster == "local" else 10):
+        r = by_job[job.job_id]
+        try:
+            r["record"] = job.result()
+            store.save(r["record"])  # the driver writes the store
+        except Exception as e:
+            failures.append((r, e))
+        bar.update(1)
+
+
+ENGINES = ("local", "ray", "submitit")
 
 
 def run_grid(experiment: str, scale: str, seeds: Sequence[int] = (0,), device: str = "cpu", jobs: int = 1,
@@ -115,6 +141,8 @@ def run_grid(experiment: str, scale: str, seeds: Sequence[int] = (0,), device: s
     try:
         if engine == "ray":
             _run_with_ray(todo, experiment, device, jobs, store, sweep_bar, failures)
+        elif engine == "submitit":
+            _run_with_submitit(todo, experiment, device, jobs, store, sweep_bar, failures)
         elif jobs == 1:
             for r in todo:
                 try:
@@ -163,7 +191,7 @@ def main(argv=None) -> int:
     ap.add_argument("--scale", default="quick")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--jobs", type=int, default=1, help="worker processes on the device (CPUs for a local Ray)")
-    ap.add_argument("--engine", choices=ENGINES, default="local", help="local processes, or a Ray cluster")
+    ap.add_argument("--engine", choices=ENGINES, default="local", help="local processes, a Ray cluster, or SLURM via submitit")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="override config fields")
     ap.add_argument("--only", nargs="*", default=[], metavar="LABEL=VALUE", help="run only the cells with these labels")

@@ -219,3 +219,17 @@ def test_sweep_through_ray_equals_the_plain_runner(store, tmp_path):
     assert [r["record"]["metrics"] for r in via_ray] == [r["record"]["metrics"] for r in plain]
     assert [r["record"]["curves"] for r in via_ray] == [r["record"]["curves"] for r in plain]
     assert len(ray_store.records("temporal_order", "ci")) == len(plain)  # written by the driver
+
+
+def test_sweep_through_submitit_equals_the_plain_runner(store, tmp_path, monkeypatch):
+    pytest.importorskip("submitit")
+    monkeypatch.setenv("RECDROP_SUBMITIT_CLUSTER", "local")  # SLURM's code path, run as local processes
+    monkeypatch.setenv("RECDROP_SUBMITIT_DIR", str(tmp_path / "submitit"))
+    monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "worker-cache"))
+    plain = run_grid("temporal_order", "ci", seeds=[0], store=store, progress=False, only=SUBSET, epochs=1)
+    driver_store = RunStore(tmp_path / "driver")
+    via_submitit = run_grid("temporal_order", "ci", seeds=[0], store=driver_store, jobs=2, progress=False,
+                            engine="submitit", only=SUBSET, epochs=1)
+    assert [r["record"]["metrics"] for r in via_submitit] == [r["record"]["metrics"] for r in plain]
+    assert [r["record"]["curves"] for r in via_submitit] == [r["record"]["curves"] for r in plain]
+    assert len(driver_store.records("temporal_order", "ci")) == len(plain)  # written by the driver
