@@ -15,6 +15,7 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
+from . import triton_lstm
 from .cells import _mul
 from .masks import StepFactors
 
@@ -54,11 +55,18 @@ class _LSTMSequence(torch.autograd.Function):
         ys = gx.new_empty(steps, *h0.shape)
         hin_all = None if gal is None else gx.new_empty(steps, *h0.shape)  # d(h_{t-1}) entering the gates
         gsem_all = None if sem is None else gx.new_empty(steps, *h0.shape)  # d(g_t)
+        use_triton = triton_lstm.usable(gx)
         h = h0
         for k in range(steps):
             if gal is not None:
                 h = torch.mul(h, _at(gal, k, per_step), out=hin_all[k])  # Eq. 7
             gates = torch.addmm(gx[k], h, w_t, out=gates_all[k])
+            if use_triton:  # the rest of the step in one kernel
+                triton_lstm.lstm_forward_step(gates, c_all[k], _at(sem, k, per_step), _at(moon, k, per_step),
+                                              None if gsem_all is None else gsem_all[k], c_all[k + 1], tc_all[k],
+                                              ys[k], relu)
+                h = ys[k]
+                continue
             torch.sigmoid_(gates[:, :2 * hidden])
             g = act_(gates[:, 2 * hidden:3 * hidden])
             o = torch.sigmoid_(gates[:, 3 * hidden:])
@@ -72,7 +80,7 @@ class _LSTMSequence(torch.autograd.Function):
             h = torch.mul(o, tc, out=ys[k])
         ctx.save_for_backward(w_hh, h0, gates_all, c_all, tc_all, ys, hin_all, gsem_all)
         ctx.factors = (gal, sem, moon)
-        ctx.flags = (per_step, relu, reverse)
+        ctx.flags = (per_step, relu, reverse, use_triton)
         return (ys.flip(0) if reverse else ys), h.clone(), c_all[-1].clone()
 
     @staticmethod
@@ -80,11 +88,11 @@ class _LSTMSequence(torch.autograd.Function):
         _first_order_only()
         w_hh, h0, gates_all, c_all, tc_all, ys, hin_all, gsem_all = ctx.saved_tensors
         gal, sem, moon = ctx.factors
-        per_step, relu, reverse = ctx.flags
+        per_step, relu, reverse, use_triton = ctx.flags
         steps, batch, hidden = tc_all.shape
         if reverse:
             d_ys = d_ys.flip(0)
-        i, f, g, o = gates_all.chunk(4, dim=-1)
+        i, f, g, o = gates_all.chunk(4, dim=-1)  # after their activations
         # Local derivatives for all steps at once: d pre-activation = (dc or dh) * local[k].
         local = torch.empty_like(gates_all)
         l_i, l_f, l_g, l_o = local.chunk(4, dim=-1)
@@ -95,26 +103,49 @@ class _LSTMSequence(torch.autograd.Function):
             l_g.mul_(sem)
         torch.mul(tc_all, o * (1 - o), out=l_o)
         o_dtc = o * ((tc_all > 0).to(tc_all.dtype) if relu else 1 - tc_all * tc_all)  # d h_t / d c_t
-        local_ifg = local.view(steps, batch, 4, hidden)[:, :, :3]
         d_gates = torch.empty_like(gates_all)
-        d_ifg = d_gates.view(steps, batch, 4, hidden)[:, :, :3]
-        d_o = d_gates[..., 3 * hidden:]
         dh = torch.zeros_like(h0) if d_hn is None else d_hn
         dc = torch.zeros_like(h0) if d_cn is None else d_cn
-        for k in range(steps - 1, -1, -1):
-            dh = dh + d_ys[k]
-            dc = torch.addcmul(dc, dh, o_dtc[k])
-            if moon is not None:
-                dc = dc * _at(moon, k, per_step)
-            torch.mul(dc.unsqueeze(1), local_ifg[k], out=d_ifg[k])
-            torch.mul(dh, l_o[k], out=d_o[k])
-            dc = dc * f[k]
-            dh = torch.mm(d_gates[k], w_hh)
-            if gal is not None:
-                dh = dh * _at(gal, k, per_step)
+        loop = _lstm_backward_triton if use_triton else _lstm_backward_torch
+        dh, dc = loop(dh, dc, d_ys, o_dtc, local, gates_all, d_gates, w_hh, gal, moon, per_step)
         hin = hin_all if hin_all is not None else torch.cat([h0.unsqueeze(0), ys[:-1]])
         d_w_hh = d_gates.view(-1, 4 * hidden).t() @ hin.view(-1, hidden)
         return (d_gates.flip(0) if reverse else d_gates), dh, dc, d_w_hh, None, None, None, None, None, None
+
+
+def _lstm_backward_torch(dh, dc, d_ys, o_dtc, local, gates_all, d_gates, w_hh, gal, moon, per_step):
+    """The backward loop over the steps, 7 kernels a step; fills ``d_gates``, returns (dh_0, dc_0)."""
+    steps, batch, four_h = gates_all.shape
+    hidden = four_h // 4
+    f = gates_all[..., hidden:2 * hidden]
+    local_ifg = local.view(steps, batch, 4, hidden)[:, :, :3]
+    d_ifg = d_gates.view(steps, batch, 4, hidden)[:, :, :3]
+    local_o, d_o = local[..., 3 * hidden:], d_gates[..., 3 * hidden:]
+    for k in range(steps - 1, -1, -1):
+        dh = dh + d_ys[k]
+        dc = torch.addcmul(dc, dh, o_dtc[k])  # through h_t = o * act(c_t)
+        if moon is not None:
+            dc = dc * _at(moon, k, per_step)  # c_t = d(f * c_{t-1} + i * d(g_t))
+        torch.mul(dc.unsqueeze(1), local_ifg[k], out=d_ifg[k])
+        torch.mul(dh, local_o[k], out=d_o[k])
+        dc = dc * f[k]
+        dh = torch.mm(d_gates[k], w_hh)
+        if gal is not None:
+            dh = dh * _at(gal, k, per_step)
+    return dh, dc
+
+
+def _lstm_backward_triton(dh, dc, d_ys, o_dtc, local, gates_all, d_gates, w_hh, gal, moon, per_step):
+    """The same loop with each step's pointwise part in one Triton kernel."""
+    d_ys = d_ys.contiguous()
+    dc = dc.clone()  # updated in place by the kernel
+    gal_next = None  # the final state's gradient enters without a Gal factor
+    for k in range(d_ys.shape[0] - 1, -1, -1):
+        triton_lstm.lstm_backward_step(dh, gal_next, d_ys[k], dc, o_dtc[k], local[k], gates_all[k],
+                                       _at(moon, k, per_step), d_gates[k], dc)
+        dh = torch.mm(d_gates[k], w_hh)
+        gal_next = _at(gal, k, per_step)
+    return _mul(dh, gal_next), dc
 
 
 def lstm_sequence(gx: Tensor, h0: Tensor, c0: Tensor, w_hh: Tensor, b_hh: Optional[Tensor], factors: StepFactors,

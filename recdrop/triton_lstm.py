@@ -1,0 +1,140 @@
+"""Triton kernels for the fused LSTM's pointwise work: one kernel per step forward, one backward.
+
+On a GPU the fused sequence of :mod:`recdrop.fused` spends most of a small layer's time launching
+the ~9 pointwise kernels of a step (Eqs. 4-9 with d(.) of Eq. 3/18). Here each step's pointwise
+work is one kernel: the gate activations, Semeniuta's d(g_t) (Eq. 9), c_t with Moon's d(.)
+(Eq. 8), act(c_t) and h_t forward; and backward the recurrence-dependent part of the gradient,
+with Gal's d(.) (Eq. 7) on the incoming dh. The matmuls stay with cuBLAS.
+
+Used for float32/float64 tensors on CUDA when Triton is installed; ``RECDROP_TRITON=0`` turns it
+off. With ``TRITON_INTERPRET=1`` set before import, Triton runs the same kernels on CPU tensors,
+which is how the tests check them against the PyTorch path.
+"""
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # the PyTorch path is used
+    triton = None
+
+BLOCK = 256
+NONE, SCALAR, TENSOR = 0, 1, 2  # how a factor of d(.) is given to a kernel
+
+
+def _interpreting() -> bool:
+    return triton is not None and bool(triton.knobs.runtime.interpret)
+
+
+def usable(x: Tensor) -> bool:
+    """Whether the kernels run for ``x``: Triton present, not switched off, float32/64, on CUDA
+    (or on CPU under ``TRITON_INTERPRET=1``)."""
+    if triton is None or os.environ.get("RECDROP_TRITON", "1") == "0":
+        return False
+    if x.dtype not in (torch.float32, torch.float64):
+        return False
+    return x.is_cuda or (_interpreting() and x.device.type == "cpu")
+
+
+def _factor(f, like: Tensor):
+    """(mode, tensor argument, scalar argument) for a factor that is None, a number or a (B, H) tensor."""
+    if f is None:
+        return NONE, like, 1.0
+    if isinstance(f, Tensor):
+        return TENSOR, f.contiguous(), 1.0
+    return SCALAR, like, float(f)
+
+
+if triton is not None:
+    @triton.jit
+    def _tanh(x):
+        e = tl.exp(-2.0 * tl.abs(x))
+        t = (1.0 - e) / (1.0 + e)
+        return tl.where(x >= 0, t, -t)
+
+    @triton.jit
+    def _apply(x, ptr, scalar, idx, m, MODE: tl.constexpr):
+        if MODE == 1:
+            x = x * scalar
+        if MODE == 2:
+            x = x * tl.load(ptr + idx, mask=m, other=0.0)
+        return x
+
+    @triton.jit
+    def _lstm_fwd_kernel(gates, c_prev, sem, moon, gsem_out, c_out, tc_out, h_out, sem_s, moon_s, n, H,
+                         SEM: tl.constexpr, MOON: tl.constexpr, RELU: tl.constexpr, BLOCK: tl.constexpr):
+        idx = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        m = idx < n
+        row = (idx // H) * 4 * H + idx % H
+        i = tl.sigmoid(tl.load(gates + row, mask=m, other=0.0))
+        f = tl.sigmoid(tl.load(gates + row + H, mask=m, other=0.0))
+        g = tl.load(gates + row + 2 * H, mask=m, other=0.0)
+        if RELU:
+            g = tl.maximum(g, 0.0)
+        else:
+            g = _tanh(g)
+        o = tl.sigmoid(tl.load(gates + row + 3 * H, mask=m, other=0.0))
+        tl.store(gates + row, i, mask=m)
+        tl.store(gates + row + H, f, mask=m)
+        tl.store(gates + row + 2 * H, g, mask=m)
+        tl.store(gates + row + 3 * H, o, mask=m)
+        gs = _apply(g, sem, sem_s, idx, m, SEM)  # Eq. 9: d(g_t)
+        if SEM != 0:
+            tl.store(gsem_out + idx, gs, mask=m)
+        c = f * tl.load(c_prev + idx, mask=m, other=0.0) + i * gs
+        c = _apply(c, moon, moon_s, idx, m, MOON)  # Eq. 8: d(c_t)
+        if RELU:
+            tc = tl.maximum(c, 0.0)
+        else:
+            tc = _tanh(c)
+        tl.store(c_out + idx, c, mask=m)
+        tl.store(tc_out + idx, tc, mask=m)
+        tl.store(h_out + idx, o * tc, mask=m)
+
+    @triton.jit
+    def _lstm_bwd_kernel(dh_in, d_y, dc_in, o_dtc, local, f_gates, gal, moon, d_gates, dc_out, gal_s, moon_s, n,
+                         H, GAL: tl.constexpr, MOON: tl.constexpr, BLOCK: tl.constexpr):
+        idx = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        m = idx < n
+        row = (idx // H) * 4 * H + idx % H
+        # dh reaching h_t: from the next step through d(h_t) of Eq. 7, and from the output
+        dh = _apply(tl.load(dh_in + idx, mask=m, other=0.0), gal, gal_s, idx, m, GAL)
+        dh = dh + tl.load(d_y + idx, mask=m, other=0.0)
+        dc = tl.load(dc_in + idx, mask=m, other=0.0) + dh * tl.load(o_dtc + idx, mask=m, other=0.0)
+        dc = _apply(dc, moon, moon_s, idx, m, MOON)
+        tl.store(d_gates + row, dc * tl.load(local + row, mask=m, other=0.0), mask=m)
+        tl.store(d_gates + row + H, dc * tl.load(local + row + H, mask=m, other=0.0), mask=m)
+        tl.store(d_gates + row + 2 * H, dc * tl.load(local + row + 2 * H, mask=m, other=0.0), mask=m)
+        tl.store(d_gates + row + 3 * H, dh * tl.load(local + row + 3 * H, mask=m, other=0.0), mask=m)
+        tl.store(dc_out + idx, dc * tl.load(f_gates + row + H, mask=m, other=0.0), mask=m)
+
+
+def lstm_forward_step(gates: Tensor, c_prev: Tensor, sem, moon, gsem_out: Optional[Tensor], c_out: Tensor,
+                      tc_out: Tensor, h_out: Tensor, relu: bool) -> None:
+    """One step's pointwise forward: ``gates`` (B, 4H) pre-activations are replaced by i, f, g, o;
+    d(g_t), c_t, act(c_t) and h_t are written to the ``*_out`` buffers (all contiguous)."""
+    n, hidden = c_prev.numel(), c_prev.shape[-1]
+    sem_mode, sem_t, sem_s = _factor(sem, c_prev)
+    moon_mode, moon_t, moon_s = _factor(moon, c_prev)
+    _lstm_fwd_kernel[(triton.cdiv(n, BLOCK),)](
+        gates, c_prev, sem_t, moon_t, c_prev if gsem_out is None else gsem_out, c_out, tc_out, h_out, sem_s,
+        moon_s, n, hidden, SEM=sem_mode, MOON=moon_mode, RELU=relu, BLOCK=BLOCK)
+
+
+def lstm_backward_step(dh_in: Tensor, gal_next, d_y: Tensor, dc_in: Tensor, o_dtc: Tensor, local: Tensor,
+                       gates: Tensor, moon, d_gates: Tensor, dc_out: Tensor) -> None:
+    """One step's pointwise backward: from the dh arriving at h_t before the next step's Gal
+    factor ``gal_next``, the output's ``d_y`` and the carried ``dc``, write this step's
+    pre-activation gradients ``d_gates`` (B, 4H) and dc_{t-1} (``dc_out`` may be ``dc_in``)."""
+    n, hidden = dh_in.numel(), dh_in.shape[-1]
+    gal_mode, gal_t, gal_s = _factor(gal_next, dh_in)
+    moon_mode, moon_t, moon_s = _factor(moon, dh_in)
+    _lstm_bwd_kernel[(triton.cdiv(n, BLOCK),)](
+        dh_in, d_y, dc_in, o_dtc, local, gates, gal_t, moon_t, d_gates, dc_out, gal_s, moon_s, n, hidden,
+        GAL=gal_mode, MOON=moon_mode, BLOCK=BLOCK)

@@ -1,0 +1,29 @@
+"""The Triton kernels of recdrop.triton_lstm, run on CPU by Triton's interpreter."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from recdrop import triton_lstm
+
+HERE = Path(__file__).parent
+
+
+def test_triton_kernels_equal_the_torch_path_in_the_interpreter():
+    pytest.importorskip("triton")
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(HERE / "triton_cases.py")],
+                       env=env, capture_output=True, text=True, cwd=HERE.parent)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    assert " passed" in r.stdout and "skipped" not in r.stdout
+
+
+def test_triton_is_not_used_where_it_cannot_run(monkeypatch):
+    x = torch.zeros(2, 3)
+    assert not triton_lstm.usable(x)  # a CPU tensor outside the interpreter
+    assert not triton_lstm.usable(x.half())
+    monkeypatch.setenv("RECDROP_TRITON", "0")
+    assert not triton_lstm.usable(x)

@@ -1,0 +1,45 @@
+"""Run by tests/test_triton.py in a subprocess with TRITON_INTERPRET=1 (Triton decides at import
+whether it interprets): the fused LSTM through the Triton kernels equals it without them."""
+import os
+
+import pytest
+import torch
+
+import recdrop
+from recdrop import triton_lstm
+
+assert os.environ.get("TRITON_INTERPRET") == "1", "run through tests/test_triton.py"
+
+CASES = [("semeniuta", "per-step"), ("semeniuta", "per-sequence"), ("gal", "per-step"), ("moon", "per-step"),
+         ("moon", "per-sequence"), ("gal+semeniuta", "per-step")]
+
+
+def _grads(module, x, h0, c0):
+    y, (h, c) = module(x, (h0, c0))
+    (y.sum() + (h * 1.5).sum() + (c * 0.5).sum()).backward()
+    return [y, h, c, x.grad, h0.grad, c0.grad] + [p.grad for p in module.parameters()]
+
+
+@pytest.mark.parametrize("scheme,sampling", CASES)
+@pytest.mark.parametrize("scaling,training", [("paper", True), ("paper", False), ("inverted", True)])
+@pytest.mark.parametrize("nonlinearity,bidirectional", [("tanh", False), ("relu", True)])
+def test_triton_kernels_equal_the_torch_path(scheme, sampling, scaling, training, nonlinearity, bidirectional,
+                                             monkeypatch):
+    torch.manual_seed(0)
+    m = recdrop.LSTM(5, 7, recurrent_dropout=0.3, scheme=scheme, sampling=sampling, scaling=scaling,
+                     nonlinearity=nonlinearity, bidirectional=bidirectional).double().train(training)
+    x = torch.randn(6, 3, 5, dtype=torch.float64)
+    h0 = torch.randn(2 if bidirectional else 1, 3, 7, dtype=torch.float64)
+    c0 = torch.randn_like(h0)
+    masks = m.draw_masks(6, 3)
+    results = []
+    for use in (True, False):
+        monkeypatch.setenv("RECDROP_TRITON", "1" if use else "0")
+        assert triton_lstm.usable(x) is use
+        m.zero_grad()
+        xs = [t.clone().requires_grad_() for t in (x, h0, c0)]
+        y, (h, c) = m(xs[0], (xs[1], xs[2]), masks=masks if training else None)
+        (y.sum() + (h * 1.5).sum() + (c * 0.5).sum()).backward()
+        results.append([y, h, c] + [t.grad for t in xs] + [p.grad.clone() for p in m.parameters()])
+    for a, b in zip(*results):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
