@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 import recdrop
+from recdrop.perf import flops_per_step, peak_tflops
 from recdrop.store import atomic_write_bytes, git_commit, hardware
 
 SHAPES = [(256, 35), (1024, 35), (1024, 100)]  # (hidden, sequence length); issue 3 and issue 6 shapes
@@ -53,15 +54,18 @@ def main(argv=None):
     ap.add_argument("--schemes", nargs="+", default=["semeniuta"])
     ap.add_argument("--hidden", type=int, nargs="+", help="hidden sizes to sweep at --seq (instead of the issue's shapes)")
     ap.add_argument("--seq", type=int, default=35)
+    ap.add_argument("--tf32", action="store_true", help="allow TF32 matmuls on the GPU (both torch.nn and recdrop)")
     ap.add_argument("--out", type=Path, help="write the table as CSV here (with hardware, torch and commit per row)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = args.tf32
     torch.manual_seed(0)
     print(f"# hardware: {hardware(args.device)} | threads: {torch.get_num_threads()} | torch {torch.__version__} "
-          f"| commit {git_commit()} | float32, batch {args.batch}")
+          f"| commit {git_commit()} | float32{' (TF32 matmuls)' if args.tf32 else ''}, batch {args.batch}")
     rows = []
     env = {"hardware": hardware(args.device), "device": args.device, "threads": torch.get_num_threads(),
-           "torch": torch.__version__, "commit": git_commit(), "batch": args.batch}
+           "torch": torch.__version__, "commit": git_commit(), "batch": args.batch, "tf32": args.tf32}
+    peak = peak_tflops(env["hardware"], args.tf32)
     shapes = [(h, args.seq) for h in args.hidden] if args.hidden else SHAPES
     for kind in args.kinds:
         for hidden, steps in shapes:
@@ -80,9 +84,15 @@ def main(argv=None):
                              "loop_ms": round(t_loop * 1e3, 2), "ratio": round(t_ours / t_ref, 2),
                              "loop_over_recdrop": round(t_loop / t_ours, 2), **env})
                 r = rows[-1]
+                flops = flops_per_step(kind, args.batch, hidden, hidden)
+                r["gflop_per_step"] = round(flops / 1e9, 4)
+                r["recdrop_tflops"] = round(flops * steps / t_ours / 1e12, 4)
+                r["peak_fraction"] = round(r["recdrop_tflops"] / peak, 4) if peak else None
                 print(f"{kind:4s} hidden {hidden:5d} seq {steps:4d} {scheme:14s} torch.nn {r['torch_nn_ms']:9.2f} ms"
                       f"   recdrop {r['recdrop_ms']:9.2f} ms ({'fused' if fused else 'loop'})"
-                      f"   ratio {r['ratio']:.2f}x   plain loop {r['loop_ms']:9.2f} ms", flush=True)
+                      f"   ratio {r['ratio']:.2f}x   plain loop {r['loop_ms']:9.2f} ms"
+                      f"   {r['gflop_per_step']:.3f} GFLOP/step, {r['recdrop_tflops']:.3f} TFLOP/s"
+                      + (f" = {r['peak_fraction']:.1%} of peak" if peak else " (peak unknown)"), flush=True)
     if args.out:
         buf = io.StringIO()
         w = csv.DictWriter(buf, fieldnames=list(rows[0]))

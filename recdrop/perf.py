@@ -3,12 +3,33 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 import pandas as pd
 
 BENCH_DIR = Path(__file__).resolve().parent.parent / "data" / "benchmarks"
 IMPLEMENTATIONS = {"torch_nn_ms": "torch.nn, no dropout", "recdrop_ms": "recdrop fast path, dropout 0.25",
                    "loop_ms": "recdrop plain loop, dropout 0.25"}
+
+
+GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
+# Dense peak TFLOP/s from NVIDIA's data sheets (SXM parts): plain float32, and TF32 on tensor cores.
+PEAK_TFLOPS = {"H100": {"fp32": 67.0, "tf32": 494.7}, "H200": {"fp32": 67.0, "tf32": 494.7}}
+
+
+def flops_per_step(kind: str, batch: int, input_size: int, hidden: int) -> int:
+    """Matmul FLOPs of one time step, forward + backward: the gate pre-activations
+    G*H x (input + hidden) per example (2 FLOPs a multiply-add) forward, twice that backward (the
+    gradients of the inputs and of the weights). Pointwise work is left out (it is O(B*H))."""
+    return 3 * 2 * batch * GATES[kind] * hidden * (input_size + hidden)
+
+
+def peak_tflops(hardware: str, tf32: bool) -> Optional[float]:
+    """The device's dense peak, where the data sheet is known (None for CPUs and other GPUs)."""
+    for name, peaks in PEAK_TFLOPS.items():
+        if name in hardware:
+            return peaks["tf32" if tf32 else "fp32"]
+    return None
 
 
 def load_benchmarks(folder: Path = BENCH_DIR) -> pd.DataFrame:
@@ -20,7 +41,8 @@ def load_benchmarks(folder: Path = BENCH_DIR) -> pd.DataFrame:
 def ratio_table(df: pd.DataFrame) -> pd.DataFrame:
     """Forward+backward time of each layer as a ratio to torch.nn without dropout (same machine, same run)."""
     cols = ["hardware", "threads", "torch", "commit", "kind", "hidden", "seq", "scheme", "torch_nn_ms",
-            "recdrop_ms", "ratio", "loop_ms", "loop_over_recdrop"]
+            "recdrop_ms", "ratio", "loop_ms", "loop_over_recdrop", "gflop_per_step", "recdrop_tflops",
+            "peak_fraction"]
     return df[[c for c in cols if c in df]].rename(columns={"ratio": "recdrop / torch.nn",
                                                             "loop_over_recdrop": "plain loop / recdrop"})
 
