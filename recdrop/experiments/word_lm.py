@@ -18,6 +18,8 @@ from .. import LSTM
 from ..config import ExperimentConfig
 from ..data.ptb import batchify, load_ptb
 from ..train import Task
+from .lm_tables import (FORWARD, RATES, SAMPLINGS, SCHEMES, Unit, best, cell_values, check_claims, lm_table,
+                        lm_table_wide, paper_values, plot_learning_curves, table_cells)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,42 +182,17 @@ class WordLMTask(Task):
         self.best_valid = state["best_valid"]
 
 
-FORWARD = {"without forward dropout": dict(input_dropout=0.0, output_dropout=0.0),
-           "with forward dropout": dict(input_dropout=0.2, output_dropout=0.5)}  # paper Table 2 caption
-SCHEMES = ("moon", "gal", "semeniuta")
-RATES = (0.25, 0.5)
-SAMPLINGS = ("per-step", "per-sequence")
-
-
 def grid(scale: str, config_class=WordLMConfig, **overrides):
     """Table 2's 26 runs: no recurrent dropout, and scheme x rate x sampling, each without and with
     forward dropout; recurrent masks with the `paper` scaling."""
-    cells = []
-    for forward, fwd in FORWARD.items():
-        cells.append(({"forward": forward, "scheme": "none", "rate": 0.0, "sampling": "-"}, dict(fwd)))
-        for scheme in SCHEMES:
-            for rate in RATES:
-                for sampling in SAMPLINGS:
-                    cells.append(({"forward": forward, "scheme": scheme, "rate": rate, "sampling": sampling},
-                                  dict(fwd, scheme=scheme, recurrent_dropout=rate, sampling=sampling)))
-    return [(label, config_class.at_scale(scale, **{**kw, **overrides})) for label, kw in cells]
+    return [(label, config_class.at_scale(scale, **{**kw, **overrides})) for label, kw in table_cells()]
 
 
 # -- Table 2, the claims of Sec. 4.2, Figure 2 ------------------------------------------------------
-TOLERANCE_REL = 0.05  # a cell is "reproduced" within 5% perplexity of the paper's (issue target)
-CELL_KEYS = ["forward", "scheme", "rate", "sampling"]
-PAPER_SCHEME = {"moon": "Moon et al. (2015)", "gal": "Gal (2015)", "semeniuta": "Ours", "none": "Ours"}
-METRICS = ["valid_ppl", "test_ppl", "valid_ppl_authors", "test_ppl_authors", "best_test_ppl"]
-
-
-def paper_row(rate: float, sampling: str) -> str:
-    return "0.0 --" if rate == 0 else f"{rate} {sampling}"
-
-
-def paper_value(paper, forward, scheme, rate, sampling, split) -> float:
-    """The paper's Table 2 number (``paper`` is paper_results(2) indexed by group, row, column)."""
-    key = (forward, paper_row(rate, sampling), f"{PAPER_SCHEME[scheme]} {split}")
-    return float(paper.loc[key, "value"])
+UNIT = Unit("ppl", digits=1, tolerance=0.05, relative=True)  # reproduced: within 5% perplexity (issue target)
+TOLERANCE_REL = UNIT.tolerance
+EXTRAS = (("ours, authors' ppl", "{split}_ppl_authors", ("Valid", "Test")),
+          ("ours, best-valid model", "best_test_ppl", ("Test",)))
 
 
 def table2(rows, paper_table: int = 2) -> "pd.DataFrame":
@@ -223,87 +200,23 @@ def table2(rows, paper_table: int = 2) -> "pd.DataFrame":
 
     ``ours`` is the standard perplexity (exp of the mean token NLL) of the final model, as the
     authors test; the authors' own perplexity and the best-validation model's are beside it."""
-    import pandas as pd
-
-    from ..paper import paper_results
-    from ..report import fmt_mean_sd, summarize
-
-    paper = paper_results(paper_table).set_index(["group", "row", "column"])
-    s = summarize(rows, CELL_KEYS, METRICS)
-    out = []
-    for _, r in s.iterrows():
-        n = int(r["n"])
-        for split in ("Valid", "Test"):
-            m = split.lower()
-            p = paper_value(paper, r["forward"], r["scheme"], r["rate"], r["sampling"], split)
-            mean = r[f"{m}_ppl_mean"]
-            delta = (mean - p) / p * 100 if n else None
-            out.append({"forward": r["forward"], "scheme": r["scheme"], "rate": r["rate"], "sampling": r["sampling"],
-                        "split": split, "paper": p, "ours": fmt_mean_sd(mean, r[f"{m}_ppl_std"], n),
-                        "ours, authors' ppl": fmt_mean_sd(r[f"{m}_ppl_authors_mean"], r[f"{m}_ppl_authors_std"], n),
-                        "ours, best-valid model": fmt_mean_sd(r["best_test_ppl_mean"], r["best_test_ppl_std"], n)
-                        if split == "Test" else "",
-                        "delta (%)": None if delta is None else round(delta, 1),
-                        "verdict": "not yet run" if not n else
-                        ("reproduced" if abs(delta) <= TOLERANCE_REL * 100 else "not reproduced")})
-    return pd.DataFrame(out)
+    return lm_table(rows, paper_table, UNIT, EXTRAS)
 
 
 def table2_wide(rows, paper_table: int = 2):
-    """The paper's layout, ours beside the paper's for every scheme and split, the best value of each
-    column and block in bold (as the paper bolds). Cells not run are empty."""
-    import pandas as pd
-
-    long = table2(rows, paper_table)
-    long["ours_value"] = pd.to_numeric(long["ours"].str.split(" ").str[0], errors="coerce")
-    long["setting"] = [paper_row(r, s) for r, s in zip(long["rate"], long["sampling"])]
-    parts = []
-    for source, col in (("paper", "paper"), ("ours", "ours_value")):
-        w = long.pivot_table(index=["forward", "setting"], columns=["scheme", "split"], values=col, sort=False,
-                             dropna=False)
-        w.columns = pd.MultiIndex.from_tuples([(sc, sp, source) for sc, sp in w.columns])
-        parts.append(w)
-    wide = pd.concat(parts, axis=1)
-    # the no-dropout row belongs to every scheme's column, as in the paper
-    order = [(sc, sp, src) for sc in SCHEMES for sp in ("Valid", "Test") for src in ("paper", "ours")]
-    for sc, sp, src in order:
-        none = wide[("none", sp, src)]
-        if (sc, sp, src) in wide:
-            wide[(sc, sp, src)] = wide[(sc, sp, src)].fillna(none)
-    wide = wide[[c for c in order if c in wide]]
-
-    def bold_best(block):
-        return ["font-weight: bold" if v == block.min() else "" for v in block]
-    styler = wide.style.format("{:.1f}", na_rep="not run")
-    for forward in FORWARD:
-        idx = pd.IndexSlice[forward, :]
-        styler = styler.apply(bold_best, subset=idx, axis=0)
-    return styler
+    """The paper's layout, ours beside the paper's, the best of each column and block in bold."""
+    return lm_table_wide(table2(rows, paper_table), UNIT)
 
 
 def claims(rows) -> "pd.DataFrame":
     """The observations (i)-(v) of Sec. 4.2, each evaluated on the paper's Table 2 and on ours
     (test perplexity of the final model)."""
-    import pandas as pd
-
-    from ..paper import paper_results
-    from ..report import summarize
-
-    paper = paper_results(2).set_index(["group", "row", "column"])
-    cells = [(f, sc, r, sm) for f in FORWARD for sc in SCHEMES for r in RATES for sm in SAMPLINGS] + \
-        [(f, "none", 0.0, "-") for f in FORWARD]
-    paper_ppl = {c: paper_value(paper, *c, "Test") for c in cells}
-    s = summarize(rows, CELL_KEYS, ["test_ppl"]).set_index(CELL_KEYS)
-    ours_ppl = {c: s.loc[c, "test_ppl_mean"] for c in cells if c in s.index and s.loc[c, "n"]}
-
-    def best(ppl, forward, scheme):
-        return min(ppl[(forward, scheme, r, sm)] for r in RATES for sm in SAMPLINGS)
+    wo, w = FORWARD
 
     def settings(ppl, test):
         """How many of the 4 (rate, forward) settings satisfy ``test(ppl, forward, rate)``."""
         return sum(bool(test(ppl, f, r)) for f in FORWARD for r in RATES)
 
-    wo, w = FORWARD
     checks = [
         ("(i) ours (Semeniuta) beats Moon and Gal: best cell of each scheme, both blocks",
          lambda p: all(best(p, f, "semeniuta") < min(best(p, f, "moon"), best(p, f, "gal")) for f in FORWARD)),
@@ -319,38 +232,13 @@ def claims(rows) -> "pd.DataFrame":
         ("(v) with forward dropout, ours and Gal both improve on forward dropout alone, ours more",
          lambda p: best(p, w, "semeniuta") < best(p, w, "gal") < p[(w, "none", 0.0, "-")]),
     ]
-    out = []
-    for claim, test in checks:
-        on_paper = "holds" if test(paper_ppl) else "does not hold"
-        try:
-            ours = "confirmed" if test(ours_ppl) else "not confirmed"
-        except KeyError:
-            ours = "not yet run"
-        out.append((claim, on_paper, ours))
-    return pd.DataFrame(out, columns=["observation (paper Sec. 4.2)", "on the paper's numbers", "on ours"])
+    return check_claims(checks, paper_values(2), cell_values(rows, "test_ppl"), "4.2")
 
 
 def plot_figure2(rows):
     """Figure 2: training (solid) and validation (dashed) perplexity per epoch, without and with
     0.25 per-step Semeniuta dropout (no forward dropout)."""
-    import matplotlib.pyplot as plt
-
-    from ..report import curves_frame
-
-    df = curves_frame(rows, CELL_KEYS)
-    fig, ax = plt.subplots(figsize=(6, 4))
-    wo = next(iter(FORWARD))
-    for (scheme, rate, sampling), color, name in (
-            (("none", 0.0, "-"), "tab:blue", "no dropout"),
-            (("semeniuta", 0.25, "per-step"), "tab:red", "0.25 per-step recurrent dropout (ours)")):
-        c = df[(df["forward"] == wo) & (df["scheme"] == scheme) & (df["rate"] == rate) & (df["sampling"] == sampling)]
-        if c.empty:
-            continue
-        c = c.groupby("epoch")[["train_ppl", "valid_ppl"]].mean()
-        ax.plot(c.index, c["train_ppl"], "-", color=color, label=f"{name}, training")
-        ax.plot(c.index, c["valid_ppl"], "--", color=color, label=f"{name}, validation")
-    ax.set_xlabel("epoch")
-    ax.set_ylabel("perplexity")
-    ax.set_yscale("log")
-    ax.legend(fontsize=8)
-    return fig
+    return plot_learning_curves(rows, "ppl", [
+        (("none", 0.0, "-"), "tab:blue", "no dropout"),
+        (("semeniuta", 0.25, "per-step"), "tab:red", "0.25 per-step recurrent dropout (ours)")],
+        "perplexity", log=True)

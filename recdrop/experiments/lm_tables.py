@@ -1,0 +1,192 @@
+"""What Tables 2 and 3 share: the 26-cell grid, the paper's layout with ours beside it, and the
+learning-curve plot. The word-level table is in perplexity, the character-level one in bits per
+character; ``Unit`` says which, and how far from the paper a cell may be to count as reproduced.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, List, Sequence, Tuple
+
+FORWARD = {"without forward dropout": dict(input_dropout=0.0, output_dropout=0.0),
+           "with forward dropout": dict(input_dropout=0.2, output_dropout=0.5)}  # Tables 2 and 3 captions
+SCHEMES = ("moon", "gal", "semeniuta")
+RATES = (0.25, 0.5)
+SAMPLINGS = ("per-step", "per-sequence")
+CELL_KEYS = ["forward", "scheme", "rate", "sampling"]
+PAPER_SCHEME = {"moon": "Moon et al. (2015)", "gal": "Gal (2015)", "semeniuta": "Ours", "none": "Ours"}
+Cell = Tuple[str, str, float, str]
+
+
+@dataclass(frozen=True)
+class Unit:
+    """The metric of a table: records hold ``valid_<name>`` and ``test_<name>``."""
+
+    name: str  # "ppl" or "bpc"
+    digits: int  # decimals shown
+    tolerance: float  # how far from the paper a cell may be to count as reproduced
+    relative: bool  # tolerance (and delta) relative to the paper's value, else absolute
+
+    def delta(self, ours: float, paper: float) -> float:
+        return (ours - paper) / paper * 100 if self.relative else ours - paper
+
+    @property
+    def delta_column(self) -> str:
+        return "delta (%)" if self.relative else f"delta ({self.name})"
+
+    def reproduced(self, ours: float, paper: float) -> bool:
+        return abs(self.delta(ours, paper)) <= (self.tolerance * 100 if self.relative else self.tolerance)
+
+
+def table_cells() -> List[Tuple[Dict[str, object], Dict[str, object]]]:
+    """(labels, config overrides) of the 26 cells: no recurrent dropout, and scheme x rate x
+    sampling, each without and with forward dropout."""
+    cells = []
+    for forward, fwd in FORWARD.items():
+        cells.append(({"forward": forward, "scheme": "none", "rate": 0.0, "sampling": "-"}, dict(fwd)))
+        for scheme in SCHEMES:
+            for rate in RATES:
+                for sampling in SAMPLINGS:
+                    cells.append(({"forward": forward, "scheme": scheme, "rate": rate, "sampling": sampling},
+                                  dict(fwd, scheme=scheme, recurrent_dropout=rate, sampling=sampling)))
+    return cells
+
+
+def all_cells() -> List[Cell]:
+    return [tuple(label[k] for k in CELL_KEYS) for label, _ in table_cells()]
+
+
+def paper_row(rate: float, sampling: str) -> str:
+    return "0.0 --" if rate == 0 else f"{rate} {sampling}"
+
+
+def paper_value(paper, forward, scheme, rate, sampling, split) -> float:
+    """The paper's number (``paper`` is paper_results(table) indexed by group, row, column)."""
+    key = (forward, paper_row(rate, sampling), f"{PAPER_SCHEME[scheme]} {split}")
+    return float(paper.loc[key, "value"])
+
+
+def lm_table(rows, paper_table: int, unit: Unit, extras: Sequence[Tuple[str, str, Tuple[str, ...]]] = ()):
+    """Long form: one row per cell and split, paper | ours (mean ± sd, n) | delta | verdict.
+
+    ``extras``: (column, metric with ``{split}`` for valid/test, splits it applies to) shown beside."""
+    import pandas as pd
+
+    from ..paper import paper_results
+    from ..report import fmt_mean_sd, summarize
+
+    metrics = sorted({f"{s}_{unit.name}" for s in ("valid", "test")} |
+                     {m.format(split=s.lower()) for _, m, splits in extras for s in splits})
+    paper = paper_results(paper_table).set_index(["group", "row", "column"])
+    s = summarize(rows, CELL_KEYS, metrics)
+    out = []
+    for _, r in s.iterrows():
+        n = int(r["n"])
+        for split in ("Valid", "Test"):
+            m = f"{split.lower()}_{unit.name}"
+            p = paper_value(paper, r["forward"], r["scheme"], r["rate"], r["sampling"], split)
+            mean = r[f"{m}_mean"]
+            delta = unit.delta(mean, p) if n else None
+            row = {"forward": r["forward"], "scheme": r["scheme"], "rate": r["rate"], "sampling": r["sampling"],
+                   "split": split, "paper": p, "ours": fmt_mean_sd(mean, r[f"{m}_std"], n, unit.digits)}
+            for column, metric, splits in extras:
+                key = metric.format(split=split.lower())
+                row[column] = fmt_mean_sd(r[f"{key}_mean"], r[f"{key}_std"], n, unit.digits) if split in splits else ""
+            row[unit.delta_column] = None if delta is None else round(delta, 1 if unit.relative else 3)
+            row["verdict"] = ("not yet run" if not n else
+                              "reproduced" if unit.reproduced(mean, p) else "not reproduced")
+            out.append(row)
+    return pd.DataFrame(out)
+
+
+def lm_table_wide(long, unit: Unit):
+    """The paper's layout from ``lm_table``'s output: ours beside the paper's for every scheme and
+    split, the best value of each column and block in bold (as the paper bolds); cells not run
+    are shown as such."""
+    import pandas as pd
+
+    long = long.copy()
+    long["ours_value"] = pd.to_numeric(long["ours"].str.split(" ").str[0], errors="coerce")
+    long["setting"] = [paper_row(r, s) for r, s in zip(long["rate"], long["sampling"])]
+    parts = []
+    for source, col in (("paper", "paper"), ("ours", "ours_value")):
+        w = long.pivot_table(index=["forward", "setting"], columns=["scheme", "split"], values=col, sort=False,
+                             dropna=False)
+        w.columns = pd.MultiIndex.from_tuples([(sc, sp, source) for sc, sp in w.columns])
+        parts.append(w)
+    wide = pd.concat(parts, axis=1)
+    # the no-dropout row belongs to every scheme's column, as in the paper
+    order = [(sc, sp, src) for sc in SCHEMES for sp in ("Valid", "Test") for src in ("paper", "ours")]
+    for sc, sp, src in order:
+        if ("none", sp, src) in wide and (sc, sp, src) in wide:
+            wide[(sc, sp, src)] = wide[(sc, sp, src)].fillna(wide[("none", sp, src)])
+    wide = wide[[c for c in order if c in wide]]
+
+    def bold_best(block):
+        return ["font-weight: bold" if v == block.min() else "" for v in block]
+    styler = wide.style.format(f"{{:.{unit.digits}f}}", na_rep="not run")
+    for forward in FORWARD:
+        if forward in wide.index.get_level_values(0):
+            styler = styler.apply(bold_best, subset=pd.IndexSlice[forward, :], axis=0)
+    return styler
+
+
+def cell_values(rows, metric: str) -> Dict[Cell, float]:
+    """Mean of ``metric`` over seeds for every cell that has a record."""
+    from ..report import summarize
+
+    s = summarize(rows, CELL_KEYS, [metric]).set_index(CELL_KEYS)
+    return {c: s.loc[c, f"{metric}_mean"] for c in s.index if s.loc[c, "n"]}
+
+
+def paper_values(paper_table: int, split: str = "Test") -> Dict[Cell, float]:
+    from ..paper import paper_results
+
+    paper = paper_results(paper_table).set_index(["group", "row", "column"])
+    return {c: paper_value(paper, *c, split) for c in all_cells()}
+
+
+def best(values: Dict[Cell, float], forward: str, scheme: str) -> float:
+    """The lowest value over the four (rate, sampling) cells of ``scheme``."""
+    return min(values[(forward, scheme, r, sm)] for r in RATES for sm in SAMPLINGS)
+
+
+def check_claims(checks, paper_vals: Dict[Cell, float], ours: Dict[Cell, float], section: str):
+    """Each (claim, test) evaluated on the paper's numbers and on ours ("not yet run" where a cell
+    it needs has no record)."""
+    import pandas as pd
+
+    out = []
+    for claim, test in checks:
+        on_paper = "holds" if test(paper_vals) else "does not hold"
+        try:
+            on_ours = "confirmed" if test(ours) else "not confirmed"
+        except KeyError:
+            on_ours = "not yet run"
+        out.append((claim, on_paper, on_ours))
+    return pd.DataFrame(out, columns=[f"observation (paper Sec. {section})", "on the paper's numbers", "on ours"])
+
+
+def plot_learning_curves(rows, unit: str, cells, ylabel: str, log: bool = False):
+    """Training (solid) and validation (dashed) ``train_<unit>`` and ``valid_<unit>`` per epoch of
+    each of ``cells`` ((scheme, rate, sampling), colour, legend name), without forward dropout."""
+    import matplotlib.pyplot as plt
+
+    from ..report import curves_frame
+
+    df = curves_frame(rows, CELL_KEYS)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    wo = next(iter(FORWARD))
+    for (scheme, rate, sampling), color, name in cells:
+        c = df[(df["forward"] == wo) & (df["scheme"] == scheme) & (df["rate"] == rate) & (df["sampling"] == sampling)]
+        if c.empty:
+            continue
+        c = c.groupby("epoch")[[f"train_{unit}", f"valid_{unit}"]].mean()
+        ax.plot(c.index, c[f"train_{unit}"], "-", color=color, label=f"{name}, training")
+        ax.plot(c.index, c[f"valid_{unit}"], "--", color=color, label=f"{name}, validation")
+    ax.set_xlabel("epoch")
+    ax.set_ylabel(ylabel)
+    if log:
+        ax.set_yscale("log")
+    if ax.lines:
+        ax.legend(fontsize=8)
+    return fig
