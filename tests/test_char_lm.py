@@ -1,0 +1,91 @@
+"""The character-level LM follows Sec. 4.3 of the paper; the choices it leaves open are tested too."""
+import math
+
+import pytest
+import torch
+
+from recdrop.data import data_root
+from recdrop.experiments import char_lm
+from recdrop.experiments.char_lm import CharLMConfig, CharLMTask, grid, sequences
+
+needs_data = pytest.mark.skipif(not (data_root() / "ptb_char").exists(), reason="PTB (characters) not available")
+
+
+def test_sequences_are_non_overlapping_windows_with_the_next_character_as_target():
+    s = sequences(torch.arange(23), 5)
+    assert s.shape == (4, 6)  # (23 - 1) // 5 windows; the tail is dropped
+    assert s[0].tolist() == [0, 1, 2, 3, 4, 5] and s[1].tolist() == [5, 6, 7, 8, 9, 10]
+    assert torch.equal(s[:, :-1].flatten(), torch.arange(20))  # every input character once
+    assert sequences(torch.arange(23), 5, limit=11).shape == (2, 6)
+
+
+def test_grid_is_table_3_plus_the_batch_size_check():
+    cells = grid("ci")
+    table = [(label, cfg) for label, cfg in cells if label["batch"] == "default"]
+    half = [(label, cfg) for label, cfg in cells if label["batch"] == "half"]
+    assert len(table) == 26 and len(half) == 2
+    for label, cfg in half:
+        assert label["forward"] == "without forward dropout"
+        assert cfg.batch_size == CharLMConfig.at_scale("ci").batch_size // 2
+        assert (label["scheme"], label["rate"]) in (("none", 0.0), ("semeniuta", 0.25))
+    for label, cfg in table:
+        assert cfg.scaling == "paper" and cfg.recurrent_dropout == label["rate"]
+        assert (cfg.input_dropout, cfg.output_dropout) == ((0.2, 0.5) if label["forward"] == "with forward dropout"
+                                                          else (0.0, 0.0))
+
+
+def test_paper_scale_settings():
+    c = CharLMConfig.at_scale("paper")
+    assert (c.embedding_size, c.hidden_size, c.init_scale, c.lr, c.epochs, c.lr_decay, c.decay_from_epoch,
+            c.clip_norm, c.seq_len) == (256, 1024, 0.01, 0.001, 50, 0.97, 10, 10.0, 100)
+    with pytest.raises(ValueError, match="seq_len"):
+        CharLMConfig.at_scale("ci", seq_len=0)
+
+
+@pytest.fixture(scope="module")
+def task():
+    torch.manual_seed(0)
+    return CharLMTask(CharLMConfig.at_scale("ci"), "cpu", 0)
+
+
+@needs_data
+def test_parameters_uniform_in_001_and_adam(task):
+    for p in task.model.parameters():
+        assert 0.009 < p.abs().max() <= 0.01
+    assert isinstance(task.optimizer, torch.optim.Adam)
+
+
+@needs_data
+def test_batches_cover_every_sequence_once_in_a_fixed_order_per_epoch(task):
+    b0, b0_again, b1 = task.batches(0), task.batches(0), task.batches(1)
+    assert all(torch.equal(x, y) for x, y in zip(b0, b0_again))
+    assert sorted(torch.cat(b0).tolist()) == list(range(task.train_seqs.shape[0]))
+    assert not torch.equal(torch.cat(b0), torch.cat(b1))
+    assert max(len(b) for b in b0) == task.cfg.batch_size
+
+
+@needs_data
+def test_bpc_of_a_uniform_model_is_log2_of_the_vocabulary(task):
+    state = {k: v.clone() for k, v in task.model.state_dict().items()}
+    with torch.no_grad():
+        task.model.out.weight.zero_()
+        task.model.out.bias.zero_()
+    assert task.bpc(task.valid_seqs) == pytest.approx(math.log2(50), rel=1e-6)
+    task.model.load_state_dict(state)
+
+
+@needs_data
+def test_learning_rate_decays_by_097_from_epoch_10():
+    t = CharLMTask(CharLMConfig.at_scale("ci", decay_from_epoch=3, epochs=5), "cpu", 0)
+    lrs = []
+    for epoch in range(5):
+        t.end_epoch(epoch, {"valid_bpc": 1.0})
+        lrs.append(t.optimizer.param_groups[0]["lr"])
+    assert lrs == pytest.approx([1e-3, 1e-3, 1e-3 * 0.97, 1e-3 * 0.97 ** 2, 1e-3 * 0.97 ** 3])
+
+
+def test_claims_need_every_cell():
+    rows = [{**label, "seed": 0, "config": cfg, "record": None} for label, cfg in grid("ci")]
+    rows[0]["record"] = {"metrics": {"test_bpc": 1.0, "valid_bpc": 1.0, "best_test_bpc": 1.0}}
+    assert set(char_lm.claims(rows)["on ours"]) == {"not yet run"}
+    assert set(char_lm.claims(rows)["on the paper's numbers"]) == {"holds"}
