@@ -27,6 +27,18 @@ def _at(factor, k: int, per_step: bool):
     return factor
 
 
+def _steps(factor, steps: int, per_step: bool) -> list:
+    """The factor of every processing step: a per-step mask's slices, else the factor repeated."""
+    if per_step and isinstance(factor, Tensor):
+        return list(factor.unbind(0))
+    return [factor] * steps
+
+
+def _steps_of(buffer: Optional[Tensor], steps: int) -> list:
+    """A (T, ...) buffer's per-step views, or Nones where there is no buffer."""
+    return [None] * steps if buffer is None else list(buffer.unbind(0))
+
+
 def _first_order_only() -> None:
     """Grad mode is on inside a backward only under create_graph=True (higher-order gradients)."""
     if torch.is_grad_enabled():
@@ -56,28 +68,35 @@ class _LSTMSequence(torch.autograd.Function):
         hin_all = None if gal is None else gx.new_empty(steps, *h0.shape)  # d(h_{t-1}) entering the gates
         gsem_all = None if sem is None else gx.new_empty(steps, *h0.shape)  # d(g_t)
         use_triton = triton_lstm.usable(gx)
+        # Per-step views made once (unbind), not indexed inside the loop: on small layers the
+        # loop's Python and dispatch overhead is a good part of the time.
+        gals, sems, moons = (_steps(f, steps, per_step) for f in (gal, sem, moon))
+        gx_k, gates_k, c_k, tc_k, ys_k = (t.unbind(0) for t in (gx, gates_all, c_all, tc_all, ys))
+        hin_k = _steps_of(hin_all, steps)
+        gsem_k = _steps_of(gsem_all, steps)
+        if_k, g_k, o_k = (gates_all[..., a * hidden:b * hidden].unbind(0) for a, b in ((0, 2), (2, 3), (3, 4)))
+        i_k, f_k = (gates_all[..., a * hidden:(a + 1) * hidden].unbind(0) for a in (0, 1))
         h = h0
         for k in range(steps):
             if gal is not None:
-                h = torch.mul(h, _at(gal, k, per_step), out=hin_all[k])  # Eq. 7
-            gates = torch.addmm(gx[k], h, w_t, out=gates_all[k])
+                h = torch.mul(h, gals[k], out=hin_k[k])  # Eq. 7
+            gates = torch.addmm(gx_k[k], h, w_t, out=gates_k[k])
             if use_triton:  # the rest of the step in one kernel
-                triton_lstm.lstm_forward_step(gates, c_all[k], _at(sem, k, per_step), _at(moon, k, per_step),
-                                              None if gsem_all is None else gsem_all[k], c_all[k + 1], tc_all[k],
-                                              ys[k], relu)
-                h = ys[k]
+                triton_lstm.lstm_forward_step(gates, c_k[k], sems[k], moons[k], gsem_k[k], c_k[k + 1], tc_k[k],
+                                              ys_k[k], relu)
+                h = ys_k[k]
                 continue
-            torch.sigmoid_(gates[:, :2 * hidden])
-            g = act_(gates[:, 2 * hidden:3 * hidden])
-            o = torch.sigmoid_(gates[:, 3 * hidden:])
+            torch.sigmoid_(if_k[k])
+            g = act_(g_k[k])
+            torch.sigmoid_(o_k[k])
             if sem is not None:
-                g = torch.mul(g, _at(sem, k, per_step), out=gsem_all[k])  # Eq. 9
-            c = torch.mul(gates[:, hidden:2 * hidden], c_all[k], out=c_all[k + 1])
-            c.addcmul_(gates[:, :hidden], g)
+                g = torch.mul(g, sems[k], out=gsem_k[k])  # Eq. 9
+            c = torch.mul(f_k[k], c_k[k], out=c_k[k + 1])
+            c.addcmul_(i_k[k], g)
             if moon is not None:
-                c.mul_(_at(moon, k, per_step))  # Eq. 8
-            tc = torch.clamp_min(c, 0.0, out=tc_all[k]) if relu else torch.tanh(c, out=tc_all[k])
-            h = torch.mul(o, tc, out=ys[k])
+                c.mul_(moons[k])  # Eq. 8
+            tc = torch.clamp_min(c, 0.0, out=tc_k[k]) if relu else torch.tanh(c, out=tc_k[k])
+            h = torch.mul(o_k[k], tc, out=ys_k[k])
         ctx.save_for_backward(w_hh, h0, gates_all, c_all, tc_all, ys, hin_all, gsem_all)
         ctx.factors = (gal, sem, moon)
         ctx.flags = (per_step, relu, reverse, use_triton)
@@ -94,14 +113,14 @@ class _LSTMSequence(torch.autograd.Function):
             d_ys = d_ys.flip(0)
         i, f, g, o = gates_all.chunk(4, dim=-1)  # after their activations
         # Local derivatives for all steps at once: d pre-activation = (dc or dh) * local[k].
-        local = torch.empty_like(gates_all)
+        local = torch.addcmul(gates_all, gates_all, gates_all, value=-1.0)  # s (1 - s) for the sigmoid gates
         l_i, l_f, l_g, l_o = local.chunk(4, dim=-1)
-        torch.mul(g if gsem_all is None else gsem_all, i * (1 - i), out=l_i)
-        torch.mul(c_all[:-1], f * (1 - f), out=l_f)
+        l_i.mul_(g if gsem_all is None else gsem_all)
+        l_f.mul_(c_all[:-1])
+        l_o.mul_(tc_all)
         torch.mul(i, (g > 0).to(g.dtype) if relu else 1 - g * g, out=l_g)
         if sem is not None:
             l_g.mul_(sem)
-        torch.mul(tc_all, o * (1 - o), out=l_o)
         o_dtc = o * ((tc_all > 0).to(tc_all.dtype) if relu else 1 - tc_all * tc_all)  # d h_t / d c_t
         d_gates = torch.empty_like(gates_all)
         dh = torch.zeros_like(h0) if d_hn is None else d_hn
@@ -117,21 +136,23 @@ def _lstm_backward_torch(dh, dc, d_ys, o_dtc, local, gates_all, d_gates, w_hh, g
     """The backward loop over the steps, 7 kernels a step; fills ``d_gates``, returns (dh_0, dc_0)."""
     steps, batch, four_h = gates_all.shape
     hidden = four_h // 4
-    f = gates_all[..., hidden:2 * hidden]
-    local_ifg = local.view(steps, batch, 4, hidden)[:, :, :3]
-    d_ifg = d_gates.view(steps, batch, 4, hidden)[:, :, :3]
-    local_o, d_o = local[..., 3 * hidden:], d_gates[..., 3 * hidden:]
+    gals, moons = _steps(gal, steps, per_step), _steps(moon, steps, per_step)
+    f_k = gates_all[..., hidden:2 * hidden].unbind(0)
+    local_ifg_k = local.view(steps, batch, 4, hidden)[:, :, :3].unbind(0)
+    d_ifg_k = d_gates.view(steps, batch, 4, hidden)[:, :, :3].unbind(0)
+    local_o_k, d_o_k = local[..., 3 * hidden:].unbind(0), d_gates[..., 3 * hidden:].unbind(0)
+    d_ys_k, o_dtc_k, d_gates_k = d_ys.unbind(0), o_dtc.unbind(0), d_gates.unbind(0)
     for k in range(steps - 1, -1, -1):
-        dh = dh + d_ys[k]
-        dc = torch.addcmul(dc, dh, o_dtc[k])  # through h_t = o * act(c_t)
+        dh = dh + d_ys_k[k]
+        dc = torch.addcmul(dc, dh, o_dtc_k[k])  # through h_t = o * act(c_t)
         if moon is not None:
-            dc = dc * _at(moon, k, per_step)  # c_t = d(f * c_{t-1} + i * d(g_t))
-        torch.mul(dc.unsqueeze(1), local_ifg[k], out=d_ifg[k])
-        torch.mul(dh, local_o[k], out=d_o[k])
-        dc = dc * f[k]
-        dh = torch.mm(d_gates[k], w_hh)
+            dc = dc * moons[k]  # c_t = d(f * c_{t-1} + i * d(g_t))
+        torch.mul(dc.unsqueeze(1), local_ifg_k[k], out=d_ifg_k[k])
+        torch.mul(dh, local_o_k[k], out=d_o_k[k])
+        dc = dc * f_k[k]
+        dh = torch.mm(d_gates_k[k], w_hh)
         if gal is not None:
-            dh = dh * _at(gal, k, per_step)
+            dh = dh * gals[k]
     return dh, dc
 
 

@@ -149,12 +149,16 @@ class _RecurrentLayer(nn.Module):
         b_hh = getattr(self, f"bias_hh_l{layer}{sfx}") if self.bias else None
         per_step = self.rdrop.sampling == "per-step"
         factors = self.rdrop.factors(masks, self.training, per_step=per_step)
-        gx = F.linear(x, w_ih, b_ih)  # (T, B, G*H): all input projections in one matmul
         if self.fused:
+            if self.kind == "GRU":  # b_hn sits inside r * (W_hn h + b_hn): it stays with the recurrence
+                return gru_sequence(F.linear(x, w_ih, b_ih), state[0], w_hh, b_hh, factors, self.nonlinearity,
+                                    reverse)
+            # LSTM, RNN: both biases in the one input-projection matmul
+            gx = F.linear(x, w_ih, b_ih if b_hh is None else b_ih + b_hh)
             if self.kind == "LSTM":
-                return lstm_sequence(gx, state[0], state[1], w_hh, b_hh, factors, self.nonlinearity, reverse)
-            run = gru_sequence if self.kind == "GRU" else rnn_sequence
-            return run(gx, state[0], w_hh, b_hh, factors, self.nonlinearity, reverse)
+                return lstm_sequence(gx, state[0], state[1], w_hh, None, factors, self.nonlinearity, reverse)
+            return rnn_sequence(gx, state[0], w_hh, None, factors, self.nonlinearity, reverse)
+        gx = F.linear(x, w_ih, b_ih)  # (T, B, G*H): all input projections in one matmul
         steps = x.shape[0]
         order = range(steps - 1, -1, -1) if reverse else range(steps)
         outs: List[Optional[Tensor]] = [None] * steps
