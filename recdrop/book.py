@@ -21,7 +21,8 @@ from .report import best_scale
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = {"temporal_order": "notebooks/temporal_order.ipynb", "word_lm": "notebooks/word_lm.ipynb",
-             "char_lm": "notebooks/char_lm.ipynb", "performance": "notebooks/performance.ipynb"}  # experiment -> notebook, book order
+             "char_lm": "notebooks/char_lm.ipynb", "ner": "notebooks/ner.ipynb",
+             "performance": "notebooks/performance.ipynb"}  # experiment -> notebook, book order
 
 
 def execute_notebooks(scale: str | None = None, train: bool = False) -> None:

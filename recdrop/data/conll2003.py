@@ -58,4 +58,4 @@ def entity_f1(true_tags: Sequence[Sequence[str]], predicted_tags: Sequence[Seque
 
     if len(true_tags) != len(predicted_tags) or any(len(t) != len(p) for t, p in zip(true_tags, predicted_tags)):
         raise ValueError("true_tags and predicted_tags must have the same sentences of the same lengths")
-    return 100.0 * f1_score([list(t) for t in true_tags], [list(p) for p in predicted_tags])
+    return float(100.0 * f1_score([list(t) for t in true_tags], [list(p) for p in predicted_tags]))

@@ -1,0 +1,70 @@
+"""The NER tagger follows Sec. 4.4 of the paper: windows, caps features, length expansion, F1."""
+import pytest
+import torch
+
+from recdrop.data import data_root
+from recdrop.data.conll2003 import Sentence
+from recdrop.experiments import ner
+from recdrop.experiments.ner import CAPS, NERConfig, caps_feature, gather, grid, make_split, span_starts
+
+needs_conll = pytest.mark.skipif(not (data_root() / "conll2003").exists(), reason="CoNLL-2003 not available")
+
+
+def test_caps_feature_classes():
+    assert [CAPS[caps_feature(w)] for w in ("the", "Paris", "EU", "McDonald", "1996", "I")] == \
+        ["lower", "title", "upper", "mixed", "no letters", "upper"]
+
+
+def test_windows_are_the_word_two_before_and_two_after_padded_at_the_edges():
+    s = make_split([Sentence(["a", "b", "c"], ["O", "I-PER", "O"])], {"a": 2, "b": 3, "c": 4},
+                   {"O": 0, "I-PER": 1}, window=5)
+    assert s.windows.tolist() == [[0, 0, 2, 3, 4], [0, 2, 3, 4, 0], [2, 3, 4, 0, 0]]
+    pad = CAPS.index("padding")
+    assert s.caps[0].tolist() == [pad, pad, 0, 0, 0] and s.tags.tolist() == [0, 1, 0]
+
+
+def test_spans_stay_inside_sentences_and_short_sentences_are_whole():
+    s = make_split([Sentence(list("abcdefg"), ["O"] * 7), Sentence(list("xy"), ["O"] * 2)],
+                   {}, {"O": 0}, window=5)
+    spans = span_starts(s, 5)
+    assert spans.tolist() == [[0, 5, 0], [1, 5, 0], [2, 5, 0], [7, 2, 1]]
+    windows, caps, tags, mask = gather(s, spans[:, 0], spans[:, 1], 5)
+    assert windows.shape == (5, 4, 5) and mask[:, 3].tolist() == [True, True, False, False, False]
+    assert (windows[2:, 3] == ner.PAD).all()
+
+
+def test_grid_is_table_4_and_paper_settings():
+    cells = grid("ci")
+    assert [(label["cell"], label["rate"]) for label, _ in cells] == \
+        [(c, r) for c in ("RNN", "LSTM", "GRU") for r in (0.0, 0.25)]
+    c = NERConfig.at_scale("paper")
+    assert (c.hidden_size, c.nonlinearity, c.scheme, c.sampling, c.input_dropout, c.output_dropout, c.lr, c.rho,
+            c.lr_decay, c.short_len, c.short_epochs, c.long_len, c.long_epochs, c.window) == \
+        (1024, "relu", "semeniuta", "per-sequence", 0.2, 0.5, 0.01, 0.9, 0.99, 5, 25, 15, 10, 5)
+    with pytest.raises(ValueError, match="cell"):
+        NERConfig.at_scale("ci", cell="Transformer")
+    with pytest.raises(ValueError, match="window"):
+        NERConfig.at_scale("ci", window=4)
+
+
+@needs_conll
+def test_training_switches_to_long_spans_and_scores_test_at_each_stage_end(tmp_path, monkeypatch):
+    from recdrop.store import RunStore
+    from recdrop.train import train_run
+
+    monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "cache"))
+    cfg = NERConfig.at_scale("ci", short_epochs=2, long_epochs=1)
+    rec = train_run(ner.NERTask, cfg, store=RunStore(tmp_path), progress=False)
+    curves = rec["curves"]
+    assert [c["span_len"] for c in curves] == [5, 5, 15]
+    assert [c["test_f1"] is not None for c in curves] == [False, True, True]
+    assert rec["metrics"]["test_f1_short"] == curves[1]["test_f1"]
+    assert rec["metrics"]["test_f1_long"] == curves[2]["test_f1"]
+    assert curves[2]["lr"] == pytest.approx(0.01 * 0.99 ** 2)
+    assert "GloVe" in rec["metrics"]["embeddings"]
+
+
+def test_claims_are_not_yet_run_without_records():
+    rows = [{**label, "seed": 0, "config": cfg, "record": None} for label, cfg in grid("ci")]
+    out = ner.claims(rows)
+    assert set(out["on ours"]) == {"not yet run"} and set(out["on the paper's numbers"]) == {"holds"}
