@@ -22,6 +22,7 @@ from .report import best_scale
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = {"temporal_order": "notebooks/temporal_order.ipynb", "word_lm": "notebooks/word_lm.ipynb",
              "char_lm": "notebooks/char_lm.ipynb", "ner": "notebooks/ner.ipynb",
+             "sentiment": "notebooks/sentiment.ipynb",
              "performance": "notebooks/performance.ipynb"}  # experiment -> notebook, book order
 
 

@@ -100,3 +100,17 @@ def load_vectors(name_or_path: str, keep: Optional[Iterable[str]] = None) -> Wor
         raise FileNotFoundError(f"embeddings={name_or_path!r}: neither {GLOVE!r} nor an existing word2vec "
                                 f"binary file (e.g. GoogleNews-vectors-negative300.bin)")
     return read_word2vec_binary(path, keep)
+
+
+def embedding_table(words: Iterable[str], name_or_path: str):
+    """(word -> row, ``(2 + n, dim)`` float32 table, source) for a vocabulary: row 0 is padding,
+    row 1 the unknown word (both zeros), then one row per word of ``words`` that has a vector."""
+    words = set(words)
+    vectors = load_vectors(name_or_path, keep=words)
+    word_row = {}
+    for w in words:
+        i = vectors.lookup(w)
+        if i is not None:
+            word_row[w] = 2 + i
+    table = np.concatenate([np.zeros((2, vectors.dim), dtype=np.float32), vectors.vectors])
+    return word_row, table, vectors.source

@@ -12,20 +12,19 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Dict, List, Optional, Tuple
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
 from .. import layers
 from ..config import ExperimentConfig
 from ..data.conll2003 import entity_f1, load_conll2003
-from ..data.embeddings import GLOVE, load_vectors
+from ..data.embeddings import GLOVE, embedding_table
 from ..train import Task
 
 CELLS = ("RNN", "LSTM", "GRU")
 RATES = (0.0, 0.25)
 CAPS = ("lower", "title", "upper", "mixed", "no letters", "padding")  # capitalisation feature, one-hot
-PAD, UNK = 0, 1  # word rows: zeros, static like the rest
+PAD, UNK = 0, 1  # word rows of embedding_table: zeros, static like the rest
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,17 +131,11 @@ def data(embeddings: str):
     """(splits, tag names, word vectors as a tensor with the PAD and UNK rows first), cached."""
     if embeddings not in _DATA_CACHE:
         corpus = load_conll2003()
-        words = {w for split in corpus.values() for s in split for w in s.words}
-        vectors = load_vectors(embeddings, keep=words)
-        word_row = {}
-        for w in words:
-            i = vectors.lookup(w)
-            if i is not None:
-                word_row[w] = 2 + i
-        table = np.concatenate([np.zeros((2, vectors.dim), dtype=np.float32), vectors.vectors])
+        word_row, table, source = embedding_table({w for split in corpus.values() for s in split for w in s.words},
+                                                  embeddings)
         tag_names = sorted({t for s in corpus["train"] for t in s.tags})
         tag_id = {t: i for i, t in enumerate(tag_names)}
-        _DATA_CACHE[embeddings] = (corpus, word_row, tag_names, tag_id, torch.from_numpy(table), vectors.source)
+        _DATA_CACHE[embeddings] = (corpus, word_row, tag_names, tag_id, torch.from_numpy(table), source)
     return _DATA_CACHE[embeddings]
 
 

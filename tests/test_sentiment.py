@@ -1,0 +1,62 @@
+"""The sentiment classifier follows Sec. 4.5: the label read at each message's last word, per-step
+masks, RMSProp 0.001; pre-training from emoticons is pluggable."""
+import pytest
+import torch
+
+from recdrop.data import data_root
+from recdrop.experiments import sentiment
+from recdrop.experiments.sentiment import Classifier, SentimentConfig, encode, grid, read_pretrain_corpus
+
+needs_semeval = pytest.mark.skipif(not (data_root() / "semeval").exists(), reason="SemEval data not available")
+
+
+def test_encode_pads_and_keeps_lengths():
+    rows, lengths, labels = encode([(["a", "b", "c"], "positive"), ([], "negative")], {"a": 2, "b": 3})
+    assert rows.tolist() == [[2, 1], [3, 0], [1, 0]]  # "c" unknown; an empty message is one unknown word
+    assert lengths.tolist() == [3, 1] and labels.tolist() == [2, 0]
+
+
+def test_the_label_is_read_at_each_messages_last_word():
+    torch.manual_seed(0)
+    cfg = SentimentConfig.at_scale("ci", input_dropout=0.0, output_dropout=0.0)
+    model = Classifier(cfg, torch.randn(6, 4)).eval()
+    rows = torch.tensor([[2, 3], [4, 5], [5, 0]])
+    both = model(rows, torch.tensor([3, 2]))
+    alone = model(rows[:2, 1:], torch.tensor([2]))  # the second message without its padding
+    torch.testing.assert_close(both[1:], alone)
+
+
+def test_grid_and_paper_settings():
+    assert [(l["cell"], l["rate"]) for l, _ in grid("ci")] == [(c, r) for c in ("RNN", "LSTM", "GRU") for r in (0.0, 0.25)]
+    c = SentimentConfig.at_scale("paper")
+    assert (c.hidden_size, c.lr, c.sampling, c.scheme, c.nonlinearity) == (500, 0.001, "per-step", "semeniuta", "relu")
+    with pytest.raises(ValueError, match="pretrain_corpus"):
+        SentimentConfig.at_scale("ci", pretrain_corpus="/no/such/file.txt")
+
+
+def test_pretrain_corpus_is_labelled_by_emoticons(tmp_path):
+    f = tmp_path / "weak.txt"
+    f.write_text("love it :)\nhate it :(\nno idea\nboth :) :(\n")
+    weak = read_pretrain_corpus(str(f))
+    assert [(m.text, m.label) for m in weak] == [("love it", "positive"), ("hate it", "negative")]
+
+
+@needs_semeval
+def test_pretraining_runs_before_training_and_is_recorded(tmp_path, monkeypatch):
+    from recdrop.store import RunStore
+    from recdrop.train import train_run
+
+    f = tmp_path / "weak.txt"
+    f.write_text("good game :)\nbad day :(\n" * 20)
+    monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "cache"))
+    cfg = SentimentConfig.at_scale("ci", epochs=1, pretrain_corpus=str(f))
+    rec = train_run(sentiment.SentimentTask, cfg, store=RunStore(tmp_path), progress=False)
+    assert rec["metrics"]["pretrained_messages"] == 40
+    assert set(k for k in rec["metrics"] if k.startswith("test_f1:")) == \
+        {f"test_f1:{t}" for t in ("Twitter13", "LiveJournal14", "Twitter15", "Twitter14", "SMS13", "Sarcasm14")}
+
+
+def test_claims_are_not_yet_run_without_records():
+    rows = [{**label, "seed": 0, "config": cfg, "record": None} for label, cfg in grid("ci")]
+    out = sentiment.claims(rows)
+    assert set(out["on ours"]) == {"not yet run"} and set(out["on the paper's numbers"]) == {"holds"}
