@@ -314,3 +314,24 @@ def claims(rows) -> "pd.DataFrame":
     out.append(("Moon, inverted scaling (Sec. 3, after Eq. 18): the cell state is larger in training than at test",
                 verdict))
     return pd.DataFrame(out, columns=["claim (paper Sec. 4.1 / Sec. 3)", "ours"])
+
+
+def moon_vs_ours_per_sequence(rows) -> "pd.DataFrame":
+    """Moon's and our per-sequence cells (paper scaling) side by side: with a zero initial state
+    they train identically (see the schemes chapter), so their training losses should agree at
+    every epoch and only the test accuracy, where Moon's (1-p) compounds, may differ."""
+    import pandas as pd
+
+    pick = {(r["length"], r["scheme"], r["seed"]): r["record"] for r in rows
+            if r.get("record") and r["sampling"] == "per-sequence" and r["scaling"] == "paper"}
+    out = []
+    for (length, scheme, seed), moon in sorted(pick.items()):
+        ours = pick.get((length, "semeniuta", seed))
+        if scheme != "moon" or ours is None:
+            continue
+        diff = max(abs(a["train_loss"] - b["train_loss"]) for a, b in zip(moon["curves"], ours["curves"]))
+        out.append({"length": length, "seed": seed, "epochs": len(moon["curves"]),
+                    "max |train loss, Moon - ours|": diff, "Moon test acc (%)": 100 * moon["metrics"]["test_acc"],
+                    "ours test acc (%)": 100 * ours["metrics"]["test_acc"]})
+    return pd.DataFrame(out, columns=["length", "seed", "epochs", "max |train loss, Moon - ours|",
+                                      "Moon test acc (%)", "ours test acc (%)"])
