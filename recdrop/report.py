@@ -69,3 +69,17 @@ def curves_frame(rows: List[Dict[str, Any]], keys: List[str]) -> pd.DataFrame:
                 c[k] = r[k]
             frames.append(c)
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=keys + ["seed", "epoch"])
+
+
+def check_claims(checks, paper_vals: Dict[Any, float], ours: Dict[Any, float], section: str) -> pd.DataFrame:
+    """Each (claim, test) evaluated on the paper's numbers and on ours ("not yet run" where a cell
+    it needs has no record)."""
+    out = []
+    for claim, test in checks:
+        on_paper = "holds" if test(paper_vals) else "does not hold"
+        try:
+            on_ours = "confirmed" if test(ours) else "not confirmed"
+        except KeyError:
+            on_ours = "not yet run"
+        out.append((claim, on_paper, on_ours))
+    return pd.DataFrame(out, columns=[f"observation (paper Sec. {section})", "on the paper's numbers", "on ours"])

@@ -1,6 +1,5 @@
 """The NER tagger follows Sec. 4.4 of the paper: windows, caps features, length expansion, F1."""
 import pytest
-import torch
 
 from recdrop.data import data_root
 from recdrop.data.conll2003 import Sentence

@@ -16,8 +16,9 @@ import torch.nn.functional as F
 
 from ..config import ExperimentConfig
 from ..data.ptb import load_ptb_char
+from ..report import check_claims
 from ..train import Task
-from .lm_tables import (FORWARD, Unit, all_cells, best, cell_values, check_claims, lm_table,
+from .lm_tables import (FORWARD, Unit, all_cells, best, cell_values, lm_table,
                         lm_table_wide, paper_values, plot_learning_curves, table_cells)
 from .word_lm import WordLM
 

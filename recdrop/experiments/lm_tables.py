@@ -150,22 +150,6 @@ def best(values: Dict[Cell, float], forward: str, scheme: str) -> float:
     return min(values[(forward, scheme, r, sm)] for r in RATES for sm in SAMPLINGS)
 
 
-def check_claims(checks, paper_vals: Dict[Cell, float], ours: Dict[Cell, float], section: str):
-    """Each (claim, test) evaluated on the paper's numbers and on ours ("not yet run" where a cell
-    it needs has no record)."""
-    import pandas as pd
-
-    out = []
-    for claim, test in checks:
-        on_paper = "holds" if test(paper_vals) else "does not hold"
-        try:
-            on_ours = "confirmed" if test(ours) else "not confirmed"
-        except KeyError:
-            on_ours = "not yet run"
-        out.append((claim, on_paper, on_ours))
-    return pd.DataFrame(out, columns=[f"observation (paper Sec. {section})", "on the paper's numbers", "on ours"])
-
-
 def plot_learning_curves(rows, unit: str, cells, ylabel: str, log: bool = False):
     """Training (solid) and validation (dashed) ``train_<unit>`` and ``valid_<unit>`` per epoch of
     each of ``cells`` ((scheme, rate, sampling), colour, legend name), without forward dropout."""

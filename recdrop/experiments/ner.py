@@ -19,6 +19,7 @@ from .. import layers
 from ..config import ExperimentConfig
 from ..data.conll2003 import entity_f1, load_conll2003
 from ..data.embeddings import GLOVE, embedding_table
+from ..report import check_claims
 from ..train import Task
 
 CELLS = ("RNN", "LSTM", "GRU")
@@ -315,8 +316,6 @@ def table4_wide(rows):
 
 def claims(rows) -> "pd.DataFrame":
     """The observations of Sec. 4.4 on the paper's Table 4 and on ours (test F1)."""
-    import pandas as pd
-
     from ..paper import paper_results
     from ..report import summarize
 
@@ -334,11 +333,4 @@ def claims(rows) -> "pd.DataFrame":
                lambda f: all(gain(f, st, c) > 0 for st in STAGES for c in CELLS)),
               ("the gain is larger after the 5-word stage than after the 15-word stage, for every cell",
                lambda f: all(gain(f, "short", c) > gain(f, "long", c) for c in CELLS))]
-    out = []
-    for claim, test in checks:
-        try:
-            on_ours = "confirmed" if test(ours) else "not confirmed"
-        except KeyError:
-            on_ours = "not yet run"
-        out.append((claim, "holds" if test(paper_f1) else "does not hold", on_ours))
-    return pd.DataFrame(out, columns=["observation (paper Sec. 4.4)", "on the paper's numbers", "on ours"])
+    return check_claims(checks, paper_f1, ours, "4.4")

@@ -17,8 +17,9 @@ import torch.nn.functional as F
 from .. import LSTM
 from ..config import ExperimentConfig
 from ..data.ptb import batchify, load_ptb
+from ..report import check_claims
 from ..train import Task
-from .lm_tables import (FORWARD, RATES, SAMPLINGS, SCHEMES, Unit, best, cell_values, check_claims, lm_table,
+from .lm_tables import (FORWARD, RATES, SAMPLINGS, SCHEMES, Unit, best, cell_values, lm_table,
                         lm_table_wide, paper_values, plot_learning_curves, table_cells)
 
 
