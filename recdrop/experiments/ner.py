@@ -305,7 +305,7 @@ def table4(rows) -> "pd.DataFrame":
 def table4_wide(rows):
     """The paper's layout: stage and rate down, cell across, paper | ours."""
     long = table4(rows)
-    long["ours"] = long["ours test F1"].str.split(" ").str[0]
+    long["ours"] = long["ours test F1"].str.replace(r" ± .*", "", regex=True)  # the mean, or "not yet run"
     wide = long.pivot_table(index=["stage", "rate"], columns="cell", values=["paper test F1"], sort=False)
     wide.columns = [f"{c} paper" for _, c in wide.columns]
     ours = long.set_index(["stage", "rate", "cell"])["ours"].unstack("cell")
