@@ -195,51 +195,80 @@ class _GRUSequence(torch.autograd.Function):
         hn_all = gx.new_empty(steps, *h0.shape)  # W_hn d(h_{t-1}) + b_hn
         hin_all = gx.new_empty(steps, *h0.shape)
         h_prev_all = gx.new_empty(steps, *h0.shape)
+        use_triton = triton_lstm.usable(gx)
         h = h0
         for k, t in enumerate(order):
             hin = _mul(h, _at(gal, k, per_step))
             gh = hin @ w_hh.t() if b_hh is None else torch.addmm(b_hh, hin, w_hh.t())
+            h_prev_all[t] = h
+            hin_all[t] = hin
+            if use_triton:  # the rest of the step in one kernel
+                triton_lstm.gru_forward_step(gx[t].contiguous(), gh, h_prev_all[t], _at(sem, k, per_step),
+                                             _at(moon, k, per_step), rzn_all[t], hn_all[t], ys[t], relu)
+                h = ys[t]
+                continue
             rz = torch.sigmoid(gx[t, :, :2 * hidden] + gh[:, :2 * hidden])
             r, z = rz[:, :hidden], rz[:, hidden:]
             hn = gh[:, 2 * hidden:]
             n = act(torch.addcmul(gx[t, :, 2 * hidden:], r, hn))
-            h_prev_all[t] = h
             h = _mul(torch.lerp(_mul(n, _at(sem, k, per_step)), h, z), _at(moon, k, per_step))  # (1-z) n + z h
-            ys[t], hn_all[t], hin_all[t] = h, hn, hin
+            ys[t], hn_all[t] = h, hn
             rzn_all[t, :, :2 * hidden], rzn_all[t, :, 2 * hidden:] = rz, n
         ctx.save_for_backward(w_hh, rzn_all, hn_all, hin_all, h_prev_all, h)
         ctx.factors = (gal, sem, moon)
-        ctx.flags = (per_step, relu, reverse, b_hh is not None)
-        return ys, h
+        ctx.flags = (per_step, relu, reverse, b_hh is not None, use_triton)
+        return ys, h.clone()
 
     @staticmethod
     def backward(ctx, d_ys: Tensor, d_hn_out: Optional[Tensor]):
         _first_order_only()
         w_hh, rzn_all, hn_all, hin_all, h_prev_all, h_last = ctx.saved_tensors
         gal, sem, moon = ctx.factors
-        per_step, relu, reverse, has_bias = ctx.flags
+        per_step, relu, reverse, has_bias, use_triton = ctx.flags
         steps, hidden = rzn_all.shape[0], w_hh.shape[1]
         order = range(steps - 1, -1, -1) if reverse else range(steps)
         d_gx_all = torch.empty_like(rzn_all)
         d_gh_all = torch.empty_like(rzn_all)
         dh = torch.zeros_like(h_last) if d_hn_out is None else d_hn_out.clone()
-        for k, t in reversed(list(enumerate(order))):
-            rzn = rzn_all[t]
-            r, z, n = rzn[:, :hidden], rzn[:, hidden:2 * hidden], rzn[:, 2 * hidden:]
-            sem_t = _at(sem, k, per_step)
-            dh = _mul(dh + d_ys[t], _at(moon, k, per_step))
-            d_pre_n = _mul(dh * (1 - z), sem_t) * ((n > 0).to(n.dtype) if relu else 1 - n * n)
-            d_pre_z = dh * (h_prev_all[t] - _mul(n, sem_t)) * z * (1 - z)
-            d_pre_r = d_pre_n * hn_all[t] * r * (1 - r)
-            d_gx, d_gh = d_gx_all[t], d_gh_all[t]
-            d_gx[:, :hidden], d_gx[:, hidden:2 * hidden], d_gx[:, 2 * hidden:] = d_pre_r, d_pre_z, d_pre_n
-            d_gh[:, :2 * hidden] = d_gx[:, :2 * hidden]
-            d_gh[:, 2 * hidden:] = d_pre_n * r
-            dh = dh * z + _mul(d_gh @ w_hh, _at(gal, k, per_step))
+        loop = _gru_backward_triton if use_triton else _gru_backward_torch
+        dh = loop(dh, d_ys, order, rzn_all, hn_all, h_prev_all, d_gx_all, d_gh_all, w_hh, gal, sem, moon, per_step,
+                  relu)
         flat = d_gh_all.reshape(-1, d_gh_all.shape[-1])
         d_w_hh = flat.t() @ hin_all.reshape(-1, hidden)
         d_b_hh = flat.sum(0) if has_bias else None
         return d_gx_all, dh, d_w_hh, d_b_hh, None, None, None, None, None, None
+
+
+def _gru_backward_torch(dh, d_ys, order, rzn_all, hn_all, h_prev_all, d_gx_all, d_gh_all, w_hh, gal, sem, moon,
+                        per_step, relu):
+    """The GRU's backward loop over the steps; fills ``d_gx_all`` and ``d_gh_all``, returns dh_0."""
+    hidden = w_hh.shape[1]
+    for k, t in reversed(list(enumerate(order))):
+        rzn = rzn_all[t]
+        r, z, n = rzn[:, :hidden], rzn[:, hidden:2 * hidden], rzn[:, 2 * hidden:]
+        sem_t = _at(sem, k, per_step)
+        dh = _mul(dh + d_ys[t], _at(moon, k, per_step))
+        d_pre_n = _mul(dh * (1 - z), sem_t) * ((n > 0).to(n.dtype) if relu else 1 - n * n)
+        d_pre_z = dh * (h_prev_all[t] - _mul(n, sem_t)) * z * (1 - z)
+        d_pre_r = d_pre_n * hn_all[t] * r * (1 - r)
+        d_gx, d_gh = d_gx_all[t], d_gh_all[t]
+        d_gx[:, :hidden], d_gx[:, hidden:2 * hidden], d_gx[:, 2 * hidden:] = d_pre_r, d_pre_z, d_pre_n
+        d_gh[:, :2 * hidden] = d_gx[:, :2 * hidden]
+        d_gh[:, 2 * hidden:] = d_pre_n * r
+        dh = dh * z + _mul(d_gh @ w_hh, _at(gal, k, per_step))
+    return dh
+
+
+def _gru_backward_triton(dh, d_ys, order, rzn_all, hn_all, h_prev_all, d_gx_all, d_gh_all, w_hh, gal, sem, moon,
+                         per_step, relu):
+    """The same loop with each step's pointwise part in one Triton kernel."""
+    d_ys = d_ys.contiguous()
+    dz, mm, gal_next = dh, torch.zeros_like(dh), None
+    for k, t in reversed(list(enumerate(order))):
+        triton_lstm.gru_backward_step(dz, mm, gal_next, d_ys[t], _at(moon, k, per_step), _at(sem, k, per_step),
+                                      rzn_all[t], hn_all[t], h_prev_all[t], d_gx_all[t], d_gh_all[t], dz, relu)
+        mm, gal_next = d_gh_all[t] @ w_hh, _at(gal, k, per_step)
+    return dz + _mul(mm, gal_next)
 
 
 class _RNNSequence(torch.autograd.Function):

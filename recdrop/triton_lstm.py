@@ -1,10 +1,11 @@
-"""Triton kernels for the fused LSTM's pointwise work: one kernel per step forward, one backward.
+"""Triton kernels for the fused LSTM's and GRU's pointwise work: one kernel per step forward, one backward.
 
 On a GPU the fused sequence of :mod:`recdrop.fused` spends most of a small layer's time launching
 the ~9 pointwise kernels of a step (Eqs. 4-9 with d(.) of Eq. 3/18). Here each step's pointwise
 work is one kernel: the gate activations, Semeniuta's d(g_t) (Eq. 9), c_t with Moon's d(.)
 (Eq. 8), act(c_t) and h_t forward; and backward the recurrence-dependent part of the gradient,
-with Gal's d(.) (Eq. 7) on the incoming dh. The matmuls stay with cuBLAS.
+with Gal's d(.) (Eq. 7) on the incoming dh. The GRU's kernels do the same for its gates
+(torch.nn's form, Eq. 13 with Gal and Moon). The matmuls stay with cuBLAS.
 
 Used for float32/float64 tensors on CUDA when Triton is installed; ``RECDROP_TRITON=0`` turns it
 off. With ``TRITON_INTERPRET=1`` set before import, Triton runs the same kernels on CPU tensors,
@@ -115,6 +116,58 @@ if triton is not None:
         tl.store(dc_out + idx, dc * tl.load(f_gates + row + H, mask=m, other=0.0), mask=m)
 
 
+    @triton.jit
+    def _gru_fwd_kernel(gx, gh, h_prev, sem, moon, rzn_out, hn_out, h_out, sem_s, moon_s, n, H,
+                        SEM: tl.constexpr, MOON: tl.constexpr, RELU: tl.constexpr, BLOCK: tl.constexpr):
+        idx = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        m = idx < n
+        row = (idx // H) * 3 * H + idx % H
+        r = tl.sigmoid(tl.load(gx + row, mask=m, other=0.0) + tl.load(gh + row, mask=m, other=0.0))
+        z = tl.sigmoid(tl.load(gx + row + H, mask=m, other=0.0) + tl.load(gh + row + H, mask=m, other=0.0))
+        hn = tl.load(gh + row + 2 * H, mask=m, other=0.0)
+        a = tl.load(gx + row + 2 * H, mask=m, other=0.0) + r * hn
+        if RELU:
+            cand = tl.maximum(a, 0.0)
+        else:
+            cand = _tanh(a)
+        hp = tl.load(h_prev + idx, mask=m, other=0.0)
+        h = (1.0 - z) * _apply(cand, sem, sem_s, idx, m, SEM) + z * hp  # Eq. 13: d(n_t)
+        h = _apply(h, moon, moon_s, idx, m, MOON)
+        tl.store(rzn_out + row, r, mask=m)
+        tl.store(rzn_out + row + H, z, mask=m)
+        tl.store(rzn_out + row + 2 * H, cand, mask=m)
+        tl.store(hn_out + idx, hn, mask=m)
+        tl.store(h_out + idx, h, mask=m)
+
+    @triton.jit
+    def _gru_bwd_kernel(dz_in, mm, d_y, gal, moon, sem, rzn, hn, h_prev, d_gx, d_gh, dz_out, gal_s, moon_s, sem_s,
+                        n, H, GAL: tl.constexpr, MOON: tl.constexpr, SEM: tl.constexpr, RELU: tl.constexpr,
+                        BLOCK: tl.constexpr):
+        idx = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        m = idx < n
+        row = (idx // H) * 3 * H + idx % H
+        # dh reaching h_t: through z * h_t of the next step, through d(h_t) into its matmul, and the output
+        dh = tl.load(dz_in + idx, mask=m, other=0.0) + _apply(tl.load(mm + idx, mask=m, other=0.0), gal, gal_s,
+                                                                idx, m, GAL)
+        dh = _apply(dh + tl.load(d_y + idx, mask=m, other=0.0), moon, moon_s, idx, m, MOON)
+        r = tl.load(rzn + row, mask=m, other=0.0)
+        z = tl.load(rzn + row + H, mask=m, other=0.0)
+        cand = tl.load(rzn + row + 2 * H, mask=m, other=0.0)
+        if RELU:
+            dact = tl.where(cand > 0, 1.0, 0.0)
+        else:
+            dact = 1.0 - cand * cand
+        d_n = _apply(dh * (1.0 - z), sem, sem_s, idx, m, SEM) * dact
+        d_z = dh * (tl.load(h_prev + idx, mask=m, other=0.0) - _apply(cand, sem, sem_s, idx, m, SEM)) * z * (1.0 - z)
+        d_r = d_n * tl.load(hn + idx, mask=m, other=0.0) * r * (1.0 - r)
+        tl.store(d_gx + row, d_r, mask=m)
+        tl.store(d_gx + row + H, d_z, mask=m)
+        tl.store(d_gx + row + 2 * H, d_n, mask=m)
+        tl.store(d_gh + row, d_r, mask=m)
+        tl.store(d_gh + row + H, d_z, mask=m)
+        tl.store(d_gh + row + 2 * H, d_n * r, mask=m)
+        tl.store(dz_out + idx, dh * z, mask=m)
+
 def lstm_forward_step(gates: Tensor, c_prev: Tensor, sem, moon, gsem_out: Optional[Tensor], c_out: Tensor,
                       tc_out: Tensor, h_out: Tensor, relu: bool) -> None:
     """One step's pointwise forward: ``gates`` (B, 4H) pre-activations are replaced by i, f, g, o;
@@ -138,3 +191,29 @@ def lstm_backward_step(dh_in: Tensor, gal_next, d_y: Tensor, dc_in: Tensor, o_dt
     _lstm_bwd_kernel[(triton.cdiv(n, BLOCK),)](
         dh_in, d_y, dc_in, o_dtc, local, gates, gal_t, moon_t, d_gates, dc_out, gal_s, moon_s, n, hidden,
         GAL=gal_mode, MOON=moon_mode, BLOCK=BLOCK)
+
+
+def gru_forward_step(gx: Tensor, gh: Tensor, h_prev: Tensor, sem, moon, rzn_out: Tensor, hn_out: Tensor,
+                     h_out: Tensor, relu: bool) -> None:
+    """One GRU step's pointwise forward from ``gx`` and ``gh = W_hh d(h_{t-1}) + b_hh`` (B, 3H):
+    r, z and the candidate n to ``rzn_out``, W_hn h + b_hn to ``hn_out``, h_t to ``h_out``."""
+    n, hidden = h_prev.numel(), h_prev.shape[-1]
+    sem_mode, sem_t, sem_s = _factor(sem, h_prev)
+    moon_mode, moon_t, moon_s = _factor(moon, h_prev)
+    _gru_fwd_kernel[(triton.cdiv(n, BLOCK),)](
+        gx, gh, h_prev, sem_t, moon_t, rzn_out, hn_out, h_out, sem_s, moon_s, n, hidden,
+        SEM=sem_mode, MOON=moon_mode, RELU=relu, BLOCK=BLOCK)
+
+
+def gru_backward_step(dz_in: Tensor, mm: Tensor, gal_next, d_y: Tensor, moon, sem, rzn: Tensor, hn: Tensor,
+                      h_prev: Tensor, d_gx: Tensor, d_gh: Tensor, dz_out: Tensor, relu: bool) -> None:
+    """One GRU step's pointwise backward. The dh reaching h_t is ``dz_in`` (through the next
+    step's z * h) plus ``mm`` (the next step's d_gh @ W_hh) times its Gal factor, plus ``d_y``;
+    writes the step's ``d_gx`` and ``d_gh`` (B, 3H) and ``dz_out`` = dh * z."""
+    n, hidden = dz_in.numel(), dz_in.shape[-1]
+    gal_mode, gal_t, gal_s = _factor(gal_next, dz_in)
+    moon_mode, moon_t, moon_s = _factor(moon, dz_in)
+    sem_mode, sem_t, sem_s = _factor(sem, dz_in)
+    _gru_bwd_kernel[(triton.cdiv(n, BLOCK),)](
+        dz_in, mm, d_y, gal_t, moon_t, sem_t, rzn, hn, h_prev, d_gx, d_gh, dz_out, gal_s, moon_s, sem_s, n, hidden,
+        GAL=gal_mode, MOON=moon_mode, SEM=sem_mode, RELU=relu, BLOCK=BLOCK)

@@ -1,5 +1,5 @@
 """Run by tests/test_triton.py in a subprocess with TRITON_INTERPRET=1 (Triton decides at import
-whether it interprets): the fused LSTM through the Triton kernels equals it without them."""
+whether it interprets): the fused LSTM and GRU through the Triton kernels equal them without."""
 import os
 
 import pytest
@@ -47,5 +47,31 @@ def test_triton_kernels_equal_the_torch_path(scheme, sampling, scaling, training
         y, (h, c) = m(xs[0], (xs[1], xs[2]), masks=masks if training else None)
         (y.sum() + (h * 1.5).sum() + (c * 0.5).sum()).backward()
         results.append([y, h, c] + [t.grad for t in xs] + [p.grad.clone() for p in m.parameters()])
+    for a, b in zip(*results):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+
+
+GRU_SETTINGS = [("semeniuta", "per-step", "paper", True, "tanh", False), ("gal", "per-sequence", "paper", True, "tanh", False),
+                ("moon", "per-step", "inverted", True, "tanh", False), ("gal+semeniuta", "per-step", "paper", True, "relu", True),
+                ("semeniuta", "per-sequence", "paper", False, "tanh", True)]
+
+
+@pytest.mark.parametrize("scheme,sampling,scaling,training,nonlinearity,bidirectional", GRU_SETTINGS)
+def test_gru_triton_kernels_equal_the_torch_path(scheme, sampling, scaling, training, nonlinearity, bidirectional,
+                                                 monkeypatch):
+    torch.manual_seed(0)
+    m = recdrop.GRU(5, 7, recurrent_dropout=0.3, scheme=scheme, sampling=sampling, scaling=scaling,
+                    nonlinearity=nonlinearity, bidirectional=bidirectional).double().train(training)
+    x = torch.randn(6, 3, 5, dtype=torch.float64)
+    h0 = torch.randn(2 if bidirectional else 1, 3, 7, dtype=torch.float64)
+    masks = m.draw_masks(6, 3)
+    results = []
+    for use in (True, False):
+        monkeypatch.setenv("RECDROP_TRITON", "1" if use else "0")
+        m.zero_grad()
+        xs = [t.clone().requires_grad_() for t in (x, h0)]
+        y, h = m(xs[0], xs[1], masks=masks if training else None)
+        (y.sum() + (h * 1.5).sum()).backward()
+        results.append([y, h] + [t.grad for t in xs] + [p.grad.clone() for p in m.parameters()])
     for a, b in zip(*results):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
