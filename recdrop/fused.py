@@ -158,8 +158,10 @@ def _lstm_backward_torch(dh, dc, d_ys, o_dtc, local, gates_all, d_gates, w_hh, g
 
 def _lstm_backward_triton(dh, dc, d_ys, o_dtc, local, gates_all, d_gates, w_hh, gal, moon, per_step):
     """The same loop with each step's pointwise part in one Triton kernel."""
-    d_ys = d_ys.contiguous()
-    dc = dc.clone()  # updated in place by the kernel
+    # The kernels read flat memory: every tensor they touch must be contiguous (a gradient of
+    # h_n.sum(), or of a permuted h_n, is not).
+    d_ys, dh = d_ys.contiguous(), dh.contiguous()
+    dc = dc.clone(memory_format=torch.contiguous_format)  # updated in place by the kernel
     gal_next = None  # the final state's gradient enters without a Gal factor
     for k in range(d_ys.shape[0] - 1, -1, -1):
         triton_lstm.lstm_backward_step(dh, gal_next, d_ys[k], dc, o_dtc[k], local[k], gates_all[k],
@@ -262,8 +264,8 @@ def _gru_backward_torch(dh, d_ys, order, rzn_all, hn_all, h_prev_all, d_gx_all, 
 def _gru_backward_triton(dh, d_ys, order, rzn_all, hn_all, h_prev_all, d_gx_all, d_gh_all, w_hh, gal, sem, moon,
                          per_step, relu):
     """The same loop with each step's pointwise part in one Triton kernel."""
-    d_ys = d_ys.contiguous()
-    dz, mm, gal_next = dh, torch.zeros_like(dh), None
+    d_ys = d_ys.contiguous()  # the kernels read flat memory
+    dz, mm, gal_next = dh.clone(memory_format=torch.contiguous_format), torch.zeros_like(dh), None
     for k, t in reversed(list(enumerate(order))):
         triton_lstm.gru_backward_step(dz, mm, gal_next, d_ys[t], _at(moon, k, per_step), _at(sem, k, per_step),
                                       rzn_all[t], hn_all[t], h_prev_all[t], d_gx_all[t], d_gh_all[t], dz, relu)

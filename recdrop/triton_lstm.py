@@ -43,6 +43,14 @@ def usable(x: Tensor) -> bool:
     return x.is_cuda or (_interpreting() and x.device.type == "cpu")
 
 
+def _check_contiguous(**tensors: Tensor) -> None:
+    """The kernels index flat memory: a strided tensor would be read wrongly, so refuse it."""
+    for name, t in tensors.items():
+        if t is not None and not t.is_contiguous():
+            raise ValueError(f"recdrop.triton_lstm: {name} must be contiguous (shape {tuple(t.shape)}, "
+                             f"strides {t.stride()})")
+
+
 def _factor(f, like: Tensor):
     """(mode, tensor argument, scalar argument) for a factor that is None, a number or a (B, H) tensor."""
     if f is None:
@@ -172,6 +180,7 @@ def lstm_forward_step(gates: Tensor, c_prev: Tensor, sem, moon, gsem_out: Option
                       tc_out: Tensor, h_out: Tensor, relu: bool) -> None:
     """One step's pointwise forward: ``gates`` (B, 4H) pre-activations are replaced by i, f, g, o;
     d(g_t), c_t, act(c_t) and h_t are written to the ``*_out`` buffers (all contiguous)."""
+    _check_contiguous(gates=gates, c_prev=c_prev, gsem_out=gsem_out, c_out=c_out, tc_out=tc_out, h_out=h_out)
     n, hidden = c_prev.numel(), c_prev.shape[-1]
     sem_mode, sem_t, sem_s = _factor(sem, c_prev)
     moon_mode, moon_t, moon_s = _factor(moon, c_prev)
@@ -185,6 +194,8 @@ def lstm_backward_step(dh_in: Tensor, gal_next, d_y: Tensor, dc_in: Tensor, o_dt
     """One step's pointwise backward: from the dh arriving at h_t before the next step's Gal
     factor ``gal_next``, the output's ``d_y`` and the carried ``dc``, write this step's
     pre-activation gradients ``d_gates`` (B, 4H) and dc_{t-1} (``dc_out`` may be ``dc_in``)."""
+    _check_contiguous(dh_in=dh_in, d_y=d_y, dc_in=dc_in, o_dtc=o_dtc, local=local, gates=gates, d_gates=d_gates,
+                      dc_out=dc_out)
     n, hidden = dh_in.numel(), dh_in.shape[-1]
     gal_mode, gal_t, gal_s = _factor(gal_next, dh_in)
     moon_mode, moon_t, moon_s = _factor(moon, dh_in)
@@ -197,6 +208,7 @@ def gru_forward_step(gx: Tensor, gh: Tensor, h_prev: Tensor, sem, moon, rzn_out:
                      h_out: Tensor, relu: bool) -> None:
     """One GRU step's pointwise forward from ``gx`` and ``gh = W_hh d(h_{t-1}) + b_hh`` (B, 3H):
     r, z and the candidate n to ``rzn_out``, W_hn h + b_hn to ``hn_out``, h_t to ``h_out``."""
+    _check_contiguous(gx=gx, gh=gh, h_prev=h_prev, rzn_out=rzn_out, hn_out=hn_out, h_out=h_out)
     n, hidden = h_prev.numel(), h_prev.shape[-1]
     sem_mode, sem_t, sem_s = _factor(sem, h_prev)
     moon_mode, moon_t, moon_s = _factor(moon, h_prev)
@@ -210,6 +222,8 @@ def gru_backward_step(dz_in: Tensor, mm: Tensor, gal_next, d_y: Tensor, moon, se
     """One GRU step's pointwise backward. The dh reaching h_t is ``dz_in`` (through the next
     step's z * h) plus ``mm`` (the next step's d_gh @ W_hh) times its Gal factor, plus ``d_y``;
     writes the step's ``d_gx`` and ``d_gh`` (B, 3H) and ``dz_out`` = dh * z."""
+    _check_contiguous(dz_in=dz_in, mm=mm, d_y=d_y, rzn=rzn, hn=hn, h_prev=h_prev, d_gx=d_gx, d_gh=d_gh,
+                      dz_out=dz_out)
     n, hidden = dz_in.numel(), dz_in.shape[-1]
     gal_mode, gal_t, gal_s = _factor(gal_next, dz_in)
     moon_mode, moon_t, moon_s = _factor(moon, dz_in)

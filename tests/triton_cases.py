@@ -75,3 +75,25 @@ def test_gru_triton_kernels_equal_the_torch_path(scheme, sampling, scaling, trai
         results.append([y, h] + [t.grad for t in xs] + [p.grad.clone() for p in m.parameters()])
     for a, b in zip(*results):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+@pytest.mark.parametrize("loss", ["sum of h_n (zero-stride gradient)", "permuted h_n (strided gradient)"])
+def test_non_contiguous_final_state_gradients(kind, loss, monkeypatch):
+    torch.manual_seed(0)
+    m = getattr(recdrop, kind)(5, 7, recurrent_dropout=0.3, bidirectional=True).double()
+    x = torch.randn(6, 3, 5, dtype=torch.float64)
+    w = torch.randn(14, 2, dtype=torch.float64)
+    masks = m.draw_masks(6, 3)
+    results = []
+    for use in (True, False):
+        monkeypatch.setenv("RECDROP_TRITON", "1" if use else "0")
+        m.zero_grad()
+        xg = x.clone().requires_grad_()
+        y, state = m(xg, masks=masks)
+        h_n = state[0] if kind == "LSTM" else state
+        extra = h_n.sum() if loss.startswith("sum") else (h_n.permute(1, 0, 2).reshape(3, 14) @ w).pow(2).sum()
+        (y.pow(2).sum() + extra).backward()
+        results.append([xg.grad] + [p.grad.clone() for p in m.parameters()])
+    for a, b in zip(*results):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
