@@ -1,10 +1,11 @@
 """The NER tagger follows Sec. 4.4 of the paper: windows, caps features, length expansion, F1."""
 import pytest
+import torch
 
 from recdrop.data import data_root
 from recdrop.data.conll2003 import Sentence
 from recdrop.experiments import ner
-from recdrop.experiments.ner import CAPS, NERConfig, caps_feature, gather, grid, make_split, span_starts
+from recdrop.experiments.ner import CAPS, NERConfig, caps_feature, epoch_chunks, gather, grid, make_split
 
 needs_conll = pytest.mark.skipif(not (data_root() / "conll2003").exists(), reason="CoNLL-2003 not available")
 
@@ -22,14 +23,21 @@ def test_windows_are_the_word_two_before_and_two_after_padded_at_the_edges():
     assert s.caps[0].tolist() == [pad, pad, 0, 0, 0] and s.tags.tolist() == [0, 1, 0]
 
 
-def test_spans_stay_inside_sentences_and_short_sentences_are_whole():
-    s = make_split([Sentence(list("abcdefg"), ["O"] * 7), Sentence(list("xy"), ["O"] * 2)],
+def test_epoch_chunks_cover_every_token_once_inside_sentences():
+    s = make_split([Sentence(list("abcdefghijk"), ["O"] * 11), Sentence(list("xy"), ["O"] * 2)],
                    {}, {"O": 0}, window=5)
-    spans = span_starts(s, 5)
-    assert spans.tolist() == [[0, 5, 0], [1, 5, 0], [2, 5, 0], [7, 2, 1]]
-    windows, caps, tags, mask = gather(s, spans[:, 0], spans[:, 1], 5)
-    assert windows.shape == (5, 4, 5) and mask[:, 3].tolist() == [True, True, False, False, False]
-    assert (windows[2:, 3] == ner.PAD).all()
+    seen = set()
+    for epoch in range(4):
+        chunks = epoch_chunks(s, 5, torch.Generator().manual_seed(epoch))
+        rows = [r for first, n in chunks.tolist() for r in range(first, first + n)]
+        assert sorted(rows) == list(range(13))  # every token exactly once
+        assert (chunks[:, 1] <= 5).all() and [11, 2] in chunks.tolist()  # the short sentence whole
+        assert all(first + n <= 11 or first >= 11 for first, n in chunks.tolist())  # inside a sentence
+        seen.add(tuple(map(tuple, chunks.tolist())))
+    assert len(seen) > 1  # the cuts move from epoch to epoch
+    windows, caps, tags, mask = gather(s, torch.tensor([11]), torch.tensor([2]), 5)
+    assert windows.shape == (5, 1, 5) and mask[:, 0].tolist() == [True, True, False, False, False]
+    assert (windows[2:, 0] == ner.PAD).all()
 
 
 def test_grid_is_table_4_and_paper_settings():

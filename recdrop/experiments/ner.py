@@ -159,15 +159,19 @@ class Tagger(torch.nn.Module):
         return self.out(self.output_drop(y))
 
 
-def span_starts(split: Split, length: int) -> torch.Tensor:
-    """``(n, 3)``: (first row, length) of every span of ``length`` words inside a sentence (a
-    shorter sentence gives one span, itself), with its sentence index."""
+def epoch_chunks(split: Split, length: int, generator: torch.Generator) -> torch.Tensor:
+    """``(n, 2)``: (first row, length) of chunks of at most ``length`` words that cover every token
+    of ``split`` once. Each sentence is cut at a random offset, so the cuts move from epoch to
+    epoch; a sentence no longer than ``length`` is one chunk."""
+    shifts = torch.randint(length, (len(split.lengths),), generator=generator).tolist()
     out = []
-    for s, (off, n) in enumerate(zip(split.offsets.tolist(), split.lengths.tolist())):
+    for off, n, shift in zip(split.offsets.tolist(), split.lengths.tolist(), shifts):
         if n <= length:
-            out.append((off, n, s))
-        else:
-            out.extend((off + a, length, s) for a in range(n - length + 1))
+            out.append((off, n))
+            continue
+        for start in range(shift - length if shift else 0, n, length):
+            a, b = max(start, 0), min(start + length, n)
+            out.append((off + a, b - a))
     return torch.tensor(out)
 
 
@@ -194,7 +198,6 @@ class NERTask(Task):
         self.train = split("train", cfg.train_sentences)
         self.valid = split("valid", cfg.eval_sentences)
         self.test = split("test", cfg.eval_sentences)
-        self.spans = {n: span_starts(self.train, n) for n in (cfg.short_len, cfg.long_len)}
         self.model = Tagger(cfg, vectors, len(self.tag_names)).to(device)
         params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.RMSprop(params, lr=cfg.lr, alpha=cfg.rho)
@@ -203,19 +206,17 @@ class NERTask(Task):
         return self.cfg.short_len if epoch < self.cfg.short_epochs else self.cfg.long_len
 
     def batches(self, epoch: int) -> List[Tuple[int, torch.Tensor]]:
-        """(span length, span indices) per batch: as many random spans as cover the training
-        tokens once (fixed by the seed and the epoch)."""
+        """(span length, chunks) per batch: every training token once, in chunks of at most the
+        stage's span length (``epoch_chunks``), shuffled (fixed by the seed and the epoch)."""
         length = self.span_len(epoch)
-        spans = self.spans[length]
-        n = -(-int(self.train.lengths.sum()) // length)
         g = torch.Generator().manual_seed(self.seed * 100_003 + epoch)
-        picked = torch.randint(len(spans), (n,), generator=g)
-        return [(length, chunk) for chunk in picked.split(self.cfg.batch_size)]
+        chunks = epoch_chunks(self.train, length, g)
+        chunks = chunks[torch.randperm(len(chunks), generator=g)]
+        return [(length, batch) for batch in chunks.split(self.cfg.batch_size)]
 
     def train_step(self, batch) -> Dict[str, float]:
-        length, idx = batch
-        spans = self.spans[length][idx]
-        windows, caps, tags, mask = gather(self.train, spans[:, 0], spans[:, 1], length)
+        length, chunks = batch
+        windows, caps, tags, mask = gather(self.train, chunks[:, 0], chunks[:, 1], length)
         logits = self.model(windows.to(self.device), caps.to(self.device))
         mask = mask.to(self.device)
         loss = F.cross_entropy(logits[mask], tags.to(self.device)[mask])
