@@ -84,14 +84,17 @@ def read_pretrain_corpus(path: str, limit: int = 0):
 _DATA_CACHE: Dict[str, Any] = {}
 
 
-def data(embeddings: str, train_messages: int = 0, eval_messages: int = 0):
-    """(the SemEval sets cut to the limits (0: all) and tokenized, word -> row, embedding table,
-    source, notes), cached per arguments."""
-    key = (embeddings, train_messages, eval_messages)
+def data(embeddings: str, train_messages: int = 0, eval_messages: int = 0, pretrain_corpus: str = ""):
+    """(the SemEval sets cut to the limits (0: all) and tokenized, with the weakly labelled corpus
+    as ``"pretrain"`` when given; word -> row over all their words; embedding table; source;
+    notes), cached per arguments."""
+    key = (embeddings, train_messages, eval_messages, pretrain_corpus)
     if key not in _DATA_CACHE:
         d = load_semeval()
         sets = {"train": d.train[:train_messages or None], "valid": d.valid[:eval_messages or None],
                 **{f"test:{k}": v[:eval_messages or None] for k, v in d.tests.items()}}
+        if pretrain_corpus:
+            sets["pretrain"] = read_pretrain_corpus(pretrain_corpus)
         tokens = {k: [(tokenize(m.text), m.label) for m in v] for k, v in sets.items()}
         word_row, table, source = embedding_table({w for v in tokens.values() for ws, _ in v for w in ws}, embeddings)
         _DATA_CACHE[key] = (tokens, word_row, torch.from_numpy(table), source, d.notes)
@@ -133,26 +136,26 @@ class SentimentTask(Task):
     def __init__(self, cfg: SentimentConfig, device: str, seed: int):
         self.cfg, self.device, self.seed = cfg, device, seed
         tokens, self.word_row, vectors, self.embeddings_source, self.notes = data(
-            cfg.embeddings, cfg.train_messages, cfg.eval_messages)
+            cfg.embeddings, cfg.train_messages, cfg.eval_messages, cfg.pretrain_corpus)
         self.train = encode(tokens["train"], self.word_row)
         self.valid = encode(tokens["valid"], self.word_row)
         self.tests = {name: encode(tokens[f"test:{name}"], self.word_row) for name in TEST_SETS}
         self.model = Classifier(cfg, vectors).to(device)
         self.optimizer = torch.optim.RMSprop([p for p in self.model.parameters() if p.requires_grad], lr=cfg.lr,
                                              alpha=cfg.rho)
-        self.pretrained = 0
-        if cfg.pretrain_corpus:
-            self.pretrained = self.pretrain(read_pretrain_corpus(cfg.pretrain_corpus))
+        self.pretrained = self.pretrain(tokens["pretrain"]) if cfg.pretrain_corpus else 0
 
     def pretrain(self, weak) -> int:
         """Distant supervision (Severyn and Moschitti 2015): ``pretrain_epochs`` over the weakly
-        labelled messages before the SemEval training; returns how many messages were used."""
-        rows, lengths, labels = encode([(tokenize(m.text), m.label) for m in weak], self.word_row)
+        labelled, tokenized messages before the SemEval training; returns how many were used.
+        It runs when the task is built, so a resumed run redoes it before its checkpoint replaces
+        the result: correct, but repeated work for a large corpus."""
         g = torch.Generator().manual_seed(self.seed)
         for _ in range(self.cfg.pretrain_epochs):
-            for idx in torch.randperm(len(labels), generator=g).split(self.cfg.batch_size):
-                self._step(rows, lengths, labels, idx)
-        return len(labels)
+            for idx in torch.randperm(len(weak), generator=g).split(self.cfg.batch_size):
+                rows, lengths, labels = encode([weak[i] for i in idx.tolist()], self.word_row)  # one batch at a time
+                self._step(rows, lengths, labels, torch.arange(len(labels)))
+        return len(weak)
 
     def batches(self, epoch: int) -> List[torch.Tensor]:
         g = torch.Generator().manual_seed(self.seed * 100_003 + epoch)
