@@ -15,6 +15,7 @@ from typing import Dict, Iterable, Optional
 import numpy as np
 
 GLOVE = "glove-6b-50d"
+PAD, UNK = 0, 1  # the first two rows of every embedding_table: padding and unknown words, zeros
 
 
 @dataclass
@@ -103,8 +104,8 @@ def load_vectors(name_or_path: str, keep: Optional[Iterable[str]] = None) -> Wor
 
 
 def embedding_table(words: Iterable[str], name_or_path: str):
-    """(word -> row, ``(2 + n, dim)`` float32 table, source) for a vocabulary: row 0 is padding,
-    row 1 the unknown word (both zeros), then one row per word of ``words`` that has a vector."""
+    """(word -> row, ``(2 + n, dim)`` float32 table, source) for a vocabulary: row PAD is padding,
+    row UNK the unknown word (both zeros), then one row per word of ``words`` that has a vector."""
     words = set(words)
     vectors = load_vectors(name_or_path, keep=words)
     word_row = {}

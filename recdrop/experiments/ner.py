@@ -15,17 +15,14 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 import torch.nn.functional as F
 
-from .. import layers
 from ..config import ExperimentConfig
 from ..data.conll2003 import entity_f1, load_conll2003
-from ..data.embeddings import GLOVE, embedding_table
+from ..data.embeddings import GLOVE, PAD, UNK, embedding_table
 from ..report import check_claims
 from ..train import Task
+from .cell_grid import CELLS, RATES, cell_rate_grid, check_cell, recurrent_layer
 
-CELLS = ("RNN", "LSTM", "GRU")
-RATES = (0.0, 0.25)
 CAPS = ("lower", "title", "upper", "mixed", "no letters", "padding")  # capitalisation feature, one-hot
-PAD, UNK = 0, 1  # word rows of embedding_table: zeros, static like the rest
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,8 +60,7 @@ class NERConfig(ExperimentConfig):
     eval_sentences: int = 0
 
     def validate(self) -> None:
-        if self.cell not in CELLS:
-            raise ValueError(f"cell={self.cell!r} is not valid; allowed values: {', '.join(map(repr, CELLS))}")
+        check_cell(self.cell)
         if self.window < 1 or self.window % 2 == 0:
             raise ValueError(f"window must be a positive odd number, got {self.window}")
         for name in ("hidden_size", "short_len", "long_len", "batch_size"):
@@ -146,9 +142,7 @@ class Tagger(torch.nn.Module):
         self.embed = torch.nn.Embedding.from_pretrained(vectors, freeze=True)  # paper: kept static
         self.input_drop = torch.nn.Dropout(cfg.input_dropout)
         size = cfg.window * (vectors.shape[1] + len(CAPS))
-        self.rnn = getattr(layers, cfg.cell)(size, cfg.hidden_size, nonlinearity=cfg.nonlinearity,
-                                             recurrent_dropout=cfg.recurrent_dropout, scheme=cfg.scheme,
-                                             sampling=cfg.sampling, scaling=cfg.scaling)
+        self.rnn = recurrent_layer(cfg, size)
         self.output_drop = torch.nn.Dropout(cfg.output_dropout)
         self.out = torch.nn.Linear(cfg.hidden_size, n_tags)
 
@@ -266,9 +260,7 @@ class NERTask(Task):
 def grid(scale: str, config_class=NERConfig, **overrides):
     """Table 4's runs: each cell without and with 0.25 recurrent dropout; each run gives both
     stages' rows."""
-    return [({"cell": cell, "rate": rate}, config_class.at_scale(scale, **{"cell": cell, "recurrent_dropout": rate,
-                                                                           **overrides}))
-            for cell in CELLS for rate in RATES]
+    return cell_rate_grid(scale, config_class, **overrides)
 
 
 # -- Table 4 and the claims of Sec. 4.4 --------------------------------------------------------------

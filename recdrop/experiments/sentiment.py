@@ -16,16 +16,12 @@ from typing import Any, Dict, List, Optional
 import torch
 import torch.nn.functional as F
 
-from .. import layers
 from ..config import ExperimentConfig
-from ..data.embeddings import GLOVE, embedding_table
+from ..data.embeddings import GLOVE, PAD, UNK, embedding_table
 from ..data.semeval import LABELS, TEST_SETS, distant_label, load_semeval, semeval_f1, tokenize
 from ..report import check_claims
 from ..train import Task
-
-CELLS = ("RNN", "LSTM", "GRU")
-RATES = (0.0, 0.25)
-PAD, UNK = 0, 1
+from .cell_grid import CELLS, RATES, cell_rate_grid, check_cell, recurrent_layer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,8 +55,7 @@ class SentimentConfig(ExperimentConfig):
     eval_messages: int = 0
 
     def validate(self) -> None:
-        if self.cell not in CELLS:
-            raise ValueError(f"cell={self.cell!r} is not valid; allowed values: {', '.join(map(repr, CELLS))}")
+        check_cell(self.cell)
         for name in ("hidden_size", "epochs", "batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
@@ -117,9 +112,7 @@ class Classifier(torch.nn.Module):
         super().__init__()
         self.embed = torch.nn.Embedding.from_pretrained(vectors, freeze=True)
         self.input_drop = torch.nn.Dropout(cfg.input_dropout)
-        self.rnn = getattr(layers, cfg.cell)(vectors.shape[1], cfg.hidden_size, nonlinearity=cfg.nonlinearity,
-                                             recurrent_dropout=cfg.recurrent_dropout, scheme=cfg.scheme,
-                                             sampling=cfg.sampling, scaling=cfg.scaling)
+        self.rnn = recurrent_layer(cfg, vectors.shape[1])
         self.output_drop = torch.nn.Dropout(cfg.output_dropout)
         self.out = torch.nn.Linear(cfg.hidden_size, len(LABELS))
 
@@ -205,9 +198,7 @@ class SentimentTask(Task):
 def grid(scale: str, config_class=SentimentConfig, **overrides):
     """Table 5's runs: each cell without and with 0.25 recurrent dropout; each run is scored on
     every test set."""
-    return [({"cell": cell, "rate": rate}, config_class.at_scale(scale, **{"cell": cell, "recurrent_dropout": rate,
-                                                                           **overrides}))
-            for cell in CELLS for rate in RATES]
+    return cell_rate_grid(scale, config_class, **overrides)
 
 
 # -- Table 5 and the claims of Sec. 4.5 --------------------------------------------------------------
