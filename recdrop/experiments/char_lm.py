@@ -8,6 +8,7 @@ choice is ours, and the field says so.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any, Dict, List, Optional
 
@@ -75,13 +76,10 @@ class CharLMConfig(ExperimentConfig):
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
 
 
-_CORPUS_CACHE: Dict[str, Any] = {}
-
-
+@functools.lru_cache(maxsize=1)
 def corpus():
-    if "ptb_char" not in _CORPUS_CACHE:
-        _CORPUS_CACHE["ptb_char"] = load_ptb_char()
-    return _CORPUS_CACHE["ptb_char"]
+    """The corpus, read and verified once per process (every run of a sweep worker shares it)."""
+    return load_ptb_char()
 
 
 def sequences(stream: torch.Tensor, seq_len: int, limit: int = 0) -> torch.Tensor:

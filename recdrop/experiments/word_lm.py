@@ -8,6 +8,7 @@ and the field says so.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -86,13 +87,10 @@ class WordLM(torch.nn.Module):
         return self.out(self.output_drop(y)), state
 
 
-_CORPUS_CACHE: Dict[str, Any] = {}
-
-
+@functools.lru_cache(maxsize=1)
 def corpus():
-    if "ptb" not in _CORPUS_CACHE:
-        _CORPUS_CACHE["ptb"] = load_ptb()
-    return _CORPUS_CACHE["ptb"]
+    """The corpus, read and verified once per process (every run of a sweep worker shares it)."""
+    return load_ptb()
 
 
 def _detach(state):
