@@ -14,10 +14,25 @@ CASES = [("semeniuta", "per-step"), ("semeniuta", "per-sequence"), ("gal", "per-
          ("moon", "per-sequence"), ("gal+semeniuta", "per-step")]
 
 
-def _grads(module, x, h0, c0):
-    y, (h, c) = module(x, (h0, c0))
-    (y.sum() + (h * 1.5).sum() + (c * 0.5).sum()).backward()
-    return [y, h, c, x.grad, h0.grad, c0.grad] + [p.grad for p in module.parameters()]
+def _assert_paths_agree(module, x, state, masks, loss, monkeypatch):
+    """Run ``module(x, state)`` on leaf copies through the Triton kernels and without them; the
+    outputs, the gradients of x and of the state, and the parameters' gradients must agree.
+    ``state`` is None, a tensor or a tuple of them; ``loss(y, new_state)`` -> (the scalar to
+    differentiate, the outputs to compare)."""
+    given = [] if state is None else [state] if isinstance(state, torch.Tensor) else list(state)
+    results = []
+    for use in (True, False):
+        monkeypatch.setenv("RECDROP_TRITON", "1" if use else "0")
+        assert triton_lstm.usable(x) is use
+        module.zero_grad()
+        leaves = [t.clone().requires_grad_() for t in [x, *given]]
+        st = None if state is None else leaves[1] if isinstance(state, torch.Tensor) else tuple(leaves[1:])
+        y, new_state = module(leaves[0], st, masks=masks)
+        scalar, outputs = loss(y, new_state)
+        scalar.backward()
+        results.append(list(outputs) + [t.grad for t in leaves] + [p.grad.clone() for p in module.parameters()])
+    for a, b in zip(*results):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
 
 
 # Every scheme and sampling in training with the paper's scaling, plus test mode, inverted
@@ -37,18 +52,11 @@ def test_triton_kernels_equal_the_torch_path(scheme, sampling, scaling, training
     x = torch.randn(6, 3, 5, dtype=torch.float64)
     h0 = torch.randn(2 if bidirectional else 1, 3, 7, dtype=torch.float64)
     c0 = torch.randn_like(h0)
-    masks = m.draw_masks(6, 3)
-    results = []
-    for use in (True, False):
-        monkeypatch.setenv("RECDROP_TRITON", "1" if use else "0")
-        assert triton_lstm.usable(x) is use
-        m.zero_grad()
-        xs = [t.clone().requires_grad_() for t in (x, h0, c0)]
-        y, (h, c) = m(xs[0], (xs[1], xs[2]), masks=masks if training else None)
-        (y.sum() + (h * 1.5).sum() + (c * 0.5).sum()).backward()
-        results.append([y, h, c] + [t.grad for t in xs] + [p.grad.clone() for p in m.parameters()])
-    for a, b in zip(*results):
-        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+
+    def loss(y, state):
+        h, c = state
+        return y.sum() + (h * 1.5).sum() + (c * 0.5).sum(), [y, h, c]
+    _assert_paths_agree(m, x, (h0, c0), m.draw_masks(6, 3) if training else None, loss, monkeypatch)
 
 
 GRU_SETTINGS = [("semeniuta", "per-step", "paper", True, "tanh", False), ("gal", "per-sequence", "paper", True, "tanh", False),
@@ -64,36 +72,22 @@ def test_gru_triton_kernels_equal_the_torch_path(scheme, sampling, scaling, trai
                     nonlinearity=nonlinearity, bidirectional=bidirectional).double().train(training)
     x = torch.randn(6, 3, 5, dtype=torch.float64)
     h0 = torch.randn(2 if bidirectional else 1, 3, 7, dtype=torch.float64)
-    masks = m.draw_masks(6, 3)
-    results = []
-    for use in (True, False):
-        monkeypatch.setenv("RECDROP_TRITON", "1" if use else "0")
-        m.zero_grad()
-        xs = [t.clone().requires_grad_() for t in (x, h0)]
-        y, h = m(xs[0], xs[1], masks=masks if training else None)
-        (y.sum() + (h * 1.5).sum()).backward()
-        results.append([y, h] + [t.grad for t in xs] + [p.grad.clone() for p in m.parameters()])
-    for a, b in zip(*results):
-        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+
+    def loss(y, h):
+        return y.sum() + (h * 1.5).sum(), [y, h]
+    _assert_paths_agree(m, x, h0, m.draw_masks(6, 3) if training else None, loss, monkeypatch)
 
 
 @pytest.mark.parametrize("kind", ["LSTM", "GRU"])
-@pytest.mark.parametrize("loss", ["sum of h_n (zero-stride gradient)", "permuted h_n (strided gradient)"])
-def test_non_contiguous_final_state_gradients(kind, loss, monkeypatch):
+@pytest.mark.parametrize("loss_kind", ["sum of h_n (zero-stride gradient)", "permuted h_n (strided gradient)"])
+def test_non_contiguous_final_state_gradients(kind, loss_kind, monkeypatch):
     torch.manual_seed(0)
     m = getattr(recdrop, kind)(5, 7, recurrent_dropout=0.3, bidirectional=True).double()
     x = torch.randn(6, 3, 5, dtype=torch.float64)
     w = torch.randn(14, 2, dtype=torch.float64)
-    masks = m.draw_masks(6, 3)
-    results = []
-    for use in (True, False):
-        monkeypatch.setenv("RECDROP_TRITON", "1" if use else "0")
-        m.zero_grad()
-        xg = x.clone().requires_grad_()
-        y, state = m(xg, masks=masks)
+
+    def loss(y, state):
         h_n = state[0] if kind == "LSTM" else state
-        extra = h_n.sum() if loss.startswith("sum") else (h_n.permute(1, 0, 2).reshape(3, 14) @ w).pow(2).sum()
-        (y.pow(2).sum() + extra).backward()
-        results.append([xg.grad] + [p.grad.clone() for p in m.parameters()])
-    for a, b in zip(*results):
-        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+        extra = h_n.sum() if loss_kind.startswith("sum") else (h_n.permute(1, 0, 2).reshape(3, 14) @ w).pow(2).sum()
+        return y.pow(2).sum() + extra, []
+    _assert_paths_agree(m, x, None, m.draw_masks(6, 3), loss, monkeypatch)
