@@ -86,7 +86,8 @@ def _run_with_submitit(todo, experiment: str, device: str, jobs: int, store: Run
     with executor.batch():  # one SLURM job array
         submitted = [(executor.submit(_run_remote, experiment, r["config"], r["seed"], device, 1), r) for r in todo]
     by_job = {job.job_id: r for job, r in submitted}
-    for job in submitit.helpers.as_completed([job for job, _ in submitted], poll_frequency=1 if executor.cluster == "local" else 10):
+    poll_s = 1 if executor.cluster == "local" else 10
+    for job in submitit.helpers.as_completed([job for job, _ in submitted], poll_frequency=poll_s):
         r = by_job[job.job_id]
         try:
             r["record"] = job.result()
@@ -191,7 +192,8 @@ def main(argv=None) -> int:
     ap.add_argument("--scale", default="quick")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--jobs", type=int, default=1, help="worker processes on the device (CPUs for a local Ray)")
-    ap.add_argument("--engine", choices=ENGINES, default="local", help="local processes, a Ray cluster, or SLURM via submitit")
+    ap.add_argument("--engine", choices=ENGINES, default="local",
+                    help="local processes, a Ray cluster, or SLURM via submitit")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="override config fields")
     ap.add_argument("--only", nargs="*", default=[], metavar="LABEL=VALUE", help="run only the cells with these labels")
