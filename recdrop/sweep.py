@@ -102,14 +102,15 @@ ENGINES = ("local", "ray", "submitit")
 
 def run_grid(experiment: str, scale: str, seeds: Sequence[int] = (0,), device: str = "cpu", jobs: int = 1,
              train: bool = True, store: Optional[RunStore] = None, progress: bool = True, engine: str = "local",
-             only: Optional[Dict[str, Any]] = None, **overrides) -> List[Dict[str, Any]]:
+             only: Optional[Dict[str, Any]] = None, grid: str = "table", **overrides) -> List[Dict[str, Any]]:
     """Every cell of ``experiment``'s grid at ``scale`` for every seed: one row per run with the
     cell's labels, ``seed``, ``run_id`` and ``record`` (None where not run and ``train`` is False).
-    ``only`` keeps the cells whose labels have these values (e.g. ``{"scheme": "moon"}``).
+    ``only`` keeps the cells whose labels have these values (e.g. ``{"scheme": "moon"}``). ``grid``
+    names which of the experiment's grids: "table" (the paper's), "headline" or "conjecture".
 
     Finished runs are loaded, unfinished ones resumed from their checkpoint, missing ones trained.
     """
-    make_task, grid = experiments.get(experiment)
+    _, grid_cells = experiments.get(experiment, grid)
     seeds = _check_seeds(seeds)
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"jobs must be a positive int, got {jobs!r}")
@@ -119,7 +120,7 @@ def run_grid(experiment: str, scale: str, seeds: Sequence[int] = (0,), device: s
         raise ValueError(f"engine={engine!r} is not valid; allowed values: {', '.join(map(repr, ENGINES))}")
     device = check_device(device) if train else device
     store = store or RunStore()
-    cells = grid(scale, **overrides)
+    cells = grid_cells(scale, **overrides)
     if only:
         unknown = set(only) - set(cells[0][0])
         if unknown:
@@ -194,6 +195,7 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=1, help="worker processes on the device (CPUs for a local Ray)")
     ap.add_argument("--engine", choices=ENGINES, default="local",
                     help="local processes, a Ray cluster, or SLURM via submitit")
+    ap.add_argument("--grid", default="table", help="which grid: table (the paper's), headline, conjecture")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="override config fields")
     ap.add_argument("--only", nargs="*", default=[], metavar="LABEL=VALUE", help="run only the cells with these labels")
@@ -202,7 +204,7 @@ def main(argv=None) -> int:
     try:
         rows = run_grid(args.experiment, args.scale, args.seeds, args.device, args.jobs,
                         progress=not args.no_progress, engine=args.engine,
-                        only=_parse_overrides(args.only) or None, **_parse_overrides(args.set))
+                        only=_parse_overrides(args.only) or None, grid=args.grid, **_parse_overrides(args.set))
     except (ValueError, RuntimeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

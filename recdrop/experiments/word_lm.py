@@ -20,8 +20,8 @@ from ..config import ExperimentConfig
 from ..data.ptb import batchify, load_ptb
 from ..report import check_claims
 from ..train import Task
-from .lm_tables import (FORWARD, RATES, SAMPLINGS, SCHEMES, Unit, best, cell_values, lm_table,
-                        lm_table_wide, paper_values, plot_learning_curves, table_cells)
+from .lm_tables import (FORWARD, RATES, SAMPLINGS, SCHEMES, Unit, best, cell_values, conjecture_cells,
+                        headline_cells, lm_table, lm_table_wide, paper_values, plot_learning_curves, table_cells)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -181,10 +181,23 @@ class WordLMTask(Task):
         self.best_valid = state["best_valid"]
 
 
-def grid(scale: str, config_class=WordLMConfig, **overrides):
+def grid(scale: str, config_class=WordLMConfig, cells=table_cells, **overrides):
     """Table 2's 26 runs: no recurrent dropout, and scheme x rate x sampling, each without and with
     forward dropout; recurrent masks with the `paper` scaling."""
-    return [(label, config_class.at_scale(scale, **{**kw, **overrides})) for label, kw in table_cells()]
+    return [(label, config_class.at_scale(scale, **{**kw, **overrides})) for label, kw in cells()]
+
+
+def headline_grid(scale: str, **overrides):
+    """No dropout and each scheme's best cell of Table 2 (by the paper's numbers), for the seeds study."""
+    return grid(scale, cells=lambda: headline_cells(2), **overrides)
+
+
+def conjecture_grid(scale: str, **overrides):
+    """gal+semeniuta at both rates and samplings, without and with forward dropout (end of Sec. 3)."""
+    return grid(scale, cells=conjecture_cells, **overrides)
+
+
+GRIDS = {"table": grid, "headline": headline_grid, "conjecture": conjecture_grid}
 
 
 # -- Table 2, the claims of Sec. 4.2, Figure 2 ------------------------------------------------------
