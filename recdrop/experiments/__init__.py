@@ -1,6 +1,6 @@
 """One module per paper experiment: its config and scales, its grids (the table's cells, and the
 studies beyond the paper that reuse them), its task."""
-from . import char_lm, ner, sentiment, temporal_order, word_lm
+from . import char_lm, memory_loss, ner, sentiment, temporal_order, word_lm
 
 EXPERIMENTS = {
     "temporal_order": (temporal_order.TemporalOrderTask, temporal_order.GRIDS),
@@ -8,6 +8,7 @@ EXPERIMENTS = {
     "char_lm": (char_lm.CharLMTask, char_lm.GRIDS),
     "ner": (ner.NERTask, {"table": ner.grid}),
     "sentiment": (sentiment.SentimentTask, {"table": sentiment.grid}),
+    "memory_loss": (memory_loss.MemoryLossTask, memory_loss.GRIDS),
 }
 
 

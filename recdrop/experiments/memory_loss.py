@@ -1,0 +1,241 @@
+"""Memory loss, measured (beyond the paper: Sec. 3's argument, Eqs. 17-19, and Sec. 4.1's remark on
+longer sequences).
+
+LSTMs are trained on Temporal Order exactly as Table 1's `short` cells are (same config, same seed,
+so the same weights), then probed:
+- the memory trace (``recdrop.memory.memory_trace``) and the mean ||c_t|| over a long sequence, at
+  test (eval mode) and in training (masks on);
+- the accuracy on Temporal Order sequences longer than those trained on.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Dict, List, Tuple
+
+import torch
+
+from ..memory import cell_states, memory_trace, predicted_trace
+from .temporal_order import LENGTHS, TemporalOrderConfig, TemporalOrderTask, generate
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryLossConfig(TemporalOrderConfig):
+    experiment = "memory_loss"
+    SCALES = {**TemporalOrderConfig.SCALES,
+              "ci": {**TemporalOrderConfig.SCALES["ci"], "probe_steps": 20, "probe_sequences": 16,
+                     "test_lengths": (15, 30)}}
+
+    length: int = LENGTHS["short"]  # trained on `short`, the length every scheme learns
+    probe_steps: int = 60  # four times the training length
+    probe_sequences: int = 256
+    test_lengths: Tuple[int, ...] = (15, 30, 60, 120)
+
+    def validate(self) -> None:
+        super().validate()
+        if self.probe_steps < 1 or self.probe_sequences < 1:
+            raise ValueError(f"probe_steps and probe_sequences must be positive, got {self.probe_steps} "
+                             f"and {self.probe_sequences}")
+        if not self.test_lengths or any(not isinstance(n, int) or n < 6 for n in self.test_lengths):
+            raise ValueError(f"test_lengths must be ints of at least 6, got {self.test_lengths!r}")
+
+
+def _rounded(t: torch.Tensor) -> List[float]:
+    return [float(f"{v:.6g}") for v in t.tolist()]
+
+
+class MemoryLossTask(TemporalOrderTask):
+    """Temporal Order training; the probes run once, on the final model."""
+
+    def accuracy_at(self, length: int, gen: torch.Generator) -> float:
+        x, y = generate(self.cfg.test_sequences, length, length // 3, 2 * length // 3, gen)
+        correct = 0
+        for xs, ys in zip(x.split(1024, dim=1), y.split(1024)):
+            logits, _ = self.model(xs.to(self.device))
+            correct += (logits.argmax(-1).cpu() == ys).sum().item()
+        return correct / y.numel()
+
+    def probe(self, training: bool) -> Dict[str, List[float]]:
+        gen = torch.Generator().manual_seed(self.seed + 7)
+        x, _ = generate(self.cfg.probe_sequences, self.cfg.probe_steps, self.cfg.probe_steps // 3,
+                        2 * self.cfg.probe_steps // 3, gen)
+        x = x.to(self.device)
+        rnn = self.model.rnn.train(training)
+        try:
+            norm = cell_states(rnn, x).norm(dim=-1).mean(dim=1)
+            trace = memory_trace(rnn, x, gen)
+        finally:
+            rnn.eval()
+        return {"cell_norm": _rounded(norm), "memory": _rounded(trace)}
+
+    def final_metrics(self, curves: List[Dict[str, float]]) -> Dict[str, Any]:
+        self.model.eval()
+        gen = torch.Generator().manual_seed(self.seed + 11)
+        with torch.no_grad():
+            by_length = {str(n): self.accuracy_at(n, gen) for n in self.cfg.test_lengths}
+            probes = {"test": self.probe(False), "train": self.probe(True)}
+        return {**curves[-1], "test_acc_by_length": by_length, "probe": probes}
+
+
+SETTINGS = (("none", "-", "-"), ("moon", "per-step", "paper"), ("moon", "per-sequence", "paper"),
+            ("moon", "per-step", "inverted"), ("moon", "per-sequence", "inverted"), ("gal", "per-step", "paper"),
+            ("semeniuta", "per-step", "paper"), ("semeniuta", "per-sequence", "paper"))
+KEYS = ["scheme", "sampling", "scaling"]
+
+
+def grid(scale: str, **overrides):
+    """No recurrent dropout; Moon per step and per sequence with both scalings; Gal and ours (paper
+    scaling), all at Table 1's rate."""
+    cells = []
+    for scheme, sampling, scaling in SETTINGS:
+        kw = (dict(recurrent_dropout=0.0) if scheme == "none"
+              else dict(scheme=scheme, sampling=sampling, scaling=scaling))
+        cells.append(({"scheme": scheme, "sampling": sampling, "scaling": scaling},
+                      MemoryLossConfig.at_scale(scale, **{**kw, **overrides})))
+    return cells
+
+
+GRIDS = {"table": grid}
+
+
+# -- tables and figures ----------------------------------------------------------------------------
+def _name(r) -> str:
+    return "no dropout" if r["scheme"] == "none" else f"{r['scheme']} {r['sampling']}, {r['scaling']} scaling"
+
+
+def traces_frame(rows) -> "pd.DataFrame":
+    """Long form: setting | phase (test / train) | step | memory | cell_norm | predicted (Moon's
+    setting only: Eq. 17 at test with the paper scaling, Eq. 18 in training with inverted scaling)."""
+    import pandas as pd
+
+    out = []
+    for r in rows:
+        if not r.get("record"):
+            continue
+        cfg, probe = r["config"], r["record"]["metrics"]["probe"]
+        for phase, values in probe.items():
+            steps = len(values["memory"])
+            predicts = r["scheme"] == "moon" and (cfg.scaling == "paper") == (phase == "test")
+            pred = predicted_trace(steps, cfg.recurrent_dropout, phase == "train").tolist() if predicts else [None] * steps
+            for t in range(steps):
+                out.append({"setting": _name(r), **{k: r[k] for k in KEYS}, "seed": r["seed"], "phase": phase,
+                            "step": t + 1, "memory": values["memory"][t], "cell_norm": values["cell_norm"][t],
+                            "predicted": pred[t]})
+    return pd.DataFrame(out)
+
+
+def plot_memory(rows):
+    """The memory trace per step, at test and in training, one line per setting; dashed: what Eqs.
+    17-18 predict for Moon with every gate at 1."""
+    import matplotlib.pyplot as plt
+
+    df = traces_frame(rows)
+    if df.empty:
+        return None
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    colors = dict(zip(df["setting"].unique(), plt.rcParams["axes.prop_cycle"].by_key()["color"] * 2))
+    for ax, phase in zip(axes, ("test", "train")):
+        d = df[df["phase"] == phase]
+        for setting, g in d.groupby("setting", sort=False):
+            g = g.groupby("step")[["memory", "predicted"]].mean()
+            ax.plot(g.index, g["memory"], color=colors[setting], label=setting)
+            if g["predicted"].notna().any():
+                ax.plot(g.index, g["predicted"], "--", color=colors[setting], lw=1,
+                        label=f"Eq. {17 if phase == 'test' else 18}: {setting}")
+        ax.set_yscale("log")
+        ax.set_ylim(1e-12, 1e6)
+        ax.set_xlabel("step t")
+        ax.set_title("test (eval mode)" if phase == "test" else "training (masks on)")
+    axes[0].set_ylabel("||c_t(c_0 = delta) - c_t(c_0 = 0)|| / ||delta||")
+    handles = {l.get_label(): l for ax in axes for l in ax.lines}
+    fig.legend(handles.values(), handles.keys(), fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    fig.tight_layout()
+    return fig
+
+
+def plot_cell_norm(rows):
+    """Mean ||c_t|| per step over the probe sequences, at test and in training."""
+    import seaborn as sns
+
+    df = traces_frame(rows)
+    if df.empty:
+        return None
+    g = sns.relplot(data=df, x="step", y="cell_norm", hue="setting", col="phase", kind="line", height=3.5,
+                    aspect=1.2, errorbar=None)
+    g.set(yscale="log")
+    g.set_axis_labels("step t", "mean ||c_t||")
+    return g
+
+
+def memory_table(rows) -> "pd.DataFrame":
+    """The memory trace at the training length and at the probe's last step T, at test and in
+    training (mean over seeds), and what Eqs. 17-18 predict for Moon at T with every gate at 1."""
+    import pandas as pd
+
+    df = traces_frame(rows)
+    if df.empty:
+        return pd.DataFrame(columns=["setting"])
+    train_len, last = int(rows[0]["config"].length), int(df["step"].max())
+    out = []
+    for setting, d in df.groupby("setting", sort=False):
+        row = {"setting": setting}
+        for phase in ("test", "train"):
+            p = d[d["phase"] == phase].groupby("step")[["memory", "predicted"]].mean()
+            row[f"{phase}, t={train_len}"] = p.loc[train_len, "memory"] if train_len in p.index else None
+            row[f"{phase}, t={last}"] = p.loc[last, "memory"]
+            if p["predicted"].notna().any():
+                row[f"Eq. {17 if phase == 'test' else 18} at t={last}"] = p.loc[last, "predicted"]
+        out.append(row)
+    return pd.DataFrame(out).set_index("setting")
+
+
+def accuracy_by_length(rows) -> "pd.DataFrame":
+    """Test accuracy (%) at each test length, one row per setting (mean over seeds)."""
+    import pandas as pd
+
+    out = []
+    for r in rows:
+        if r.get("record"):
+            for length, acc in r["record"]["metrics"]["test_acc_by_length"].items():
+                out.append({"setting": _name(r), "seed": r["seed"], "test length": int(length), "accuracy (%)": 100 * acc})
+    if not out:
+        return pd.DataFrame(columns=["setting"])
+    df = pd.DataFrame(out)
+    return df.pivot_table(index="setting", columns="test length", values="accuracy (%)", aggfunc="mean",
+                          sort=False).round(1)
+
+
+def claims(rows) -> "pd.DataFrame":
+    """Sec. 3's predictions, each checked on the measured traces (mean over seeds, at the last probe
+    step T): confirmed, not confirmed, or not yet run."""
+    import pandas as pd
+
+    df = traces_frame(rows)
+
+    def at(scheme, sampling, scaling, phase, step=None):
+        """(measured, predicted) memory at ``step`` (default: the last), mean over seeds; None if not run."""
+        d = df[(df["scheme"] == scheme) & (df["sampling"] == sampling) & (df["scaling"] == scaling)
+               & (df["phase"] == phase)] if not df.empty else df
+        if d.empty:
+            return None
+        d = d[d["step"] == (step or d["step"].max())]
+        return d["memory"].mean(), d["predicted"].mean()
+
+    def verdict(ok):
+        return "not yet run" if ok is None else "confirmed" if ok else "not confirmed"
+
+    out = []
+    for sampling in ("per-step", "per-sequence"):
+        m = at("moon", sampling, "paper", "test")
+        out.append((f"Moon {sampling}, paper scaling: at test the memory of c_0 decays at least as fast as "
+                    "q^t (Eq. 17)", verdict(None if m is None else m[0] <= m[1] * 1.01)))
+        train, test = at("moon", sampling, "inverted", "train"), at("moon", sampling, "inverted", "test")
+        early = (at("moon", sampling, "inverted", "train", 2), at("moon", sampling, "inverted", "test", 2))
+        ok = None if train is None else train[0] > test[0] and train[0] / test[0] > early[0][0] / early[1][0]
+        out.append((f"Moon {sampling}, inverted scaling: the same weights keep more of c_0 in training than at "
+                    "test, and the gap widens with t (Eq. 18 and the note after it)", verdict(ok)))
+    moon = at("moon", "per-step", "paper", "test")
+    for scheme, sampling in (("semeniuta", "per-step"), ("semeniuta", "per-sequence"), ("gal", "per-step")):
+        m = at(scheme, sampling, "paper", "test")
+        out.append((f"{scheme} {sampling}: no such decay (Eq. 19): at test it keeps more of c_0 than Moon "
+                    "per-step, by at least 100x", verdict(None if m is None or moon is None else m[0] > 100 * moon[0])))
+    return pd.DataFrame(out, columns=["prediction (paper Sec. 3)", "ours"])
