@@ -20,10 +20,11 @@ from pathlib import Path
 from .report import best_scale
 
 ROOT = Path(__file__).resolve().parent.parent
-NOTEBOOKS = {"schemes": "notebooks/schemes.ipynb", "temporal_order": "notebooks/temporal_order.ipynb", "word_lm": "notebooks/word_lm.ipynb",
+NOTEBOOKS = {"schemes": "notebooks/schemes.ipynb", "temporal_order": "notebooks/temporal_order.ipynb",
+             "memory_loss": "notebooks/memory_loss.ipynb", "word_lm": "notebooks/word_lm.ipynb",
              "char_lm": "notebooks/char_lm.ipynb", "ner": "notebooks/ner.ipynb",
-             "sentiment": "notebooks/sentiment.ipynb",
-             "performance": "notebooks/performance.ipynb"}  # experiment -> notebook, book order
+             "sentiment": "notebooks/sentiment.ipynb", "conjecture": "notebooks/conjecture.ipynb",
+             "seeds": "notebooks/seeds.ipynb", "performance": "notebooks/performance.ipynb"}  # experiment -> notebook, book order
 
 
 def execute_notebooks(scale: str | None = None, train: bool = False) -> None:

@@ -1,0 +1,93 @@
+"""The paper's conjecture (end of Sec. 3): combining Gal's scheme and ours "hold[s] the biggest
+potential". gal+semeniuta at both rates and samplings, without and with forward dropout, beside the
+single schemes of Tables 2 and 3 at the same scale (test metric of the final model, mean over
+seeds). The paper gives no numbers for the combination, so there is nothing of theirs to compare.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Optional
+
+from .lm_tables import COMBINED, FORWARD, RATES, SAMPLINGS, SCHEMES, cell_values
+
+METRICS = {"word_lm": ("test_ppl", 1), "char_lm": ("test_bpc", 3)}
+
+
+def _metric(experiment: str):
+    if experiment not in METRICS:
+        raise ValueError(f"experiment={experiment!r} has no conjecture study; allowed values: "
+                         f"{', '.join(map(repr, METRICS))}")
+    return METRICS[experiment]
+
+
+def _table_rows(experiment: str, rows):
+    return [r for r in rows if r.get("batch", "default") == "default"]  # char_lm's batch check aside
+
+
+def conjecture_table(experiment: str, table_rows, conjecture_rows) -> "pd.DataFrame":
+    """One row per (forward, rate, sampling): the combination beside Moon, Gal and ours at the same
+    setting, and whether the combination beats both of its parts."""
+    import pandas as pd
+
+    metric, digits = _metric(experiment)
+    single = cell_values(_table_rows(experiment, table_rows), metric)
+    combined = cell_values(conjecture_rows, metric)
+    out = []
+    for forward in FORWARD:
+        for rate in RATES:
+            for sampling in SAMPLINGS:
+                row = {"forward": forward, "rate": rate, "sampling": sampling}
+                c = combined.get((forward, COMBINED, rate, sampling))
+                row[COMBINED] = None if c is None else round(c, digits)
+                for scheme in SCHEMES:
+                    v = single.get((forward, scheme, rate, sampling))
+                    row[scheme] = None if v is None else round(v, digits)
+                parts = [single.get((forward, s, rate, sampling)) for s in ("gal", "semeniuta")]
+                row["beats gal and ours"] = ("not yet run" if c is None or None in parts else
+                                             "yes" if c < min(parts) else "no")
+                out.append(row)
+    return pd.DataFrame(out)
+
+
+def conjecture_summary(experiment: str, table_rows, conjecture_rows, seed_rows: Optional[List] = None):
+    """Per forward block: the best single-scheme cell (any scheme, rate, sampling), the best
+    combination cell, the difference, and the verdict. ``seed_rows`` (the seeds study) adds the seed
+    standard deviation of the best single cell where it was rerun, and calls a difference within
+    two of them "within seed noise"."""
+    import pandas as pd
+
+    from ..report import summarize
+    from .lm_tables import CELL_KEYS
+
+    metric, digits = _metric(experiment)
+    single = cell_values(_table_rows(experiment, table_rows), metric)
+    combined = cell_values(conjecture_rows, metric)
+    sd: Dict = {}
+    if seed_rows:
+        s = summarize(seed_rows, CELL_KEYS, [metric])
+        sd = {tuple(r[k] for k in CELL_KEYS): r[f"{metric}_std"] for _, r in s.iterrows() if r["n"] > 1}
+    out = []
+    for forward in FORWARD:
+        singles = {c: v for c, v in single.items() if c[0] == forward and c[1] in SCHEMES}
+        combos = {c: v for c, v in combined.items() if c[0] == forward}
+        row = {"forward": forward}
+        if not singles or not combos:
+            row.update({"verdict": "not yet run"})
+            out.append(row)
+            continue
+        b_single = min(singles, key=singles.get)
+        b_combo = min(combos, key=combos.get)
+        delta = combos[b_combo] - singles[b_single]
+        noise = sd.get(b_single)
+        if noise is not None and abs(delta) <= 2 * noise:
+            verdict = "within seed noise"
+        else:
+            verdict = "the combination is better" if delta < 0 else "the best single scheme is better"
+        row.update({"best single cell": f"{b_single[1]} {b_single[2]} {b_single[3]}",
+                    f"single: {metric}": round(singles[b_single], digits),
+                    "best combination cell": f"{b_combo[2]} {b_combo[3]}",
+                    f"combination: {metric}": round(combos[b_combo], digits),
+                    "combination - single": round(delta, digits),
+                    "seed sd of the single cell": None if noise is None else round(noise, digits),
+                    "verdict": verdict})
+        out.append(row)
+    return pd.DataFrame(out)

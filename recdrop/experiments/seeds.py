@@ -1,0 +1,137 @@
+"""Seeds (beyond the paper, which runs each cell once): the headline cells of Tables 1-3 with
+several seeds, mean ± sd, and which of the paper's orderings survive the seed noise.
+
+An ordering of two cells (the paper's test numbers differ) *survives* when every seed of the cell
+the paper puts ahead beats every seed of the other; it *holds on the means only* when the means
+agree with the paper but the seeds overlap; it is *reversed* when the means disagree.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Tuple
+
+from .lm_tables import CELL_KEYS as LM_KEYS
+from .lm_tables import paper_values
+from .temporal_order import CELL_KEYS as TO_KEYS
+from .temporal_order import paper_test_acc
+
+
+@dataclass(frozen=True)
+class Study:
+    keys: List[str]  # the labels that name a cell
+    block: str  # the label within which the paper's cells are compared
+    metric: str  # the record's metric
+    lower_is_better: bool
+    paper: Callable[[], Dict[Tuple, float]]  # the paper's value per cell, in the metric's unit
+    unit: str
+    digits: int
+    factor: float = 1.0  # shown = stored x factor (accuracy in %)
+
+
+STUDIES = {
+    "temporal_order": Study(TO_KEYS, "length", "test_acc", False, paper_test_acc, "accuracy (%)", 1, 100.0),
+    "word_lm": Study(LM_KEYS, "forward", "test_ppl", True, lambda: paper_values(2), "perplexity", 1),
+    "char_lm": Study(LM_KEYS, "forward", "test_bpc", True, lambda: paper_values(3), "bpc", 3),
+}
+
+
+def study(experiment: str) -> Study:
+    if experiment not in STUDIES:
+        raise ValueError(f"experiment={experiment!r} has no seeds study; allowed values: "
+                         f"{', '.join(map(repr, STUDIES))}")
+    return STUDIES[experiment]
+
+
+def _paper(s: Study) -> Dict[Tuple, float]:
+    return {cell: v * s.factor for cell, v in s.paper().items()}
+
+
+def _per_seed(rows, s: Study) -> Dict[Tuple, List[float]]:
+    out: Dict[Tuple, List[float]] = {}
+    for r in rows:
+        cell = tuple(r[k] for k in s.keys)
+        out.setdefault(cell, [])
+        if r.get("record"):
+            out[cell].append(float(r["record"]["metrics"][s.metric]) * s.factor)
+    return out
+
+
+def seed_table(experiment: str, rows) -> "pd.DataFrame":
+    """One row per headline cell: the paper's value, ours as mean ± sd over seeds, and each seed's."""
+    import pandas as pd
+
+    from ..report import fmt_mean_sd
+
+    s = study(experiment)
+    paper = _paper(s)
+    out = []
+    for cell, values in _per_seed(rows, s).items():
+        n = len(values)
+        mean = sum(values) / n if n else float("nan")
+        sd = pd.Series(values).std() if n > 1 else float("nan")
+        out.append({**dict(zip(s.keys, cell)), "paper": paper.get(cell),
+                    "ours (mean ± sd)": fmt_mean_sd(mean, sd, n, s.digits),
+                    "seeds": ", ".join(f"{v:.{s.digits}f}" for v in values) or "not yet run"})
+    return pd.DataFrame(out)
+
+
+def orderings(experiment: str, rows) -> "pd.DataFrame":
+    """Every pair of headline cells in the same block that the paper orders (their test numbers
+    differ), with the paper's order and whether ours keeps it, against the seed noise."""
+    import pandas as pd
+
+    s = study(experiment)
+    paper = _paper(s)
+    values = _per_seed(rows, s)
+    better = (lambda a, b: a < b) if s.lower_is_better else (lambda a, b: a > b)
+    idx = s.keys.index(s.block)
+    out = []
+    for a, b in itertools.combinations(values, 2):
+        if a[idx] != b[idx] or a not in paper or b not in paper or paper[a] == paper[b]:
+            continue
+        ahead, behind = (a, b) if better(paper[a], paper[b]) else (b, a)
+        va, vb = values[ahead], values[behind]
+        if min(len(va), len(vb)) < 2:
+            verdict = "fewer than 2 seeds"
+        elif all(better(x, y) for x in va for y in vb):
+            verdict = "survives"
+        elif better(sum(va) / len(va), sum(vb) / len(vb)):
+            verdict = "holds on the means only"
+        else:
+            verdict = "reversed"
+
+        def name(c):
+            return " ".join(str(v) for k, v in zip(s.keys, c) if k != s.block and v not in ("-", "paper"))
+        out.append({s.block: a[idx], "the paper: ahead": name(ahead), "behind": name(behind),
+                    "paper values": f"{paper[ahead]:.{s.digits}f} vs {paper[behind]:.{s.digits}f}",
+                    "seeds (ahead, behind)": f"{len(va)}, {len(vb)}", "ours": verdict})
+    return pd.DataFrame(out)
+
+
+def plot_seeds(experiment: str, rows):
+    """Each seed's value per headline cell (dots), the mean (bar) and the paper's value (cross)."""
+    import matplotlib.pyplot as plt
+
+    s = study(experiment)
+    paper = _paper(s)
+    values = _per_seed(rows, s)
+    blocks = list(dict.fromkeys(c[s.keys.index(s.block)] for c in values))
+    fig, axes = plt.subplots(1, len(blocks), figsize=(5.5 * len(blocks), 3.6), squeeze=False)
+    for ax, block in zip(axes[0], blocks):
+        cells = [c for c in values if c[s.keys.index(s.block)] == block]
+        for i, c in enumerate(cells):
+            v = values[c]
+            ax.plot([i] * len(v), v, "o", color="tab:blue", alpha=0.7, label="ours, one seed" if i == 0 else None)
+            if v:
+                ax.hlines(sum(v) / len(v), i - 0.3, i + 0.3, color="tab:blue")
+            if c in paper:
+                ax.plot(i, paper[c], "x", color="tab:red", ms=8, label="the paper" if i == 0 else None)
+        ax.set_xticks(range(len(cells)))
+        ax.set_xticklabels([" ".join(str(x) for k, x in zip(s.keys, c) if k != s.block and x not in ("-", "paper"))
+                            for c in cells], rotation=25, ha="right", fontsize=8)
+        ax.set_title(str(block), fontsize=9)
+        ax.set_ylabel(f"test {s.unit}")
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    return fig
