@@ -1,0 +1,104 @@
+"""The studies beyond the paper: the headline cells, the seed orderings, the conjecture table."""
+import pytest
+
+from recdrop import experiments
+from recdrop.experiments import conjecture, seeds, temporal_order, word_lm
+from recdrop.experiments.lm_tables import COMBINED, FORWARD, conjecture_cells, headline_cells
+
+WO, W = FORWARD
+
+
+def labels(cells):
+    return {(c["forward"], c["scheme"], c["rate"], c["sampling"]) for c, _ in cells}
+
+
+def test_headline_cells_are_the_papers_best_per_scheme_and_block():
+    cells = labels(headline_cells(2))
+    assert len(cells) == 8
+    assert {(WO, "none", 0.0, "-"), (WO, "moon", 0.25, "per-step"), (WO, "gal", 0.5, "per-step"),
+            (WO, "semeniuta", 0.5, "per-sequence"), (W, "semeniuta", 0.25, "per-step")} <= cells
+    # Table 1: ties go to per-step; Moon's medium per-step (25%) beats its "< 25%" per-sequence
+    assert ("medium", "moon", "per-step") in temporal_order.headline_cells()
+    assert temporal_order.paper_test_acc()[("medium", "moon", "per-sequence", "paper")] < 0.25
+
+
+def test_conjecture_cells_combine_gal_and_ours_everywhere():
+    cells = conjecture_cells()
+    assert len(cells) == 8 and {c["scheme"] for c, _ in cells} == {COMBINED}
+    assert {kw["scheme"] for _, kw in cells} == {"gal+semeniuta"}
+
+
+def test_unknown_grid_is_refused():
+    with pytest.raises(ValueError, match="grid='nope' is not a grid of word_lm; allowed values: 'table'"):
+        experiments.get("word_lm", "nope")
+    with pytest.raises(ValueError, match="not a grid of ner"):
+        experiments.get("ner", "conjecture")
+
+
+def fake_rows(values):
+    """Rows as run_grid returns them: ``values`` maps a cell to its per-seed test perplexities."""
+    rows = []
+    for (forward, scheme, rate, sampling), vals in values.items():
+        for seed, v in enumerate(vals):
+            rows.append({"forward": forward, "scheme": scheme, "rate": rate, "sampling": sampling, "seed": seed,
+                         "record": None if v is None else {"metrics": {"test_ppl": v}}})
+    return rows
+
+
+OURS, GAL, MOON, NONE = ((WO, "semeniuta", 0.5, "per-sequence"), (WO, "gal", 0.5, "per-step"),
+                         (WO, "moon", 0.25, "per-step"), (WO, "none", 0.0, "-"))
+
+
+def verdict(table, ahead, behind):
+    row = table[(table["the paper: ahead"] == ahead) & (table["behind"] == behind)]
+    assert len(row) == 1, table
+    return row["ours"].iloc[0]
+
+
+def test_orderings_survive_only_when_every_seed_agrees():
+    # the paper: ours 96.8 < Moon 108.7 < Gal 112.5 < none 125.2
+    rows = fake_rows({OURS: [100, 101, 102], GAL: [103, 110, 111], MOON: [104, 105, 130], NONE: [120, None, None]})
+    t = seeds.orderings("word_lm", rows)
+    assert len(t) == 6  # every pair of the four cells: the paper orders them all
+    assert verdict(t, "semeniuta 0.5 per-sequence", "gal 0.5 per-step") == "survives"
+    assert verdict(t, "moon 0.25 per-step", "gal 0.5 per-step") == "reversed"  # 113 vs 108
+    assert verdict(t, "semeniuta 0.5 per-sequence", "moon 0.25 per-step") == "survives"
+    rows = fake_rows({OURS: [100, 106, 102], MOON: [104, 105, 107]})
+    assert verdict(seeds.orderings("word_lm", rows), "semeniuta 0.5 per-sequence", "moon 0.25 per-step") == \
+        "holds on the means only"
+    rows = fake_rows({OURS: [100, 101, 102], NONE: [120, None, None]})
+    assert verdict(seeds.orderings("word_lm", rows), "semeniuta 0.5 per-sequence", "none 0.0") == "fewer than 2 seeds"
+
+
+def test_seed_table_shows_mean_sd_and_each_seed():
+    t = seeds.seed_table("word_lm", fake_rows({OURS: [100, 102, None]}))
+    assert t["ours (mean ± sd)"].iloc[0] == "101.0 ± 1.4 (n=2)"
+    assert t["seeds"].iloc[0] == "100.0, 102.0" and t["paper"].iloc[0] == 96.8
+    with pytest.raises(ValueError, match="has no seeds study"):
+        seeds.seed_table("ner", [])
+
+
+def test_conjecture_table_compares_the_combination_with_its_parts():
+    at = (WO, 0.25, "per-step")
+    table_rows = fake_rows({(WO, "gal", 0.25, "per-step"): [110], (WO, "semeniuta", 0.25, "per-step"): [105],
+                            (WO, "moon", 0.25, "per-step"): [120], (WO, "gal", 0.5, "per-step"): [100]})
+    combo = fake_rows({(WO, COMBINED, 0.25, "per-step"): [104]})
+    t = conjecture.conjecture_table("word_lm", table_rows, combo).set_index(["forward", "rate", "sampling"])
+    assert t.loc[at, "beats gal and ours"] == "yes"
+    assert t.loc[(WO, 0.25, "per-sequence"), "beats gal and ours"] == "not yet run"
+    s = conjecture.conjecture_summary("word_lm", table_rows, combo).set_index("forward")
+    assert s.loc[WO, "best single cell"] == "gal 0.5 per-step"  # 100 beats the combination's 104
+    assert s.loc[WO, "verdict"] == "the best single scheme is better"
+    assert s.loc[W, "verdict"] == "not yet run"
+    noisy = fake_rows({(WO, "gal", 0.5, "per-step"): [100, 103, 97]})
+    s = conjecture.conjecture_summary("word_lm", table_rows, combo, noisy).set_index("forward")
+    assert s.loc[WO, "verdict"] == "within seed noise"  # 4 < 2 x sd 3
+
+
+def test_headline_grid_runs_are_table_runs():
+    """A headline cell with seed 0 is the same run (same id) as the table's cell: no rerun."""
+    from recdrop.config import run_id
+
+    table = {tuple(sorted(l.items())): run_id(cfg, 0) for l, cfg in word_lm.grid("ci")}
+    for label, cfg in word_lm.headline_grid("ci"):
+        assert table[tuple(sorted(label.items()))] == run_id(cfg, 0)
