@@ -13,12 +13,14 @@ setup: .venv/.installed
 	touch $@
 
 # Unit tests; every notebook at `ci` scale under nbval (training into a scratch store, so the
-# committed records are untouched); then the book build from the committed records.
+# committed records are untouched); the book build from the committed records; then every page of
+# the built book in headless Chromium.
 test: setup
-	TQDM_DISABLE=1 $(PY) -m pytest -q tests
+	TQDM_DISABLE=1 $(PY) -m pytest -q tests --ignore=tests/browser
 	scratch=$$(mktemp -d) && TQDM_DISABLE=1 RECDROP_RUNS=$$scratch/runs RECDROP_CACHE=$$scratch/cache \
 	  $(PY) -m pytest -q --nbval-lax --nbval-current-env --nbval-cell-timeout=600 notebooks/
 	$(PY) -m recdrop.book
+	$(PY) -m pytest -q tests/browser
 
 # The main job: execute every notebook from the stored records and build the HTML book.
 book: setup

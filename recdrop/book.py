@@ -20,7 +20,7 @@ from pathlib import Path
 from .report import best_scale
 
 ROOT = Path(__file__).resolve().parent.parent
-NOTEBOOKS = {"schemes": "notebooks/schemes.ipynb", "temporal_order": "notebooks/temporal_order.ipynb",
+NOTEBOOKS = {"summary": "notebooks/summary.ipynb", "schemes": "notebooks/schemes.ipynb", "temporal_order": "notebooks/temporal_order.ipynb",
              "memory_loss": "notebooks/memory_loss.ipynb", "word_lm": "notebooks/word_lm.ipynb",
              "char_lm": "notebooks/char_lm.ipynb", "ner": "notebooks/ner.ipynb",
              "sentiment": "notebooks/sentiment.ipynb", "conjecture": "notebooks/conjecture.ipynb",

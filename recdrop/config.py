@@ -64,7 +64,20 @@ class ExperimentConfig:
     def __post_init__(self):
         if self.scale not in SCALE_NAMES:
             raise ValueError(f"scale={self.scale!r} is not valid; allowed values: {', '.join(map(repr, SCALE_NAMES))}")
+        self._check_dropout_fields()
         self.validate()
+
+    def _check_dropout_fields(self) -> None:
+        """The fields every experiment shares: rates in [0, 1), and the scheme, sampling and scaling names."""
+        from .masks import SAMPLINGS, SCALINGS, SCHEMES, _check_choice, check_rate
+
+        names = {f.name for f in dataclasses.fields(self)}
+        for name in ("recurrent_dropout", "input_dropout", "output_dropout"):
+            if name in names:
+                check_rate(f"{type(self).__name__}.{name}", getattr(self, name))
+        for name, allowed in (("scheme", SCHEMES), ("sampling", SAMPLINGS), ("scaling", SCALINGS)):
+            if name in names:
+                _check_choice(f"{type(self).__name__}.{name}", getattr(self, name), allowed)
 
     def validate(self) -> None:
         """Subclasses check value ranges here (raise ValueError)."""

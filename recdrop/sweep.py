@@ -118,9 +118,11 @@ def run_grid(experiment: str, scale: str, seeds: Sequence[int] = (0,), device: s
         raise ValueError(f"train must be True or False, got {train!r}")
     if engine not in ENGINES:
         raise ValueError(f"engine={engine!r} is not valid; allowed values: {', '.join(map(repr, ENGINES))}")
-    device = check_device(device) if train else device
+    device = check_device(device, available=train)  # rendering stored runs needs no device
     store = store or RunStore()
     cells = grid_cells(scale, **overrides)
+    if only is not None and not isinstance(only, dict):
+        raise ValueError(f"only must be a dict of label -> value (e.g. {{'scheme': 'moon'}}), got {only!r}")
     if only:
         unknown = set(only) - set(cells[0][0])
         if unknown:

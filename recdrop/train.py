@@ -62,11 +62,12 @@ class Task:
         pass
 
 
-def check_device(device: str) -> str:
-    kind = str(device).split(":")[0]
-    if kind not in DEVICES:
+def check_device(device: str, available: bool = True) -> str:
+    """``device`` if it names a device ('cpu', 'cuda', 'cuda:N'); with ``available``, one this machine has."""
+    kind, _, index = str(device).partition(":")
+    if not isinstance(device, str) or kind not in DEVICES or (index and (kind == "cpu" or not index.isdigit())):
         raise ValueError(f"device={device!r} is not valid; allowed values: 'cpu', 'cuda', 'cuda:N'")
-    if kind == "cuda" and not torch.cuda.is_available():
+    if available and kind == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device={device!r} was asked for but no CUDA device is available here; use device='cpu'")
     return str(device)
 

@@ -1,0 +1,84 @@
+"""Open every page of the built book in headless Chromium (Debian's ``chromium``, driven by
+Playwright) and fail on a script error, a local file that does not load, a broken image or an
+empty table. Run after the build (``make test`` does): ``pytest tests/browser``. A screenshot of
+the landing page is kept in ``_build/screenshots/`` (a build artefact, not committed).
+
+Requests to other hosts (MathJax's CDN, say) are not checked: CI may have no internet.
+"""
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+HTML = ROOT / "_build" / "html"
+
+
+def chromium() -> str:
+    path = os.environ.get("RECDROP_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+    if not path:
+        pytest.fail("no Chromium found: install Debian's `chromium` (apt-get install chromium; .ci/run does) "
+                    "or set RECDROP_CHROMIUM to a Chromium binary")
+    return path
+
+
+def pages():
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    files = [toc["root"]] + [c["file"] for c in toc.get("chapters", [])]
+    return [HTML / f"{f}.html" for f in files]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not (HTML / "index.html").exists():
+        pytest.fail(f"no built book at {HTML}: run `make book` (python -m recdrop.book) first")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=chromium(), args=["--no-sandbox"])
+        yield b
+        b.close()
+
+
+CHECK_PAGE = """() => {
+  const images = [...document.images].filter(i => !i.complete || i.naturalWidth === 0).map(i => i.src);
+  const tables = [...document.querySelectorAll('article table, main table')];
+  const empty = tables.filter(t => ![...t.querySelectorAll('td')].some(td => td.textContent.trim() !== ''))
+                      .map(t => t.outerHTML.slice(0, 120));
+  const h1 = document.querySelector('h1');
+  return {images, empty, tables: tables.length, title: h1 ? h1.textContent.trim() : ''};
+}"""
+
+
+@pytest.mark.parametrize("page", pages(), ids=lambda p: p.stem)
+def test_page_opens_with_its_tables_and_figures(browser, page):
+    assert page.exists(), f"{page} was not built: is it in _toc.yml and did the build finish?"
+    tab = browser.new_page()
+    errors, failed = [], []
+    tab.on("pageerror", lambda e: errors.append(str(e)))
+    tab.on("console", lambda m: errors.append(m.text) if m.type == "error" and "file://" in m.text else None)
+    tab.on("requestfailed", lambda r: failed.append(r.url) if r.url.startswith("file://") else None)
+    tab.goto(page.as_uri(), wait_until="load")
+    found = tab.evaluate(CHECK_PAGE)
+    if page.stem == "summary":
+        shots = ROOT / "_build" / "screenshots"
+        shots.mkdir(parents=True, exist_ok=True)
+        tab.screenshot(path=str(shots / "landing.png"), full_page=True)
+    tab.close()
+    assert not errors, f"{page.name}: script errors: {errors}"
+    assert not failed, f"{page.name}: local files that did not load: {failed}"
+    assert not found["images"], f"{page.name}: images that did not load: {found['images']}"
+    assert not found["empty"], f"{page.name}: empty tables: {found['empty']}"
+    assert found["title"], f"{page.name}: no title (h1)"
+
+
+def test_the_landing_page_links_every_table_to_its_chapter(browser):
+    tab = browser.new_page()
+    tab.goto((HTML / "book" / "executed" / "summary.html").as_uri())
+    links = tab.evaluate("() => [...document.querySelectorAll('table.landing a')].map(a => a.href)")
+    tab.close()
+    assert len(links) == 7, links  # Figure 1, Tables 1-5, Figure 2
+    for href in links:
+        assert Path(href.removeprefix("file://")).exists(), href

@@ -1,0 +1,168 @@
+"""Failure tests: a sweep killed 20 times at random points loses and corrupts nothing and ends with
+the metrics of an uninterrupted one; corrupt checkpoints, records and data files are clear errors;
+every parameter a notebook passes is checked."""
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from recdrop import experiments
+from recdrop.config import run_id
+from recdrop.experiments.temporal_order import TemporalOrderConfig, TemporalOrderTask
+from recdrop.store import CorruptCheckpointError, RunStore
+from recdrop.sweep import run_grid
+from recdrop.train import train_run
+
+REPO = Path(__file__).resolve().parents[1]
+KILLS = 20
+SWEEP = ["temporal_order", "--scale", "ci", "--no-progress", "--seeds", "0", "1", "--set", "epochs=12",
+         "--only", "length=short", "scheme=moon"]  # 4 cells x 2 seeds = 8 runs of 12 epochs
+
+
+def sweep(tmp_path, name):
+    env = {**os.environ, "RECDROP_RUNS": str(tmp_path / name / "runs"), "RECDROP_CACHE": str(tmp_path / name / "cache"),
+           "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1"}
+    return [sys.executable, "-m", "recdrop.sweep", *SWEEP], env, tmp_path / name
+
+
+def progress_marks(root: Path):
+    """What changes as the sweep advances: the records, and each checkpoint's modification time."""
+    return ({p.name for p in (root / "runs").rglob("*.json")},
+            {p.name: p.stat().st_mtime_ns for p in (root / "cache").rglob("*.pt")})
+
+
+def test_twenty_random_kills_lose_nothing_and_end_where_an_uninterrupted_sweep_ends(tmp_path):
+    cmd, env, ref_root = sweep(tmp_path, "uninterrupted")
+    subprocess.run(cmd, cwd=REPO, env=env, check=True)
+    reference = {p.name: json.loads(p.read_text()) for p in (ref_root / "runs").rglob("*.json")}
+    assert len(reference) == 8
+
+    cmd, env, root = sweep(tmp_path, "killed")
+    rng = random.Random(0)
+    seen, kills = {}, 0
+    while kills < KILLS:
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        before = progress_marks(root)
+        deadline = time.time() + 60
+        while progress_marks(root) == before and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.02)  # wait for some progress (a checkpoint or a record), then kill at random
+        time.sleep(rng.uniform(0.0, 0.3))
+        if proc.poll() is not None:
+            break  # the sweep finished before this kill
+        proc.send_signal(signal.SIGKILL if kills % 2 == 0 else signal.SIGTERM)
+        proc.wait()
+        kills += 1
+        for p in (root / "runs").rglob("*.json"):
+            text = p.read_text()
+            json.loads(text)  # every record is whole ...
+            assert seen.setdefault(p.name, text) == text, f"record {p.name} changed after kill {kills}"  # ... and final
+    assert kills == KILLS, f"the sweep finished after {kills} kills: make the runs longer"
+    assert len(seen) < 8, "the kills must land before the sweep is done"
+    subprocess.run(cmd, cwd=REPO, env=env, check=True)  # resume to the end
+    final = {p.name: json.loads(p.read_text()) for p in (root / "runs").rglob("*.json")}
+    assert sorted(final) == sorted(reference)
+    for name, rec in final.items():
+        assert rec["metrics"] == reference[name]["metrics"], name
+        assert rec["curves"] == reference[name]["curves"], name
+        if name in seen:
+            assert json.loads(seen[name]) == rec
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "cache"))
+    return RunStore(tmp_path / "runs")
+
+
+def test_a_truncated_checkpoint_is_a_clear_error(store):
+    cfg = TemporalOrderConfig.at_scale("ci", epochs=2)
+
+    class Stop(Exception):
+        pass
+
+    def stop(event, epoch, batch):
+        if event == "epoch":
+            raise Stop
+    with pytest.raises(Stop):
+        train_run(TemporalOrderTask, cfg, store=store, progress=False, callback=stop)
+    path = store.checkpoint_path("temporal_order", run_id(cfg, 0))
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    with pytest.raises(CorruptCheckpointError, match=f"checkpoint {path} cannot be read.*delete it"):
+        train_run(TemporalOrderTask, cfg, store=store, progress=False)
+
+
+def test_a_corrupt_record_is_a_clear_error(store):
+    cell = dict(only={"length": "short", "scheme": "none"}, epochs=1, store=store)
+    rec = run_grid("temporal_order", "ci", progress=False, **cell)[0]["record"]
+    path = store.path("temporal_order", "ci", rec["run_id"])
+    path.write_text(path.read_text()[:40])
+    with pytest.raises(ValueError, match=f"run record {path} is not valid JSON.*delete it to rerun"):
+        run_grid("temporal_order", "ci", train=False, **cell)
+
+
+def test_a_corrupt_data_file_is_a_clear_error(tmp_path, monkeypatch):
+    from recdrop.data.conll2003 import load_conll2003
+    from recdrop.data.files import DatasetError
+
+    src = Path(os.environ.get("RECDROP_DATA", REPO.parent / "shared" / "data")) / "conll2003"
+    if not src.exists():
+        pytest.skip("the CoNLL-2003 files are not here")
+    copy = tmp_path / "conll2003"
+    copy.mkdir()
+    for p in src.iterdir():
+        (copy / p.name).write_bytes(p.read_bytes())
+    target = next(p for p in copy.iterdir() if p.name.endswith("train"))
+    target.write_bytes(target.read_bytes()[:1000])
+    monkeypatch.setenv("RECDROP_DATA", str(tmp_path))
+    with pytest.raises(DatasetError, match=f"{target} is corrupt"):
+        load_conll2003()
+
+
+# -- every parameter a notebook passes, wrong -------------------------------------------------------
+BAD_RUN_GRID = [
+    ({"scale": "huge"}, "scale='huge' is not valid"),
+    ({"scale": None}, "scale=None is not valid"),
+    ({"device": "tpu"}, "device='tpu' is not valid"),
+    ({"device": "cpu:1"}, "device='cpu:1' is not valid"),
+    ({"device": "cuda:x"}, "device='cuda:x' is not valid"),
+    ({"seeds": [-1]}, "seeds must be"),
+    ({"seeds": "0"}, "seeds must be"),
+    ({"seeds": []}, "seeds must be"),
+    ({"seeds": [0.5]}, "seeds must be"),
+    ({"jobs": 0}, "jobs must be a positive int"),
+    ({"jobs": 1.5}, "jobs must be a positive int"),
+    ({"jobs": True}, "jobs must be a positive int"),
+    ({"train": "yes"}, "train must be True or False"),
+    ({"train": 1}, "train must be True or False"),
+    ({"engine": "mpi"}, "engine='mpi' is not valid"),
+    ({"grid": "nope"}, "grid='nope' is not a grid of"),
+    ({"only": {"colour": "red"}}, "only: \\['colour'\\] are not labels"),
+    ({"only": "scheme=moon"}, "only must be a dict"),
+    ({"no_such_field": 1}, "'no_such_field' is not a parameter of"),
+    ({"hidden_size": "many"}, "hidden_size must be of type int"),
+    ({"recurrent_dropout": 1.5}, "recurrent_dropout must be in \\[0, 1\\)"),
+    ({"scheme": "dropconnect"}, "scheme=.dropconnect. is not valid"),
+]
+
+
+@pytest.mark.parametrize("experiment", sorted(experiments.EXPERIMENTS))
+@pytest.mark.parametrize("kwargs, message", BAD_RUN_GRID, ids=[str(k) for k, _ in BAD_RUN_GRID])
+def test_run_grid_rejects_each_wrong_parameter(experiment, kwargs, message, store):
+    args = {"scale": "ci", "train": False, "store": store, **kwargs}
+    with pytest.raises(ValueError, match=message):
+        run_grid(experiment, **args)
+
+
+def test_unknown_experiment_and_scale_on_configs():
+    with pytest.raises(ValueError, match="experiment='nope' is not known; allowed values: 'temporal_order'"):
+        run_grid("nope", "ci")
+    for task, grids in experiments.EXPERIMENTS.values():
+        label, cfg = grids["table"]("ci")[0]
+        with pytest.raises(ValueError, match="scale='big' is not valid"):
+            type(cfg).at_scale("big")
