@@ -17,9 +17,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from .paths import REPO_ROOT
 from .report import best_scale
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO_ROOT
 NOTEBOOKS = {"summary": "notebooks/summary.ipynb", "schemes": "notebooks/schemes.ipynb", "temporal_order": "notebooks/temporal_order.ipynb",
              "memory_loss": "notebooks/memory_loss.ipynb", "word_lm": "notebooks/word_lm.ipynb",
              "char_lm": "notebooks/char_lm.ipynb", "ner": "notebooks/ner.ipynb",

@@ -65,10 +65,16 @@ def gru_step(gx: Tensor, h: Tensor, w_hh: Tensor, b_hh: Optional[Tensor],
     return _mul((1 - z) * n + z * h, moon)
 
 
+def rnn_recurrent_factor(gal, sem):
+    """For the vanilla RNN "semeniuta" and "gal" mean the same thing, Eq. 2: the factor on h_{t-1}
+    where it re-enters. Whichever of the two is set."""
+    return gal if sem is None else sem
+
+
 def rnn_step(gx: Tensor, h: Tensor, w_hh: Tensor, b_hh: Optional[Tensor],
              gal, sem, moon, act: Callable[[Tensor], Tensor] = torch.tanh) -> Tensor:
     """Vanilla RNN step, Eq. 1; with Eq. 2 (d(h_{t-1}) where it re-enters) for "semeniuta"/"gal"."""
-    drop_in = gal if sem is None else sem
+    drop_in = rnn_recurrent_factor(gal, sem)
     return _mul(act(gx + F.linear(_mul(h, drop_in), w_hh, b_hh)), moon)
 
 

@@ -16,15 +16,9 @@ import torch
 from torch import Tensor
 
 from . import triton_lstm
-from .cells import _mul
+from .cells import _mul, rnn_recurrent_factor
 from .masks import StepFactors
-
-
-def _at(factor, k: int, per_step: bool):
-    """The factor of processing step ``k``: a per-step mask's slice, else the factor itself."""
-    if per_step and isinstance(factor, Tensor):
-        return factor[k]
-    return factor
+from .masks import factor_at as _at
 
 
 def _steps(factor, steps: int, per_step: bool) -> list:
@@ -328,7 +322,7 @@ def rnn_sequence(gx: Tensor, h0: Tensor, w_hh: Tensor, b_hh: Optional[Tensor], f
     """The vanilla RNN over all steps, as the loop over ``rnn_step``."""
     if b_hh is not None:
         gx = gx + b_hh
-    drop_in = factors.gal if factors.semeniuta is None else factors.semeniuta
+    drop_in = rnn_recurrent_factor(factors.gal, factors.semeniuta)
     ys, h = _RNNSequence.apply(gx, h0, w_hh, drop_in, factors.moon, factors.per_step, nonlinearity == "relu",
                                reverse)
     return ys, (h,)

@@ -119,6 +119,14 @@ class RecurrentDropout:
         return StepFactors({}, per_step=False)
 
 
+def factor_at(factor: Factor, t: int, per_step: bool) -> Factor:
+    """The factor of step ``t``: a per-step mask's slice, else the factor itself (a per-sequence
+    mask, the test-time constant, or None)."""
+    if per_step and isinstance(factor, torch.Tensor):
+        return factor[t]
+    return factor
+
+
 class StepFactors:
     """Per-step access to the factors of each target: ``f.at(t)`` -> (gal, semeniuta, moon)."""
 
@@ -131,6 +139,4 @@ class StepFactors:
         self.per_step = per_step
 
     def at(self, t: int) -> Tuple[Factor, Factor, Factor]:
-        if self.per_step:
-            return tuple(None if f is None else f[t] for f in (self.gal, self.semeniuta, self.moon))
-        return self.gal, self.semeniuta, self.moon
+        return tuple(factor_at(f, t, self.per_step) for f in (self.gal, self.semeniuta, self.moon))

@@ -7,11 +7,12 @@ and ``source`` (the citation). Every number is checked against the paper's LaTeX
 """
 from __future__ import annotations
 
-from pathlib import Path
 
 import pandas as pd
 
-PAPER_RESULTS = Path(__file__).resolve().parent.parent / "data" / "paper_results.csv"
+from .paths import DATA_DIR
+
+PAPER_RESULTS = DATA_DIR / "paper_results.csv"
 CITATION = ("Stanislau Semeniuta, Aliaksei Severyn and Erhardt Barth (2016). Recurrent Dropout without "
             "Memory Loss. COLING 2016, pages 1757-1766. https://aclanthology.org/C16-1165/")
 

@@ -7,7 +7,9 @@ from typing import Optional
 
 import pandas as pd
 
-BENCH_DIR = Path(__file__).resolve().parent.parent / "data" / "benchmarks"
+from .paths import DATA_DIR
+
+BENCH_DIR = DATA_DIR / "benchmarks"
 IMPLEMENTATIONS = {"torch_nn_ms": "torch.nn, no dropout", "recdrop_ms": "recdrop fast path, dropout 0.25",
                    "loop_ms": "recdrop plain loop, dropout 0.25"}
 

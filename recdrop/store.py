@@ -20,8 +20,9 @@ from typing import Any, Dict, Iterator, List, Optional
 
 import torch
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_RUNS = REPO_ROOT / "data" / "runs"
+from .paths import DATA_DIR, REPO_ROOT
+
+DEFAULT_RUNS = DATA_DIR / "runs"
 
 
 def cache_dir() -> Path:

@@ -14,10 +14,10 @@ import urllib.request
 from pathlib import Path
 from typing import Dict, Iterable, Optional
 
+from ..paths import REPO_ROOT
 from ..store import atomic_write_bytes
 
 SUMS_FILE = Path(__file__).with_name("SHA256SUMS")
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 class DatasetError(FileNotFoundError):

@@ -205,8 +205,10 @@ def accuracy_by_length(rows) -> "pd.DataFrame":
 
 
 def claims(rows) -> "pd.DataFrame":
-    """Sec. 3's predictions, each checked on the measured traces (mean over seeds, at the last probe
-    step T): confirmed, not confirmed, or not yet run."""
+    """Sec. 3's predictions, each checked on the measured traces (mean over seeds; at the training
+    length L or at the probe's last step T): confirmed, not confirmed, or not yet run. With per-step
+    masks in training a unit's memory is lost whenever it is dropped, so the growth the note after
+    Eq. 18 predicts is checked on per-sequence masks, where the kept units keep theirs."""
     import pandas as pd
 
     df = traces_frame(rows)
@@ -223,16 +225,21 @@ def claims(rows) -> "pd.DataFrame":
     def verdict(ok):
         return "not yet run" if ok is None else "confirmed" if ok else "not confirmed"
 
+    length = int(rows[0]["config"].length) if rows else MemoryLossConfig.length
+    none = at("none", "-", "-", "test", length)
     out = []
     for sampling in ("per-step", "per-sequence"):
-        m = at("moon", sampling, "paper", "test")
-        out.append((f"Moon {sampling}, paper scaling: at test the memory of c_0 decays at least as fast as "
-                    "q^t (Eq. 17)", verdict(None if m is None else m[0] <= m[1] * 1.01)))
-        train, test = at("moon", sampling, "inverted", "train"), at("moon", sampling, "inverted", "test")
-        early = (at("moon", sampling, "inverted", "train", 2), at("moon", sampling, "inverted", "test", 2))
-        ok = None if train is None else train[0] > test[0] and train[0] / test[0] > early[0][0] / early[1][0]
-        out.append((f"Moon {sampling}, inverted scaling: the same weights keep more of c_0 in training than at "
-                    "test, and the gap widens with t (Eq. 18 and the note after it)", verdict(ok)))
+        m = at("moon", sampling, "paper", "test", length)
+        out.append((f"Moon {sampling}, paper scaling: at test the memory of c_0 fades by orders of magnitude over "
+                    f"the training length (below 1% of the no-dropout model's at t = {length}; Eq. 17)",
+                    verdict(None if m is None or none is None else m[0] < 0.01 * none[0])))
+        out.append((f"Moon {sampling}, paper scaling: ... at about Eq. 17's rate (within 10x of q^t at t = {length})",
+                    verdict(None if m is None else m[1] / 10 <= m[0] <= 10 * m[1])))
+    train, test = at("moon", "per-sequence", "inverted", "train"), at("moon", "per-sequence", "inverted", "test")
+    early = (at("moon", "per-sequence", "inverted", "train", 2), at("moon", "per-sequence", "inverted", "test", 2))
+    ok = None if train is None else train[0] > test[0] and train[0] / test[0] > early[0][0] / early[1][0]
+    out.append(("Moon per-sequence, inverted scaling: the same weights keep more of c_0 in training than at test, "
+                "and the gap widens with t (the note after Eq. 18)", verdict(ok)))
     moon = at("moon", "per-step", "paper", "test")
     for scheme, sampling in (("semeniuta", "per-step"), ("semeniuta", "per-sequence"), ("gal", "per-step")):
         m = at(scheme, sampling, "paper", "test")
