@@ -1,8 +1,8 @@
 """Memory loss, measured (beyond the paper: Sec. 3's argument, Eqs. 17-19, and Sec. 4.1's remark on
 longer sequences).
 
-LSTMs are trained on Temporal Order exactly as Table 1's `short` cells are (same config, same seed,
-so the same weights), then probed:
+LSTMs are trained on Temporal Order exactly as Table 1's `short` cells are (same config and seed: with
+the same code, the same weights), then probed:
 - the memory trace (``recdrop.memory.memory_trace``) and the mean ||c_t|| over a long sequence, at
   test (eval mode) and in training (masks on);
 - the accuracy on Temporal Order sequences longer than those trained on.
@@ -200,8 +200,9 @@ def accuracy_by_length(rows) -> "pd.DataFrame":
     if not out:
         return pd.DataFrame(columns=["setting"])
     df = pd.DataFrame(out)
-    return df.pivot_table(index="setting", columns="test length", values="accuracy (%)", aggfunc="mean",
+    wide = df.pivot_table(index="setting", columns="test length", values="accuracy (%)", aggfunc="mean",
                           sort=False).round(1)
+    return wide[sorted(wide.columns)]
 
 
 def claims(rows) -> "pd.DataFrame":
