@@ -28,6 +28,18 @@ NOTEBOOKS = {"summary": "notebooks/summary.ipynb", "schemes": "notebooks/schemes
              "seeds": "notebooks/seeds.ipynb", "performance": "notebooks/performance.ipynb"}  # experiment -> notebook, book order
 
 
+# Chapters that show other experiments' runs: their scale is the largest stored for any of these.
+SCALE_FROM = {"conjecture": ("word_lm", "char_lm"), "seeds": ("temporal_order", "word_lm", "char_lm")}
+
+
+def notebook_scale(name: str) -> str:
+    """The scale a chapter is rendered at: the largest stored for its experiment(s), else quick."""
+    from .config import SCALE_NAMES
+
+    stored = [s for s in (best_scale(e) for e in SCALE_FROM.get(name, (name,))) if s]
+    return max(stored, key=SCALE_NAMES.index) if stored else "quick"
+
+
 def execute_notebooks(scale: str | None = None, train: bool = False) -> None:
     import papermill
 
@@ -35,7 +47,7 @@ def execute_notebooks(scale: str | None = None, train: bool = False) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("TQDM_DISABLE", "1")
     for experiment, nb in NOTEBOOKS.items():
-        params = {"scale": scale or best_scale(experiment) or "quick", "train": train}
+        params = {"scale": scale or notebook_scale(experiment), "train": train}
         print(f"executing {nb} with {params}", flush=True)
         out = out_dir / Path(nb).name
         papermill.execute_notebook(str(ROOT / nb), str(out), parameters=params, kernel_name="python3",

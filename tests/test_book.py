@@ -1,0 +1,57 @@
+"""What the book build decides by itself: which scale each chapter shows, and the landing page."""
+import json
+
+from recdrop import book
+from recdrop.report import best_scale
+from recdrop.store import RunStore
+from recdrop.summary import landing_table
+
+
+def fake_record(store, experiment, scale, name="r1"):
+    path = store.root / experiment / scale / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"experiment": experiment}))
+
+
+def test_each_chapter_shows_the_largest_scale_stored(tmp_path, monkeypatch):
+    monkeypatch.setenv("RECDROP_RUNS", str(tmp_path))
+    store = RunStore()
+    assert book.notebook_scale("word_lm") == "quick"  # nothing stored: quick, every cell "not yet run"
+    fake_record(store, "word_lm", "ci")
+    fake_record(store, "char_lm", "quick")
+    assert best_scale("word_lm") == "ci" and book.notebook_scale("word_lm") == "ci"
+    assert book.notebook_scale("conjecture") == "quick"  # the larger of word_lm's and char_lm's
+    fake_record(store, "temporal_order", "paper")
+    assert book.notebook_scale("seeds") == "paper"
+    assert book.notebook_scale("schemes") == "quick"
+
+
+def test_every_notebook_is_a_chapter_of_the_book():
+    import yaml
+
+    toc = yaml.safe_load((book.ROOT / "_toc.yml").read_text())
+    files = {toc["root"]} | {c["file"] for c in toc["chapters"]}
+    for name, path in book.NOTEBOOKS.items():
+        assert f"book/executed/{name}" in files, name
+        assert (book.ROOT / path).exists(), path
+    assert {p.name for p in (book.ROOT / "notebooks").glob("*.ipynb")} == {p.split("/")[-1] for p in book.NOTEBOOKS.values()}
+
+
+def test_landing_page_says_not_yet_run_below_paper_scale(tmp_path):
+    table = landing_table(RunStore(tmp_path))
+    assert len(table) == 7 and table["what"].iloc[0].startswith("Figure 1")
+    assert set(table["verdict"].iloc[1:]) == {"not yet run at paper scale"}
+    assert table.set_index("chapter").loc["word_lm", "paper"].iloc[0] == "87 ppl"  # the paper's best: ours + forward
+
+
+def test_landing_verdicts():
+    import pandas as pd
+
+    from recdrop.summary import _verdict
+
+    assert _verdict("paper", pd.Series(["reproduced", "reproduced"])) == "reproduced"
+    assert _verdict("paper", pd.Series(["reproduced", "not reproduced"])) == "partly"
+    assert _verdict("paper", pd.Series(["reproduced", "not yet run"])) == "partly"  # a missing cell is not reproduced
+    assert _verdict("paper", pd.Series(["not reproduced"])) == "not reproduced"
+    assert _verdict("quick", pd.Series(["reproduced"])) == "not yet run at paper scale"
+    assert _verdict("paper", pd.Series(["not yet run"])) == "not yet run at paper scale"
