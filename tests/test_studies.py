@@ -90,9 +90,11 @@ def test_conjecture_table_compares_the_combination_with_its_parts():
     assert s.loc[WO, "best single cell"] == "gal 0.5 per-step"  # 100 beats the combination's 104
     assert s.loc[WO, "verdict"] == "the best single scheme is better"
     assert s.loc[W, "verdict"] == "not yet run"
-    noisy = fake_rows({(WO, "gal", 0.5, "per-step"): [100, 103, 97]})
+    noisy = fake_rows({(WO, "moon", 0.25, "per-step"): [100, 103, 97], (WO, "none", 0.0, "-"): [120, 121, 119],
+                       (W, "none", 0.0, "-"): [120, 130, 110]})
     s = conjecture.conjecture_summary("word_lm", table_rows, combo, noisy).set_index("forward")
-    assert s.loc[WO, "verdict"] == "within seed noise"  # 4 < 2 x sd 3
+    assert s.loc[WO, "seed sd (pooled)"] == round(((9 + 1) / 2) ** 0.5, 1)  # sds 3 and 1, pooled; not W's 10
+    assert s.loc[WO, "verdict"] == "within seed noise"  # 4 < 2 x 2.2
 
 
 def test_headline_grid_runs_are_table_runs():

@@ -50,9 +50,9 @@ def conjecture_table(experiment: str, table_rows, conjecture_rows) -> "pd.DataFr
 
 def conjecture_summary(experiment: str, table_rows, conjecture_rows, seed_rows: Optional[List] = None):
     """Per forward block: the best single-scheme cell (any scheme, rate, sampling), the best
-    combination cell, the difference, and the verdict. ``seed_rows`` (the seeds study) adds the seed
-    standard deviation of the best single cell where it was rerun, and calls a difference within
-    two of them "within seed noise"."""
+    combination cell, the difference, and the verdict. ``seed_rows`` (the seeds study) gives the
+    seed-to-seed standard deviation, pooled over the block's rerun cells; a difference within two of
+    them is called "within seed noise"."""
     import pandas as pd
 
     from ..report import summarize
@@ -64,7 +64,9 @@ def conjecture_summary(experiment: str, table_rows, conjecture_rows, seed_rows: 
     sd: Dict = {}
     if seed_rows:
         s = summarize(seed_rows, CELL_KEYS, [metric])
-        sd = {tuple(r[k] for k in CELL_KEYS): r[f"{metric}_std"] for _, r in s.iterrows() if r["n"] > 1}
+        s = s[s["n"] > 1]
+        for forward, block in s.groupby("forward"):
+            sd[forward] = float((block[f"{metric}_std"] ** 2).mean() ** 0.5)  # pooled (equal n)
     out = []
     for forward in FORWARD:
         singles = {c: v for c, v in single.items() if c[0] == forward and c[1] in SCHEMES}
@@ -77,7 +79,7 @@ def conjecture_summary(experiment: str, table_rows, conjecture_rows, seed_rows: 
         b_single = min(singles, key=singles.get)
         b_combo = min(combos, key=combos.get)
         delta = combos[b_combo] - singles[b_single]
-        noise = sd.get(b_single)
+        noise = sd.get(forward)
         if noise is not None and abs(delta) <= 2 * noise:
             verdict = "within seed noise"
         else:
@@ -87,7 +89,7 @@ def conjecture_summary(experiment: str, table_rows, conjecture_rows, seed_rows: 
                     "best combination cell": f"{b_combo[2]} {b_combo[3]}",
                     f"combination: {metric}": round(combos[b_combo], digits),
                     "combination - single": round(delta, digits),
-                    "seed sd of the single cell": None if noise is None else round(noise, digits),
+                    "seed sd (pooled)": None if noise is None else round(noise, digits),
                     "verdict": verdict})
         out.append(row)
     return pd.DataFrame(out)
