@@ -21,8 +21,8 @@ from recdrop.train import train_run
 
 REPO = Path(__file__).resolve().parents[1]
 KILLS = 20
-SWEEP = ["temporal_order", "--scale", "ci", "--no-progress", "--seeds", "0", "1", "--set", "epochs=12",
-         "--only", "length=short", "scheme=moon"]  # 4 cells x 2 seeds = 8 runs of 12 epochs
+SWEEP = ["temporal_order", "--scale", "ci", "--no-progress", "--seeds", "0", "1", "--set", "epochs=30",
+         "--only", "length=short", "scheme=moon"]  # 4 cells x 2 seeds = 8 runs of 30 epochs
 
 
 def sweep(tmp_path, name):
@@ -52,7 +52,7 @@ def test_twenty_random_kills_lose_nothing_and_end_where_an_uninterrupted_sweep_e
         deadline = time.time() + 60
         while progress_marks(root) == before and proc.poll() is None and time.time() < deadline:
             time.sleep(0.02)  # wait for some progress (a checkpoint or a record), then kill at random
-        time.sleep(rng.uniform(0.0, 0.3))
+        time.sleep(rng.uniform(0.0, 0.1))
         if proc.poll() is not None:
             break  # the sweep finished before this kill
         proc.send_signal(signal.SIGKILL if kills % 2 == 0 else signal.SIGTERM)
