@@ -64,8 +64,10 @@ class Task:
 
 def check_device(device: str, available: bool = True) -> str:
     """``device`` if it names a device ('cpu', 'cuda', 'cuda:N'); with ``available``, one this machine has."""
-    kind, _, index = str(device).partition(":")
-    if not isinstance(device, str) or kind not in DEVICES or (index and (kind == "cpu" or not index.isdigit())):
+    if isinstance(device, torch.device):
+        device = str(device)
+    kind, sep, index = str(device).partition(":")
+    if not isinstance(device, str) or kind not in DEVICES or (sep and (kind == "cpu" or not index.isdigit())):
         raise ValueError(f"device={device!r} is not valid; allowed values: 'cpu', 'cuda', 'cuda:N'")
     if available and kind == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device={device!r} was asked for but no CUDA device is available here; use device='cpu'")

@@ -166,3 +166,15 @@ def test_unknown_experiment_and_scale_on_configs():
         label, cfg = grids["table"]("ci")[0]
         with pytest.raises(ValueError, match="scale='big' is not valid"):
             type(cfg).at_scale("big")
+
+
+def test_device_names():
+    import torch
+
+    from recdrop.train import check_device
+
+    assert check_device(torch.device("cpu")) == "cpu" and check_device("cpu") == "cpu"
+    assert check_device("cuda:1", available=False) == "cuda:1"  # rendering stored runs needs no GPU
+    for bad in ("cpu:0x", "gpu", "cuda:", 0):
+        with pytest.raises(ValueError, match="is not valid"):
+            check_device(bad, available=False)
