@@ -15,7 +15,7 @@ import pytest
 from recdrop import experiments
 from recdrop.config import run_id
 from recdrop.experiments.temporal_order import TemporalOrderConfig, TemporalOrderTask
-from recdrop.store import CorruptCheckpointError, RunStore
+from recdrop.store import CorruptCheckpointError
 from recdrop.sweep import run_grid
 from recdrop.train import train_run
 
@@ -72,12 +72,6 @@ def test_twenty_random_kills_lose_nothing_and_end_where_an_uninterrupted_sweep_e
         assert rec["curves"] == reference[name]["curves"], name
         if name in seen:
             assert json.loads(seen[name]) == rec
-
-
-@pytest.fixture
-def store(tmp_path, monkeypatch):
-    monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "cache"))
-    return RunStore(tmp_path / "runs")
 
 
 def test_a_truncated_checkpoint_is_a_clear_error(store):

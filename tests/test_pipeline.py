@@ -20,12 +20,6 @@ from recdrop.train import NonFiniteLossError, train_run
 REPO = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture
-def store(tmp_path, monkeypatch):
-    monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "cache"))
-    return RunStore(tmp_path / "runs")
-
-
 def ci_config(**kw):
     return TemporalOrderConfig.at_scale("ci", **kw)
 

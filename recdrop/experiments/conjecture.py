@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional
 
+from .char_lm import table_rows as table_rows_of  # char_lm's batch-size check aside
 from .lm_tables import COMBINED, FORWARD, RATES, SAMPLINGS, SCHEMES, cell_values
 
 METRICS = {"word_lm": ("test_ppl", 1), "char_lm": ("test_bpc", 3)}
@@ -19,17 +20,13 @@ def _metric(experiment: str):
     return METRICS[experiment]
 
 
-def _table_rows(experiment: str, rows):
-    return [r for r in rows if r.get("batch", "default") == "default"]  # char_lm's batch check aside
-
-
 def conjecture_table(experiment: str, table_rows, conjecture_rows) -> "pd.DataFrame":
     """One row per (forward, rate, sampling): the combination beside Moon, Gal and ours at the same
     setting, and whether the combination beats both of its parts."""
     import pandas as pd
 
     metric, digits = _metric(experiment)
-    single = cell_values(_table_rows(experiment, table_rows), metric)
+    single = cell_values(table_rows_of(table_rows), metric)
     combined = cell_values(conjecture_rows, metric)
     out = []
     for forward in FORWARD:
@@ -59,7 +56,7 @@ def conjecture_summary(experiment: str, table_rows, conjecture_rows, seed_rows: 
     from .lm_tables import CELL_KEYS
 
     metric, digits = _metric(experiment)
-    single = cell_values(_table_rows(experiment, table_rows), metric)
+    single = cell_values(table_rows_of(table_rows), metric)
     combined = cell_values(conjecture_rows, metric)
     sd: Dict = {}
     if seed_rows:

@@ -43,6 +43,11 @@ def study(experiment: str) -> Study:
     return STUDIES[experiment]
 
 
+def _label(s: Study, cell: Tuple) -> str:
+    """A cell's name within its block, e.g. "semeniuta 0.25 per-step"."""
+    return " ".join(str(v) for k, v in zip(s.keys, cell) if k != s.block and v not in ("-", "paper"))
+
+
 def _paper(s: Study) -> Dict[Tuple, float]:
     return {cell: v * s.factor for cell, v in s.paper().items()}
 
@@ -100,10 +105,7 @@ def orderings(experiment: str, rows) -> "pd.DataFrame":
             verdict = "holds on the means only"
         else:
             verdict = "reversed"
-
-        def name(c):
-            return " ".join(str(v) for k, v in zip(s.keys, c) if k != s.block and v not in ("-", "paper"))
-        out.append({s.block: a[idx], "the paper: ahead": name(ahead), "behind": name(behind),
+        out.append({s.block: a[idx], "the paper: ahead": _label(s, ahead), "behind": _label(s, behind),
                     "paper values": f"{paper[ahead]:.{s.digits}f} vs {paper[behind]:.{s.digits}f}",
                     "seeds (ahead, behind)": f"{len(va)}, {len(vb)}", "ours": verdict})
     return pd.DataFrame(out)
@@ -128,8 +130,7 @@ def plot_seeds(experiment: str, rows):
             if c in paper:
                 ax.plot(i, paper[c], "x", color="tab:red", ms=8, label="the paper" if i == 0 else None)
         ax.set_xticks(range(len(cells)))
-        ax.set_xticklabels([" ".join(str(x) for k, x in zip(s.keys, c) if k != s.block and x not in ("-", "paper"))
-                            for c in cells], rotation=25, ha="right", fontsize=8)
+        ax.set_xticklabels([_label(s, c) for c in cells], rotation=25, ha="right", fontsize=8)
         ax.set_title(str(block), fontsize=9)
         ax.set_ylabel(f"test {s.unit}")
     axes[0][0].legend(fontsize=7)

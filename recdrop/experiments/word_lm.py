@@ -60,10 +60,6 @@ class WordLMConfig(ExperimentConfig):
     test_tokens: int = 0
 
     def validate(self) -> None:
-        for name in ("input_dropout", "output_dropout"):
-            v = getattr(self, name)
-            if not 0.0 <= v < 1.0:
-                raise ValueError(f"{name} must be in [0, 1), got {v}")
         for name in ("embedding_size", "hidden_size", "batch_size", "bptt", "epochs"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
