@@ -1,5 +1,7 @@
-"""Run by tests/test_triton.py in a subprocess with TRITON_INTERPRET=1 (Triton decides at import
-whether it interprets): the fused LSTM and GRU through the Triton kernels equal them without."""
+"""The fused LSTM and GRU through the Triton kernels equal them without. Run by tests/test_triton.py
+in a subprocess with TRITON_INTERPRET=1 (Triton decides at import whether it interprets), on CPU
+tensors; or directly on a CUDA machine (``pytest tests/triton_cases.py``), where the kernels are
+compiled and run on the GPU."""
 import os
 
 import pytest
@@ -8,7 +10,9 @@ import torch
 import recdrop
 from recdrop import triton_lstm
 
-assert os.environ.get("TRITON_INTERPRET") == "1", "run through tests/test_triton.py"
+INTERPRETING = os.environ.get("TRITON_INTERPRET") == "1"
+assert INTERPRETING or torch.cuda.is_available(), "run through tests/test_triton.py, or on a CUDA machine"
+DEVICE = "cpu" if INTERPRETING else "cuda"
 
 CASES = [("semeniuta", "per-step"), ("semeniuta", "per-sequence"), ("gal", "per-step"), ("moon", "per-step"),
          ("moon", "per-sequence"), ("gal+semeniuta", "per-step")]
@@ -48,15 +52,15 @@ def test_triton_kernels_equal_the_torch_path(scheme, sampling, scaling, training
                                              monkeypatch):
     torch.manual_seed(0)
     m = recdrop.LSTM(5, 7, recurrent_dropout=0.3, scheme=scheme, sampling=sampling, scaling=scaling,
-                     nonlinearity=nonlinearity, bidirectional=bidirectional).double().train(training)
-    x = torch.randn(6, 3, 5, dtype=torch.float64)
-    h0 = torch.randn(2 if bidirectional else 1, 3, 7, dtype=torch.float64)
+                     nonlinearity=nonlinearity, bidirectional=bidirectional).double().train(training).to(DEVICE)
+    x = torch.randn(6, 3, 5, dtype=torch.float64, device=DEVICE)
+    h0 = torch.randn(2 if bidirectional else 1, 3, 7, dtype=torch.float64, device=DEVICE)
     c0 = torch.randn_like(h0)
 
     def loss(y, state):
         h, c = state
         return y.sum() + (h * 1.5).sum() + (c * 0.5).sum(), [y, h, c]
-    _assert_paths_agree(m, x, (h0, c0), m.draw_masks(6, 3) if training else None, loss, monkeypatch)
+    _assert_paths_agree(m, x, (h0, c0), m.draw_masks(6, 3, device=DEVICE) if training else None, loss, monkeypatch)
 
 
 GRU_SETTINGS = [("semeniuta", "per-step", "paper", True, "tanh", False), ("gal", "per-sequence", "paper", True, "tanh", False),
@@ -69,25 +73,25 @@ def test_gru_triton_kernels_equal_the_torch_path(scheme, sampling, scaling, trai
                                                  monkeypatch):
     torch.manual_seed(0)
     m = recdrop.GRU(5, 7, recurrent_dropout=0.3, scheme=scheme, sampling=sampling, scaling=scaling,
-                    nonlinearity=nonlinearity, bidirectional=bidirectional).double().train(training)
-    x = torch.randn(6, 3, 5, dtype=torch.float64)
-    h0 = torch.randn(2 if bidirectional else 1, 3, 7, dtype=torch.float64)
+                    nonlinearity=nonlinearity, bidirectional=bidirectional).double().train(training).to(DEVICE)
+    x = torch.randn(6, 3, 5, dtype=torch.float64, device=DEVICE)
+    h0 = torch.randn(2 if bidirectional else 1, 3, 7, dtype=torch.float64, device=DEVICE)
 
     def loss(y, h):
         return y.sum() + (h * 1.5).sum(), [y, h]
-    _assert_paths_agree(m, x, h0, m.draw_masks(6, 3) if training else None, loss, monkeypatch)
+    _assert_paths_agree(m, x, h0, m.draw_masks(6, 3, device=DEVICE) if training else None, loss, monkeypatch)
 
 
 @pytest.mark.parametrize("kind", ["LSTM", "GRU"])
 @pytest.mark.parametrize("loss_kind", ["sum of h_n (zero-stride gradient)", "permuted h_n (strided gradient)"])
 def test_non_contiguous_final_state_gradients(kind, loss_kind, monkeypatch):
     torch.manual_seed(0)
-    m = getattr(recdrop, kind)(5, 7, recurrent_dropout=0.3, bidirectional=True).double()
-    x = torch.randn(6, 3, 5, dtype=torch.float64)
-    w = torch.randn(14, 2, dtype=torch.float64)
+    m = getattr(recdrop, kind)(5, 7, recurrent_dropout=0.3, bidirectional=True).double().to(DEVICE)
+    x = torch.randn(6, 3, 5, dtype=torch.float64, device=DEVICE)
+    w = torch.randn(14, 2, dtype=torch.float64, device=DEVICE)
 
     def loss(y, state):
         h_n = state[0] if kind == "LSTM" else state
         extra = h_n.sum() if loss_kind.startswith("sum") else (h_n.permute(1, 0, 2).reshape(3, 14) @ w).pow(2).sum()
         return y.pow(2).sum() + extra, []
-    _assert_paths_agree(m, x, None, m.draw_masks(6, 3), loss, monkeypatch)
+    _assert_paths_agree(m, x, None, m.draw_masks(6, 3, device=DEVICE), loss, monkeypatch)
