@@ -106,6 +106,16 @@ def environment(device: str) -> Dict[str, str]:
             "python": platform.python_version(), "commit": git_commit()}
 
 
+class DirtyTreeError(RuntimeError):
+    """A record from uncommitted code, refused by a store that can be committed."""
+
+
+def inside_git_tree(path: os.PathLike) -> bool:
+    """Whether ``path`` (or the folder it would be made in) lies inside a git work tree."""
+    p = Path(path).resolve()
+    return any((q / ".git").exists() for q in (p, *p.parents))
+
+
 class RunStore:
     """Finished-run records, keyed by run id (a hash of config + seed)."""
 
@@ -129,7 +139,16 @@ class RunStore:
             raise ValueError(f"run record {path} is not valid JSON ({e}); delete it to rerun that run") from e
 
     def save(self, record: Dict[str, Any]) -> Path:
+        """Write ``record`` atomically. A store inside a git work tree (records that can be committed,
+        like ``data/runs``) refuses a record whose code was not a clean commit."""
         path = self.path(record["experiment"], record["config"]["scale"], record["run_id"])
+        commits = [record.get("commit", "unknown")] + [s.get("commit", "unknown") for s in record.get("segments", [])]
+        unclean = [c for c in commits if c == "unknown" or c.endswith("-dirty")]
+        if unclean and inside_git_tree(self.root):
+            raise DirtyTreeError(f"run record {path} is not written: it was made by code that is not a clean "
+                                 f"commit ({', '.join(sorted(set(unclean)))}). Commit recdrop/ and rerun from a "
+                                 "worktree pinned at that commit (the checkpoint resumes it), or point "
+                                 "RECDROP_RUNS at a scratch folder outside git")
         atomic_write_bytes(path, (json.dumps(record, indent=1, sort_keys=True) + "\n").encode())
         return path
 

@@ -42,10 +42,11 @@ def _check_seeds(seeds) -> List[int]:
 
 
 def _run_one(experiment: str, config, seed: int, device: str, store_root: str, threads: int, position: int,
-             progress: bool) -> Dict[str, Any]:
+             progress: bool, deadline: Optional[float] = None, rerun: bool = False) -> Dict[str, Any]:
     torch.set_num_threads(threads)
     make_task, _ = experiments.get(experiment)
-    return train_run(make_task, config, seed, device, RunStore(store_root), progress=progress, position=position)
+    return train_run(make_task, config, seed, device, RunStore(store_root), progress=progress, position=position,
+                     deadline=deadline, rerun=rerun)
 
 
 def _run_remote(experiment: str, config, seed: int, device: str, threads: int) -> Dict[str, Any]:
@@ -100,25 +101,14 @@ def _run_with_submitit(todo, experiment: str, device: str, jobs: int, store: Run
 ENGINES = ("local", "ray", "submitit")
 
 
-def run_grid(experiment: str, scale: str, seeds: Sequence[int] = (0,), device: str = "cpu", jobs: int = 1,
-             train: bool = True, store: Optional[RunStore] = None, progress: bool = True, engine: str = "local",
-             only: Optional[Dict[str, Any]] = None, grid: str = "table", **overrides) -> List[Dict[str, Any]]:
-    """Every cell of ``experiment``'s grid at ``scale`` for every seed: one row per run with the
-    cell's labels, ``seed``, ``run_id`` and ``record`` (None where not run and ``train`` is False).
-    ``only`` keeps the cells whose labels have these values (e.g. ``{"scheme": "moon"}``). ``grid``
-    names which of the experiment's grids: "table" (the paper's), "headline" or "conjecture".
-
-    Finished runs are loaded, unfinished ones resumed from their checkpoint, missing ones trained.
-    """
+def grid_rows(experiment: str, scale: str, seeds: Sequence[int] = (0,), grid: str = "table",
+              only: Optional[Dict[str, Any]] = None, store: Optional[RunStore] = None,
+              **overrides) -> List[Dict[str, Any]]:
+    """The runs of ``experiment``'s ``grid`` at ``scale``, for each seed, in the grid's order: one row per
+    run with the cell's labels, ``seed``, ``run_id``, ``config`` and ``record`` (None where not run).
+    ``only`` keeps the cells whose labels have these values (e.g. ``{"scheme": "moon"}``)."""
     _, grid_cells = experiments.get(experiment, grid)
     seeds = _check_seeds(seeds)
-    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
-        raise ValueError(f"jobs must be a positive int, got {jobs!r}")
-    if not isinstance(train, bool):
-        raise ValueError(f"train must be True or False, got {train!r}")
-    if engine not in ENGINES:
-        raise ValueError(f"engine={engine!r} is not valid; allowed values: {', '.join(map(repr, ENGINES))}")
-    device = check_device(device, available=train)  # rendering stored runs needs no device
     store = store or RunStore()
     cells = grid_cells(scale, **overrides)
     if only is not None and not isinstance(only, dict):
@@ -135,6 +125,28 @@ def run_grid(experiment: str, scale: str, seeds: Sequence[int] = (0,), device: s
             rid = run_id(cfg, seed)
             rec = store.load(experiment, cfg.scale, rid) if store.has(experiment, cfg.scale, rid) else None
             rows.append({**label, "seed": seed, "run_id": rid, "config": cfg, "record": rec})
+    return rows
+
+
+def run_grid(experiment: str, scale: str, seeds: Sequence[int] = (0,), device: str = "cpu", jobs: int = 1,
+             train: bool = True, store: Optional[RunStore] = None, progress: bool = True, engine: str = "local",
+             only: Optional[Dict[str, Any]] = None, grid: str = "table", **overrides) -> List[Dict[str, Any]]:
+    """Every cell of ``experiment``'s grid at ``scale`` for every seed: one row per run with the
+    cell's labels, ``seed``, ``run_id`` and ``record`` (None where not run and ``train`` is False).
+    ``only`` keeps the cells whose labels have these values (e.g. ``{"scheme": "moon"}``). ``grid``
+    names which of the experiment's grids: "table" (the paper's), "headline" or "conjecture".
+
+    Finished runs are loaded, unfinished ones resumed from their checkpoint, missing ones trained.
+    """
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"jobs must be a positive int, got {jobs!r}")
+    if not isinstance(train, bool):
+        raise ValueError(f"train must be True or False, got {train!r}")
+    if engine not in ENGINES:
+        raise ValueError(f"engine={engine!r} is not valid; allowed values: {', '.join(map(repr, ENGINES))}")
+    device = check_device(device, available=train)  # rendering stored runs needs no device
+    store = store or RunStore()
+    rows = grid_rows(experiment, scale, seeds, grid, only, store, **overrides)
     todo = [r for r in rows if r["record"] is None]
     if not train or not todo:
         return rows

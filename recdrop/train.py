@@ -27,6 +27,10 @@ class NonFiniteLossError(FloatingPointError):
     """A NaN or infinite training loss; the last good checkpoint is kept."""
 
 
+class BudgetExhausted(RuntimeError):
+    """The run reached its deadline: its checkpoint is saved, and the next call resumes it."""
+
+
 class Task:
     """What an experiment gives the trainer. Subclasses set ``model`` and ``optimizer`` in
     ``__init__(config, device, seed)`` and implement the methods below."""
@@ -98,24 +102,30 @@ def _set_rng_state(state: Dict[str, Any]) -> None:
 def train_run(make_task: Callable[..., Task], config: ExperimentConfig, seed: int = 0, device: str = "cpu",
               store: Optional[RunStore] = None, resume: bool = True, progress: bool = True,
               checkpoint_every_s: float = 180.0, callback: Optional[Callable[[str, int, int], None]] = None,
-              position: int = 0) -> Dict[str, Any]:
+              position: int = 0, deadline: Optional[float] = None, rerun: bool = False) -> Dict[str, Any]:
     """Train one run of ``config`` with ``seed`` (or load its record if it is finished).
 
     ``callback(event, epoch, batch)`` is called after every batch ("batch") and epoch ("epoch");
-    tests use it to interrupt a run.
+    tests use it to interrupt a run. At ``deadline`` (a ``time.time()`` value) the run saves its
+    checkpoint and raises ``BudgetExhausted``; the next call resumes it where it stopped. A run
+    resumed on other hardware or code lists each stretch in its record's ``segments``. With
+    ``rerun``, a stored record (one from uncommitted code, say) is trained again and replaced when
+    the new one is finished.
     """
     device = check_device(device)
     store = store or RunStore()
     rid = run_id(config, seed)
     name = config.experiment
-    if store.has(name, config.scale, rid):
+    if store.has(name, config.scale, rid) and not rerun:
         return store.load(name, config.scale, rid)
     ckpt_path = store.checkpoint_path(name, rid)
+    if deadline is not None and time.time() >= deadline:
+        raise BudgetExhausted(f"run {name}/{rid}: the time budget ended before it started")
     env = environment(device)  # taken at the start: the commit of the code that runs
     seed_everything(seed)
     task = make_task(config, device, seed)
     epochs = config.epochs
-    start_epoch, start_batch, curves, sums, elapsed = 0, 0, [], {}, 0.0
+    start_epoch, start_batch, curves, sums, elapsed, segments = 0, 0, [], {}, 0.0, []
     if resume and ckpt_path.exists():
         ck = load_checkpoint(ckpt_path)
         task.model.load_state_dict(ck["model"])
@@ -125,13 +135,23 @@ def train_run(make_task: Callable[..., Task], config: ExperimentConfig, seed: in
         start_epoch, start_batch, curves, sums, elapsed = (ck["epoch"], ck["batch"], ck["curves"], ck["sums"],
                                                            ck["elapsed"])
         env["resumed_from_commit"] = ck.get("commit", "unknown")
+        segments = ck.get("segments", [])
+    segment = {k: env[k] for k in ("hardware", "device", "torch", "commit")}
+
+    def with_this_segment(epoch: int, batch: int, n_batches: int) -> List[Dict[str, Any]]:
+        """The stretches of training so far: earlier ones, then this process's, in epochs (fractions
+        for a stretch that began or ended inside an epoch) and seconds."""
+        return segments + [{**segment, "from_epoch": round(start_epoch + start_batch / max(1, n_batches), 4),
+                            "to_epoch": round(epoch + batch / max(1, n_batches), 4),
+                            "wall_s": round(time.perf_counter() - t_start, 2)}]
 
     def checkpoint(epoch: int, batch: int) -> None:
         save_checkpoint(ckpt_path, {"model": task.model.state_dict(), "optimizer": task.optimizer.state_dict(),
                                     "task": task.state_dict(), "rng": _rng_state(), "epoch": epoch,
                                     "batch": batch, "curves": curves, "sums": sums,
                                     "elapsed": elapsed + time.perf_counter() - t_start, "run_id": rid,
-                                    "commit": env["commit"]})
+                                    "commit": env["commit"],
+                                    "segments": with_this_segment(epoch, batch, n_batches)})
 
     t_start = time.perf_counter()
     last_ckpt = time.monotonic()
@@ -158,6 +178,10 @@ def train_run(make_task: Callable[..., Task], config: ExperimentConfig, seed: in
                 bar.update(1)
                 if callback:
                     callback("batch", epoch, b)
+                if deadline is not None and time.time() >= deadline:
+                    checkpoint(epoch, b + 1)
+                    raise BudgetExhausted(f"run {name}/{rid}: stopped at the time budget in epoch {epoch + 1}, "
+                                          f"batch {b + 1}; its checkpoint {ckpt_path} resumes it")
                 if time.monotonic() - last_ckpt > checkpoint_every_s and b + 1 < len(batches):
                     checkpoint(epoch, b + 1)
                     last_ckpt = time.monotonic()
@@ -182,6 +206,8 @@ def train_run(make_task: Callable[..., Task], config: ExperimentConfig, seed: in
               "metrics": task.final_metrics(curves), "curves": curves,
               "wall_time_s": round(elapsed + time.perf_counter() - t_start, 2),
               **env, "finished": utc_now()}
+    if segments:  # resumed: say on what hardware and code each stretch of training ran
+        record["segments"] = with_this_segment(epochs, 0, n_batches)
     store.save(record)
     ckpt_path.unlink(missing_ok=True)
     return record

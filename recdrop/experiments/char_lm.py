@@ -20,7 +20,7 @@ from ..data.ptb import load_ptb_char
 from ..report import check_claims
 from ..train import Task
 from .lm_tables import (FORWARD, Unit, all_cells, best, cell_values, conjecture_cells, headline_cells, lm_table,
-                        lm_table_wide, paper_values, plot_learning_curves, table_cells)
+                        lm_table_wide, paper_values, pilot_cells, plot_learning_curves, table_cells)
 from .word_lm import WordLM
 
 LN2 = math.log(2.0)
@@ -178,6 +178,11 @@ def conjecture_grid(scale: str, **overrides):
     return _default_batch_grid(conjecture_cells(), scale, **overrides)
 
 
+def pilot_grid(scale: str, **overrides):
+    """No dropout and the paper's best cell, without forward dropout: the pilot of a new scale."""
+    return _default_batch_grid(pilot_cells(3), scale, **overrides)
+
+
 def grid(scale: str, config_class=CharLMConfig, **overrides):
     """Table 3's 26 runs, labelled ``batch="default"``, and the batch-size check: no dropout and
     ours 0.25 per-step (without forward dropout) at half the default batch, labelled ``batch="half"``."""
@@ -196,7 +201,7 @@ UNIT = Unit("bpc", digits=3, tolerance=0.03, relative=False)  # reproduced: with
 EXTRAS = (("ours, best-valid model", "best_test_bpc", ("Test",)),)
 
 
-GRIDS = {"table": grid, "headline": headline_grid, "conjecture": conjecture_grid}
+GRIDS = {"table": grid, "headline": headline_grid, "conjecture": conjecture_grid, "pilot": pilot_grid}
 
 
 def table_rows(rows):

@@ -21,7 +21,8 @@ from ..data.ptb import batchify, load_ptb
 from ..report import check_claims
 from ..train import Task
 from .lm_tables import (FORWARD, RATES, SAMPLINGS, SCHEMES, Unit, best, cell_values, conjecture_cells,
-                        headline_cells, lm_table, lm_table_wide, paper_values, plot_learning_curves, table_cells)
+                        headline_cells, lm_table, lm_table_wide, paper_values, pilot_cells, plot_learning_curves,
+                        table_cells)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -193,7 +194,12 @@ def conjecture_grid(scale: str, **overrides):
     return grid(scale, cells=conjecture_cells, **overrides)
 
 
-GRIDS = {"table": grid, "headline": headline_grid, "conjecture": conjecture_grid}
+def pilot_grid(scale: str, **overrides):
+    """No dropout and the paper's best cell, without forward dropout: the pilot of a new scale."""
+    return grid(scale, cells=lambda: pilot_cells(2), **overrides)
+
+
+GRIDS = {"table": grid, "headline": headline_grid, "conjecture": conjecture_grid, "pilot": pilot_grid}
 
 
 # -- Table 2, the claims of Sec. 4.2, Figure 2 ------------------------------------------------------

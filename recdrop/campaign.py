@@ -1,0 +1,293 @@
+"""The replication campaign: walk a committed, ordered list of grids and run what is missing.
+
+    python -m recdrop.campaign --for 2h30m --device cpu --jobs 2     # run, stop cleanly at the budget
+    python -m recdrop.campaign --list                                # what is left, in order
+    python -m recdrop.campaign --for 9m --device cuda --jobs 2 --pack $OUT       # on a lent GPU
+    python -m recdrop.campaign --unpack DIR                          # bring a pack's files back
+
+``data/campaign.toml`` lists (experiment, scale, grid, seeds), highest value first. A run counts as
+done when its record exists and came from a clean commit; a record from uncommitted code is run
+again and replaced. Runs with a checkpoint resume it. At the end of the budget every running run
+saves its checkpoint and stops; the next call goes on from there. Entries may be kept to some
+devices (the paper-scale language models to ``cuda``); a run with a checkpoint may resume anywhere,
+and its record's ``segments`` say which stretch ran where.
+
+A lent GPU returns only a few files from each command, so ``--pack DIR`` writes the records this
+call finished and as many unfinished checkpoints as fit (campaign order) into at most ``max_parts``
+parts of ``part_mib`` MiB, with a manifest of SHA-256 sums; ``--unpack DIR`` checks them and puts
+checkpoints in the cache and records in the store (which refuses records from unclean code).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import io
+import json
+import multiprocessing as mp
+import os
+import re
+import sys
+import tarfile
+import time
+import tomllib
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from tqdm.auto import tqdm
+
+from .paths import DATA_DIR
+from .store import RunStore, atomic_write_bytes, cache_dir, git_commit, inside_git_tree
+from .sweep import _check_seeds, _run_one, grid_rows
+from .train import BudgetExhausted, check_device
+
+CAMPAIGN = DATA_DIR / "campaign.toml"
+DEVICE_KINDS = ("cpu", "cuda")
+PACK_NAME = "campaign-pack.tar"
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """One line of the campaign: a grid of an experiment at a scale, for some seeds."""
+
+    experiment: str
+    scale: str
+    why: str  # the value of this entry, in a sentence
+    grid: str = "table"
+    seeds: Tuple[int, ...] = (0,)
+    only: Optional[Dict[str, Any]] = None  # keep the cells with these labels
+    devices: Tuple[str, ...] = DEVICE_KINDS  # where its runs may start (a checkpoint resumes anywhere)
+
+
+def is_clean(record: Dict[str, Any]) -> bool:
+    """Whether a record, and every stretch it was resumed from, ran a clean commit."""
+    commits = [record.get("commit", "unknown")] + [s.get("commit", "unknown") for s in record.get("segments", [])]
+    return all(c != "unknown" and not c.endswith("-dirty") for c in commits)
+
+
+def load_campaign(path: os.PathLike = CAMPAIGN) -> List[Entry]:
+    """The entries of a campaign file, checked: unknown keys, bad seeds or devices are errors."""
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise ValueError(f"campaign file {path} cannot be read ({type(e).__name__}: {e})") from e
+    fields = {f.name for f in dataclasses.fields(Entry)}
+    entries = []
+    for i, item in enumerate(raw.get("entry", []), 1):
+        unknown = set(item) - fields
+        if unknown:
+            raise ValueError(f"{path}: entry {i} has unknown keys {sorted(unknown)}; allowed: {sorted(fields)}")
+        missing = {"experiment", "scale", "why"} - set(item)
+        if missing:
+            raise ValueError(f"{path}: entry {i} lacks {sorted(missing)}")
+        devices = tuple(item.get("devices", DEVICE_KINDS))
+        if not devices or set(devices) - set(DEVICE_KINDS):
+            raise ValueError(f"{path}: entry {i}: devices must be a non-empty list of {DEVICE_KINDS}, got {devices}")
+        entries.append(Entry(**{**item, "seeds": tuple(_check_seeds(item.get("seeds", [0]))), "devices": devices}))
+    if not entries:
+        raise ValueError(f"campaign file {path} has no [[entry]]")
+    return entries
+
+
+def pending_runs(entries: Sequence[Entry], device: str, store: RunStore) -> List[Dict[str, Any]]:
+    """The runs still to do, in campaign order: no record, or one from unclean code. Runs of an entry
+    kept to other devices are left out unless a checkpoint can resume them."""
+    kind = str(device).partition(":")[0]
+    seen, todo = set(), []
+    for entry in entries:
+        for row in grid_rows(entry.experiment, entry.scale, entry.seeds, entry.grid, entry.only, store):
+            key = (entry.experiment, row["run_id"])
+            if key in seen or (row["record"] is not None and is_clean(row["record"])):
+                continue
+            seen.add(key)
+            resumable = store.checkpoint_path(entry.experiment, row["run_id"]).exists()
+            if kind in entry.devices or resumable:
+                todo.append({**row, "entry": entry, "resumable": resumable, "rerun": row["record"] is not None})
+    return todo
+
+
+def parse_budget(text: str) -> float:
+    """Seconds in a budget such as ``2h30m``, ``9m``, ``45s`` or ``1h``."""
+    m = re.fullmatch(r"\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s)?\s*", str(text))
+    if not m or not any(m.groups()):
+        raise ValueError(f"time budget {text!r} is not valid; write it like 2h30m, 9m or 45s")
+    h, mins, s = (float(g) if g else 0.0 for g in m.groups())
+    return h * 3600 + mins * 60 + s
+
+
+def _label(row: Dict[str, Any]) -> str:
+    skip = {"run_id", "config", "record", "entry", "resumable", "rerun"}
+    cell = " ".join(f"{k}={v}" for k, v in row.items() if k not in skip)
+    return f"{row['entry'].experiment}/{row['entry'].scale} {row['run_id']} {cell}"
+
+
+def run_campaign(entries: Sequence[Entry], device: str = "cpu", jobs: int = 1, budget_s: float = 3600.0,
+                 store: Optional[RunStore] = None, progress: bool = True) -> Dict[str, List[Dict[str, Any]]]:
+    """Run the pending runs in order with ``jobs`` worker processes until all are done or ``budget_s``
+    seconds have passed; then every running run checkpoints and stops. Returns the rows by outcome:
+    ``finished``, ``stopped`` (checkpoint saved), ``failed`` (with ``error``), ``not_started``."""
+    device = check_device(device)
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"jobs must be a positive int, got {jobs!r}")
+    store = store or RunStore()
+    commit = git_commit()
+    if inside_git_tree(store.root) and (commit == "unknown" or commit.endswith("-dirty")):
+        raise RuntimeError(f"the code is not a clean commit ({commit}), and the store {store.root} keeps records "
+                           "that are committed: run the campaign from a worktree pinned at a commit")
+    deadline = time.time() + budget_s
+    todo = pending_runs(entries, device, store)
+    out = {"finished": [], "stopped": [], "failed": [], "not_started": []}
+    bar = tqdm(total=len(todo), desc=f"campaign on {device}", disable=not progress, position=0, dynamic_ncols=True)
+    threads = max(1, (os.cpu_count() or 1) // jobs)
+
+    def settle(row, fn):
+        try:
+            row["record"] = fn()
+            out["finished"].append(row)
+        except BudgetExhausted as e:
+            started = store.checkpoint_path(row["entry"].experiment, row["run_id"]).exists()
+            out["stopped" if started else "not_started"].append({**row, "error": str(e)})
+        except Exception as e:  # keep going: the other runs are worth having
+            out["failed"].append({**row, "error": f"{type(e).__name__}: {e}"})
+        bar.update(1)
+
+    def args(i, row):
+        return (row["entry"].experiment, row["config"], row["seed"], device, str(store.root), threads,
+                1 + i % jobs, progress, deadline, row["rerun"])
+    try:
+        if jobs == 1:
+            for i, row in enumerate(todo):
+                settle(row, lambda: _run_one(*args(i, row)))
+        else:
+            with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
+                futures = {pool.submit(_run_one, *args(i, row)): row for i, row in enumerate(todo)}
+                for fut in as_completed(futures):
+                    settle(futures[fut], fut.result)
+    finally:
+        bar.close()
+    return out
+
+
+# -- packing for a lent GPU ---------------------------------------------------------------------------
+def pack(out_dir: os.PathLike, rows: Sequence[Dict[str, Any]], records: Sequence[Dict[str, Any]],
+         store: RunStore, part_mib: int = 16, max_parts: int = 8) -> List[Path]:
+    """Write ``records`` and the checkpoints of ``rows`` (in order, as many as fit) into a tar split
+    into at most ``max_parts`` files of ``part_mib`` MiB, with a manifest of SHA-256 sums."""
+    part_bytes, room = part_mib * 2**20, part_mib * 2**20 * max_parts - 2**20  # 1 MiB for tar headers
+    files, skipped = {}, []
+    for rec in records:
+        files[f"runs/{rec['experiment']}/{rec['config']['scale']}/{rec['run_id']}.json"] = \
+            store.path(rec["experiment"], rec["config"]["scale"], rec["run_id"]).read_bytes()
+    room -= sum(map(len, files.values()))
+    for row in rows:
+        path = store.checkpoint_path(row["entry"].experiment, row["run_id"])
+        if path.exists():
+            size = path.stat().st_size
+            if size <= room:
+                files[f"checkpoints/{row['entry'].experiment}/{row['run_id']}.pt"] = path.read_bytes()
+                room -= size
+            else:
+                skipped.append(path)
+    manifest = {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, data in [("manifest.json", json.dumps(manifest, indent=1).encode()), *files.items()]:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    blob = buf.getvalue()
+    out_dir = Path(out_dir)
+    parts = []
+    for k in range(0, len(blob), part_bytes):
+        parts.append(out_dir / f"{PACK_NAME}.{k // part_bytes:03d}")
+        atomic_write_bytes(parts[-1], blob[k:k + part_bytes])
+    for path in skipped:
+        print(f"pack: {path} did not fit in {max_parts} parts of {part_mib} MiB and stays behind", file=sys.stderr)
+    print(f"pack: {len(records)} records and {len(files) - len(records)} checkpoints in {len(parts)} parts "
+          f"({len(blob) / 2**20:.1f} MiB) under {out_dir}")
+    return parts
+
+
+_MEMBER = re.compile(r"(runs/\w+/\w+/[0-9a-f]{12}\.json|checkpoints/\w+/[0-9a-f]{12}\.pt)")
+
+
+def unpack(in_dir: os.PathLike, store: Optional[RunStore] = None) -> Dict[str, int]:
+    """Check a pack against its manifest, then put its checkpoints in the cache and its records in the
+    store (a record already stored from a clean commit is kept)."""
+    store = store or RunStore()
+    parts = sorted(Path(in_dir).glob(f"{PACK_NAME}.[0-9][0-9][0-9]"))
+    if not parts:
+        raise FileNotFoundError(f"no {PACK_NAME}.NNN parts in {in_dir}")
+    blob = b"".join(p.read_bytes() for p in parts)
+    try:
+        with tarfile.open(fileobj=io.BytesIO(blob), mode="r") as tar:
+            members = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+    except (tarfile.TarError, AttributeError) as e:
+        raise ValueError(f"the pack in {in_dir} ({len(parts)} parts) is incomplete or corrupt ({e})") from e
+    manifest = json.loads(members.pop("manifest.json", b"{}"))
+    if set(manifest) != set(members):
+        raise ValueError(f"the pack in {in_dir} does not match its manifest: {sorted(set(manifest) ^ set(members))}")
+    counts = {"records": 0, "checkpoints": 0, "kept": 0}
+    for name, data in members.items():
+        if not _MEMBER.fullmatch(name):
+            raise ValueError(f"the pack in {in_dir} holds an unexpected file {name!r}")
+        if hashlib.sha256(data).hexdigest() != manifest[name]:
+            raise ValueError(f"{name} in the pack in {in_dir} does not match its SHA-256 sum")
+    for name, data in sorted(members.items()):
+        if name.startswith("checkpoints/"):
+            atomic_write_bytes(cache_dir() / name, data)
+            counts["checkpoints"] += 1
+            continue
+        record = json.loads(data)
+        old = store.path(record["experiment"], record["config"]["scale"], record["run_id"])
+        if old.exists() and is_clean(json.loads(old.read_text())):
+            counts["kept"] += 1
+            continue
+        store.save(record)
+        store.checkpoint_path(record["experiment"], record["run_id"]).unlink(missing_ok=True)
+        counts["records"] += 1
+    return counts
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m recdrop.campaign", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--for", dest="budget", default="1h", help="time budget, e.g. 2h30m or 9m (default 1h)")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--jobs", type=int, default=1, help="runs at a time")
+    ap.add_argument("--file", type=Path, default=CAMPAIGN, help="the campaign list (default data/campaign.toml)")
+    ap.add_argument("--list", action="store_true", help="print the pending runs in order and exit")
+    ap.add_argument("--pack", type=Path, metavar="DIR", help="afterwards, pack records and checkpoints into DIR")
+    ap.add_argument("--unpack", type=Path, metavar="DIR", help="put a pack's checkpoints and records in place, first")
+    ap.add_argument("--no-progress", action="store_true")
+    args = ap.parse_args(argv)
+    try:
+        store = RunStore()
+        if args.unpack:
+            print(f"unpack: {unpack(args.unpack, store)}")
+        entries = load_campaign(args.file)
+        if args.list:
+            for row in pending_runs(entries, args.device, store):
+                state = "resumes" if row["resumable"] else "reruns" if row["rerun"] else "new"
+                print(f"{state:8s} {_label(row)}")
+            return 0
+        budget = parse_budget(args.budget)
+        started = time.time()
+        out = run_campaign(entries, args.device, args.jobs, budget, store, progress=not args.no_progress)
+    except (ValueError, RuntimeError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    for outcome, rows in out.items():
+        for row in rows:
+            print(f"{outcome:11s} {_label(row)}" + (f"  ({row['error']})" if outcome == "failed" else ""))
+    print(f"campaign: {len(out['finished'])} finished, {len(out['stopped'])} stopped with a checkpoint, "
+          f"{len(out['failed'])} failed, {len(out['not_started'])} not started, in {time.time() - started:.0f} s")
+    if args.pack:
+        pack(args.pack, out["stopped"] + out["failed"], [r["record"] for r in out["finished"]], store)
+    return 1 if out["failed"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
