@@ -57,6 +57,8 @@ def _factor(f, like: Tensor):
         return NONE, like, 1.0
     if isinstance(f, Tensor):
         return TENSOR, f.contiguous(), 1.0
+    if like.dtype == torch.float64:  # Triton passes a Python float as float32: keep float64's precision
+        return TENSOR, torch.full_like(like, float(f)), 1.0
     return SCALAR, like, float(f)
 
 
