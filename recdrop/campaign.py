@@ -13,8 +13,8 @@ devices (the paper-scale language models to ``cuda``); a run with a checkpoint m
 and its record's ``segments`` say which stretch ran where.
 
 A lent GPU returns only a few files from each command, so ``--pack DIR`` writes the records this
-call finished and as many unfinished checkpoints as fit (campaign order) into at most ``max_parts``
-parts of ``part_mib`` MiB, with a manifest of SHA-256 sums; ``--unpack DIR`` checks them and puts
+call finished and as many unfinished checkpoints as fit (campaign order) into at most 8 parts of
+16 MiB, with a manifest of SHA-256 sums; ``--unpack DIR`` checks them and puts
 checkpoints in the cache and records in the store (which refuses records from unclean code).
 """
 from __future__ import annotations
@@ -171,23 +171,29 @@ def run_campaign(entries: Sequence[Entry], device: str = "cpu", jobs: int = 1, b
 
 
 # -- packing for a lent GPU ---------------------------------------------------------------------------
+def _tar_size(sizes: Sequence[int]) -> int:
+    """Bytes of an uncompressed tar of files of these sizes: a 512-byte header and whole 512-byte
+    blocks per file, two zero blocks at the end, padded to tarfile's 10240-byte records."""
+    raw = sum(512 + -(-n // 512) * 512 for n in sizes) + 1024
+    return -(-raw // tarfile.RECORDSIZE) * tarfile.RECORDSIZE
+
+
 def pack(out_dir: os.PathLike, rows: Sequence[Dict[str, Any]], records: Sequence[Dict[str, Any]],
-         store: RunStore, part_mib: int = 16, max_parts: int = 8) -> List[Path]:
+         store: RunStore, part_bytes: int = 16 * 2**20, max_parts: int = 8) -> List[Path]:
     """Write ``records`` and the checkpoints of ``rows`` (in order, as many as fit) into a tar split
-    into at most ``max_parts`` files of ``part_mib`` MiB, with a manifest of SHA-256 sums."""
-    part_bytes, room = part_mib * 2**20, part_mib * 2**20 * max_parts - 2**20  # 1 MiB for tar headers
+    into at most ``max_parts`` files of ``part_bytes``, with a manifest of SHA-256 sums."""
+    room = part_bytes * max_parts
     files, skipped = {}, []
+    manifest_bytes = 200  # per file listed in the manifest, more than a name and a hex digest take
     for rec in records:
         files[f"runs/{rec['experiment']}/{rec['config']['scale']}/{rec['run_id']}.json"] = \
             store.path(rec["experiment"], rec["config"]["scale"], rec["run_id"]).read_bytes()
-    room -= sum(map(len, files.values()))
     for row in rows:
         path = store.checkpoint_path(row["entry"].experiment, row["run_id"])
         if path.exists():
-            size = path.stat().st_size
-            if size <= room:
+            sizes = [len(d) for d in files.values()] + [path.stat().st_size]
+            if _tar_size(sizes + [manifest_bytes * len(sizes)]) <= room:
                 files[f"checkpoints/{row['entry'].experiment}/{row['run_id']}.pt"] = path.read_bytes()
-                room -= size
             else:
                 skipped.append(path)
     manifest = {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}
@@ -204,7 +210,8 @@ def pack(out_dir: os.PathLike, rows: Sequence[Dict[str, Any]], records: Sequence
         parts.append(out_dir / f"{PACK_NAME}.{k // part_bytes:03d}")
         atomic_write_bytes(parts[-1], blob[k:k + part_bytes])
     for path in skipped:
-        print(f"pack: {path} did not fit in {max_parts} parts of {part_mib} MiB and stays behind", file=sys.stderr)
+        print(f"pack: {path} did not fit in {max_parts} parts of {part_bytes / 2**20:g} MiB and stays behind",
+              file=sys.stderr)
     print(f"pack: {len(records)} records and {len(files) - len(records)} checkpoints in {len(parts)} parts "
           f"({len(blob) / 2**20:.1f} MiB) under {out_dir}")
     return parts

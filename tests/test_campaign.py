@@ -1,0 +1,206 @@
+"""The campaign runner: its list, its time budget, resuming, packing for a lent GPU, clean records."""
+import json
+import time
+import types
+
+import pytest
+
+from recdrop import campaign, train
+from recdrop.campaign import Entry, load_campaign, pack, parse_budget, pending_runs, run_campaign, unpack
+from recdrop.config import run_id
+from recdrop.experiments.temporal_order import TemporalOrderConfig, TemporalOrderTask
+from recdrop.store import DirtyTreeError, RunStore
+from recdrop.sweep import grid_rows
+from recdrop.train import BudgetExhausted, train_run
+
+CI_ENTRY = Entry(experiment="temporal_order", scale="ci", why="test", only={"length": "short", "scheme": "semeniuta"})
+
+
+@pytest.fixture
+def clean_code(monkeypatch):
+    """Records stamped with a clean commit, whatever the state of this checkout."""
+    real = train.environment
+    monkeypatch.setattr(train, "environment", lambda device: {**real(device), "commit": "0123456789"})
+
+
+def ci_config(**kw):
+    return TemporalOrderConfig.at_scale("ci", **{"epochs": 3, **kw})
+
+
+@pytest.fixture
+def stop_after(monkeypatch):
+    """``stop_after(event, epoch, batch)`` gives a callback that moves the trainer's clock past any
+    deadline at that point, so the run stops there as it would at the end of its budget."""
+    state = {"late": False}
+    monkeypatch.setattr(train, "time", types.SimpleNamespace(
+        perf_counter=time.perf_counter, monotonic=time.monotonic,
+        time=lambda: float("inf") if state["late"] else 0.0))
+
+    def make(*at):
+        state["late"] = False
+
+        def callback(*where):
+            state["late"] = state["late"] or where == at
+        return callback
+    return make
+
+
+@pytest.mark.parametrize("text,seconds", [("2h30m", 9000), ("9m", 540), ("45s", 45), ("1h", 3600),
+                                          ("8m50s", 530), ("0.5h", 1800)])
+def test_budgets(text, seconds):
+    assert parse_budget(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "abc", "10", "5d", "m"])
+def test_bad_budgets_are_refused(text):
+    with pytest.raises(ValueError, match="time budget"):
+        parse_budget(text)
+
+
+def test_the_committed_campaign_names_real_grids(store):
+    entries = load_campaign()
+    assert entries and all(e.why for e in entries)
+    for e in entries:
+        assert grid_rows(e.experiment, e.scale, e.seeds, e.grid, e.only, store)
+
+
+@pytest.mark.parametrize("text,message", [
+    ('[[entry]]\nexperiment="word_lm"\nscale="ci"\nwhy="x"\ncolour="red"\n', "unknown keys"),
+    ('[[entry]]\nexperiment="word_lm"\nscale="ci"\n', "lacks"),
+    ('[[entry]]\nexperiment="word_lm"\nscale="ci"\nwhy="x"\ndevices=["tpu"]\n', "devices"),
+    ('[[entry]]\nexperiment="word_lm"\nscale="ci"\nwhy="x"\nseeds=[-1]\n', "seeds"),
+    ('title = "nothing"\n', "no \\[\\[entry\\]\\]"),
+    ('[[entry]\n', "cannot be read"),
+])
+def test_a_bad_campaign_file_is_a_clear_error(tmp_path, text, message):
+    path = tmp_path / "campaign.toml"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=message):
+        load_campaign(path)
+
+
+def test_a_run_stopped_at_its_deadline_resumes_to_the_same_record(store, tmp_path, stop_after):
+    cfg = ci_config(recurrent_dropout=0.5)
+    straight = train_run(TemporalOrderTask, cfg, seed=1, store=RunStore(tmp_path / "other"), progress=False)
+    with pytest.raises(BudgetExhausted, match="stopped at the time budget in epoch 2, batch 3"):
+        train_run(TemporalOrderTask, cfg, seed=1, store=store, progress=False, deadline=1.0,
+                  callback=stop_after("batch", 1, 2))
+    assert store.checkpoint_path("temporal_order", run_id(cfg, 1)).exists()
+    resumed = train_run(TemporalOrderTask, cfg, seed=1, store=store, progress=False)
+    assert resumed["curves"] == straight["curves"] and resumed["metrics"] == straight["metrics"]
+    first, second = resumed["segments"]
+    n = cfg.train_batches
+    assert (first["from_epoch"], first["to_epoch"]) == (0.0, round(1 + 3 / n, 4))
+    assert (second["from_epoch"], second["to_epoch"]) == (first["to_epoch"], 3.0)
+    assert "segments" not in straight  # a run trained in one go keeps the record format it had
+
+
+def test_a_run_past_its_deadline_does_not_start(store):
+    with pytest.raises(BudgetExhausted, match="before it started"):
+        train_run(TemporalOrderTask, ci_config(), store=store, progress=False, deadline=time.time() - 1)
+    assert not store.checkpoint_path("temporal_order", run_id(ci_config(), 0)).exists()
+
+
+def test_the_campaign_runs_what_is_missing_in_order_and_reruns_unclean_records(store, clean_code):
+    entries = [CI_ENTRY]
+    todo = pending_runs(entries, "cpu", store)
+    assert [r["sampling"] for r in todo] == ["per-step", "per-sequence"]
+    out = run_campaign(entries, "cpu", 1, 600.0, store, progress=False)
+    assert len(out["finished"]) == 2 and not out["stopped"] + out["failed"] + out["not_started"]
+    assert pending_runs(entries, "cpu", store) == []
+    # a record from uncommitted code is run again and replaced
+    rec = out["finished"][0]["record"]
+    path = store.path("temporal_order", "ci", rec["run_id"])
+    path.write_text(json.dumps({**rec, "commit": "0123456789-dirty", "finished": "never"}))
+    rerun = [r for r in pending_runs(entries, "cpu", store) if r["run_id"] == rec["run_id"]]
+    assert rerun and rerun[0]["rerun"]
+    run_campaign(entries, "cpu", 1, 600.0, store, progress=False)
+    assert json.loads(path.read_text())["finished"] != "never"
+
+
+def test_entries_kept_to_a_device_start_only_there_but_resume_anywhere(store, stop_after):
+    entries = [Entry(**{**CI_ENTRY.__dict__, "devices": ("cuda",)})]
+    assert pending_runs(entries, "cpu", store) == []
+    cfg = grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)[0]["config"]
+    with pytest.raises(BudgetExhausted):
+        train_run(TemporalOrderTask, cfg, store=store, progress=False, deadline=1.0, callback=stop_after("batch", 0, 1))
+    assert [r["run_id"] for r in pending_runs(entries, "cpu", store)] == [run_id(cfg, 0)]
+
+
+def test_the_budget_stops_runs_with_their_checkpoints(store):
+    out = run_campaign([CI_ENTRY], "cpu", 1, 0.0, store, progress=False)
+    assert len(out["not_started"]) == 2 and not out["finished"]
+
+
+def test_records_from_unclean_code_are_refused_where_they_can_be_committed(tmp_path, store):
+    rec = train_run(TemporalOrderTask, ci_config(epochs=1), store=store, progress=False)
+    (tmp_path / "repo" / ".git").mkdir(parents=True)
+    committed = RunStore(tmp_path / "repo" / "data" / "runs")
+    for commit in ("0123456789-dirty", "unknown"):
+        with pytest.raises(DirtyTreeError, match="not a clean commit"):
+            committed.save({**rec, "commit": commit})
+    with pytest.raises(DirtyTreeError):  # a resumed run whose first stretch ran unclean code
+        committed.save({**rec, "commit": "0123456789", "segments": [{"commit": "abcdef0123-dirty"}]})
+    assert committed.save({**rec, "commit": "0123456789"}).exists()
+    assert RunStore(tmp_path / "scratch").save({**rec, "commit": "0123456789-dirty"}).exists()
+
+
+def test_the_campaign_refuses_to_start_from_unclean_code_for_a_committed_store(tmp_path, monkeypatch):
+    (tmp_path / ".git").mkdir()
+    monkeypatch.setattr(campaign, "git_commit", lambda: "0123456789-dirty")
+    with pytest.raises(RuntimeError, match="worktree pinned at a commit"):
+        run_campaign([CI_ENTRY], "cpu", 1, 60.0, RunStore(tmp_path / "runs"), progress=False)
+
+
+def test_pack_and_unpack_carry_records_and_checkpoints(store, tmp_path, monkeypatch, stop_after, clean_code):
+    rows = [{**r, "entry": CI_ENTRY} for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
+    finished = train_run(TemporalOrderTask, rows[0]["config"], store=store, progress=False)
+    with pytest.raises(BudgetExhausted):
+        train_run(TemporalOrderTask, rows[1]["config"], store=store, progress=False, deadline=1.0,
+                  callback=stop_after("batch", 0, 1))
+    ckpt = store.checkpoint_path("temporal_order", rows[1]["run_id"])
+    parts = pack(tmp_path / "out", rows, [finished], store)
+    assert parts
+    # another machine: an empty store and cache
+    monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "cache2"))
+    there = RunStore(tmp_path / "runs2")
+    assert unpack(tmp_path / "out", there) == {"records": 1, "checkpoints": 1, "kept": 0}
+    assert there.load("temporal_order", "ci", finished["run_id"]) == finished
+    assert there.checkpoint_path("temporal_order", rows[1]["run_id"]).read_bytes() == ckpt.read_bytes()
+    assert unpack(tmp_path / "out", there)["kept"] == 1  # a clean record already there is kept
+    # the resumed run finishes there
+    assert train_run(TemporalOrderTask, rows[1]["config"], store=there, progress=False)["segments"]
+
+
+def test_pack_splits_into_parts_and_leaves_behind_what_does_not_fit(store, tmp_path, capsys, stop_after):
+    rows = [{**r, "entry": CI_ENTRY} for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
+    for i, r in enumerate(rows):
+        with pytest.raises(BudgetExhausted):
+            train_run(TemporalOrderTask, r["config"], store=store, progress=False, deadline=1.0,
+                      callback=stop_after("batch", 0, i + 1))
+    sizes = [store.checkpoint_path("temporal_order", r["run_id"]).stat().st_size for r in rows]
+    part_bytes = 4096  # parts of 4 KiB: room for the first checkpoint and the tar's headers, not for both
+    max_parts = -(-campaign._tar_size([sizes[0], 200]) // part_bytes)
+    assert campaign._tar_size(sizes + [400]) > max_parts * part_bytes
+    parts = pack(tmp_path / "out", rows, [], store, part_bytes=part_bytes, max_parts=max_parts)
+    assert 2 <= len(parts) <= max_parts and all(p.stat().st_size <= part_bytes for p in parts)
+    assert f"{rows[1]['run_id']}.pt did not fit" in capsys.readouterr().err
+    there = RunStore(tmp_path / "runs2")
+    assert unpack(tmp_path / "out", there)["checkpoints"] == 1
+
+
+def test_a_damaged_pack_is_a_clear_error(store, tmp_path):
+    rows = [{**r, "entry": CI_ENTRY} for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
+    finished = train_run(TemporalOrderTask, rows[0]["config"], store=store, progress=False)
+    (part,) = pack(tmp_path / "out", rows, [finished], store)
+    blob = bytearray(part.read_bytes())
+    blob[blob.index(b'"curves"') + 2] ^= 0x01  # change a letter inside the record
+    part.write_bytes(bytes(blob))
+    with pytest.raises(ValueError, match="does not match its SHA-256 sum"):
+        unpack(tmp_path / "out", RunStore(tmp_path / "runs2"))
+    part.write_bytes(bytes(blob[:1000]))
+    with pytest.raises(ValueError, match="incomplete or corrupt"):
+        unpack(tmp_path / "out", RunStore(tmp_path / "runs2"))
+    part.unlink()
+    with pytest.raises(FileNotFoundError, match="no campaign-pack"):
+        unpack(tmp_path / "out", RunStore(tmp_path / "runs2"))
