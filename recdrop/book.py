@@ -4,7 +4,7 @@
     python -m recdrop.book --scale ci --train   # what CI does: train the `ci` grids, then build
 
 Each notebook is executed into ``book/executed/`` (not committed) with ``scale`` set to the largest
-scale that has stored records (``paper`` > ``quick`` > ``ci``) and ``train=False``; a table with no
+scale that has stored records of what it shows (``paper`` > ``quick`` > ``ci``) and ``train=False``; a table with no
 stored records at all is rendered at ``quick`` scale with every cell marked "not yet run". Then
 ``jupyter-book build`` runs with warnings as errors on a clean ``_build``.
 """
@@ -15,10 +15,14 @@ import os
 import shutil
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
+from .config import SCALE_NAMES
 from .paths import REPO_ROOT
 from .report import best_scale
+from .store import RunStore
+from .sweep import grid_rows
 
 ROOT = REPO_ROOT
 NOTEBOOKS = {"summary": "notebooks/summary.ipynb", "schemes": "notebooks/schemes.ipynb", "temporal_order": "notebooks/temporal_order.ipynb",
@@ -28,16 +32,26 @@ NOTEBOOKS = {"summary": "notebooks/summary.ipynb", "schemes": "notebooks/schemes
              "seeds": "notebooks/seeds.ipynb", "performance": "notebooks/performance.ipynb"}  # experiment -> notebook, book order
 
 
-# Chapters that show other experiments' runs: their scale is the largest stored for any of these.
-SCALE_FROM = {"conjecture": ("word_lm", "char_lm"), "seeds": ("temporal_order", "word_lm", "char_lm")}
+# Chapters that show other experiments' runs: the grids whose runs decide their scale, and how many
+# seeds a cell needs there to count (the seeds study shows the spread over seeds: one is not enough).
+CHAPTER_GRIDS = {"conjecture": ((("word_lm", "conjecture"), ("char_lm", "conjecture")), 1),
+                 "seeds": ((("temporal_order", "headline"), ("word_lm", "headline"), ("char_lm", "headline")), 2)}
 
 
 def notebook_scale(name: str) -> str:
-    """The scale a chapter is rendered at: the largest stored for its experiment(s), else quick."""
-    from .config import SCALE_NAMES
-
-    stored = [s for s in (best_scale(e) for e in SCALE_FROM.get(name, (name,))) if s]
-    return max(stored, key=SCALE_NAMES.index) if stored else "quick"
+    """The scale a chapter is rendered at: the largest with stored runs of what it shows, else quick.
+    For a table, any run of its experiment; for a study, a cell of its grids with enough seeds."""
+    if name not in CHAPTER_GRIDS:
+        return best_scale(name) or "quick"
+    grids, min_seeds = CHAPTER_GRIDS[name]
+    for scale in reversed(SCALE_NAMES):
+        for experiment, grid in grids:
+            if not RunStore().records(experiment, scale):  # nothing there (or no such scale for it)
+                continue
+            seeds_per_cell = Counter(r["config"] for r in grid_rows(experiment, scale, list(range(10)), grid) if r["record"])
+            if seeds_per_cell and max(seeds_per_cell.values()) >= min_seeds:
+                return scale
+    return "quick"
 
 
 def execute_notebooks(scale: str | None = None, train: bool = False) -> None:
@@ -78,7 +92,7 @@ def build_html() -> Path:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m recdrop.book", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--scale", choices=["ci", "quick", "paper"], help="render this scale for every table")
+    ap.add_argument("--scale", choices=SCALE_NAMES, help="render this scale for every table")
     ap.add_argument("--train", action="store_true", help="train missing runs (default: render stored ones)")
     args = ap.parse_args(argv)
     execute_notebooks(args.scale, args.train)

@@ -1,4 +1,4 @@
-"""Typed experiment configs with named scales (``ci``, ``quick``, ``paper``).
+"""Typed experiment configs with named scales (``ci``, ``quick``, ``reduced``, ``paper``).
 
 A config is a frozen dataclass whose defaults are the ``paper`` settings; each experiment's
 ``SCALES`` maps the other scale names to overrides. ``Config.at_scale("quick", epochs=3)`` checks
@@ -12,7 +12,9 @@ import json
 import typing
 from typing import Any, ClassVar, Dict
 
-SCALE_NAMES = ("ci", "quick", "paper")
+# Smallest first. ``reduced``: the paper's model, optimiser and schedule with cuts of data, size or
+# epochs chosen so that the claims can be tested on a CPU (issue 16); not every experiment has it.
+SCALE_NAMES = ("ci", "quick", "reduced", "paper")
 
 
 def _type_ok(value, hint) -> bool:

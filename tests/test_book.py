@@ -5,12 +5,19 @@ from recdrop import book
 from recdrop.report import best_scale
 from recdrop.store import RunStore
 from recdrop.summary import landing_table
+from recdrop.sweep import grid_rows
 
 
 def fake_record(store, experiment, scale, name="r1"):
     path = store.root / experiment / scale / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"experiment": experiment}))
+
+
+def grid_record(store, experiment, scale, grid="table", cell=0, seed=0):
+    """A stored record for one run of ``experiment``'s ``grid`` (the book only looks at which exist)."""
+    row = [r for r in grid_rows(experiment, scale, [seed], grid, store=store)][cell]
+    fake_record(store, experiment, scale, row["run_id"])
 
 
 def test_each_chapter_shows_the_largest_scale_stored(tmp_path, monkeypatch):
@@ -20,10 +27,24 @@ def test_each_chapter_shows_the_largest_scale_stored(tmp_path, monkeypatch):
     fake_record(store, "word_lm", "ci")
     fake_record(store, "char_lm", "quick")
     assert best_scale("word_lm") == "ci" and book.notebook_scale("word_lm") == "ci"
-    assert book.notebook_scale("conjecture") == "quick"  # the larger of word_lm's and char_lm's
-    fake_record(store, "temporal_order", "paper")
-    assert book.notebook_scale("seeds") == "paper"
     assert book.notebook_scale("schemes") == "quick"
+
+
+def test_a_study_shows_the_largest_scale_of_its_own_runs(tmp_path, monkeypatch):
+    monkeypatch.setenv("RECDROP_RUNS", str(tmp_path))
+    store = RunStore()
+    grid_record(store, "word_lm", "ci", "conjecture")
+    grid_record(store, "char_lm", "quick", "conjecture")
+    assert book.notebook_scale("conjecture") == "quick"  # the larger of word_lm's and char_lm's
+    grid_record(store, "word_lm", "paper", "table")  # a paper-scale table run is not a conjecture run
+    assert book.notebook_scale("conjecture") == "quick"
+    # the seeds study needs a cell with two seeds: one seed at paper scale does not move it
+    grid_record(store, "temporal_order", "quick", "headline", seed=0)
+    grid_record(store, "temporal_order", "quick", "headline", seed=1)
+    grid_record(store, "word_lm", "paper", "headline", seed=0)
+    assert book.notebook_scale("seeds") == "quick"
+    grid_record(store, "word_lm", "paper", "headline", seed=1)
+    assert book.notebook_scale("seeds") == "paper"
 
 
 def test_every_notebook_is_a_chapter_of_the_book():
