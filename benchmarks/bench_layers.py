@@ -57,6 +57,9 @@ def main(argv=None):
     ap.add_argument("--tf32", action="store_true", help="allow TF32 matmuls on the GPU (both torch.nn and recdrop)")
     ap.add_argument("--out", type=Path, help="write the table as CSV here (with hardware, torch and commit per row)")
     args = ap.parse_args(argv)
+    if args.out and (git_commit() == "unknown" or git_commit().endswith("-dirty")):
+        raise SystemExit(f"error: the code is not a clean commit ({git_commit()}); commit recdrop/ before writing "
+                         f"{args.out}, so that its rows say what was timed")
     torch.set_num_threads(args.threads)
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = args.tf32
     torch.manual_seed(0)

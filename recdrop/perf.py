@@ -34,19 +34,59 @@ def peak_tflops(hardware: str, tf32: bool) -> Optional[float]:
     return None
 
 
+PROVENANCE = ["hardware", "device", "threads", "torch", "commit", "batch", "tf32"]
+# Issue 6's targets for the fast path on a GPU, at its two shapes (hidden, sequence length).
+TARGET_SHAPES = [(256, 35), (1024, 100)]
+TARGET_RATIO = 1.5  # recdrop with dropout / torch.nn (cuDNN) without, at most
+TARGET_LOOP_SPEEDUP = 5.0  # the plain per-step loop / the fast path, at least
+
+
 def load_benchmarks(folder: Path = BENCH_DIR) -> pd.DataFrame:
-    """Every stored benchmark row, with the file it came from."""
+    """Every stored benchmark row, with the file it came from. A row measured on uncommitted code is
+    refused, as run records are: its commit would not say what was timed."""
     frames = [pd.read_csv(p).assign(file=p.name) for p in sorted(Path(folder).glob("*.csv"))]
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["kind", "hidden", "seq"])
+    df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["kind", "hidden", "seq", "commit"])
+    unclean = df[df["commit"].astype(str).str.endswith("-dirty") | (df["commit"].astype(str) == "unknown")]
+    if not unclean.empty:
+        raise ValueError(f"benchmark rows from uncommitted code in {sorted(set(unclean['file']))} (commits "
+                         f"{sorted(set(unclean['commit']))}): measure again from a clean commit")
+    return df
+
+
+def provenance(df: pd.DataFrame) -> pd.DataFrame:
+    """Where each benchmark file was measured: one row per file."""
+    cols = [c for c in PROVENANCE if c in df]
+    return df.groupby("file", sort=True)[cols].first().reset_index()
 
 
 def ratio_table(df: pd.DataFrame) -> pd.DataFrame:
-    """Forward+backward time of each layer as a ratio to torch.nn without dropout (same machine, same run)."""
-    cols = ["hardware", "threads", "torch", "commit", "kind", "hidden", "seq", "scheme", "torch_nn_ms",
-            "recdrop_ms", "ratio", "loop_ms", "loop_over_recdrop", "gflop_per_step", "recdrop_tflops",
-            "peak_fraction"]
-    return df[[c for c in cols if c in df]].rename(columns={"ratio": "recdrop / torch.nn",
-                                                            "loop_over_recdrop": "plain loop / recdrop"})
+    """recdrop's fast path with dropout 0.25 over torch.nn without dropout (forward + backward, same
+    machine, same run): one row per machine, cell and shape, one column per scheme."""
+    if df.empty:
+        return pd.DataFrame()
+    t = df.assign(shape=df["hidden"].astype(str) + " x " + df["seq"].astype(str))
+    out = t.pivot_table(index=["hardware", "kind", "hidden", "seq"], columns="scheme", values="ratio", aggfunc="first")
+    out = out.reset_index().drop(columns=["seq"]).assign(
+        **{"hidden x steps": t.groupby(["hardware", "kind", "hidden", "seq"])["shape"].first().values})
+    schemes = [c for c in ("semeniuta", "gal", "moon") if c in out]
+    return out[["hardware", "kind", "hidden x steps", *schemes]].rename_axis(columns=None)
+
+
+def gpu_targets(df: pd.DataFrame) -> pd.DataFrame:
+    """Issue 6's targets on each GPU measured: the worst ratio to cuDNN and the worst speed-up over the
+    plain loop at the target shapes, over cells and schemes, and whether each target is met."""
+    rows = []
+    gpu = df[df.get("device", pd.Series(dtype=str)).astype(str).str.startswith("cuda")] if not df.empty else df
+    for hardware, g in gpu.groupby("hardware"):
+        at = g[[tuple(x) in TARGET_SHAPES for x in g[["hidden", "seq"]].itertuples(index=False)]]
+        if at.empty:
+            continue
+        worst_ratio, worst_speedup = at["ratio"].max(), at["loop_over_recdrop"].min()
+        rows += [{"hardware": hardware, "target": f"fast path / cuDNN at most {TARGET_RATIO}x",
+                  "measured (worst cell)": f"{worst_ratio:.2f}x", "met": worst_ratio <= TARGET_RATIO},
+                 {"hardware": hardware, "target": f"plain loop / fast path at least {TARGET_LOOP_SPEEDUP:.0f}x",
+                  "measured (worst cell)": f"{worst_speedup:.2f}x", "met": worst_speedup >= TARGET_LOOP_SPEEDUP}]
+    return pd.DataFrame(rows, columns=["hardware", "target", "measured (worst cell)", "met"])
 
 
 def plot_time_per_step(df: pd.DataFrame):

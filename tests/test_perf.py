@@ -20,10 +20,40 @@ def test_peak_is_known_only_for_data_sheet_gpus():
     assert perf.peak_tflops("AMD EPYC (2 threads)", tf32=False) is None
 
 
-def test_ratio_table_renames_and_keeps_the_provenance_columns(tmp_path):
-    pd.DataFrame([{"kind": "LSTM", "hidden": 8, "seq": 4, "scheme": "semeniuta", "torch_nn_ms": 1.0,
-                   "recdrop_ms": 1.5, "loop_ms": 3.0, "ratio": 1.5, "loop_over_recdrop": 2.0, "hardware": "cpu",
-                   "threads": 2, "torch": "2.13", "commit": "abc"}]).to_csv(tmp_path / "m.csv", index=False)
-    table = perf.ratio_table(perf.load_benchmarks(tmp_path))
-    assert table.loc[0, "recdrop / torch.nn"] == 1.5 and table.loc[0, "commit"] == "abc"
-    assert perf.load_benchmarks(tmp_path / "empty").empty
+def bench_row(**kw):
+    return {"kind": "LSTM", "hidden": 256, "seq": 35, "scheme": "semeniuta", "torch_nn_ms": 1.0, "recdrop_ms": 1.5,
+            "loop_ms": 3.0, "ratio": 1.5, "loop_over_recdrop": 2.0, "hardware": "cpu", "device": "cpu", "threads": 2,
+            "torch": "2.13", "commit": "abc", "batch": 32, "tf32": False, **kw}
+
+
+def test_ratio_table_has_a_column_per_scheme_and_the_provenance_once(tmp_path):
+    pd.DataFrame([bench_row(), bench_row(scheme="gal", ratio=1.25), bench_row(hidden=1024, seq=100, ratio=1.1),
+                  ]).to_csv(tmp_path / "m.csv", index=False)
+    bench = perf.load_benchmarks(tmp_path)
+    table = perf.ratio_table(bench)
+    assert list(table.columns) == ["hardware", "kind", "hidden x steps", "semeniuta", "gal"]
+    assert table.to_dict("records")[0] == {"hardware": "cpu", "kind": "LSTM", "hidden x steps": "256 x 35",
+                                           "semeniuta": 1.5, "gal": 1.25}
+    assert table.loc[1, "hidden x steps"] == "1024 x 100" and table.loc[1, "semeniuta"] == 1.1
+    prov = perf.provenance(bench)
+    assert len(prov) == 1 and prov.loc[0, "commit"] == "abc" and prov.loc[0, "file"] == "m.csv"
+    assert perf.load_benchmarks(tmp_path / "empty").empty and perf.ratio_table(perf.load_benchmarks(tmp_path / "e")).empty
+
+
+def test_rows_from_uncommitted_code_are_refused(tmp_path):
+    pd.DataFrame([bench_row(commit="abc-dirty")]).to_csv(tmp_path / "m.csv", index=False)
+    with pytest.raises(ValueError, match="uncommitted code in \\['m.csv'\\]"):
+        perf.load_benchmarks(tmp_path)
+
+
+def test_gpu_targets_take_the_worst_cell_at_the_target_shapes(tmp_path):
+    rows = [bench_row(device="cuda", hardware="H100", ratio=1.4, loop_over_recdrop=6.0),
+            bench_row(device="cuda", hardware="H100", hidden=1024, seq=100, ratio=1.2, loop_over_recdrop=5.5),
+            bench_row(device="cuda", hardware="H100", hidden=1024, seq=35, ratio=9.0, loop_over_recdrop=1.0),
+            bench_row()]  # a CPU row and an off-target shape do not count
+    pd.DataFrame(rows).to_csv(tmp_path / "m.csv", index=False)
+    t = perf.gpu_targets(perf.load_benchmarks(tmp_path))
+    assert t["measured (worst cell)"].tolist() == ["1.40x", "5.50x"] and t["met"].tolist() == [True, True]
+    pd.DataFrame(rows + [bench_row(device="cuda", hardware="H100", scheme="moon", ratio=1.6, loop_over_recdrop=4.0)]
+                 ).to_csv(tmp_path / "m.csv", index=False)
+    assert perf.gpu_targets(perf.load_benchmarks(tmp_path))["met"].tolist() == [False, False]
