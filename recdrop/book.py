@@ -4,8 +4,9 @@
     python -m recdrop.book --scale ci --train   # what CI does: train the `ci` grids, then build
 
 Each notebook is executed into ``book/executed/`` (not committed) with ``scale`` set to the largest
-scale that has stored records of what it shows (``paper`` > ``quick`` > ``ci``) and ``train=False``; a table with no
-stored records at all is rendered at ``quick`` scale with every cell marked "not yet run". Then
+scale that has stored runs of what it shows (``paper`` > ``reduced`` > ``quick`` > ``ci``; see
+``experiments.CHAPTERS``) and ``train=False``; a table with no stored runs at all is rendered at
+``quick`` scale with every cell marked "not yet run". Then
 ``jupyter-book build`` runs with warnings as errors on a clean ``_build``.
 """
 from __future__ import annotations
@@ -19,37 +20,27 @@ from collections import Counter
 from pathlib import Path
 
 from .config import SCALE_NAMES
+from .experiments import CHAPTERS
 from .paths import REPO_ROOT
-from .report import best_scale
 from .store import RunStore
 from .sweep import grid_rows
 
 ROOT = REPO_ROOT
-NOTEBOOKS = {"summary": "notebooks/summary.ipynb", "schemes": "notebooks/schemes.ipynb", "temporal_order": "notebooks/temporal_order.ipynb",
-             "memory_loss": "notebooks/memory_loss.ipynb", "word_lm": "notebooks/word_lm.ipynb",
-             "char_lm": "notebooks/char_lm.ipynb", "ner": "notebooks/ner.ipynb",
-             "sentiment": "notebooks/sentiment.ipynb", "conjecture": "notebooks/conjecture.ipynb",
-             "seeds": "notebooks/seeds.ipynb", "performance": "notebooks/performance.ipynb"}  # experiment -> notebook, book order
-
-
-# Chapters that show other experiments' runs: the grids whose runs decide their scale, and how many
-# seeds a cell needs there to count (the seeds study shows the spread over seeds: one is not enough).
-CHAPTER_GRIDS = {"conjecture": ((("word_lm", "conjecture"), ("char_lm", "conjecture")), 1),
-                 "seeds": ((("temporal_order", "headline"), ("word_lm", "headline"), ("char_lm", "headline")), 2)}
+NOTEBOOKS = {name: c.notebook for name, c in CHAPTERS.items()}  # chapter -> notebook, in book order
 
 
 def notebook_scale(name: str) -> str:
-    """The scale a chapter is rendered at: the largest with stored runs of what it shows, else quick.
-    For a table, any run of its experiment; for a study, a cell of its grids with enough seeds."""
-    if name not in CHAPTER_GRIDS:
-        return best_scale(name) or "quick"
-    grids, min_seeds = CHAPTER_GRIDS[name]
+    """The scale a chapter is rendered at: the largest with stored runs of its grids (with enough
+    seeds in a cell), else quick."""
+    chapter = CHAPTERS[name]
+    store = RunStore()
     for scale in reversed(SCALE_NAMES):
-        for experiment, grid in grids:
-            if not RunStore().records(experiment, scale):  # nothing there (or no such scale for it)
+        for experiment, grid in chapter.grids:
+            if not store.records(experiment, scale):  # nothing there (or no such scale for it)
                 continue
-            seeds_per_cell = Counter(r["config"] for r in grid_rows(experiment, scale, list(range(10)), grid) if r["record"])
-            if seeds_per_cell and max(seeds_per_cell.values()) >= min_seeds:
+            seeds_per_cell = Counter(r["config"] for r in grid_rows(experiment, scale, list(range(10)), grid, store=store)
+                                     if r["record"])
+            if seeds_per_cell and max(seeds_per_cell.values()) >= chapter.min_seeds:
                 return scale
     return "quick"
 

@@ -1,7 +1,10 @@
-"""Shared pieces of every chapter: which scale to show, the stamp, seed summaries, verdicts."""
+"""Shared pieces of every chapter: which scale to show, the stamp, seed summaries, and the one
+comparison builder every paper table goes through (setting | paper | ours | delta | verdict)."""
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List, Optional
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 import pandas as pd
@@ -83,3 +86,94 @@ def check_claims(checks, paper_vals: Dict[Any, float], ours: Dict[Any, float], s
             on_ours = "not yet run"
         out.append((claim, on_paper, on_ours))
     return pd.DataFrame(out, columns=[f"observation (paper Sec. {section})", "on the paper's numbers", "on ours"])
+
+
+# -- the comparison with the paper ------------------------------------------------------------------
+@dataclass(frozen=True)
+class Metric:
+    """How an experiment's numbers are shown and judged against the paper's, declared beside it."""
+
+    unit: str  # as shown: "%", "ppl", "bpc", "F1"
+    digits: int  # decimals shown
+    tolerance: float  # how far from the paper's number a cell may be and count as reproduced ...
+    relative: bool = False  # ... as a fraction of the paper's number (the delta then in %), else absolute
+    higher_is_better: bool = True
+    points: bool = False  # the unit is itself a percentage: a delta is in points, not in %
+
+    @property
+    def delta_unit(self) -> str:
+        return "points" if self.points else "%" if self.relative else self.unit
+
+    def delta(self, ours: float, paper: float) -> float:
+        """ours - paper, in % of the paper's number where the tolerance is relative."""
+        return (ours - paper) / paper * 100 if self.relative else ours - paper
+
+    def verdict(self, values: Sequence[float], paper: float) -> str:
+        """reproduced: the mean over seeds is within the tolerance. With several seeds, a mean outside
+        it counts as not reproduced only when it is further out than the seed noise (two standard
+        errors of the mean); nearer, the verdict is "within seed noise"."""
+        if paper is None or math.isnan(paper):
+            return "not in the paper"
+        if not len(values):
+            return "not yet run"
+        mean = float(np.mean(values))
+        tol = self.tolerance * 100 if self.relative else self.tolerance
+        off = abs(self.delta(mean, paper))
+        if off <= tol:
+            return "reproduced"
+        if len(values) > 1:
+            sem = float(np.std(values, ddof=1)) / math.sqrt(len(values))
+            noise = 2 * sem / abs(paper) * 100 if self.relative else 2 * sem
+            if off - noise <= tol:
+                return "within seed noise"
+        return "not reproduced"
+
+    def describe(self) -> str:
+        """The tolerance in words, for a table's caption."""
+        within = (f"{self.tolerance:.0%} of the paper's number" if self.relative else
+                  f"{self.tolerance:g} {'points' if self.points else self.unit}")
+        return (f"*reproduced* within {within}; with several seeds, a cell further out only by less than "
+                f"two standard errors of our mean is *within seed noise*")
+
+
+def compare(rows: List[Dict[str, Any]], cells: Iterable[Tuple[Dict[str, Any], Optional[float], str]],
+            cell_keys: Sequence[str], metric: Metric, factor: float = 1.0,
+            extras: Sequence[Tuple[str, Callable[[Dict[str, Any]], Optional[str]]]] = ()) -> pd.DataFrame:
+    """The comparison table of one paper table: one row per entry of ``cells``.
+
+    ``cells``: (labels, the paper's number or None, the record metric that is ours). ``labels``
+    name the setting (columns of the output, in order); those in ``cell_keys`` pick the runs of
+    ``rows`` it is about (every seed of that cell). ``factor`` scales the metric (1 -> %: 100).
+    ``extras``: (column, labels -> a record metric or None) shown beside, as mean ± sd ("" where
+    None). Columns: the labels, paper,
+    ours (mean ± sd, n), delta (ours - paper, in ``metric.delta_unit``), verdict, the extras, and
+    the numbers behind ``ours``: mean, sd, n."""
+    out = []
+    for labels, paper, key in cells:
+        runs = [r["record"]["metrics"] for r in rows if r.get("record") and all(r[k] == labels[k] for k in cell_keys)]
+        values = [m[key] * factor for m in runs if m.get(key) is not None and not pd.isna(m.get(key))]
+        n = len(values)
+        mean = float(np.mean(values)) if n else float("nan")
+        sd = float(np.std(values, ddof=1)) if n > 1 else float("nan")
+        paper = float("nan") if paper is None else float(paper)
+        delta = metric.delta(mean, paper) if n and not math.isnan(paper) else None
+        row = {**labels, "paper": paper, "ours": fmt_mean_sd(mean, sd, n, metric.digits),
+               "delta": None if delta is None else round(delta, 1 if metric.relative else metric.digits),
+               "verdict": metric.verdict(values, paper)}
+        for column, extra_of in extras:
+            extra = extra_of(labels)
+            if extra is None:
+                row[column] = ""
+                continue
+            ev = [m[extra] * factor for m in runs if m.get(extra) is not None and not pd.isna(m.get(extra))]
+            row[column] = fmt_mean_sd(float(np.mean(ev)) if ev else float("nan"),
+                                      float(np.std(ev, ddof=1)) if len(ev) > 1 else float("nan"), len(ev), metric.digits)
+        out.append({**row, "mean": mean, "sd": sd, "n": n})
+    return pd.DataFrame(out)
+
+
+def styled(table: pd.DataFrame, digits: int = 2):
+    """A comparison (``compare``'s output) as the book shows it: without the row index and without
+    the numbers behind ``ours`` (mean, sd, n), floats to ``digits`` decimals."""
+    shown = table.drop(columns=[c for c in ("mean", "sd", "n") if c in table])
+    return shown.style.hide().format(precision=digits, na_rep="—")

@@ -4,79 +4,15 @@ stored records and ``data/paper_results.csv`` by the same table functions the ch
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Dict, Optional
 
 import pandas as pd
 
+from .experiments import EXPERIMENTS
+from .experiments.lm_tables import cell_values
 from .report import best_scale
 from .store import RunStore
 from .sweep import run_grid
-
-TOLERANCE_F1_SENTIMENT = 1.0  # as Table 4's: a Table 5 cell is reproduced within 1 F1 point
-
-
-def _table1(rows) -> pd.DataFrame:
-    from .experiments import temporal_order as to
-
-    t = to.table1(rows)
-    t = t[(t["split"] == "test") & (t["verdict"] != "not in the paper")]
-    return pd.DataFrame({
-        "cell": t["length"] + " " + t["scheme"] + " " + t["sampling"],
-        "paper": pd.to_numeric(t["paper (%)"].str.lstrip("<"), errors="coerce"),
-        "ours": t["ours (%)"], "delta": t["delta"], "verdict": t["verdict"]})
-
-
-def _lm(table_fn, unit) -> Callable[[list], pd.DataFrame]:
-    def adapt(rows):
-        t = table_fn(rows)
-        t = t[t["split"] == "Test"]
-        return pd.DataFrame({
-            "cell": t["forward"].str.replace(" forward dropout", " fwd") + ", " + t["scheme"] + " " +
-            t["rate"].astype(str) + " " + t["sampling"],
-            "paper": t["paper"], "ours": t["ours"], "delta": t[unit.delta_column], "verdict": t["verdict"]})
-    return adapt
-
-
-def _table2(rows):
-    from .experiments import word_lm
-    return _lm(word_lm.table2, word_lm.UNIT)(rows)
-
-
-def _table3(rows):
-    from .experiments import char_lm
-    return _lm(char_lm.table3, char_lm.UNIT)(rows)
-
-
-def _table4(rows) -> pd.DataFrame:
-    from .experiments import ner
-
-    t = ner.table4(rows)
-    return pd.DataFrame({"cell": t["stage"] + ", " + t["cell"] + " " + t["rate"].astype(str),
-                         "paper": t["paper test F1"], "ours": t["ours test F1"], "delta": t["delta (F1)"],
-                         "verdict": t["verdict"]})
-
-
-def _table5(rows) -> pd.DataFrame:
-    from .experiments import sentiment
-
-    t = sentiment.table5(rows)
-    verdict = ["not yet run" if pd.isna(d) else "reproduced" if abs(d) <= TOLERANCE_F1_SENTIMENT else "not reproduced"
-               for d in t["delta (F1)"]]
-    return pd.DataFrame({"cell": t["cell"] + " " + t["rate"].astype(str) + ", " + t["test set"],
-                         "paper": t["paper"], "ours": t["ours"], "delta": t["delta (F1)"], "verdict": verdict})
-
-
-# (what, experiment, chapter page, adapter, higher is better, unit, unit of the delta, the headline
-# cell where the paper's best value is shared by several cells)
-TABLES: List[Tuple[str, str, str, Callable, bool, str, str, Optional[str]]] = [
-    ("Table 1: Temporal Order, test accuracy", "temporal_order", "temporal_order", _table1, True, "%", "points",
-     "medium semeniuta per-step"),
-    ("Table 2: word-level PTB, test perplexity", "word_lm", "word_lm", _table2, False, "ppl", "%", None),
-    ("Table 3: character-level PTB, test bpc", "char_lm", "char_lm", _table3, False, "bpc", "bpc", None),
-    ("Table 4: NER on CoNLL-2003, test F1", "ner", "ner", _table4, True, "F1", "F1", None),
-    ("Table 5: Twitter sentiment, test F1", "sentiment", "sentiment", _table5, True, "F1", "F1", None),
-]
-
 
 def _verdict(scale: Optional[str], verdicts: pd.Series) -> str:
     ran = verdicts[verdicts != "not yet run"]
@@ -89,8 +25,6 @@ def _verdict(scale: Optional[str], verdicts: pd.Series) -> str:
 def _figure2(rows, scale: Optional[str]) -> Dict[str, str]:
     """Figure 2's claim on the word-LM records (``rows`` at ``scale``): with 0.25 per-step dropout
     (ours), the final training perplexity is higher and the validation perplexity lower than without."""
-    from .experiments.lm_tables import cell_values
-
     train, valid = cell_values(rows, "train_ppl"), cell_values(rows, "valid_ppl")
     wo = "without forward dropout"
     none, ours = (wo, "none", 0.0, "-"), (wo, "semeniuta", 0.25, "per-step")
@@ -105,6 +39,14 @@ def _figure2(rows, scale: Optional[str]) -> Dict[str, str]:
     return {"scale": scale or "—", "ours": found, "verdict": verdict}
 
 
+def _landing_rows(t: pd.DataFrame) -> pd.DataFrame:
+    """The rows of a comparison that the landing page weighs: the paper's test numbers."""
+    t = t[t["verdict"] != "not in the paper"]
+    if "split" in t:
+        t = t[t["split"].str.lower() == "test"]
+    return t.reset_index(drop=True)
+
+
 def landing_table(store: Optional[RunStore] = None) -> pd.DataFrame:
     """One row per table and figure of the paper: the scale shown (the best stored), the paper's best
     cell and ours at that cell, the delta, how many cells are within the chapter's tolerance, and
@@ -113,22 +55,25 @@ def landing_table(store: Optional[RunStore] = None) -> pd.DataFrame:
     out = [{"what": "Figure 1: the three schemes", "chapter": "schemes", "scale": "—", "the paper's best cell": "—",
             "paper": "—", "ours": "drawn by code from the scheme definitions", "delta": "—",
             "cells within tolerance": "—", "verdict": "drawn (no numbers)"}]
-    for what, experiment, page, adapt, higher, unit, delta_unit, headline in TABLES:
-        scale = best_scale(experiment, store)
-        rows = run_grid(experiment, scale or "quick", train=False, store=store)
-        t = adapt(rows).reset_index(drop=True)
-        best = (t.index[t["cell"] == headline][0] if headline else
-                t["paper"].idxmax() if higher else t["paper"].idxmin())
+    for e in EXPERIMENTS.values():
+        if e.comparison is None:
+            continue
+        scale = best_scale(e.name, store)
+        rows = run_grid(e.name, scale or "quick", train=False, store=store)
+        t = _landing_rows(e.comparison(rows))
+        m = e.metric
+        best = (t.index[t["setting"] == e.headline][0] if e.headline else
+                t["paper"].idxmax() if m.higher_is_better else t["paper"].idxmin())
         ran = t[t["verdict"] != "not yet run"]
         delta = t.loc[best, "delta"]
-        out.append({"what": what, "chapter": page, "scale": scale or "none stored",
-                    "the paper's best cell": t.loc[best, "cell"], "paper": f"{t.loc[best, 'paper']:g} {unit}",
+        out.append({"what": e.title, "chapter": e.name, "scale": scale or "none stored",
+                    "the paper's best cell": t.loc[best, "setting"], "paper": f"{t.loc[best, 'paper']:g} {m.unit}",
                     "ours": t.loc[best, "ours"],
-                    "delta": "—" if delta is None or pd.isna(delta) else f"{delta:+g} {delta_unit}",
+                    "delta": "—" if delta is None or pd.isna(delta) else f"{delta:+g} {m.delta_unit}",
                     "cells within tolerance": f"{int((ran['verdict'] == 'reproduced').sum())} of {len(t)}"
                                               + ("" if len(ran) == len(t) else f" ({len(t) - len(ran)} not run)"),
                     "verdict": _verdict(scale, t["verdict"])})
-        if experiment == "word_lm":
+        if e.name == "word_lm":
             fig2 = _figure2(rows, scale)
             out.append({"what": "Figure 2: learning curves, word-level PTB", "chapter": "word_lm",
                         "scale": fig2["scale"], "the paper's best cell": "with dropout: higher training, "

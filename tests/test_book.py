@@ -24,9 +24,11 @@ def test_each_chapter_shows_the_largest_scale_stored(tmp_path, monkeypatch):
     monkeypatch.setenv("RECDROP_RUNS", str(tmp_path))
     store = RunStore()
     assert book.notebook_scale("word_lm") == "quick"  # nothing stored: quick, every cell "not yet run"
-    fake_record(store, "word_lm", "ci")
-    fake_record(store, "char_lm", "quick")
+    grid_record(store, "word_lm", "ci")
+    grid_record(store, "char_lm", "quick")
     assert best_scale("word_lm") == "ci" and book.notebook_scale("word_lm") == "ci"
+    fake_record(store, "word_lm", "paper")  # a run of no grid of the chapter does not move it
+    assert book.notebook_scale("word_lm") == "ci"
     assert book.notebook_scale("schemes") == "quick"
 
 

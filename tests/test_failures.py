@@ -156,8 +156,8 @@ def test_run_grid_rejects_each_wrong_parameter(experiment, kwargs, message, stor
 def test_unknown_experiment_and_scale_on_configs():
     with pytest.raises(ValueError, match="experiment='nope' is not known; allowed values: 'temporal_order'"):
         run_grid("nope", "ci")
-    for task, grids in experiments.EXPERIMENTS.values():
-        label, cfg = grids["table"]("ci")[0]
+    for e in experiments.EXPERIMENTS.values():
+        label, cfg = e.grids["table"]("ci")[0]
         with pytest.raises(ValueError, match="scale='big' is not valid"):
             type(cfg).at_scale("big")
 

@@ -1,23 +1,89 @@
-"""One module per paper experiment: its config and scales, its grids (the table's cells, and the
-studies beyond the paper that reuse them), its task."""
+"""The one registry of experiments and chapters. Each experiment module holds its config and scales,
+its grids (the table's cells, and the studies beyond the paper that reuse them), its task, its
+comparison with the paper and its claims; this file says which is which. The sweep CLI, the
+campaign, the book build and the landing page read it, and a test checks ``_toc.yml`` against it.
+
+Adding an experiment: its data loader (``recdrop/data/``), its module here, its notebook, and one
+``Experiment`` entry below (with its chapter in ``CHAPTERS``, and a line in ``_toc.yml``).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Dict, Optional
+
+from ..report import Metric
 from . import char_lm, memory_loss, ner, sentiment, temporal_order, word_lm
 
-EXPERIMENTS = {
-    "temporal_order": (temporal_order.TemporalOrderTask, temporal_order.GRIDS),
-    "word_lm": (word_lm.WordLMTask, word_lm.GRIDS),
-    "char_lm": (char_lm.CharLMTask, char_lm.GRIDS),
-    "ner": (ner.NERTask, {"table": ner.grid}),
-    "sentiment": (sentiment.SentimentTask, {"table": sentiment.grid}),
-    "memory_loss": (memory_loss.MemoryLossTask, memory_loss.GRIDS),
-}
+
+@dataclasses.dataclass(frozen=True)
+class Experiment:
+    """What the machinery needs to know of one experiment."""
+
+    name: str
+    title: str  # the chapter's subject, and the landing page's row
+    config: type  # its ExperimentConfig subclass (the ``paper`` defaults and the other scales)
+    task: type  # its train.Task
+    grids: Dict[str, Callable]  # "table" (the paper's, or the study's), "headline", "conjecture", "pilot"
+    comparison: Optional[Callable] = None  # rows -> report.compare's table against the paper's
+    metric: Optional[Metric] = None  # how ``comparison`` judges, declared beside the experiment
+    claims: Optional[Callable] = None  # rows -> the paper's observations, on its numbers and on ours
+    headline: Optional[str] = None  # the landing page's cell, where the paper's best value is shared
+
+
+EXPERIMENTS: Dict[str, Experiment] = {e.name: e for e in [
+    Experiment("temporal_order", "Table 1: Temporal Order, test accuracy", temporal_order.TemporalOrderConfig,
+               temporal_order.TemporalOrderTask, temporal_order.GRIDS, temporal_order.table1, temporal_order.METRIC,
+               temporal_order.claims, headline="medium semeniuta per-step"),
+    Experiment("word_lm", "Table 2: word-level PTB, test perplexity", word_lm.WordLMConfig, word_lm.WordLMTask,
+               word_lm.GRIDS, word_lm.table2, word_lm.METRIC, word_lm.claims),
+    Experiment("char_lm", "Table 3: character-level PTB, test bpc", char_lm.CharLMConfig, char_lm.CharLMTask,
+               char_lm.GRIDS, char_lm.table3, char_lm.METRIC, char_lm.claims),
+    Experiment("ner", "Table 4: NER on CoNLL-2003, test F1", ner.NERConfig, ner.NERTask, ner.GRIDS, ner.table4,
+               ner.METRIC, ner.claims),
+    Experiment("sentiment", "Table 5: Twitter sentiment, test F1", sentiment.SentimentConfig, sentiment.SentimentTask,
+               sentiment.GRIDS, sentiment.table5, sentiment.METRIC, sentiment.claims),
+    Experiment("memory_loss", "Memory loss, measured (Eqs. 17-19)", temporal_order.TemporalOrderConfig,
+               memory_loss.MemoryLossTask, memory_loss.GRIDS, claims=memory_loss.claims),
+]}
+
+
+@dataclasses.dataclass(frozen=True)
+class Chapter:
+    """A page of the book built from ``notebooks/<name>.ipynb``. It is rendered at the largest scale
+    with stored runs of ``grids`` ((experiment, grid) pairs) that have ``min_seeds`` seeds in some
+    cell; a chapter without grids at ``quick`` (the landing page picks each table's scale itself)."""
+
+    name: str
+    grids: tuple = ()
+    min_seeds: int = 1
+
+    @property
+    def notebook(self) -> str:
+        return f"notebooks/{self.name}.ipynb"
+
+
+def _table(name: str) -> Chapter:
+    return Chapter(name, ((name, "table"),))
+
+
+# The book's order: the landing page, then the paper's order, then the studies beyond it.
+CHAPTERS: Dict[str, Chapter] = {c.name: c for c in [
+    Chapter("summary"), Chapter("schemes"), _table("temporal_order"), _table("memory_loss"), _table("word_lm"),
+    _table("char_lm"), _table("ner"), _table("sentiment"),
+    Chapter("conjecture", (("word_lm", "conjecture"), ("char_lm", "conjecture"))),
+    # the seeds study shows the spread over seeds: a cell with one seed does not count
+    Chapter("seeds", (("temporal_order", "headline"), ("word_lm", "headline"), ("char_lm", "headline")), 2),
+    Chapter("performance"),
+]}
 
 
 def get(name: str, grid: str = "table"):
     """(task class, grid function) of experiment ``name``: ``grid`` is "table" (the paper's table),
-    or another of its grids ("headline": the cells of the seeds study; "conjecture": gal+semeniuta)."""
+    or another of its grids ("headline": the cells of the seeds study; "conjecture": gal+semeniuta;
+    "pilot": the pilot of a new scale)."""
     if name not in EXPERIMENTS:
         raise ValueError(f"experiment={name!r} is not known; allowed values: {', '.join(map(repr, EXPERIMENTS))}")
-    task, grids = EXPERIMENTS[name]
-    if grid not in grids:
-        raise ValueError(f"grid={grid!r} is not a grid of {name}; allowed values: {', '.join(map(repr, grids))}")
-    return task, grids[grid]
+    e = EXPERIMENTS[name]
+    if grid not in e.grids:
+        raise ValueError(f"grid={grid!r} is not a grid of {name}; allowed values: {', '.join(map(repr, e.grids))}")
+    return e.task, e.grids[grid]

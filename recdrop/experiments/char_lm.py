@@ -12,14 +12,15 @@ import functools
 import math
 from typing import Any, Dict, List, Optional
 
+import pandas as pd
 import torch
 import torch.nn.functional as F
 
 from ..config import ExperimentConfig
 from ..data.ptb import load_ptb_char
-from ..report import check_claims
+from ..report import Metric, check_claims, summarize
 from ..train import Task
-from .lm_tables import (FORWARD, Unit, all_cells, best, cell_values, conjecture_cells, headline_cells, lm_table,
+from .lm_tables import (FORWARD, all_cells, best, cell_values, conjecture_cells, headline_cells, lm_table,
                         lm_table_wide, paper_values, pilot_cells, plot_learning_curves, table_cells)
 from .word_lm import WordLM
 
@@ -93,7 +94,6 @@ class CharLMTask(Task):
     """Each sequence starts from a zero state (the paper trains on non-overlapping sequences; we
     score validation and test the same way), shuffled every epoch; bits per character are the
     mean NLL over every predicted character, in bits."""
-
     progress_metric = "valid_bpc"
 
     def __init__(self, cfg: CharLMConfig, device: str, seed: int):
@@ -197,7 +197,7 @@ def grid(scale: str, config_class=CharLMConfig, **overrides):
 
 
 # -- Table 3 and the claims of Sec. 4.3 --------------------------------------------------------------
-UNIT = Unit("bpc", digits=3, tolerance=0.03, relative=False)  # reproduced: within 0.03 bpc (issue target)
+METRIC = Metric("bpc", digits=3, tolerance=0.03, higher_is_better=False)  # within 0.03 bpc (issue target)
 EXTRAS = (("ours, best-valid model", "best_test_bpc", ("Test",)),)
 
 
@@ -212,12 +212,12 @@ def table_rows(rows):
 def table3(rows) -> "pd.DataFrame":
     """Long form: one row per cell and split, paper | ours | delta (bpc) | verdict; ``ours`` is the
     final model's bpc, the best-validation model's beside it."""
-    return lm_table(table_rows(rows), 3, UNIT, EXTRAS)
+    return lm_table(table_rows(rows), 3, METRIC, EXTRAS)
 
 
 def table3_wide(rows):
     """The paper's layout, ours beside the paper's, the best of each column and block in bold."""
-    return lm_table_wide(table3(rows), UNIT)
+    return lm_table_wide(table3(rows), METRIC)
 
 
 def claims(rows) -> "pd.DataFrame":
@@ -237,10 +237,6 @@ def claims(rows) -> "pd.DataFrame":
 def batch_check(rows) -> "pd.DataFrame":
     """The batch-size check: test bpc of the two cells at the default batch and at half of it, and
     whether the cells' order is the same at both."""
-    import pandas as pd
-
-    from ..report import summarize
-
     keys = ["scheme", "rate", "sampling", "batch"]
     picked = [r for r in rows if r["forward"] == next(iter(FORWARD)) and r["scheme"] in ("none", "semeniuta")
               and r["rate"] in (0.0, 0.25) and r["sampling"] in ("-", "per-step")]

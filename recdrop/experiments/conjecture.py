@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional
 
+import pandas as pd
+
+from ..report import summarize
 from .char_lm import table_rows as table_rows_of  # char_lm's batch-size check aside
 from .lm_tables import COMBINED, FORWARD, RATES, SAMPLINGS, SCHEMES, cell_values
 
@@ -23,8 +26,6 @@ def _metric(experiment: str):
 def conjecture_table(experiment: str, table_rows, conjecture_rows) -> "pd.DataFrame":
     """One row per (forward, rate, sampling): the combination beside Moon, Gal and ours at the same
     setting, and whether the combination beats both of its parts."""
-    import pandas as pd
-
     metric, digits = _metric(experiment)
     single = cell_values(table_rows_of(table_rows), metric)
     combined = cell_values(conjecture_rows, metric)
@@ -50,9 +51,6 @@ def conjecture_summary(experiment: str, table_rows, conjecture_rows, seed_rows: 
     combination cell, the difference, and the verdict. ``seed_rows`` (the seeds study) gives the
     seed-to-seed standard deviation, pooled over the block's rerun cells; a difference within two of
     them is called "within seed noise"."""
-    import pandas as pd
-
-    from ..report import summarize
     from .lm_tables import CELL_KEYS
 
     metric, digits = _metric(experiment)

@@ -1,11 +1,16 @@
 """What Tables 2 and 3 share: the 26-cell grid, the paper's layout with ours beside it, and the
 learning-curve plot. The word-level table is in perplexity, the character-level one in bits per
-character; ``Unit`` says which, and how far from the paper a cell may be to count as reproduced.
+character; each experiment's ``report.Metric`` says which (``unit`` names the records' metrics,
+``valid_<unit>`` and ``test_<unit>``), and how far from the paper a cell may be to count as reproduced.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Dict, List, Sequence, Tuple
+
+import pandas as pd
+
+from ..paper import paper_results
+from ..report import Metric, compare, curves_frame, summarize
 
 FORWARD = {"without forward dropout": dict(input_dropout=0.0, output_dropout=0.0),
            "with forward dropout": dict(input_dropout=0.2, output_dropout=0.5)}  # Tables 2 and 3 captions
@@ -15,26 +20,6 @@ SAMPLINGS = ("per-step", "per-sequence")
 CELL_KEYS = ["forward", "scheme", "rate", "sampling"]
 PAPER_SCHEME = {"moon": "Moon et al. (2015)", "gal": "Gal (2015)", "semeniuta": "Ours", "none": "Ours"}
 Cell = Tuple[str, str, float, str]
-
-
-@dataclass(frozen=True)
-class Unit:
-    """The metric of a table: records hold ``valid_<name>`` and ``test_<name>``."""
-
-    name: str  # "ppl" or "bpc"
-    digits: int  # decimals shown
-    tolerance: float  # how far from the paper a cell may be to count as reproduced
-    relative: bool  # tolerance (and delta) relative to the paper's value, else absolute
-
-    def delta(self, ours: float, paper: float) -> float:
-        return (ours - paper) / paper * 100 if self.relative else ours - paper
-
-    @property
-    def delta_column(self) -> str:
-        return "delta (%)" if self.relative else f"delta ({self.name})"
-
-    def reproduced(self, ours: float, paper: float) -> bool:
-        return abs(self.delta(ours, paper)) <= (self.tolerance * 100 if self.relative else self.tolerance)
 
 
 def table_cells() -> List[Tuple[Dict[str, object], Dict[str, object]]]:
@@ -100,47 +85,29 @@ def paper_value(paper, forward, scheme, rate, sampling, split) -> float:
     return float(paper.loc[key, "value"])
 
 
-def lm_table(rows, paper_table: int, unit: Unit, extras: Sequence[Tuple[str, str, Tuple[str, ...]]] = ()):
-    """Long form: one row per cell and split, paper | ours (mean ± sd, n) | delta | verdict.
-
-    ``extras``: (column, metric with ``{split}`` for valid/test, splits it applies to) shown beside."""
-    import pandas as pd
-
-    from ..paper import paper_results
-    from ..report import fmt_mean_sd, summarize
-
-    metrics = sorted({f"{s}_{unit.name}" for s in ("valid", "test")} |
-                     {m.format(split=s.lower()) for _, m, splits in extras for s in splits})
+def lm_table(rows, paper_table: int, metric: Metric, extras: Sequence[Tuple[str, str, Tuple[str, ...]]] = ()):
+    """Table 2 or 3 through ``report.compare``: one row per cell and split (Valid, Test); records hold
+    ``valid_<unit>`` and ``test_<unit>``. ``extras``: (column, metric with ``{split}``, the splits it
+    applies to) shown beside."""
     paper = paper_results(paper_table).set_index(["group", "row", "column"])
-    s = summarize(rows, CELL_KEYS, metrics)
-    out = []
-    for _, r in s.iterrows():
-        n = int(r["n"])
-        for split in ("Valid", "Test"):
-            m = f"{split.lower()}_{unit.name}"
-            p = paper_value(paper, r["forward"], r["scheme"], r["rate"], r["sampling"], split)
-            mean = r[f"{m}_mean"]
-            delta = unit.delta(mean, p) if n else None
-            row = {"forward": r["forward"], "scheme": r["scheme"], "rate": r["rate"], "sampling": r["sampling"],
-                   "split": split, "paper": p, "ours": fmt_mean_sd(mean, r[f"{m}_std"], n, unit.digits)}
-            for column, metric, splits in extras:
-                key = metric.format(split=split.lower())
-                row[column] = fmt_mean_sd(r[f"{key}_mean"], r[f"{key}_std"], n, unit.digits) if split in splits else ""
-            row[unit.delta_column] = None if delta is None else round(delta, 1 if unit.relative else 3)
-            row["verdict"] = ("not yet run" if not n else
-                              "reproduced" if unit.reproduced(mean, p) else "not reproduced")
-            out.append(row)
-    return pd.DataFrame(out)
+    cells = [({**{k: label[k] for k in CELL_KEYS}, "split": split},
+              paper_value(paper, label["forward"], label["scheme"], label["rate"], label["sampling"], split),
+              f"{split.lower()}_{metric.unit}")
+             for label, _ in table_cells() for split in ("Valid", "Test")]
+    extra_keys = [(column, lambda labels, m=m, splits=splits: m.format(split=labels["split"].lower())
+                   if labels["split"] in splits else None) for column, m, splits in extras]
+    t = compare(rows, cells, CELL_KEYS, metric, extras=extra_keys)
+    t["setting"] = (t["forward"].str.replace(" forward dropout", " fwd") + ", " + t["scheme"] + " "
+                    + t["rate"].astype(str) + " " + t["sampling"])
+    return t
 
 
-def lm_table_wide(long, unit: Unit):
+def lm_table_wide(long, metric: Metric):
     """The paper's layout from ``lm_table``'s output: ours beside the paper's for every scheme and
     split, the best value of each column and block in bold (as the paper bolds); cells not run
     are shown as such."""
-    import pandas as pd
-
     long = long.copy()
-    long["ours_value"] = pd.to_numeric(long["ours"].str.split(" ").str[0], errors="coerce")
+    long["ours_value"] = long["mean"]
     long["setting"] = [paper_row(r, s) for r, s in zip(long["rate"], long["sampling"])]
     parts = []
     for source, col in (("paper", "paper"), ("ours", "ours_value")):
@@ -158,7 +125,7 @@ def lm_table_wide(long, unit: Unit):
 
     def bold_best(block):
         return ["font-weight: bold" if v == block.min() else "" for v in block]
-    styler = wide.style.format(f"{{:.{unit.digits}f}}", na_rep="not run")
+    styler = wide.style.format(f"{{:.{metric.digits}f}}", na_rep="not run")
     for forward in FORWARD:
         if forward in wide.index.get_level_values(0):
             styler = styler.apply(bold_best, subset=pd.IndexSlice[forward, :], axis=0)
@@ -167,15 +134,11 @@ def lm_table_wide(long, unit: Unit):
 
 def cell_values(rows, metric: str) -> Dict[Cell, float]:
     """Mean of ``metric`` over seeds for every cell that has a record."""
-    from ..report import summarize
-
     s = summarize(rows, CELL_KEYS, [metric]).set_index(CELL_KEYS)
     return {c: s.loc[c, f"{metric}_mean"] for c in s.index if s.loc[c, "n"]}
 
 
 def paper_values(paper_table: int, split: str = "Test") -> Dict[Cell, float]:
-    from ..paper import paper_results
-
     paper = paper_results(paper_table).set_index(["group", "row", "column"])
     return {c: paper_value(paper, *c, split) for c in all_cells()}
 
@@ -189,8 +152,6 @@ def plot_learning_curves(rows, unit: str, cells, ylabel: str, log: bool = False)
     """Training (solid) and validation (dashed) ``train_<unit>`` and ``valid_<unit>`` per epoch of
     each of ``cells`` ((scheme, rate, sampling), colour, legend name), without forward dropout."""
     import matplotlib.pyplot as plt
-
-    from ..report import curves_frame
 
     df = curves_frame(rows, CELL_KEYS)
     fig, ax = plt.subplots(figsize=(6, 4))

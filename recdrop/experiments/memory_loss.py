@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Dict, List, Tuple
 
+import pandas as pd
 import torch
 
 from ..memory import cell_states, memory_trace, predicted_trace
@@ -45,7 +46,6 @@ def _rounded(t: torch.Tensor) -> List[float]:
 
 class MemoryLossTask(TemporalOrderTask):
     """Temporal Order training; the probes run once, on the final model."""
-
     def accuracy_at(self, length: int, gen: torch.Generator) -> float:
         x, y = generate(self.cfg.test_sequences, length, length // 3, 2 * length // 3, gen)
         correct = 0
@@ -105,8 +105,6 @@ def _name(r) -> str:
 def traces_frame(rows) -> "pd.DataFrame":
     """Long form: setting | phase (test / train) | step | memory | cell_norm | predicted (Moon's
     setting only: Eq. 17 at test with the paper scaling, Eq. 18 in training with inverted scaling)."""
-    import pandas as pd
-
     out = []
     for r in rows:
         if not r.get("record"):
@@ -169,8 +167,6 @@ def plot_cell_norm(rows):
 def memory_table(rows) -> "pd.DataFrame":
     """The memory trace at the training length and at the probe's last step T, at test and in
     training (mean over seeds), and what Eqs. 17-18 predict for Moon at T with every gate at 1."""
-    import pandas as pd
-
     df = traces_frame(rows)
     if df.empty:
         return pd.DataFrame(columns=["setting"])
@@ -190,8 +186,6 @@ def memory_table(rows) -> "pd.DataFrame":
 
 def accuracy_by_length(rows) -> "pd.DataFrame":
     """Test accuracy (%) at each test length, one row per setting (mean over seeds)."""
-    import pandas as pd
-
     out = []
     for r in rows:
         if r.get("record"):
@@ -210,8 +204,6 @@ def claims(rows) -> "pd.DataFrame":
     length L or at the probe's last step T): confirmed, not confirmed, or not yet run. With per-step
     masks in training a unit's memory is lost whenever it is dropped, so the growth the note after
     Eq. 18 predicts is checked on per-sequence masks, where the kept units keep theirs."""
-    import pandas as pd
-
     df = traces_frame(rows)
 
     def at(scheme, sampling, scaling, phase, step=None):

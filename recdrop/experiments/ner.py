@@ -12,13 +12,15 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Dict, List, Optional, Tuple
 
+import pandas as pd
 import torch
 import torch.nn.functional as F
 
 from ..config import ExperimentConfig
 from ..data.conll2003 import entity_f1, load_conll2003
 from ..data.embeddings import GLOVE, PAD, UNK, embedding_table
-from ..report import check_claims
+from ..paper import paper_results
+from ..report import Metric, check_claims, compare, summarize
 from ..train import Task
 from .cell_grid import CELLS, RATES, cell_rate_grid, check_cell, recurrent_layer
 
@@ -263,55 +265,40 @@ def grid(scale: str, config_class=NERConfig, **overrides):
     return cell_rate_grid(scale, config_class, **overrides)
 
 
+GRIDS = {"table": grid}
+
+
 # -- Table 4 and the claims of Sec. 4.4 --------------------------------------------------------------
 STAGES = {"short": "5 word long sequences", "long": "15 word long sequences"}  # the paper's row groups
 TOLERANCE_F1 = 1.0  # issue target at `paper` scale (once the embedding substitution is accounted for)
+METRIC = Metric("F1", digits=2, tolerance=TOLERANCE_F1)
 
 
 def table4(rows) -> "pd.DataFrame":
-    """Long form: one row per stage, rate and cell: the paper's test F1, ours (mean ± sd, n), the
-    delta and a verdict; our validation F1 (eng.testa, not in the paper) beside."""
-    import pandas as pd
-
-    from ..paper import paper_results
-    from ..report import fmt_mean_sd, summarize
-
+    """Table 4 through ``report.compare``: one row per stage, rate and cell, test F1 against the
+    paper's; our validation F1 (eng.testa, not in the paper) beside."""
     paper = paper_results(4).set_index(["group", "row", "column"])
-    metrics = [f"{s}_f1_{st}" for s in ("valid", "test") for st in STAGES]
-    s = summarize(rows, ["cell", "rate"], metrics)
-    out = []
-    for stage, group in STAGES.items():
-        for _, r in s.iterrows():
-            n = int(r["n"])
-            p = float(paper.loc[(group, "0.25" if r["rate"] else "0.0", r["cell"]), "value"])
-            mean = r[f"test_f1_{stage}_mean"]
-            delta = mean - p if n and not pd.isna(mean) else None
-            out.append({"stage": group, "rate": r["rate"], "cell": r["cell"], "paper test F1": p,
-                        "ours test F1": fmt_mean_sd(mean, r[f"test_f1_{stage}_std"], n, 2),
-                        "ours valid F1": fmt_mean_sd(r[f"valid_f1_{stage}_mean"], r[f"valid_f1_{stage}_std"], n, 2),
-                        "delta (F1)": None if delta is None else round(delta, 2),
-                        "verdict": "not yet run" if delta is None else
-                        ("reproduced" if abs(delta) <= TOLERANCE_F1 else "not reproduced")})
-    return pd.DataFrame(out)
+    stage_of = {group: stage for stage, group in STAGES.items()}
+    cells = [({"stage": group, "rate": label["rate"], "cell": label["cell"]},
+              float(paper.loc[(group, "0.25" if label["rate"] else "0.0", label["cell"]), "value"]),
+              f"test_f1_{stage}") for stage, group in STAGES.items() for label, _ in grid("quick")]
+    t = compare(rows, cells, ["cell", "rate"], METRIC,
+                extras=[("ours valid F1", lambda labels: f"valid_f1_{stage_of[labels['stage']]}")])
+    t["setting"] = t["stage"] + ", " + t["cell"] + " " + t["rate"].astype(str)
+    return t
 
 
 def table4_wide(rows):
-    """The paper's layout: stage and rate down, cell across, paper | ours."""
+    """The paper's layout: stage and rate down, cell across, paper | ours (the mean over seeds)."""
     long = table4(rows)
-    long["ours"] = long["ours test F1"].str.replace(r" ± .*", "", regex=True)  # the mean, or "not yet run"
-    wide = long.pivot_table(index=["stage", "rate"], columns="cell", values=["paper test F1"], sort=False)
-    wide.columns = [f"{c} paper" for _, c in wide.columns]
-    ours = long.set_index(["stage", "rate", "cell"])["ours"].unstack("cell")
-    for cell in CELLS:
-        wide[f"{cell} ours"] = ours.loc[wide.index, cell].values
-    return wide[[f"{c} {w}" for c in CELLS for w in ("paper", "ours")]]
+    wide = long.pivot_table(index=["stage", "rate"], columns="cell", values=["paper", "mean"], sort=False,
+                            dropna=False)
+    wide.columns = [f"{c} {'paper' if v == 'paper' else 'ours'}" for v, c in wide.columns]
+    return wide[[f"{c} {w}" for c in CELLS for w in ("paper", "ours")]].style.format("{:.2f}", na_rep="not run")
 
 
 def claims(rows) -> "pd.DataFrame":
     """The observations of Sec. 4.4 on the paper's Table 4 and on ours (test F1)."""
-    from ..paper import paper_results
-    from ..report import summarize
-
     paper = paper_results(4).set_index(["group", "row", "column"])
     paper_f1 = {(st, rate, cell): float(paper.loc[(g, "0.25" if rate else "0.0", cell), "value"])
                 for st, g in STAGES.items() for rate in RATES for cell in CELLS}

@@ -11,6 +11,9 @@ import itertools
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Tuple
 
+import pandas as pd
+
+from ..report import fmt_mean_sd
 from .lm_tables import CELL_KEYS as LM_KEYS
 from .lm_tables import paper_values
 from .temporal_order import CELL_KEYS as TO_KEYS
@@ -64,10 +67,6 @@ def _per_seed(rows, s: Study) -> Dict[Tuple, List[float]]:
 
 def seed_table(experiment: str, rows) -> "pd.DataFrame":
     """One row per headline cell: the paper's value, ours as mean ± sd over seeds, and each seed's."""
-    import pandas as pd
-
-    from ..report import fmt_mean_sd
-
     s = study(experiment)
     paper = _paper(s)
     out = []
@@ -84,8 +83,6 @@ def seed_table(experiment: str, rows) -> "pd.DataFrame":
 def orderings(experiment: str, rows) -> "pd.DataFrame":
     """Every pair of headline cells in the same block that the paper orders (their test numbers
     differ), with the paper's order and whether ours keeps it, against the seed noise."""
-    import pandas as pd
-
     s = study(experiment)
     paper = _paper(s)
     values = _per_seed(rows, s)

@@ -13,13 +13,15 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+import pandas as pd
 import torch
 import torch.nn.functional as F
 
 from ..config import ExperimentConfig
 from ..data.embeddings import GLOVE, PAD, UNK, embedding_table
-from ..data.semeval import LABELS, TEST_SETS, distant_label, load_semeval, semeval_f1, tokenize
-from ..report import check_claims
+from ..data.semeval import LABELS, PARTIAL, TEST_SETS, distant_label, load_semeval, semeval_f1, tokenize
+from ..paper import paper_results
+from ..report import Metric, check_claims, compare, summarize
 from ..train import Task
 from .cell_grid import CELLS, RATES, cell_rate_grid, check_cell, recurrent_layer
 
@@ -201,41 +203,28 @@ def grid(scale: str, config_class=SentimentConfig, **overrides):
     return cell_rate_grid(scale, config_class, **overrides)
 
 
+GRIDS = {"table": grid}
+
+
 # -- Table 5 and the claims of Sec. 4.5 --------------------------------------------------------------
 def table5(rows) -> "pd.DataFrame":
-    """One row per cell, rate and test set: the paper's F1, ours (final model), the best-validation
-    model's, and what is incomplete about the test set."""
-    import pandas as pd
-
-    from ..data.semeval import PARTIAL
-    from ..paper import paper_results
-    from ..report import fmt_mean_sd, summarize
-
+    """Table 5 through ``report.compare``: one row per cell, rate and test set, the final model's F1
+    against the paper's; the best-validation model's beside, and what is incomplete about the test set."""
     paper = paper_results(5).set_index(["group", "row", "column"])
-    metrics = [f"{p}test_f1:{name}" for p in ("", "best_") for name in TEST_SETS]
-    s = summarize(rows, ["cell", "rate"], metrics)
-    out = []
-    for _, r in s.iterrows():
-        n = int(r["n"])
-        for name in TEST_SETS:
-            p = float(paper.loc[(r["cell"], "0.25" if r["rate"] else "0", name), "value"])
-            mean = r[f"test_f1:{name}_mean"]
-            out.append({"cell": r["cell"], "rate": r["rate"], "test set": name, "paper": p,
-                        "ours": fmt_mean_sd(mean, r[f"test_f1:{name}_std"], n, 2),
-                        "ours, best-valid model": fmt_mean_sd(r[f"best_test_f1:{name}_mean"],
-                                                              r[f"best_test_f1:{name}_std"], n, 2),
-                        "delta (F1)": round(mean - p, 2) if n and not pd.isna(mean) else None,
-                        "test set note": PARTIAL.get(name, "complete")})
-    return pd.DataFrame(out)
+    cells = [({"cell": label["cell"], "rate": label["rate"], "test set": name},
+              float(paper.loc[(label["cell"], "0.25" if label["rate"] else "0", name), "value"]), f"test_f1:{name}")
+             for label, _ in grid("quick") for name in TEST_SETS]
+    t = compare(rows, cells, ["cell", "rate"], METRIC,
+                extras=[("ours, best-valid model", lambda labels: f"best_test_f1:{labels['test set']}")])
+    t["test set note"] = [PARTIAL.get(name, "complete") for name in t["test set"]]
+    t["setting"] = t["cell"] + " " + t["rate"].astype(str) + ", " + t["test set"]
+    return t
 
 
 def table5_wide(rows):
-    """The paper's layout: cell and rate down, test sets across, paper | ours."""
-    import pandas as pd
-
+    """The paper's layout: cell and rate down, test sets across, paper | ours (the mean over seeds)."""
     long = table5(rows)
-    long["ours value"] = pd.to_numeric(long["ours"].str.split(" ").str[0], errors="coerce")
-    wide = long.pivot_table(index=["cell", "rate"], columns="test set", values=["paper", "ours value"], sort=False,
+    wide = long.pivot_table(index=["cell", "rate"], columns="test set", values=["paper", "mean"], sort=False,
                             dropna=False)
     wide.columns = [(ts, "paper" if v == "paper" else "ours") for v, ts in wide.columns]
     wide = wide[[(ts, w) for ts in TEST_SETS for w in ("paper", "ours")]]
@@ -245,9 +234,6 @@ def table5_wide(rows):
 
 def claims(rows) -> "pd.DataFrame":
     """The observations of Sec. 4.5 on the paper's Table 5 and on ours (final model)."""
-    from ..paper import paper_results
-    from ..report import summarize
-
     paper = paper_results(5).set_index(["group", "row", "column"])
     paper_f1 = {(c, r, t): float(paper.loc[(c, "0.25" if r else "0", t), "value"]) for c in CELLS for r in RATES
                 for t in TEST_SETS}
@@ -272,3 +258,4 @@ def claims(rows) -> "pd.DataFrame":
 
 
 CELLS_RATES = [(c, r) for c in CELLS for r in RATES]
+METRIC = Metric("F1", digits=2, tolerance=1.0)  # as Table 4's: a cell is reproduced within 1 F1 point

@@ -11,11 +11,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Dict, List, Tuple
 
+import pandas as pd
 import torch
 import torch.nn.functional as F
 
+from ..paper import paper_results
 from .. import LSTM
 from ..config import ExperimentConfig
+from ..report import Metric, compare, curves_frame, summarize
 from ..train import Task
 
 LENGTHS = {"short": 15, "medium": 30}  # paper Sec. 4.1
@@ -83,7 +86,6 @@ def generate(n: int, length: int, low: int, high: int, generator: torch.Generato
 
 class TemporalOrderModel(torch.nn.Module):
     """LSTM read out at the last step through a linear layer to the four classes."""
-
     def __init__(self, cfg: TemporalOrderConfig):
         super().__init__()
         self.rnn = LSTM(2, cfg.hidden_size, recurrent_dropout=cfg.recurrent_dropout, scheme=cfg.scheme,
@@ -169,8 +171,6 @@ PAPER_GROUP = {"moon": "Moon et al. (2015)", "gal": "Gal (2015); Ours", "semeniu
 def paper_test_acc() -> Dict[Tuple[str, str, str, str], float]:
     """The paper's test accuracy (a fraction) per cell (length, scheme, sampling, "paper"); the
     paper's "< 25%" counts as 0.245. Gal and ours share one row group in the paper."""
-    from ..paper import paper_results
-
     out = {}
     for _, p in paper_results(1).iterrows():
         length, split = p["column"].split()
@@ -209,44 +209,32 @@ GRIDS = {"table": grid, "headline": headline_grid}
 
 # -- Table 1 and its figures ----------------------------------------------------------------------
 TOLERANCE_PP = 10.0  # a cell is "reproduced" when ours is within 10 accuracy points of the paper's
+METRIC = Metric("%", digits=1, tolerance=TOLERANCE_PP, points=True)
 
 
 def table1(rows) -> "pd.DataFrame":
-    """Table 1, long form: setting | paper | ours (mean ± sd, n) | delta | verdict, in accuracy %."""
-    import pandas as pd
-
-    from ..paper import paper_results
-    from ..report import fmt_mean_sd, summarize
-
+    """Table 1 through ``report.compare``: one row per cell and split (train, test), accuracy in %.
+    Cells the paper does not have (Moon with inverted scaling, no dropout) say so."""
     paper = paper_results(1).set_index(["group", "row", "column"])
-    summary = summarize(rows, CELL_KEYS, ["train_acc", "test_acc"])
-    out = []
-    for _, s in summary.iterrows():
+    cells = []
+    for label, _ in grid("quick"):
         for split in ("train", "test"):
-            mean, sd, n = s[f"{split}_acc_mean"] * 100, s[f"{split}_acc_std"] * 100, int(s["n"])
-            key = (PAPER_GROUP.get(s["scheme"]), s["sampling"], f"{s['length']} {split}")
-            in_paper = s["scaling"] == "paper" and key in paper.index
-            p = paper.loc[key] if in_paper else None
-            p_val = float(p["value"]) if in_paper else float("nan")
-            delta = mean - p_val
-            if not in_paper:
-                verdict = "not in the paper"
-            elif not n:
-                verdict = "not yet run"
-            else:
-                verdict = "reproduced" if abs(delta) <= TOLERANCE_PP else "not reproduced"
-            out.append({"length": s["length"], "scheme": s["scheme"], "sampling": s["sampling"],
-                        "scaling": s["scaling"], "split": split,
-                        "paper (%)": f"{p['qualifier']}{p['value']}" if in_paper else "—",
-                        "ours (%)": fmt_mean_sd(mean, sd, n, digits=1),
-                        "delta": round(delta, 1) if n and in_paper else None, "verdict": verdict})
-    return pd.DataFrame(out)
+            key = (PAPER_GROUP.get(label["scheme"]), label["sampling"], f"{label['length']} {split}")
+            in_paper = label["scaling"] == "paper" and key in paper.index
+            cells.append(({**{k: label[k] for k in CELL_KEYS}, "split": split},
+                          float(paper.loc[key, "value"]) if in_paper else None, f"{split}_acc"))
+    t = compare(rows, cells, CELL_KEYS, METRIC, factor=100)
+    t["setting"] = t["length"] + " " + t["scheme"] + " " + t["sampling"]
+    return t
 
 
 def table1_wide(rows) -> "pd.DataFrame":
     """Table 1 in the paper's layout, each cell "ours / paper" (accuracy %), ours first."""
+    qualifier = {(r["group"], r["row"], r["column"]): r["qualifier"] for _, r in paper_results(1).iterrows()}
     long = table1(rows)
-    long["cell"] = long["ours (%)"].str.replace(" ± ", "±", regex=False) + " / " + long["paper (%)"]
+    shown = [("—" if pd.isna(p) else f"{qualifier.get((PAPER_GROUP.get(sc), sm, f'{ln} {sp}'), '')}{p:g}")
+             for p, sc, sm, ln, sp in zip(long["paper"], long["scheme"], long["sampling"], long["length"], long["split"])]
+    long["cell"] = long["ours"].str.replace(" ± ", "±", regex=False) + " / " + pd.Series(shown, index=long.index)
     long["column"] = long["length"] + " " + long["split"]
     wide = long.pivot_table(index=["scheme", "scaling", "sampling"], columns="column", values="cell",
                             aggfunc="first", sort=False)
@@ -256,9 +244,6 @@ def table1_wide(rows) -> "pd.DataFrame":
 def plot_curves(rows):
     """Test accuracy per epoch of every cell with the paper's scaling, one panel per length."""
     import seaborn as sns
-
-    from ..report import curves_frame
-
     df = curves_frame(rows, CELL_KEYS)
     df = df[df["scaling"].isin(["paper", "-"])]
     if df.empty:
@@ -275,9 +260,6 @@ def plot_cell_norm(rows):
     `paper` and `inverted` scaling and for Semeniuta's: Sec. 3 predicts decay at test (paper scaling)
     or growth in training (inverted) for Moon, neither for Semeniuta."""
     import seaborn as sns
-
-    from ..report import curves_frame
-
     df = curves_frame(rows, CELL_KEYS)
     df = df[df["scheme"].isin(["moon", "semeniuta"])]
     if df.empty:
@@ -297,10 +279,6 @@ def claims(rows) -> "pd.DataFrame":
     runs: confirmed, not confirmed, inconclusive (the LSTM without dropout does not solve that
     length at this scale either), or not yet run. Accuracies within TOLERANCE_PP of 100% count as
     solved, within TOLERANCE_PP of 25% (chance) as failed."""
-    import pandas as pd
-
-    from ..report import summarize
-
     s = summarize(rows, CELL_KEYS, ["train_acc", "test_acc", "train_cell_norm", "test_cell_norm"])
     s = s.set_index(CELL_KEYS)
     tol = TOLERANCE_PP / 100
@@ -363,8 +341,6 @@ def moon_vs_ours_per_sequence(rows) -> "pd.DataFrame":
     """Moon's and our per-sequence cells (paper scaling) side by side: with a zero initial state
     they train identically (see the schemes chapter), so their training losses should agree at
     every epoch and only the test accuracy, where Moon's (1-p) compounds, may differ."""
-    import pandas as pd
-
     pick = {(r["length"], r["scheme"], r["seed"]): r["record"] for r in rows
             if r.get("record") and r["sampling"] == "per-sequence" and r["scaling"] == "paper"}
     out = []

@@ -18,9 +18,9 @@ import torch.nn.functional as F
 from .. import LSTM
 from ..config import ExperimentConfig
 from ..data.ptb import batchify, load_ptb
-from ..report import check_claims
+from ..report import Metric, check_claims
 from ..train import Task
-from .lm_tables import (FORWARD, RATES, SAMPLINGS, SCHEMES, Unit, best, cell_values, conjecture_cells,
+from .lm_tables import (FORWARD, RATES, SAMPLINGS, SCHEMES, best, cell_values, conjecture_cells,
                         headline_cells, lm_table, lm_table_wide, paper_values, pilot_cells, plot_learning_curves,
                         table_cells)
 
@@ -210,8 +210,7 @@ GRIDS = {"table": grid, "headline": headline_grid, "conjecture": conjecture_grid
 
 
 # -- Table 2, the claims of Sec. 4.2, Figure 2 ------------------------------------------------------
-UNIT = Unit("ppl", digits=1, tolerance=0.05, relative=True)  # reproduced: within 5% perplexity (issue target)
-TOLERANCE_REL = UNIT.tolerance
+METRIC = Metric("ppl", digits=1, tolerance=0.05, relative=True, higher_is_better=False)  # within 5% (issue target)
 EXTRAS = (("ours, authors' ppl", "{split}_ppl_authors", ("Valid", "Test")),
           ("ours, best-valid model", "best_test_ppl", ("Test",)))
 
@@ -221,12 +220,12 @@ def table2(rows, paper_table: int = 2) -> "pd.DataFrame":
 
     ``ours`` is the standard perplexity (exp of the mean token NLL) of the final model, as the
     authors test; the authors' own perplexity and the best-validation model's are beside it."""
-    return lm_table(rows, paper_table, UNIT, EXTRAS)
+    return lm_table(rows, paper_table, METRIC, EXTRAS)
 
 
 def table2_wide(rows, paper_table: int = 2):
     """The paper's layout, ours beside the paper's, the best of each column and block in bold."""
-    return lm_table_wide(table2(rows, paper_table), UNIT)
+    return lm_table_wide(table2(rows, paper_table), METRIC)
 
 
 def claims(rows) -> "pd.DataFrame":

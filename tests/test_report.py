@@ -1,0 +1,45 @@
+"""The one comparison builder every paper table goes through, and its verdicts."""
+import pandas as pd
+
+from recdrop.report import Metric, compare
+
+
+def _runs(values, key="test_acc", **labels):
+    return [{**labels, "record": {"metrics": {key: v}}} for v in values]
+
+
+def test_the_verdict_weighs_the_tolerance_against_seed_noise():
+    m = Metric("%", digits=1, tolerance=1.0)
+    assert m.verdict([], 50.0) == "not yet run"
+    assert m.verdict([50.0], float("nan")) == "not in the paper"
+    assert m.verdict([50.9], 50.0) == "reproduced"
+    assert m.verdict([51.5], 50.0) == "not reproduced"  # one seed: no noise to weigh
+    # mean 51.5, sd 1.0 over 4 seeds: standard error 0.5, two of them 1.0: 0.5 out, within the noise
+    assert m.verdict([50.5, 52.5, 51.0, 52.0], 50.0) == "within seed noise"
+    # mean 53, the same spread: 2 out, beyond the noise
+    assert m.verdict([52.0, 54.0, 52.5, 53.5], 50.0) == "not reproduced"
+    rel = Metric("ppl", digits=1, tolerance=0.05, relative=True, higher_is_better=False)
+    assert rel.delta(105.0, 100.0) == 5.0 and rel.verdict([105.0], 100.0) == "reproduced"
+    assert rel.verdict([106.0], 100.0) == "not reproduced" and rel.delta_unit == "%"
+    assert Metric("%", 1, 10.0, points=True).delta_unit == "points"
+
+
+def test_compare_builds_one_row_per_cell_with_the_same_columns():
+    m = Metric("%", digits=1, tolerance=10.0)
+    rows = (_runs([0.9, 1.0], cell="a") + _runs([0.3], cell="b") + [{"cell": "c", "record": None}])
+    cells = [({"cell": "a"}, 100.0, "test_acc"), ({"cell": "b"}, 100.0, "test_acc"), ({"cell": "c"}, 50.0, "test_acc"),
+             ({"cell": "a"}, None, "test_acc")]
+    t = compare(rows, cells, ["cell"], m, factor=100)
+    assert list(t.columns) == ["cell", "paper", "ours", "delta", "verdict", "mean", "sd", "n"]
+    assert t["ours"].tolist() == ["95.0 ± 7.1 (n=2)", "30.0", "not yet run", "95.0 ± 7.1 (n=2)"]
+    assert t["delta"].tolist()[:2] == [-5.0, -70.0] and pd.isna(t["delta"][2])
+    assert t["verdict"].tolist() == ["reproduced", "not reproduced", "not yet run", "not in the paper"]
+    assert t["n"].tolist() == [2, 1, 0, 2]
+
+
+def test_compare_shows_extras_where_a_cell_has_them():
+    m = Metric("F1", digits=2, tolerance=1.0)
+    rows = [{"cell": "a", "record": {"metrics": {"test": 90.0, "valid": 91.0}}}]
+    t = compare(rows, [({"cell": "a", "split": "Test"}, 90.5, "test"), ({"cell": "a", "split": "Valid"}, 91.0, "valid")],
+                ["cell"], m, extras=[("valid F1", lambda labels: "valid" if labels["split"] == "Test" else None)])
+    assert t["valid F1"].tolist() == ["91.00", ""]
