@@ -5,7 +5,7 @@ import torch
 
 from recdrop.data import data_root
 from recdrop.experiments import sentiment
-from recdrop.experiments.sentiment import Classifier, SentimentConfig, encode, grid, read_pretrain_corpus
+from recdrop.experiments.sentiment import SentimentConfig, classifier, encode, grid, read_pretrain_corpus
 
 needs_semeval = pytest.mark.skipif(not (data_root() / "semeval").exists(), reason="SemEval data not available")
 
@@ -19,7 +19,7 @@ def test_encode_pads_and_keeps_lengths():
 def test_the_label_is_read_at_each_messages_last_word():
     torch.manual_seed(0)
     cfg = SentimentConfig.at_scale("ci", input_dropout=0.0, output_dropout=0.0)
-    model = Classifier(cfg, torch.randn(6, 4)).eval()
+    model = classifier(cfg, torch.randn(6, 4)).eval()
     rows = torch.tensor([[2, 3], [4, 5], [5, 0]])
     both = model(rows, torch.tensor([3, 2]))
     alone = model(rows[:2, 1:], torch.tensor([2]))  # the second message without its padding

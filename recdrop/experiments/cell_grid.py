@@ -1,10 +1,8 @@
 """What Tables 4 and 5 share: one recurrent layer of each cell type (RNN, LSTM, GRU), without and
-with 0.25 recurrent dropout, built from the experiment's config."""
+with 0.25 recurrent dropout (the layers themselves are built in ``recdrop.models``)."""
 from __future__ import annotations
 
 from typing import Any, Dict, List, Tuple
-
-from .. import layers
 
 CELLS = ("RNN", "LSTM", "GRU")
 RATES = (0.0, 0.25)
@@ -13,13 +11,6 @@ RATES = (0.0, 0.25)
 def check_cell(cell: str) -> None:
     if cell not in CELLS:
         raise ValueError(f"cell={cell!r} is not valid; allowed values: {', '.join(map(repr, CELLS))}")
-
-
-def recurrent_layer(cfg, input_size: int):
-    """``recdrop.<cfg.cell>`` with the config's size, nonlinearity and recurrent dropout."""
-    return getattr(layers, cfg.cell)(input_size, cfg.hidden_size, nonlinearity=cfg.nonlinearity,
-                                     recurrent_dropout=cfg.recurrent_dropout, scheme=cfg.scheme,
-                                     sampling=cfg.sampling, scaling=cfg.scaling)
 
 
 def cell_rate_grid(scale: str, config_class, **overrides) -> List[Tuple[Dict[str, Any], Any]]:

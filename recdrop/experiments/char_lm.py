@@ -18,11 +18,11 @@ import torch.nn.functional as F
 
 from ..config import ExperimentConfig
 from ..data.ptb import load_ptb_char
+from ..models import Dropout, LanguageModel
 from ..report import Metric, check_claims, summarize
 from ..train import Task
 from .lm_tables import (FORWARD, all_cells, best, cell_values, conjecture_cells, headline_cells, lm_table,
                         lm_table_wide, paper_values, pilot_cells, plot_learning_curves, table_cells)
-from .word_lm import WordLM
 
 LN2 = math.log(2.0)
 
@@ -102,7 +102,8 @@ class CharLMTask(Task):
         self.train_seqs = sequences(c.train, cfg.seq_len, cfg.train_chars).to(device)
         self.valid_seqs = sequences(c.valid, cfg.seq_len, cfg.valid_chars).to(device)
         self.test_seqs = sequences(c.test, cfg.seq_len, cfg.test_chars).to(device)
-        self.model = WordLM(cfg, len(c.vocab)).to(device)
+        self.model = LanguageModel(len(c.vocab), cfg.embedding_size, cfg.hidden_size, Dropout.of(cfg),
+                                   cfg.init_scale).to(device)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.lr)
         self.best_valid = math.inf
 

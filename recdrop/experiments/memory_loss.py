@@ -50,7 +50,7 @@ class MemoryLossTask(TemporalOrderTask):
         x, y = generate(self.cfg.test_sequences, length, length // 3, 2 * length // 3, gen)
         correct = 0
         for xs, ys in zip(x.split(1024, dim=1), y.split(1024)):
-            logits, _ = self.model(xs.to(self.device))
+            logits = self.model(xs.to(self.device))
             correct += (logits.argmax(-1).cpu() == ys).sum().item()
         return correct / y.numel()
 

@@ -19,10 +19,11 @@ import torch.nn.functional as F
 from ..config import ExperimentConfig
 from ..data.conll2003 import entity_f1, load_conll2003
 from ..data.embeddings import GLOVE, PAD, UNK, embedding_table
+from ..models import Dropout, Tagger
 from ..paper import paper_results
 from ..report import Metric, check_claims, compare, summarize
 from ..train import Task
-from .cell_grid import CELLS, RATES, cell_rate_grid, check_cell, recurrent_layer
+from .cell_grid import CELLS, RATES, cell_rate_grid, check_cell
 
 CAPS = ("lower", "title", "upper", "mixed", "no letters", "padding")  # capitalisation feature, one-hot
 
@@ -138,23 +139,6 @@ def data(embeddings: str):
     return _DATA_CACHE[embeddings]
 
 
-class Tagger(torch.nn.Module):
-    def __init__(self, cfg: NERConfig, vectors: torch.Tensor, n_tags: int):
-        super().__init__()
-        self.embed = torch.nn.Embedding.from_pretrained(vectors, freeze=True)  # paper: kept static
-        self.input_drop = torch.nn.Dropout(cfg.input_dropout)
-        size = cfg.window * (vectors.shape[1] + len(CAPS))
-        self.rnn = recurrent_layer(cfg, size)
-        self.output_drop = torch.nn.Dropout(cfg.output_dropout)
-        self.out = torch.nn.Linear(cfg.hidden_size, n_tags)
-
-    def forward(self, windows: torch.Tensor, caps: torch.Tensor) -> torch.Tensor:
-        """``(T, B, window)`` word rows and caps classes -> ``(T, B, tags)`` logits."""
-        x = torch.cat([self.embed(windows).flatten(2), F.one_hot(caps, len(CAPS)).flatten(2).float()], dim=-1)
-        y, _ = self.rnn(self.input_drop(x))
-        return self.out(self.output_drop(y))
-
-
 def epoch_chunks(split: Split, length: int, generator: torch.Generator) -> torch.Tensor:
     """``(n, 2)``: (first row, length) of chunks of at most ``length`` words that cover every token
     of ``split`` once. Each sentence is cut at a random offset, so the cuts move from epoch to
@@ -194,7 +178,8 @@ class NERTask(Task):
         self.train = split("train", cfg.train_sentences)
         self.valid = split("valid", cfg.eval_sentences)
         self.test = split("test", cfg.eval_sentences)
-        self.model = Tagger(cfg, vectors, len(self.tag_names)).to(device)
+        self.model = Tagger(cfg.cell, vectors, cfg.window, len(CAPS), cfg.hidden_size, len(self.tag_names),
+                            Dropout.of(cfg), cfg.nonlinearity).to(device)
         params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.RMSprop(params, lr=cfg.lr, alpha=cfg.rho)
 

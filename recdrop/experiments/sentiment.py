@@ -20,10 +20,11 @@ import torch.nn.functional as F
 from ..config import ExperimentConfig
 from ..data.embeddings import GLOVE, PAD, UNK, embedding_table
 from ..data.semeval import LABELS, PARTIAL, TEST_SETS, distant_label, load_semeval, semeval_f1, tokenize
+from ..models import Dropout, SequenceClassifier
 from ..paper import paper_results
 from ..report import Metric, check_claims, compare, summarize
 from ..train import Task
-from .cell_grid import CELLS, RATES, cell_rate_grid, check_cell, recurrent_layer
+from .cell_grid import CELLS, RATES, cell_rate_grid, check_cell
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,20 +110,10 @@ def encode(messages, word_row: Dict[str, int]):
     return rows, lengths, labels
 
 
-class Classifier(torch.nn.Module):
-    def __init__(self, cfg: SentimentConfig, vectors: torch.Tensor):
-        super().__init__()
-        self.embed = torch.nn.Embedding.from_pretrained(vectors, freeze=True)
-        self.input_drop = torch.nn.Dropout(cfg.input_dropout)
-        self.rnn = recurrent_layer(cfg, vectors.shape[1])
-        self.output_drop = torch.nn.Dropout(cfg.output_dropout)
-        self.out = torch.nn.Linear(cfg.hidden_size, len(LABELS))
-
-    def forward(self, rows: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        """``(T, B)`` word rows -> ``(B, 3)`` logits read at each message's last word."""
-        y, _ = self.rnn(self.input_drop(self.embed(rows)))
-        last = y[lengths - 1, torch.arange(rows.shape[1], device=rows.device)]
-        return self.out(self.output_drop(last))
+def classifier(cfg: SentimentConfig, vectors: torch.Tensor) -> SequenceClassifier:
+    """The model of Sec. 4.5: static word vectors, one recurrent layer read at each message's last word."""
+    return SequenceClassifier(cfg.cell, vectors.shape[1], cfg.hidden_size, len(LABELS), Dropout.of(cfg), vectors=vectors,
+                              nonlinearity=cfg.nonlinearity)
 
 
 class SentimentTask(Task):
@@ -135,7 +126,7 @@ class SentimentTask(Task):
         self.train = encode(tokens["train"], self.word_row)
         self.valid = encode(tokens["valid"], self.word_row)
         self.tests = {name: encode(tokens[f"test:{name}"], self.word_row) for name in TEST_SETS}
-        self.model = Classifier(cfg, vectors).to(device)
+        self.model = classifier(cfg, vectors).to(device)
         self.optimizer = torch.optim.RMSprop([p for p in self.model.parameters() if p.requires_grad], lr=cfg.lr,
                                              alpha=cfg.rho)
         self.pretrained = self.pretrain(tokens["pretrain"]) if cfg.pretrain_corpus else 0

@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 
 from ..paper import paper_results
-from .. import LSTM
 from ..config import ExperimentConfig
+from ..models import Dropout, SequenceClassifier, init_uniform_
 from ..report import Metric, compare, curves_frame, summarize
 from ..train import Task
 
@@ -84,20 +84,10 @@ def generate(n: int, length: int, low: int, high: int, generator: torch.Generato
     return x, labels
 
 
-class TemporalOrderModel(torch.nn.Module):
-    """LSTM read out at the last step through a linear layer to the four classes."""
-    def __init__(self, cfg: TemporalOrderConfig):
-        super().__init__()
-        self.rnn = LSTM(2, cfg.hidden_size, recurrent_dropout=cfg.recurrent_dropout, scheme=cfg.scheme,
-                        sampling=cfg.sampling, scaling=cfg.scaling)
-        self.out = torch.nn.Linear(cfg.hidden_size, 4)
-        with torch.no_grad():
-            for p in self.parameters():
-                p.uniform_(-cfg.init_scale, cfg.init_scale)
-
-    def forward(self, x):
-        y, (h, c) = self.rnn(x)
-        return self.out(y[-1]), c[0]
+def model(cfg: TemporalOrderConfig) -> SequenceClassifier:
+    """An LSTM read out at the last step through a linear layer to the four classes; every parameter
+    uniform in [-init_scale, init_scale]."""
+    return init_uniform_(SequenceClassifier("LSTM", 2, cfg.hidden_size, 4, Dropout.of(cfg)), cfg.init_scale)
 
 
 class TemporalOrderTask(Task):
@@ -112,7 +102,7 @@ class TemporalOrderTask(Task):
         x, y = generate(cfg.test_sequences, cfg.length, cfg.low, cfg.high, gen)
         self.test_x, self.test_y = x.to(device), y.to(device)
         self.seed = seed
-        self.model = TemporalOrderModel(cfg).to(device)
+        self.model = model(cfg).to(device)
         opt = torch.optim.SGD if cfg.optimizer == "sgd" else torch.optim.Adam
         self.optimizer = opt(self.model.parameters(), lr=cfg.lr)
 
@@ -124,7 +114,7 @@ class TemporalOrderTask(Task):
 
     def train_step(self, idx) -> Dict[str, float]:
         idx = idx.to(self.device)
-        logits, c = self.model(self.train_x[:, idx])
+        logits, (_, c) = self.model(self.train_x[:, idx], return_state=True)
         y = self.train_y[idx]
         loss = F.cross_entropy(logits, y)
         self.optimizer.zero_grad(set_to_none=True)
@@ -137,7 +127,7 @@ class TemporalOrderTask(Task):
     def evaluate(self, epoch: int, train_stats: Dict[str, float]) -> Dict[str, float]:
         correct, loss, norm = 0.0, 0.0, 0.0
         for xs, ys in zip(self.test_x.split(1024, dim=1), self.test_y.split(1024)):
-            logits, c = self.model(xs)
+            logits, (_, c) = self.model(xs, return_state=True)
             correct += (logits.argmax(-1) == ys).sum().item()
             loss += F.cross_entropy(logits, ys, reduction="sum").item()
             norm += c.norm(dim=-1).sum().item()

@@ -12,12 +12,13 @@ import functools
 import math
 from typing import Any, Dict, List, Optional, Tuple
 
+import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from .. import LSTM
 from ..config import ExperimentConfig
 from ..data.ptb import batchify, load_ptb
+from ..models import Dropout, LanguageModel
 from ..report import Metric, check_claims
 from ..train import Task
 from .lm_tables import (FORWARD, RATES, SAMPLINGS, SCHEMES, best, cell_values, conjecture_cells,
@@ -73,24 +74,6 @@ class WordLMConfig(ExperimentConfig):
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
 
 
-class WordLM(torch.nn.Module):
-    def __init__(self, cfg: WordLMConfig, vocab_size: int):
-        super().__init__()
-        self.embed = torch.nn.Embedding(vocab_size, cfg.embedding_size)
-        self.input_drop = torch.nn.Dropout(cfg.input_dropout)
-        self.rnn = LSTM(cfg.embedding_size, cfg.hidden_size, recurrent_dropout=cfg.recurrent_dropout,
-                        scheme=cfg.scheme, sampling=cfg.sampling, scaling=cfg.scaling)
-        self.output_drop = torch.nn.Dropout(cfg.output_dropout)
-        self.out = torch.nn.Linear(cfg.hidden_size, vocab_size)
-        with torch.no_grad():
-            for p in self.parameters():
-                p.uniform_(-cfg.init_scale, cfg.init_scale)
-
-    def forward(self, tokens, state):
-        y, state = self.rnn(self.input_drop(self.embed(tokens)), state)
-        return self.out(self.output_drop(y)), state
-
-
 @functools.lru_cache(maxsize=1)
 def corpus():
     """The corpus, read and verified once per process (every run of a sweep worker shares it)."""
@@ -113,7 +96,8 @@ class WordLMTask(Task):
         self.train_data = split(c.train, cfg.train_tokens)
         self.valid_data = split(c.valid, cfg.valid_tokens)
         self.test_data = split(c.test, cfg.test_tokens)
-        self.model = WordLM(cfg, len(c.vocab)).to(device)
+        self.model = LanguageModel(len(c.vocab), cfg.embedding_size, cfg.hidden_size, Dropout.of(cfg),
+                                   cfg.init_scale).to(device)
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=cfg.lr)
         self.state = self._zero_state()  # carried across batches and epochs, never reset (authors' code)
         self.best_valid = math.inf

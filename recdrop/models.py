@@ -1,0 +1,120 @@
+"""The models of the paper's experiments, each built from one ``Dropout`` settings object.
+
+- ``LanguageModel``: embedding -> forward dropout -> one LSTM with recurrent dropout -> forward
+  dropout -> linear to the vocabulary (words, Sec. 4.2; characters, Sec. 4.3).
+- ``SequenceClassifier``: static word vectors -> forward dropout -> one RNN, LSTM or GRU read at each
+  sequence's last step -> forward dropout -> linear to the classes (Twitter sentiment, Sec. 4.5;
+  the Temporal Order task of Sec. 4.1 is the same without word vectors).
+- ``Tagger``: static word vectors of a window of words and their capitalisation -> forward dropout
+  -> one recurrent layer -> forward dropout -> linear to the tags at every step (NER, Sec. 4.4).
+
+The experiments build their models here and never from each other.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+from . import layers
+
+
+@dataclasses.dataclass(frozen=True)
+class Dropout:
+    """Every dropout of a model: the recurrent one (rate, scheme, sampling, scaling; ``recdrop.masks``)
+    and the forward ones on the recurrent layer's input and output."""
+
+    recurrent: float = 0.0
+    scheme: str = "semeniuta"
+    sampling: str = "per-step"
+    scaling: str = "inverted"
+    input: float = 0.0
+    output: float = 0.0
+
+    @classmethod
+    def of(cls, cfg) -> "Dropout":
+        """The settings of an experiment's config (fields ``recurrent_dropout``, ``scheme``, ...)."""
+        return cls(cfg.recurrent_dropout, cfg.scheme, cfg.sampling, cfg.scaling, getattr(cfg, "input_dropout", 0.0),
+                   getattr(cfg, "output_dropout", 0.0))
+
+    def layer_kwargs(self) -> dict:
+        """The keyword arguments of ``recdrop.LSTM`` / ``GRU`` / ``RNN`` for the recurrent dropout."""
+        return dict(recurrent_dropout=self.recurrent, scheme=self.scheme, sampling=self.sampling, scaling=self.scaling)
+
+
+def recurrent_layer(cell: str, input_size: int, hidden_size: int, dropout: Dropout,
+                    nonlinearity: str = "tanh") -> torch.nn.Module:
+    """``recdrop.<cell>`` ("RNN", "LSTM" or "GRU") with ``dropout``'s recurrent dropout."""
+    return getattr(layers, cell)(input_size, hidden_size, nonlinearity=nonlinearity, **dropout.layer_kwargs())
+
+
+def init_uniform_(module: torch.nn.Module, scale: float) -> torch.nn.Module:
+    """Every parameter uniform in [-scale, scale], biases included (the authors' code)."""
+    with torch.no_grad():
+        for p in module.parameters():
+            p.uniform_(-scale, scale)
+    return module
+
+
+class LanguageModel(torch.nn.Module):
+    """Tokens ``(T, B)`` and a carried state -> logits ``(T, B, vocab)`` and the new state."""
+
+    def __init__(self, vocab_size: int, embedding_size: int, hidden_size: int, dropout: Dropout, init_scale: float):
+        super().__init__()
+        self.embed = torch.nn.Embedding(vocab_size, embedding_size)
+        self.input_drop = torch.nn.Dropout(dropout.input)
+        self.rnn = layers.LSTM(embedding_size, hidden_size, **dropout.layer_kwargs())
+        self.output_drop = torch.nn.Dropout(dropout.output)
+        self.out = torch.nn.Linear(hidden_size, vocab_size)
+        init_uniform_(self, init_scale)
+
+    def forward(self, tokens, state):
+        y, state = self.rnn(self.input_drop(self.embed(tokens)), state)
+        return self.out(self.output_drop(y)), state
+
+
+class SequenceClassifier(torch.nn.Module):
+    """Word rows ``(T, B)`` (or features ``(T, B, input)`` where there are no word vectors) -> class
+    logits ``(B, classes)`` read at each sequence's last step (``lengths``; all of them if None)."""
+
+    def __init__(self, cell: str, input_size: int, hidden_size: int, n_classes: int, dropout: Dropout,
+                 vectors: Optional[torch.Tensor] = None, nonlinearity: str = "tanh"):
+        super().__init__()
+        if vectors is not None:
+            self.embed = torch.nn.Embedding.from_pretrained(vectors, freeze=True)  # kept static
+            input_size = vectors.shape[1]
+        self.input_drop = torch.nn.Dropout(dropout.input)
+        self.rnn = recurrent_layer(cell, input_size, hidden_size, dropout, nonlinearity)
+        self.output_drop = torch.nn.Dropout(dropout.output)
+        self.out = torch.nn.Linear(hidden_size, n_classes)
+
+    def forward(self, x: torch.Tensor, lengths: Optional[torch.Tensor] = None, return_state: bool = False):
+        """The logits; with ``return_state``, also the recurrent layer's final state (h_n, c_n)."""
+        if hasattr(self, "embed"):
+            x = self.embed(x)
+        y, state = self.rnn(self.input_drop(x))
+        last = y[-1] if lengths is None else y[lengths - 1, torch.arange(x.shape[1], device=x.device)]
+        logits = self.out(self.output_drop(last))
+        return (logits, state) if return_state else logits
+
+
+class Tagger(torch.nn.Module):
+    """Windows of word rows ``(T, B, window)`` and their capitalisation classes -> tag logits
+    ``(T, B, tags)``: each step sees the word vectors and one-hot capitalisation of its window."""
+
+    def __init__(self, cell: str, vectors: torch.Tensor, window: int, n_caps: int, hidden_size: int, n_tags: int,
+                 dropout: Dropout, nonlinearity: str = "tanh"):
+        super().__init__()
+        self.n_caps = n_caps
+        self.embed = torch.nn.Embedding.from_pretrained(vectors, freeze=True)  # paper: kept static
+        self.input_drop = torch.nn.Dropout(dropout.input)
+        self.rnn = recurrent_layer(cell, window * (vectors.shape[1] + n_caps), hidden_size, dropout, nonlinearity)
+        self.output_drop = torch.nn.Dropout(dropout.output)
+        self.out = torch.nn.Linear(hidden_size, n_tags)
+
+    def forward(self, windows: torch.Tensor, caps: torch.Tensor) -> torch.Tensor:
+        x = torch.cat([self.embed(windows).flatten(2), F.one_hot(caps, self.n_caps).flatten(2).float()], dim=-1)
+        y, _ = self.rnn(self.input_drop(x))
+        return self.out(self.output_drop(y))
