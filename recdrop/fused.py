@@ -15,7 +15,7 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
-from . import triton_lstm
+from . import triton_kernels
 from .cells import _mul, rnn_recurrent_factor
 from .masks import StepFactors
 from .masks import factor_at as _at
@@ -61,7 +61,7 @@ class _LSTMSequence(torch.autograd.Function):
         ys = gx.new_empty(steps, *h0.shape)
         hin_all = None if gal is None else gx.new_empty(steps, *h0.shape)  # d(h_{t-1}) entering the gates
         gsem_all = None if sem is None else gx.new_empty(steps, *h0.shape)  # d(g_t)
-        use_triton = triton_lstm.usable(gx)
+        use_triton = triton_kernels.usable(gx)
         # Per-step views made once (unbind), not indexed inside the loop: on small layers the
         # loop's Python and dispatch overhead is a good part of the time.
         gals, sems, moons = (_steps(f, steps, per_step) for f in (gal, sem, moon))
@@ -76,7 +76,7 @@ class _LSTMSequence(torch.autograd.Function):
                 h = torch.mul(h, gals[k], out=hin_k[k])  # Eq. 7
             gates = torch.addmm(gx_k[k], h, w_t, out=gates_k[k])
             if use_triton:  # the rest of the step in one kernel
-                triton_lstm.lstm_forward_step(gates, c_k[k], sems[k], moons[k], gsem_k[k], c_k[k + 1], tc_k[k],
+                triton_kernels.lstm_forward_step(gates, c_k[k], sems[k], moons[k], gsem_k[k], c_k[k + 1], tc_k[k],
                                               ys_k[k], relu)
                 h = ys_k[k]
                 continue
@@ -158,7 +158,7 @@ def _lstm_backward_triton(dh, dc, d_ys, o_dtc, local, gates_all, d_gates, w_hh, 
     dc = dc.clone(memory_format=torch.contiguous_format)  # updated in place by the kernel
     gal_next = None  # the final state's gradient enters without a Gal factor
     for k in range(d_ys.shape[0] - 1, -1, -1):
-        triton_lstm.lstm_backward_step(dh, gal_next, d_ys[k], dc, o_dtc[k], local[k], gates_all[k],
+        triton_kernels.lstm_backward_step(dh, gal_next, d_ys[k], dc, o_dtc[k], local[k], gates_all[k],
                                        _at(moon, k, per_step), d_gates[k], dc)
         dh = torch.mm(d_gates[k], w_hh)
         gal_next = _at(gal, k, per_step)
@@ -191,7 +191,7 @@ class _GRUSequence(torch.autograd.Function):
         hn_all = gx.new_empty(steps, *h0.shape)  # W_hn d(h_{t-1}) + b_hn
         hin_all = gx.new_empty(steps, *h0.shape)
         h_prev_all = gx.new_empty(steps, *h0.shape)
-        use_triton = triton_lstm.usable(gx)
+        use_triton = triton_kernels.usable(gx)
         h = h0
         for k, t in enumerate(order):
             hin = _mul(h, _at(gal, k, per_step))
@@ -199,7 +199,7 @@ class _GRUSequence(torch.autograd.Function):
             h_prev_all[t] = h
             hin_all[t] = hin
             if use_triton:  # the rest of the step in one kernel
-                triton_lstm.gru_forward_step(gx[t].contiguous(), gh, h_prev_all[t], _at(sem, k, per_step),
+                triton_kernels.gru_forward_step(gx[t].contiguous(), gh, h_prev_all[t], _at(sem, k, per_step),
                                              _at(moon, k, per_step), rzn_all[t], hn_all[t], ys[t], relu)
                 h = ys[t]
                 continue
@@ -261,7 +261,7 @@ def _gru_backward_triton(dh, d_ys, order, rzn_all, hn_all, h_prev_all, d_gx_all,
     d_ys = d_ys.contiguous()  # the kernels read flat memory
     dz, mm, gal_next = dh.clone(memory_format=torch.contiguous_format), torch.zeros_like(dh), None
     for k, t in reversed(list(enumerate(order))):
-        triton_lstm.gru_backward_step(dz, mm, gal_next, d_ys[t], _at(moon, k, per_step), _at(sem, k, per_step),
+        triton_kernels.gru_backward_step(dz, mm, gal_next, d_ys[t], _at(moon, k, per_step), _at(sem, k, per_step),
                                       rzn_all[t], hn_all[t], h_prev_all[t], d_gx_all[t], d_gh_all[t], dz, relu)
         mm, gal_next = d_gh_all[t] @ w_hh, _at(gal, k, per_step)
     return dz + _mul(mm, gal_next)

@@ -47,7 +47,7 @@ def _check_contiguous(**tensors: Tensor) -> None:
     """The kernels index flat memory: a strided tensor would be read wrongly, so refuse it."""
     for name, t in tensors.items():
         if t is not None and not t.is_contiguous():
-            raise ValueError(f"recdrop.triton_lstm: {name} must be contiguous (shape {tuple(t.shape)}, "
+            raise ValueError(f"recdrop.triton_kernels: {name} must be contiguous (shape {tuple(t.shape)}, "
                              f"strides {t.stride()})")
 
 
