@@ -165,13 +165,11 @@ def _lstm_backward_triton(dh, dc, d_ys, o_dtc, local, gates_all, d_gates, w_hh, 
     return _mul(dh, gal_next), dc
 
 
-def lstm_sequence(gx: Tensor, h0: Tensor, c0: Tensor, w_hh: Tensor, b_hh: Optional[Tensor], factors: StepFactors,
+def lstm_sequence(gx: Tensor, h0: Tensor, c0: Tensor, w_hh: Tensor, factors: StepFactors,
                   nonlinearity: str, reverse: bool) -> Tuple[Tensor, Tuple[Tensor, Tensor]]:
-    """The LSTM over all steps of ``gx = W_ih x + b_ih`` ``(T, B, 4H)``: outputs ``(T, B, H)`` and (h_T, c_T).
+    """The LSTM over all steps of ``gx = W_ih x + b_ih + b_hh`` ``(T, B, 4H)``: outputs ``(T, B, H)`` and (h_T, c_T).
 
     Computes what the reference loop over ``recdrop.cells.lstm_step`` computes."""
-    if b_hh is not None:
-        gx = gx + b_hh
     ys, h, c = _LSTMSequence.apply(gx, h0, c0, w_hh, factors.gal, factors.semeniuta, factors.moon,
                                    factors.per_step, nonlinearity == "relu", reverse)
     return ys, (h, c)
@@ -317,11 +315,9 @@ def gru_sequence(gx: Tensor, h0: Tensor, w_hh: Tensor, b_hh: Optional[Tensor], f
     return ys, (h,)
 
 
-def rnn_sequence(gx: Tensor, h0: Tensor, w_hh: Tensor, b_hh: Optional[Tensor], factors: StepFactors,
+def rnn_sequence(gx: Tensor, h0: Tensor, w_hh: Tensor, factors: StepFactors,
                  nonlinearity: str, reverse: bool) -> Tuple[Tensor, Tuple[Tensor]]:
-    """The vanilla RNN over all steps, as the loop over ``rnn_step``."""
-    if b_hh is not None:
-        gx = gx + b_hh
+    """The vanilla RNN over all steps of ``gx = W_ih x + b_ih + b_hh``, as the loop over ``rnn_step``."""
     drop_in = rnn_recurrent_factor(factors.gal, factors.semeniuta)
     ys, h = _RNNSequence.apply(gx, h0, w_hh, drop_in, factors.moon, factors.per_step, nonlinearity == "relu",
                                reverse)

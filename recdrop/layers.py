@@ -156,8 +156,8 @@ class _RecurrentLayer(nn.Module):
             # LSTM, RNN: both biases in the one input-projection matmul
             gx = F.linear(x, w_ih, b_ih if b_hh is None else b_ih + b_hh)
             if self.kind == "LSTM":
-                return lstm_sequence(gx, state[0], state[1], w_hh, None, factors, self.nonlinearity, reverse)
-            return rnn_sequence(gx, state[0], w_hh, None, factors, self.nonlinearity, reverse)
+                return lstm_sequence(gx, state[0], state[1], w_hh, factors, self.nonlinearity, reverse)
+            return rnn_sequence(gx, state[0], w_hh, factors, self.nonlinearity, reverse)
         gx = F.linear(x, w_ih, b_ih)  # (T, B, G*H): all input projections in one matmul
         steps = x.shape[0]
         order = range(steps - 1, -1, -1) if reverse else range(steps)
