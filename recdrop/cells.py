@@ -139,10 +139,7 @@ class _CellBase(nn.Module):
             s += ", bias=False"
         if self.nonlinearity != "tanh":
             s += f", nonlinearity={self.nonlinearity!r}"
-        r = self.rdrop
-        if r.p > 0:
-            s += f", recurrent_dropout={r.p}, scheme={r.scheme!r}, sampling={r.sampling!r}, scaling={r.scaling!r}"
-        return s
+        return s + self.rdrop.describe()
 
     def _factors(self, x: Tensor, masks) -> StepFactors:
         r, shape = self.rdrop, (x.shape[0], self.hidden_size)

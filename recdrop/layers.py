@@ -89,10 +89,7 @@ class _RecurrentLayer(nn.Module):
                               ("bidirectional", False), ("nonlinearity", "tanh")):
             if getattr(self, name) != default:
                 s += f", {name}={getattr(self, name)!r}"
-        r = self.rdrop
-        if r.p > 0:
-            s += f", recurrent_dropout={r.p}, scheme={r.scheme!r}, sampling={r.sampling!r}, scaling={r.scaling!r}"
-        return s
+        return s + self.rdrop.describe()
 
     # -- masks ------------------------------------------------------------------------------------
     def draw_masks(self, seq_len: int, batch_size: int, device=None, dtype=None,
