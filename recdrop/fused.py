@@ -1,4 +1,4 @@
-"""The fast path: a whole LSTM sequence as one autograd node, with a hand-written backward loop.
+"""The fast path: a whole LSTM, GRU or RNN sequence as one autograd node, with a hand-written backward loop.
 
 The reference path (``recdrop.cells.lstm_step`` in a Python loop) lets autograd record ~15 nodes
 per time step. Here the forward runs the same equations (Eqs. 4-9 with d(.) of Eq. 3/18) without
@@ -41,10 +41,12 @@ def _first_order_only() -> None:
 
 
 class _LSTMSequence(torch.autograd.Function):
-    """Eqs. 4-9 over all steps. Everything is stored in processing order k (a reverse direction
-    flips its input once), written in place into preallocated buffers (about 9 kernels a step
-    forward, 7 backward), and the local derivatives that do not depend on the recurrence are
-    computed for all steps at once before the backward loop."""
+    """Eqs. 4-9 over all steps; equals ``cells.lstm_step``, step by step.
+
+    Everything is stored in processing order k (a reverse direction flips its input once), written
+    in place into preallocated buffers (about 9 kernels a step forward, 7 backward), and the local
+    derivatives that do not depend on the recurrence are computed for all steps at once before the
+    backward loop."""
 
     @staticmethod
     def forward(ctx, gx: Tensor, h0: Tensor, c0: Tensor, w_hh: Tensor, gal, sem, moon, per_step: bool,
@@ -127,7 +129,8 @@ class _LSTMSequence(torch.autograd.Function):
 
 
 def _lstm_backward_torch(dh, dc, d_ys, o_dtc, local, gates_all, d_gates, w_hh, gal, moon, per_step):
-    """The backward loop over the steps, 7 kernels a step; fills ``d_gates``, returns (dh_0, dc_0)."""
+    """The backward loop over the steps, 7 kernels a step (the gradient of ``cells.lstm_step``, step by
+    step); fills ``d_gates``, returns (dh_0, dc_0)."""
     steps, batch, four_h = gates_all.shape
     hidden = four_h // 4
     gals, moons = _steps(gal, steps, per_step), _steps(moon, steps, per_step)
@@ -176,7 +179,8 @@ def lstm_sequence(gx: Tensor, h0: Tensor, c0: Tensor, w_hh: Tensor, factors: Ste
 
 
 class _GRUSequence(torch.autograd.Function):
-    """GRU in torch.nn's form (r, z, n; reset gate after the recurrent matmul), Eq. 13 and Gal/Moon."""
+    """GRU in torch.nn's form (r, z, n; reset gate after the recurrent matmul), Eqs. 10-13 and Gal/Moon;
+    equals ``cells.gru_step``, step by step."""
 
     @staticmethod
     def forward(ctx, gx: Tensor, h0: Tensor, w_hh: Tensor, b_hh: Optional[Tensor], gal, sem, moon, per_step: bool,
@@ -235,7 +239,8 @@ class _GRUSequence(torch.autograd.Function):
 
 def _gru_backward_torch(dh, d_ys, order, rzn_all, hn_all, h_prev_all, d_gx_all, d_gh_all, w_hh, gal, sem, moon,
                         per_step, relu):
-    """The GRU's backward loop over the steps; fills ``d_gx_all`` and ``d_gh_all``, returns dh_0."""
+    """The GRU's backward loop over the steps (the gradient of ``cells.gru_step``, step by step); fills
+    ``d_gx_all`` and ``d_gh_all``, returns dh_0."""
     hidden = w_hh.shape[1]
     for k, t in reversed(list(enumerate(order))):
         rzn = rzn_all[t]
@@ -266,7 +271,8 @@ def _gru_backward_triton(dh, d_ys, order, rzn_all, hn_all, h_prev_all, d_gx_all,
 
 
 class _RNNSequence(torch.autograd.Function):
-    """Vanilla RNN, Eq. 2 (d(h_{t-1}) where it re-enters) and Moon's d(h_t)."""
+    """Vanilla RNN, Eq. 1 with Eq. 2 (d(h_{t-1}) where it re-enters) and Moon's d(h_t); equals
+    ``cells.rnn_step``, step by step."""
 
     @staticmethod
     def forward(ctx, gx: Tensor, h0: Tensor, w_hh: Tensor, drop_in, moon, per_step: bool, relu: bool,
