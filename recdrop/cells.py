@@ -5,6 +5,10 @@ layers compute it for all steps in one matmul) and the factors of d(.) for this 
 (``recdrop.masks``); a factor of ``None`` means "not dropped". Gate order and parameter names are
 torch.nn's, so weights load both ways between a recdrop module and its torch.nn twin.
 
+d(.) is the dropout function: d(x) = m ⊙ x while training and (1 - p) x at test (Eq. 3), or
+m ⊙ x / (1 - p) and x (Eq. 18, "inverted"), with m a 0/1 mask drawn from Bernoulli(1 - p); here
+it is a multiplication by the step's factor. f is the nonlinearity (tanh, or relu), σ the sigmoid.
+
 Deviation (GRU): torch.nn applies the reset gate after the recurrent matmul,
 n_t = tanh(W_in x + b_in + r_t * (W_hn h_{t-1} + b_hn)), where the paper's Eq. 11
 (``eq:gru_candidates``) has W_g [x_t, r_t * h_{t-1}]. We follow torch.nn so that the modules are
@@ -37,9 +41,18 @@ def _mul(x: Tensor, factor) -> Tensor:
 
 def lstm_step(gx: Tensor, h: Tensor, c: Tensor, w_hh: Tensor, b_hh: Optional[Tensor],
               gal, sem, moon, act: Callable[[Tensor], Tensor] = torch.tanh) -> Tuple[Tensor, Tensor]:
-    """LSTM step, Eqs. 4-6, with Gal (Eq. 7), Moon (Eq. 8) and Semeniuta (Eq. 9) dropout.
+    """LSTM step, Eqs. 4-6, with the recurrent dropout of Gal (Eq. 7), Moon (Eq. 8) and ours (Eq. 9).
 
-    torch.nn gate order: i, f, g, o.
+        (i_t, f_t, o_t) = σ(W_{i,f,o} [x_t, h_{t-1}] + b_{i,f,o})    (Eq. 4)
+        g_t = f(W_g [x_t, h_{t-1}] + b_g)                            (Eq. 4)
+        c_t = f_t ⊙ c_{t-1} + i_t ⊙ g_t                              (Eq. 5)
+        h_t = o_t ⊙ f(c_t)                                           (Eq. 6)
+
+    Gal:  d(h_{t-1}) in place of h_{t-1} in every gate and in g_t   (Eq. 7)
+    Moon: c_t = d(f_t ⊙ c_{t-1} + i_t ⊙ g_t), carried dropped       (Eq. 8)
+    ours: c_t = f_t ⊙ c_{t-1} + i_t ⊙ d(g_t)                        (Eq. 9)
+
+    ``gal``, ``sem``, ``moon``: the step's factors of each d(.). torch.nn gate order: i, f, g, o.
     """
     gates = gx + F.linear(_mul(h, gal), w_hh, b_hh)  # Eq. 7: d(h_{t-1}) enters every gate
     i, f, g, o = gates.chunk(4, dim=-1)
@@ -51,10 +64,18 @@ def lstm_step(gx: Tensor, h: Tensor, c: Tensor, w_hh: Tensor, b_hh: Optional[Ten
 
 def gru_step(gx: Tensor, h: Tensor, w_hh: Tensor, b_hh: Optional[Tensor],
              gal, sem, moon, act: Callable[[Tensor], Tensor] = torch.tanh) -> Tensor:
-    """GRU step, Eqs. 10-12 in torch.nn's form, with Semeniuta dropout on the candidate (Eq. 13).
+    """GRU step, Eqs. 10-12 in torch.nn's form, with our dropout on the candidate (Eq. 13).
 
-    torch.nn gate order: r, z, n; torch's z is the paper's 1 - z_t and its n the paper's g_t.
-    Gal drops h_{t-1} where it enters r, z and n; Moon drops the new state h_t (carried dropped).
+        r_t = σ(W_ir x_t + b_ir + W_hr h_{t-1} + b_hr)              (Eq. 10)
+        z_t = σ(W_iz x_t + b_iz + W_hz h_{t-1} + b_hz)              (Eq. 10; the paper's 1 - z_t)
+        n_t = f(W_in x_t + b_in + r_t ⊙ (W_hn h_{t-1} + b_hn))      (Eq. 11; the paper's g_t)
+        h_t = (1 - z_t) ⊙ n_t + z_t ⊙ h_{t-1}                       (Eq. 12)
+
+    ours: h_t = (1 - z_t) ⊙ d(n_t) + z_t ⊙ h_{t-1}                  (Eq. 13)
+    Gal:  d(h_{t-1}) in place of h_{t-1} where it enters r_t, z_t and n_t (not in z_t ⊙ h_{t-1})
+    Moon: h_t = d((1 - z_t) ⊙ n_t + z_t ⊙ h_{t-1}), carried dropped
+
+    torch.nn gate order: r, z, n. Deviation: r_t applies after the recurrent matmul (module docstring).
     """
     gh = F.linear(_mul(h, gal), w_hh, b_hh)
     xr, xz, xn = gx.chunk(3, dim=-1)
@@ -73,7 +94,15 @@ def rnn_recurrent_factor(gal, sem):
 
 def rnn_step(gx: Tensor, h: Tensor, w_hh: Tensor, b_hh: Optional[Tensor],
              gal, sem, moon, act: Callable[[Tensor], Tensor] = torch.tanh) -> Tensor:
-    """Vanilla RNN step, Eq. 1; with Eq. 2 (d(h_{t-1}) where it re-enters) for "semeniuta"/"gal"."""
+    """Vanilla RNN step, Eq. 1, with recurrent dropout.
+
+        h_t = f(W_h [x_t, h_{t-1}] + b_h)                            (Eq. 1)
+
+    "semeniuta", "gal": h_t = f(W_h [x_t, d(h_{t-1})] + b_h)        (Eq. 2)
+    "moon":             h_t = d(f(W_h [x_t, h_{t-1}] + b_h)), carried dropped
+
+    W_h [x_t, h_{t-1}] + b_h is torch's W_ih x_t + b_ih + W_hh h_{t-1} + b_hh.
+    """
     drop_in = rnn_recurrent_factor(gal, sem)
     return _mul(act(gx + F.linear(_mul(h, drop_in), w_hh, b_hh)), moon)
 
@@ -139,10 +168,7 @@ class _CellBase(nn.Module):
             s += ", bias=False"
         if self.nonlinearity != "tanh":
             s += f", nonlinearity={self.nonlinearity!r}"
-        r = self.rdrop
-        if r.p > 0:
-            s += f", recurrent_dropout={r.p}, scheme={r.scheme!r}, sampling={r.sampling!r}, scaling={r.scaling!r}"
-        return s
+        return s + self.rdrop.describe()
 
     def _factors(self, x: Tensor, masks) -> StepFactors:
         r, shape = self.rdrop, (x.shape[0], self.hidden_size)

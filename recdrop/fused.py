@@ -1,4 +1,4 @@
-"""The fast path: a whole LSTM sequence as one autograd node, with a hand-written backward loop.
+"""The fast path: a whole LSTM, GRU or RNN sequence as one autograd node, with a hand-written backward loop.
 
 The reference path (``recdrop.cells.lstm_step`` in a Python loop) lets autograd record ~15 nodes
 per time step. Here the forward runs the same equations (Eqs. 4-9 with d(.) of Eq. 3/18) without
@@ -15,7 +15,7 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
-from . import triton_lstm
+from . import triton_kernels
 from .cells import _mul, rnn_recurrent_factor
 from .masks import StepFactors
 from .masks import factor_at as _at
@@ -41,10 +41,12 @@ def _first_order_only() -> None:
 
 
 class _LSTMSequence(torch.autograd.Function):
-    """Eqs. 4-9 over all steps. Everything is stored in processing order k (a reverse direction
-    flips its input once), written in place into preallocated buffers (about 9 kernels a step
-    forward, 7 backward), and the local derivatives that do not depend on the recurrence are
-    computed for all steps at once before the backward loop."""
+    """Eqs. 4-9 over all steps; equals ``cells.lstm_step``, step by step.
+
+    Everything is stored in processing order k (a reverse direction flips its input once), written
+    in place into preallocated buffers (about 9 kernels a step forward, 7 backward), and the local
+    derivatives that do not depend on the recurrence are computed for all steps at once before the
+    backward loop."""
 
     @staticmethod
     def forward(ctx, gx: Tensor, h0: Tensor, c0: Tensor, w_hh: Tensor, gal, sem, moon, per_step: bool,
@@ -61,7 +63,7 @@ class _LSTMSequence(torch.autograd.Function):
         ys = gx.new_empty(steps, *h0.shape)
         hin_all = None if gal is None else gx.new_empty(steps, *h0.shape)  # d(h_{t-1}) entering the gates
         gsem_all = None if sem is None else gx.new_empty(steps, *h0.shape)  # d(g_t)
-        use_triton = triton_lstm.usable(gx)
+        use_triton = triton_kernels.usable(gx)
         # Per-step views made once (unbind), not indexed inside the loop: on small layers the
         # loop's Python and dispatch overhead is a good part of the time.
         gals, sems, moons = (_steps(f, steps, per_step) for f in (gal, sem, moon))
@@ -76,7 +78,7 @@ class _LSTMSequence(torch.autograd.Function):
                 h = torch.mul(h, gals[k], out=hin_k[k])  # Eq. 7
             gates = torch.addmm(gx_k[k], h, w_t, out=gates_k[k])
             if use_triton:  # the rest of the step in one kernel
-                triton_lstm.lstm_forward_step(gates, c_k[k], sems[k], moons[k], gsem_k[k], c_k[k + 1], tc_k[k],
+                triton_kernels.lstm_forward_step(gates, c_k[k], sems[k], moons[k], gsem_k[k], c_k[k + 1], tc_k[k],
                                               ys_k[k], relu)
                 h = ys_k[k]
                 continue
@@ -127,7 +129,8 @@ class _LSTMSequence(torch.autograd.Function):
 
 
 def _lstm_backward_torch(dh, dc, d_ys, o_dtc, local, gates_all, d_gates, w_hh, gal, moon, per_step):
-    """The backward loop over the steps, 7 kernels a step; fills ``d_gates``, returns (dh_0, dc_0)."""
+    """The backward loop over the steps, 7 kernels a step (the gradient of ``cells.lstm_step``, step by
+    step); fills ``d_gates``, returns (dh_0, dc_0)."""
     steps, batch, four_h = gates_all.shape
     hidden = four_h // 4
     gals, moons = _steps(gal, steps, per_step), _steps(moon, steps, per_step)
@@ -158,27 +161,26 @@ def _lstm_backward_triton(dh, dc, d_ys, o_dtc, local, gates_all, d_gates, w_hh, 
     dc = dc.clone(memory_format=torch.contiguous_format)  # updated in place by the kernel
     gal_next = None  # the final state's gradient enters without a Gal factor
     for k in range(d_ys.shape[0] - 1, -1, -1):
-        triton_lstm.lstm_backward_step(dh, gal_next, d_ys[k], dc, o_dtc[k], local[k], gates_all[k],
+        triton_kernels.lstm_backward_step(dh, gal_next, d_ys[k], dc, o_dtc[k], local[k], gates_all[k],
                                        _at(moon, k, per_step), d_gates[k], dc)
         dh = torch.mm(d_gates[k], w_hh)
         gal_next = _at(gal, k, per_step)
     return _mul(dh, gal_next), dc
 
 
-def lstm_sequence(gx: Tensor, h0: Tensor, c0: Tensor, w_hh: Tensor, b_hh: Optional[Tensor], factors: StepFactors,
+def lstm_sequence(gx: Tensor, h0: Tensor, c0: Tensor, w_hh: Tensor, factors: StepFactors,
                   nonlinearity: str, reverse: bool) -> Tuple[Tensor, Tuple[Tensor, Tensor]]:
-    """The LSTM over all steps of ``gx = W_ih x + b_ih`` ``(T, B, 4H)``: outputs ``(T, B, H)`` and (h_T, c_T).
+    """The LSTM over all steps of ``gx = W_ih x + b_ih + b_hh`` ``(T, B, 4H)``: outputs ``(T, B, H)`` and (h_T, c_T).
 
     Computes what the reference loop over ``recdrop.cells.lstm_step`` computes."""
-    if b_hh is not None:
-        gx = gx + b_hh
     ys, h, c = _LSTMSequence.apply(gx, h0, c0, w_hh, factors.gal, factors.semeniuta, factors.moon,
                                    factors.per_step, nonlinearity == "relu", reverse)
     return ys, (h, c)
 
 
 class _GRUSequence(torch.autograd.Function):
-    """GRU in torch.nn's form (r, z, n; reset gate after the recurrent matmul), Eq. 13 and Gal/Moon."""
+    """GRU in torch.nn's form (r, z, n; reset gate after the recurrent matmul), Eqs. 10-13 and Gal/Moon;
+    equals ``cells.gru_step``, step by step."""
 
     @staticmethod
     def forward(ctx, gx: Tensor, h0: Tensor, w_hh: Tensor, b_hh: Optional[Tensor], gal, sem, moon, per_step: bool,
@@ -191,7 +193,7 @@ class _GRUSequence(torch.autograd.Function):
         hn_all = gx.new_empty(steps, *h0.shape)  # W_hn d(h_{t-1}) + b_hn
         hin_all = gx.new_empty(steps, *h0.shape)
         h_prev_all = gx.new_empty(steps, *h0.shape)
-        use_triton = triton_lstm.usable(gx)
+        use_triton = triton_kernels.usable(gx)
         h = h0
         for k, t in enumerate(order):
             hin = _mul(h, _at(gal, k, per_step))
@@ -199,7 +201,7 @@ class _GRUSequence(torch.autograd.Function):
             h_prev_all[t] = h
             hin_all[t] = hin
             if use_triton:  # the rest of the step in one kernel
-                triton_lstm.gru_forward_step(gx[t].contiguous(), gh, h_prev_all[t], _at(sem, k, per_step),
+                triton_kernels.gru_forward_step(gx[t].contiguous(), gh, h_prev_all[t], _at(sem, k, per_step),
                                              _at(moon, k, per_step), rzn_all[t], hn_all[t], ys[t], relu)
                 h = ys[t]
                 continue
@@ -237,7 +239,8 @@ class _GRUSequence(torch.autograd.Function):
 
 def _gru_backward_torch(dh, d_ys, order, rzn_all, hn_all, h_prev_all, d_gx_all, d_gh_all, w_hh, gal, sem, moon,
                         per_step, relu):
-    """The GRU's backward loop over the steps; fills ``d_gx_all`` and ``d_gh_all``, returns dh_0."""
+    """The GRU's backward loop over the steps (the gradient of ``cells.gru_step``, step by step); fills
+    ``d_gx_all`` and ``d_gh_all``, returns dh_0."""
     hidden = w_hh.shape[1]
     for k, t in reversed(list(enumerate(order))):
         rzn = rzn_all[t]
@@ -261,14 +264,15 @@ def _gru_backward_triton(dh, d_ys, order, rzn_all, hn_all, h_prev_all, d_gx_all,
     d_ys = d_ys.contiguous()  # the kernels read flat memory
     dz, mm, gal_next = dh.clone(memory_format=torch.contiguous_format), torch.zeros_like(dh), None
     for k, t in reversed(list(enumerate(order))):
-        triton_lstm.gru_backward_step(dz, mm, gal_next, d_ys[t], _at(moon, k, per_step), _at(sem, k, per_step),
+        triton_kernels.gru_backward_step(dz, mm, gal_next, d_ys[t], _at(moon, k, per_step), _at(sem, k, per_step),
                                       rzn_all[t], hn_all[t], h_prev_all[t], d_gx_all[t], d_gh_all[t], dz, relu)
         mm, gal_next = d_gh_all[t] @ w_hh, _at(gal, k, per_step)
     return dz + _mul(mm, gal_next)
 
 
 class _RNNSequence(torch.autograd.Function):
-    """Vanilla RNN, Eq. 2 (d(h_{t-1}) where it re-enters) and Moon's d(h_t)."""
+    """Vanilla RNN, Eq. 1 with Eq. 2 (d(h_{t-1}) where it re-enters) and Moon's d(h_t); equals
+    ``cells.rnn_step``, step by step."""
 
     @staticmethod
     def forward(ctx, gx: Tensor, h0: Tensor, w_hh: Tensor, drop_in, moon, per_step: bool, relu: bool,
@@ -317,11 +321,9 @@ def gru_sequence(gx: Tensor, h0: Tensor, w_hh: Tensor, b_hh: Optional[Tensor], f
     return ys, (h,)
 
 
-def rnn_sequence(gx: Tensor, h0: Tensor, w_hh: Tensor, b_hh: Optional[Tensor], factors: StepFactors,
+def rnn_sequence(gx: Tensor, h0: Tensor, w_hh: Tensor, factors: StepFactors,
                  nonlinearity: str, reverse: bool) -> Tuple[Tensor, Tuple[Tensor]]:
-    """The vanilla RNN over all steps, as the loop over ``rnn_step``."""
-    if b_hh is not None:
-        gx = gx + b_hh
+    """The vanilla RNN over all steps of ``gx = W_ih x + b_ih + b_hh``, as the loop over ``rnn_step``."""
     drop_in = rnn_recurrent_factor(factors.gal, factors.semeniuta)
     ys, h = _RNNSequence.apply(gx, h0, w_hh, drop_in, factors.moon, factors.per_step, nonlinearity == "relu",
                                reverse)

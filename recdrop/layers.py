@@ -22,13 +22,23 @@ from torch.nn.utils.rnn import PackedSequence
 from .cells import (CELL_SCHEMES, GATES, _check_sizes, check_activation, check_input, check_states, gru_step,
                     init_uniform_, lstm_step, rnn_step)
 from .fused import gru_sequence, lstm_sequence, rnn_sequence
-from .masks import RecurrentDropout, check_rate
+from .masks import RecurrentDropout, StepFactors, check_rate
 
 Masks = List[Dict[str, Tensor]]
 
 
+def _input_projection_with_both_biases(x: Tensor, w_ih: Tensor, b_ih: Optional[Tensor],
+                                        b_hh: Optional[Tensor]) -> Tensor:
+    """W_ih x + b_ih + b_hh for all steps in one matmul (LSTM, RNN: b_hh sits outside any gate product)."""
+    return F.linear(x, w_ih, b_ih if b_hh is None else b_ih + b_hh)
+
+
 class _RecurrentLayer(nn.Module):
+    """The layers' shared body; each subclass says how one direction runs (``_step`` on the
+    reference path, ``_sequence`` on the fast path) and how many states it carries."""
+
     kind = ""
+    n_states = 1  # h_t; the LSTM carries (h_t, c_t)
     fused = True  # the fast path of recdrop.fused; set False on a module to run the reference loop
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
@@ -89,10 +99,7 @@ class _RecurrentLayer(nn.Module):
                               ("bidirectional", False), ("nonlinearity", "tanh")):
             if getattr(self, name) != default:
                 s += f", {name}={getattr(self, name)!r}"
-        r = self.rdrop
-        if r.p > 0:
-            s += f", recurrent_dropout={r.p}, scheme={r.scheme!r}, sampling={r.sampling!r}, scaling={r.scaling!r}"
-        return s
+        return s + self.rdrop.describe()
 
     # -- masks ------------------------------------------------------------------------------------
     def draw_masks(self, seq_len: int, batch_size: int, device=None, dtype=None,
@@ -112,13 +119,11 @@ class _RecurrentLayer(nn.Module):
                                       "tensor (and mask the padding in the loss)")
         x, hx, batched = self._check_input(input, hx)
         steps, batch = x.shape[0], x.shape[1]
-        n_states = 2 if self.kind == "LSTM" else 1
         if masks is None and self.training and self.rdrop.targets:
             masks = self.draw_masks(steps, batch, x.device, x.dtype)
         if masks is not None:
             self._check_masks(masks, steps, batch)
-        h_n: List[Tensor] = []
-        c_n: List[Tensor] = []
+        finals: List[List[Tensor]] = [[] for _ in range(self.n_states)]  # h_n (and c_n) per layer and direction
         for layer in range(self.num_layers):
             outs = []
             for d in range(self.num_directions):
@@ -126,19 +131,17 @@ class _RecurrentLayer(nn.Module):
                 state = tuple(s[k] for s in hx)
                 out, state = self._run_direction(x, state, layer, d == 1, None if masks is None else masks[k])
                 outs.append(out)
-                h_n.append(state[0])
-                if n_states == 2:
-                    c_n.append(state[1])
+                for final, s in zip(finals, state):
+                    final.append(s)
             x = outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)
             if self.dropout > 0 and self.training and layer < self.num_layers - 1:
                 x = F.dropout(x, self.dropout, training=True)
         output = x.transpose(0, 1) if self.batch_first else x
-        h = torch.stack(h_n)
-        state = (h, torch.stack(c_n)) if n_states == 2 else h
+        state = tuple(torch.stack(final) for final in finals)
         if not batched:
             output = output.squeeze(1)
-            state = tuple(s.squeeze(1) for s in state) if n_states == 2 else state.squeeze(1)
-        return output, state
+            state = tuple(s.squeeze(1) for s in state)
+        return output, (state if self.n_states == 2 else state[0])
 
     def _run_direction(self, x: Tensor, state: Tuple[Tensor, ...], layer: int, reverse: bool,
                        masks: Optional[Dict[str, Tensor]]):
@@ -150,33 +153,25 @@ class _RecurrentLayer(nn.Module):
         per_step = self.rdrop.sampling == "per-step"
         factors = self.rdrop.factors(masks, self.training, per_step=per_step)
         if self.fused:
-            if self.kind == "GRU":  # b_hn sits inside r * (W_hn h + b_hn): it stays with the recurrence
-                return gru_sequence(F.linear(x, w_ih, b_ih), state[0], w_hh, b_hh, factors, self.nonlinearity,
-                                    reverse)
-            # LSTM, RNN: both biases in the one input-projection matmul
-            gx = F.linear(x, w_ih, b_ih if b_hh is None else b_ih + b_hh)
-            if self.kind == "LSTM":
-                return lstm_sequence(gx, state[0], state[1], w_hh, None, factors, self.nonlinearity, reverse)
-            return rnn_sequence(gx, state[0], w_hh, None, factors, self.nonlinearity, reverse)
+            return self._sequence(x, state, w_ih, w_hh, b_ih, b_hh, factors, reverse)
         gx = F.linear(x, w_ih, b_ih)  # (T, B, G*H): all input projections in one matmul
         steps = x.shape[0]
         order = range(steps - 1, -1, -1) if reverse else range(steps)
         outs: List[Optional[Tensor]] = [None] * steps
-        act = self._act
-        if self.kind == "LSTM":
-            h, c = state
-            for k, t in enumerate(order):  # masks are indexed by processing step k
-                gal, sem, moon = factors.at(k)
-                h, c = lstm_step(gx[t], h, c, w_hh, b_hh, gal, sem, moon, act)
-                outs[t] = h
-            return torch.stack(outs), (h, c)
-        step = gru_step if self.kind == "GRU" else rnn_step
-        (h,) = state
-        for k, t in enumerate(order):
-            gal, sem, moon = factors.at(k)
-            h = step(gx[t], h, w_hh, b_hh, gal, sem, moon, act)
-            outs[t] = h
-        return torch.stack(outs), (h,)
+        for k, t in enumerate(order):  # masks are indexed by processing step k
+            state = self._step(gx[t], state, w_hh, b_hh, factors.at(k))
+            outs[t] = state[0]
+        return torch.stack(outs), state
+
+    def _step(self, gx: Tensor, state: Tuple[Tensor, ...], w_hh: Tensor, b_hh: Optional[Tensor],
+              factors) -> Tuple[Tensor, ...]:
+        """The reference path: one step of ``recdrop.cells`` from ``gx = W_ih x_t + b_ih``; the new state."""
+        raise NotImplementedError
+
+    def _sequence(self, x: Tensor, state: Tuple[Tensor, ...], w_ih: Tensor, w_hh: Tensor, b_ih: Optional[Tensor],
+                  b_hh: Optional[Tensor], factors: StepFactors, reverse: bool):
+        """The fast path: the whole direction through ``recdrop.fused``; outputs and final state."""
+        raise NotImplementedError
 
     # -- input checks -----------------------------------------------------------------------------
     def _check_input(self, input: Tensor, hx):
@@ -184,11 +179,10 @@ class _RecurrentLayer(nn.Module):
         x = input if batched else input.unsqueeze(1)
         if batched and self.batch_first:
             x = x.transpose(0, 1)
-        n_states = 2 if self.kind == "LSTM" else 1
         want = (self.num_layers * self.num_directions, x.shape[1], self.hidden_size)
         if hx is None:
-            return x, tuple(x.new_zeros(want) for _ in range(n_states)), batched
-        states = check_states(hx, n_states, want if batched else (want[0], want[2]))
+            return x, tuple(x.new_zeros(want) for _ in range(self.n_states)), batched
+        states = check_states(hx, self.n_states, want if batched else (want[0], want[2]))
         return x, states if batched else tuple(st.unsqueeze(1) for st in states), batched
 
     def _check_masks(self, masks: Masks, steps: int, batch: int) -> None:
@@ -212,6 +206,14 @@ class LSTM(_RecurrentLayer):
     """
 
     kind = "LSTM"
+    n_states = 2
+
+    def _step(self, gx, state, w_hh, b_hh, factors):
+        return lstm_step(gx, *state, w_hh, b_hh, *factors, self._act)
+
+    def _sequence(self, x, state, w_ih, w_hh, b_ih, b_hh, factors, reverse):
+        gx = _input_projection_with_both_biases(x, w_ih, b_ih, b_hh)
+        return lstm_sequence(gx, *state, w_hh, factors, self.nonlinearity, reverse)
 
 
 class GRU(_RecurrentLayer):
@@ -230,6 +232,13 @@ class GRU(_RecurrentLayer):
         super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional,
                          0, device, dtype, **kwargs)
 
+    def _step(self, gx, state, w_hh, b_hh, factors):
+        return (gru_step(gx, *state, w_hh, b_hh, *factors, self._act),)
+
+    def _sequence(self, x, state, w_ih, w_hh, b_ih, b_hh, factors, reverse):
+        # b_hn sits inside r * (W_hn h + b_hn): b_hh stays with the recurrence
+        return gru_sequence(F.linear(x, w_ih, b_ih), *state, w_hh, b_hh, factors, self.nonlinearity, reverse)
+
 
 class RNN(_RecurrentLayer):
     """Drop-in ``torch.nn.RNN`` (Eq. 1) with recurrent dropout.
@@ -246,3 +255,10 @@ class RNN(_RecurrentLayer):
                  bidirectional: bool = False, device=None, dtype=None, **kwargs):
         super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional,
                          0, device, dtype, nonlinearity=nonlinearity, **kwargs)
+
+    def _step(self, gx, state, w_hh, b_hh, factors):
+        return (rnn_step(gx, *state, w_hh, b_hh, *factors, self._act),)
+
+    def _sequence(self, x, state, w_ih, w_hh, b_ih, b_hh, factors, reverse):
+        gx = _input_projection_with_both_biases(x, w_ih, b_ih, b_hh)
+        return rnn_sequence(gx, *state, w_hh, factors, self.nonlinearity, reverse)

@@ -72,6 +72,13 @@ class RecurrentDropout:
         _check_choice("sampling", self.sampling, SAMPLINGS)
         _check_choice("scaling", self.scaling, SCALINGS)
 
+    def describe(self) -> str:
+        """This dropout's part of a module's ``extra_repr``: empty when it is off."""
+        if self.p == 0:
+            return ""
+        return (f", recurrent_dropout={self.p}, scheme={self.scheme!r}, sampling={self.sampling!r}, "
+                f"scaling={self.scaling!r}")
+
     @property
     def targets(self) -> Tuple[str, ...]:
         return SCHEME_TARGETS[self.scheme] if self.p > 0 else ()

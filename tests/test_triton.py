@@ -1,4 +1,4 @@
-"""The Triton kernels of recdrop.triton_lstm, run on CPU by Triton's interpreter."""
+"""The Triton kernels of recdrop.triton_kernels, run on CPU by Triton's interpreter."""
 import os
 import subprocess
 import sys
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from recdrop import triton_lstm
+from recdrop import triton_kernels
 
 HERE = Path(__file__).parent
 
@@ -23,7 +23,7 @@ def test_triton_kernels_equal_the_torch_path_in_the_interpreter():
 
 def test_triton_is_not_used_where_it_cannot_run(monkeypatch):
     x = torch.zeros(2, 3)
-    assert not triton_lstm.usable(x)  # a CPU tensor outside the interpreter
-    assert not triton_lstm.usable(x.half())
+    assert not triton_kernels.usable(x)  # a CPU tensor outside the interpreter
+    assert not triton_kernels.usable(x.half())
     monkeypatch.setenv("RECDROP_TRITON", "0")
-    assert not triton_lstm.usable(x)
+    assert not triton_kernels.usable(x)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import recdrop
-from recdrop import triton_lstm
+from recdrop import triton_kernels
 
 INTERPRETING = os.environ.get("TRITON_INTERPRET") == "1"
 assert INTERPRETING or torch.cuda.is_available(), "run through tests/test_triton.py, or on a CUDA machine"
@@ -27,7 +27,7 @@ def _assert_paths_agree(module, x, state, masks, loss, monkeypatch):
     results = []
     for use in (True, False):
         monkeypatch.setenv("RECDROP_TRITON", "1" if use else "0")
-        assert triton_lstm.usable(x) is use
+        assert triton_kernels.usable(x) is use
         module.zero_grad()
         leaves = [t.clone().requires_grad_() for t in [x, *given]]
         st = None if state is None else leaves[1] if isinstance(state, torch.Tensor) else tuple(leaves[1:])

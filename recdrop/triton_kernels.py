@@ -47,7 +47,7 @@ def _check_contiguous(**tensors: Tensor) -> None:
     """The kernels index flat memory: a strided tensor would be read wrongly, so refuse it."""
     for name, t in tensors.items():
         if t is not None and not t.is_contiguous():
-            raise ValueError(f"recdrop.triton_lstm: {name} must be contiguous (shape {tuple(t.shape)}, "
+            raise ValueError(f"recdrop.triton_kernels: {name} must be contiguous (shape {tuple(t.shape)}, "
                              f"strides {t.stride()})")
 
 
@@ -80,6 +80,8 @@ if triton is not None:
     @triton.jit
     def _lstm_fwd_kernel(gates, c_prev, sem, moon, gsem_out, c_out, tc_out, h_out, sem_s, moon_s, n, H,
                          SEM: tl.constexpr, MOON: tl.constexpr, RELU: tl.constexpr, BLOCK: tl.constexpr):
+        """Equals ``cells.lstm_step`` after its recurrent matmul, step by step:
+        c_t = d(f_t ⊙ c_{t-1} + i_t ⊙ d(g_t)) (Eqs. 8-9), h_t = o_t ⊙ f(c_t) (Eq. 6)."""
         idx = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         m = idx < n
         row = (idx // H) * 4 * H + idx % H
@@ -111,6 +113,7 @@ if triton is not None:
     @triton.jit
     def _lstm_bwd_kernel(dh_in, d_y, dc_in, o_dtc, local, f_gates, gal, moon, d_gates, dc_out, gal_s, moon_s, n,
                          H, GAL: tl.constexpr, MOON: tl.constexpr, BLOCK: tl.constexpr):
+        """Equals one step of ``fused._lstm_backward_torch``: the gradient of ``cells.lstm_step``."""
         idx = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         m = idx < n
         row = (idx // H) * 4 * H + idx % H
@@ -129,6 +132,8 @@ if triton is not None:
     @triton.jit
     def _gru_fwd_kernel(gx, gh, h_prev, sem, moon, rzn_out, hn_out, h_out, sem_s, moon_s, n, H,
                         SEM: tl.constexpr, MOON: tl.constexpr, RELU: tl.constexpr, BLOCK: tl.constexpr):
+        """Equals ``cells.gru_step`` after its recurrent matmul, step by step:
+        h_t = d((1 - z_t) ⊙ d(n_t) + z_t ⊙ h_{t-1}) (Eq. 13 in torch.nn's form, Moon's d outside)."""
         idx = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         m = idx < n
         row = (idx // H) * 3 * H + idx % H
@@ -153,6 +158,7 @@ if triton is not None:
     def _gru_bwd_kernel(dz_in, mm, d_y, gal, moon, sem, rzn, hn, h_prev, d_gx, d_gh, dz_out, gal_s, moon_s, sem_s,
                         n, H, GAL: tl.constexpr, MOON: tl.constexpr, SEM: tl.constexpr, RELU: tl.constexpr,
                         BLOCK: tl.constexpr):
+        """Equals one step of ``fused._gru_backward_torch``: the gradient of ``cells.gru_step``."""
         idx = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         m = idx < n
         row = (idx // H) * 3 * H + idx % H
