@@ -10,7 +10,9 @@ import dataclasses
 import hashlib
 import json
 import typing
-from typing import Any, ClassVar, Dict
+from typing import Any, ClassVar, Dict, Tuple
+
+from .masks import SAMPLINGS, SCALINGS, SCHEMES, _check_choice, check_rate
 
 # Smallest first. ``reduced``: the paper's model, optimiser and schedule with cuts of data, size or
 # epochs chosen so that the claims can be tested on a CPU (issue 16); not every experiment has it.
@@ -38,6 +40,7 @@ class ExperimentConfig:
 
     experiment: ClassVar[str] = ""
     SCALES: ClassVar[Dict[str, Dict[str, Any]]] = {"paper": {}}
+    POSITIVE: ClassVar[Tuple[str, ...]] = ()  # fields that must be at least 1
 
     scale: str = "paper"  # which preset this config came from (part of the run id)
 
@@ -67,12 +70,13 @@ class ExperimentConfig:
         if self.scale not in SCALE_NAMES:
             raise ValueError(f"scale={self.scale!r} is not valid; allowed values: {', '.join(map(repr, SCALE_NAMES))}")
         self._check_dropout_fields()
+        for name in self.POSITIVE:
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         self.validate()
 
     def _check_dropout_fields(self) -> None:
         """The fields every experiment shares: rates in [0, 1), and the scheme, sampling and scaling names."""
-        from .masks import SAMPLINGS, SCALINGS, SCHEMES, _check_choice, check_rate
-
         names = {f.name for f in dataclasses.fields(self)}
         for name in ("recurrent_dropout", "input_dropout", "output_dropout"):
             if name in names:

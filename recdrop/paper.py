@@ -13,8 +13,7 @@ import pandas as pd
 from .paths import DATA_DIR
 
 PAPER_RESULTS = DATA_DIR / "paper_results.csv"
-CITATION = ("Stanislau Semeniuta, Aliaksei Severyn and Erhardt Barth (2016). Recurrent Dropout without "
-            "Memory Loss. COLING 2016, pages 1757-1766. https://aclanthology.org/C16-1165/")
+
 
 
 def paper_results(table: int | None = None) -> pd.DataFrame:

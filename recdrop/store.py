@@ -16,7 +16,7 @@ import platform
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, List, Optional
 
 import torch
 
@@ -157,7 +157,3 @@ class RunStore:
         folder = self.root / experiment
         pattern = f"{scale}/*.json" if scale else "*/*.json"
         return [json.loads(p.read_text()) for p in sorted(folder.glob(pattern))]
-
-    def __iter__(self) -> Iterator[Dict[str, Any]]:
-        for p in sorted(self.root.glob("*/*/*.json")):
-            yield json.loads(p.read_text())

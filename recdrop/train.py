@@ -78,6 +78,12 @@ def check_device(device: str, available: bool = True) -> str:
     return str(device)
 
 
+def epoch_generator(seed: int, epoch: int) -> torch.Generator:
+    """The generator of an epoch's shuffling, fixed by the run's seed and the epoch (so that a resumed
+    run shuffles as an uninterrupted one does)."""
+    return torch.Generator().manual_seed(seed * 100_003 + epoch)
+
+
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)

@@ -20,7 +20,7 @@ from ..config import ExperimentConfig
 from ..data.ptb import load_ptb_char
 from ..models import Dropout, LanguageModel
 from ..report import Metric, check_claims, summarize
-from ..train import Task
+from ..train import Task, epoch_generator
 from .lm_tables import (FORWARD, all_cells, best, cell_values, conjecture_cells, headline_cells, lm_table,
                         lm_table_wide, paper_values, pilot_cells, plot_learning_curves, table_cells)
 
@@ -42,6 +42,7 @@ class CharLMConfig(ExperimentConfig):
         "ci": dict(embedding_size=8, hidden_size=16, seq_len=20, train_chars=4_000, valid_chars=1_000,
                    test_chars=1_000, epochs=2, decay_from_epoch=2, batch_size=8),
     }
+    POSITIVE = ("embedding_size", "hidden_size", "batch_size", "seq_len", "epochs", "decay_from_epoch")
 
     scheme: str = "semeniuta"
     sampling: str = "per-step"
@@ -67,10 +68,6 @@ class CharLMConfig(ExperimentConfig):
     valid_chars: int = 0
     test_chars: int = 0
 
-    def validate(self) -> None:
-        for name in ("embedding_size", "hidden_size", "batch_size", "seq_len", "epochs", "decay_from_epoch"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
 
 
 @functools.lru_cache(maxsize=1)
@@ -109,7 +106,7 @@ class CharLMTask(Task):
 
     def batches(self, epoch: int) -> List[torch.Tensor]:
         """The training sequences in a fresh order each epoch (fixed by the seed and the epoch)."""
-        g = torch.Generator().manual_seed(self.seed * 100_003 + epoch)
+        g = epoch_generator(self.seed, epoch)
         order = torch.randperm(self.train_seqs.shape[0], generator=g)
         return list(order.split(self.cfg.batch_size))
 
@@ -159,9 +156,6 @@ class CharLMTask(Task):
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         self.best_valid = state["best_valid"]
-
-
-ALT_BATCH = 32  # the batch-size check: the default 64 against this
 
 
 def _default_batch_grid(cells, scale: str, **overrides):

@@ -10,8 +10,8 @@ from typing import Dict, List, Optional
 import pandas as pd
 
 from ..report import summarize
-from .char_lm import table_rows as table_rows_of  # char_lm's batch-size check aside
-from .lm_tables import COMBINED, FORWARD, RATES, SAMPLINGS, SCHEMES, cell_values
+from .char_lm import table_rows  # char_lm's batch-size check aside
+from .lm_tables import CELL_KEYS, COMBINED, FORWARD, RATES, SAMPLINGS, SCHEMES, cell_values
 
 METRICS = {"word_lm": ("test_ppl", 1), "char_lm": ("test_bpc", 3)}
 
@@ -23,12 +23,12 @@ def _metric(experiment: str):
     return METRICS[experiment]
 
 
-def conjecture_table(experiment: str, table_rows, conjecture_rows) -> "pd.DataFrame":
+def conjecture_table(experiment: str, table_runs, conjecture_runs) -> "pd.DataFrame":
     """One row per (forward, rate, sampling): the combination beside Moon, Gal and ours at the same
     setting, and whether the combination beats both of its parts."""
     metric, digits = _metric(experiment)
-    single = cell_values(table_rows_of(table_rows), metric)
-    combined = cell_values(conjecture_rows, metric)
+    single = cell_values(table_rows(table_runs), metric)
+    combined = cell_values(conjecture_runs, metric)
     out = []
     for forward in FORWARD:
         for rate in RATES:
@@ -46,19 +46,17 @@ def conjecture_table(experiment: str, table_rows, conjecture_rows) -> "pd.DataFr
     return pd.DataFrame(out)
 
 
-def conjecture_summary(experiment: str, table_rows, conjecture_rows, seed_rows: Optional[List] = None):
+def conjecture_summary(experiment: str, table_runs, conjecture_runs, seed_runs: Optional[List] = None):
     """Per forward block: the best single-scheme cell (any scheme, rate, sampling), the best
-    combination cell, the difference, and the verdict. ``seed_rows`` (the seeds study) gives the
+    combination cell, the difference, and the verdict. ``seed_runs`` (the seeds study) gives the
     seed-to-seed standard deviation, pooled over the block's rerun cells; a difference within two of
     them is called "within seed noise"."""
-    from .lm_tables import CELL_KEYS
-
     metric, digits = _metric(experiment)
-    single = cell_values(table_rows_of(table_rows), metric)
-    combined = cell_values(conjecture_rows, metric)
+    single = cell_values(table_rows(table_runs), metric)
+    combined = cell_values(conjecture_runs, metric)
     sd: Dict = {}
-    if seed_rows:
-        s = summarize(seed_rows, CELL_KEYS, [metric])
+    if seed_runs:
+        s = summarize(seed_runs, CELL_KEYS, [metric])
         s = s[s["n"] > 1]
         for forward, block in s.groupby("forward"):
             sd[forward] = float((block[f"{metric}_std"] ** 2).mean() ** 0.5)  # pooled (equal n)

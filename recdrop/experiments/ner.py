@@ -22,7 +22,7 @@ from ..data.embeddings import GLOVE, PAD, UNK, embedding_table
 from ..models import Dropout, Tagger
 from ..paper import paper_results
 from ..report import Metric, check_claims, compare, summarize
-from ..train import Task
+from ..train import Task, epoch_generator
 from .cell_grid import CELLS, RATES, cell_rate_grid, check_cell
 
 CAPS = ("lower", "title", "upper", "mixed", "no letters", "padding")  # capitalisation feature, one-hot
@@ -39,6 +39,7 @@ class NERConfig(ExperimentConfig):
         "quick": dict(hidden_size=256, short_epochs=6, long_epochs=3, train_sentences=5000, eval_sentences=1000),
         "ci": dict(hidden_size=16, short_epochs=1, long_epochs=1, train_sentences=200, eval_sentences=100),
     }
+    POSITIVE = ("hidden_size", "short_len", "long_len", "batch_size")
 
     cell: str = "LSTM"  # Table 4's columns: RNN, LSTM, GRU
     recurrent_dropout: float = 0.0  # Table 4's rows: 0.0 or 0.25
@@ -66,9 +67,6 @@ class NERConfig(ExperimentConfig):
         check_cell(self.cell)
         if self.window < 1 or self.window % 2 == 0:
             raise ValueError(f"window must be a positive odd number, got {self.window}")
-        for name in ("hidden_size", "short_len", "long_len", "batch_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         for name in ("short_epochs", "long_epochs"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
@@ -190,7 +188,7 @@ class NERTask(Task):
         """(span length, chunks) per batch: every training token once, in chunks of at most the
         stage's span length (``epoch_chunks``), shuffled (fixed by the seed and the epoch)."""
         length = self.span_len(epoch)
-        g = torch.Generator().manual_seed(self.seed * 100_003 + epoch)
+        g = epoch_generator(self.seed, epoch)
         chunks = epoch_chunks(self.train, length, g)
         chunks = chunks[torch.randperm(len(chunks), generator=g)]
         return [(length, batch) for batch in chunks.split(self.cfg.batch_size)]

@@ -23,7 +23,7 @@ from ..data.semeval import LABELS, PARTIAL, TEST_SETS, distant_label, load_semev
 from ..models import Dropout, SequenceClassifier
 from ..paper import paper_results
 from ..report import Metric, check_claims, compare, summarize
-from ..train import Task
+from ..train import Task, epoch_generator
 from .cell_grid import CELLS, RATES, cell_rate_grid, check_cell
 
 
@@ -36,6 +36,7 @@ class SentimentConfig(ExperimentConfig):
         "quick": dict(hidden_size=128, epochs=6),
         "ci": dict(hidden_size=16, epochs=2, train_messages=300, eval_messages=100),
     }
+    POSITIVE = ("hidden_size", "epochs", "batch_size")
 
     cell: str = "LSTM"  # Table 5's row groups
     recurrent_dropout: float = 0.0  # Table 5's rows: 0.0 or 0.25
@@ -59,9 +60,6 @@ class SentimentConfig(ExperimentConfig):
 
     def validate(self) -> None:
         check_cell(self.cell)
-        for name in ("hidden_size", "epochs", "batch_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if self.pretrain_corpus and not Path(self.pretrain_corpus).exists():
             raise ValueError(f"pretrain_corpus={self.pretrain_corpus!r} does not exist")
 
@@ -144,7 +142,7 @@ class SentimentTask(Task):
         return len(weak)
 
     def batches(self, epoch: int) -> List[torch.Tensor]:
-        g = torch.Generator().manual_seed(self.seed * 100_003 + epoch)
+        g = epoch_generator(self.seed, epoch)
         return list(torch.randperm(len(self.train[2]), generator=g).split(self.cfg.batch_size))
 
     def _step(self, rows, lengths, labels, idx) -> float:

@@ -19,7 +19,7 @@ from ..paper import paper_results
 from ..config import ExperimentConfig
 from ..models import Dropout, SequenceClassifier, init_uniform_
 from ..report import Metric, compare, curves_frame, summarize
-from ..train import Task
+from ..train import Task, epoch_generator
 
 LENGTHS = {"short": 15, "medium": 30}  # paper Sec. 4.1
 
@@ -36,6 +36,7 @@ class TemporalOrderConfig(ExperimentConfig):
         "quick": dict(hidden_size=64, epochs=75, optimizer="adam", lr=1e-2, test_sequences=2048),
         "ci": dict(hidden_size=16, epochs=2, train_batches=4, test_sequences=64),
     }
+    POSITIVE = ("hidden_size", "batch_size", "train_batches", "test_sequences", "epochs")
 
     length: int = 30  # "medium" (paper Sec. 4.1); "short" is 15
     scheme: str = "semeniuta"
@@ -65,9 +66,6 @@ class TemporalOrderConfig(ExperimentConfig):
             raise ValueError(f"optimizer={self.optimizer!r} is not valid; allowed values: 'sgd', 'adam'")
         if self.length < 6:
             raise ValueError(f"length must be at least 6, got {self.length}")
-        for name in ("hidden_size", "batch_size", "train_batches", "test_sequences", "epochs"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
 
 
 def generate(n: int, length: int, low: int, high: int, generator: torch.Generator) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -108,7 +106,7 @@ class TemporalOrderTask(Task):
 
     def batches(self, epoch: int) -> List[torch.Tensor]:
         """The fixed minibatches in a fresh order each epoch (authors' code synth_database.py)."""
-        gen = torch.Generator().manual_seed(self.seed * 100003 + epoch)
+        gen = epoch_generator(self.seed, epoch)
         order = torch.randperm(self.cfg.train_batches, generator=gen)
         return [torch.arange(b * self.cfg.batch_size, (b + 1) * self.cfg.batch_size) for b in order.tolist()]
 

@@ -48,6 +48,7 @@ class WordLMConfig(ExperimentConfig):
         "ci": dict(train_tokens=3_000, valid_tokens=2_000, test_tokens=2_000, embedding_size=16, hidden_size=16,
                    epochs=2),
     }
+    POSITIVE = ("embedding_size", "hidden_size", "batch_size", "bptt", "epochs")
 
     scheme: str = "semeniuta"
     sampling: str = "per-step"
@@ -68,10 +69,6 @@ class WordLMConfig(ExperimentConfig):
     valid_tokens: int = 0
     test_tokens: int = 0
 
-    def validate(self) -> None:
-        for name in ("embedding_size", "hidden_size", "batch_size", "bptt", "epochs"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
 
 
 @functools.lru_cache(maxsize=1)
