@@ -177,3 +177,17 @@ def styled(table: pd.DataFrame, digits: int = 2):
     the numbers behind ``ours`` (mean, sd, n), floats to ``digits`` decimals."""
     shown = table.drop(columns=[c for c in ("mean", "sd", "n") if c in table])
     return shown.style.hide().format(precision=digits, na_rep="—")
+
+
+def book_tables() -> None:
+    """How the book's notebooks show a DataFrame: every column in full, and without row numbers
+    (a default RangeIndex says nothing; a labelled index is kept)."""
+    pd.set_option("display.max_colwidth", None)
+    try:
+        from IPython import get_ipython
+    except ImportError:  # not in a notebook
+        return
+    shell = get_ipython()
+    if shell is not None:
+        shell.display_formatter.formatters["text/html"].for_type(
+            pd.DataFrame, lambda df: df.to_html(index=not isinstance(df.index, pd.RangeIndex)))

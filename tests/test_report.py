@@ -43,3 +43,17 @@ def test_compare_shows_extras_where_a_cell_has_them():
     t = compare(rows, [({"cell": "a", "split": "Test"}, 90.5, "test"), ({"cell": "a", "split": "Valid"}, 91.0, "valid")],
                 ["cell"], m, extras=[("valid F1", lambda labels: "valid" if labels["split"] == "Test" else None)])
     assert t["valid F1"].tolist() == ["91.00", ""]
+
+
+def test_book_tables_drop_row_numbers_but_keep_labelled_indexes():
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from recdrop.report import book_tables
+
+    shell = InteractiveShell.instance()
+    book_tables()
+    html = shell.display_formatter.formatters["text/html"]
+    plain = html(pd.DataFrame({"setting": ["a", "b"], "paper": [1.0, 2.0]}))
+    assert "<th>0</th>" not in plain and "<th>setting</th>" in plain
+    labelled = html(pd.DataFrame({"paper": [1.0]}, index=pd.Index(["ours"], name="scheme")))
+    assert "<th>ours</th>" in labelled
