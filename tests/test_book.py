@@ -58,6 +58,9 @@ def test_every_notebook_is_a_chapter_of_the_book():
         assert f"book/executed/{name}" in files, name
         assert (book.ROOT / path).exists(), path
     assert {p.name for p in (book.ROOT / "notebooks").glob("*.ipynb")} == {p.split("/")[-1] for p in book.NOTEBOOKS.values()}
+    # and in the registry's order
+    executed = [toc["root"]] + [c["file"] for c in toc["chapters"] if c["file"].startswith("book/executed/")]
+    assert executed == [f"book/executed/{name}" for name in book.NOTEBOOKS]
 
 
 def test_landing_page_says_not_yet_run_below_paper_scale(tmp_path):

@@ -3,8 +3,9 @@ its grids (the table's cells, and the studies beyond the paper that reuse them),
 comparison with the paper and its claims; this file says which is which. The sweep CLI, the
 campaign, the book build and the landing page read it, and a test checks ``_toc.yml`` against it.
 
-Adding an experiment: its data loader (``recdrop/data/``), its module here, its notebook, and one
-``Experiment`` entry below (with its chapter in ``CHAPTERS``, and a line in ``_toc.yml``).
+Adding an experiment: its data loader (``recdrop/data/``), its module here, its notebook
+(``notebooks/<name>.ipynb``, which becomes its chapter) and one ``Experiment`` entry below; then
+its line in ``_toc.yml``, which a test checks against ``CHAPTERS``.
 """
 from __future__ import annotations
 
@@ -30,10 +31,13 @@ class Experiment:
     headline: Optional[str] = None  # the landing page's cell, where the paper's best value is shared
 
 
+# In the book's order.
 EXPERIMENTS: Dict[str, Experiment] = {e.name: e for e in [
     Experiment("temporal_order", "Table 1: Temporal Order, test accuracy", temporal_order.TemporalOrderConfig,
                temporal_order.TemporalOrderTask, temporal_order.GRIDS, temporal_order.table1, temporal_order.METRIC,
                temporal_order.claims, headline="medium semeniuta per-step"),
+    Experiment("memory_loss", "Memory loss, measured (Eqs. 17-19)", temporal_order.TemporalOrderConfig,
+               memory_loss.MemoryLossTask, memory_loss.GRIDS, claims=memory_loss.claims),
     Experiment("word_lm", "Table 2: word-level PTB, test perplexity", word_lm.WordLMConfig, word_lm.WordLMTask,
                word_lm.GRIDS, word_lm.table2, word_lm.METRIC, word_lm.claims),
     Experiment("char_lm", "Table 3: character-level PTB, test bpc", char_lm.CharLMConfig, char_lm.CharLMTask,
@@ -42,8 +46,6 @@ EXPERIMENTS: Dict[str, Experiment] = {e.name: e for e in [
                ner.METRIC, ner.claims),
     Experiment("sentiment", "Table 5: Twitter sentiment, test F1", sentiment.SentimentConfig, sentiment.SentimentTask,
                sentiment.GRIDS, sentiment.table5, sentiment.METRIC, sentiment.claims),
-    Experiment("memory_loss", "Memory loss, measured (Eqs. 17-19)", temporal_order.TemporalOrderConfig,
-               memory_loss.MemoryLossTask, memory_loss.GRIDS, claims=memory_loss.claims),
 ]}
 
 
@@ -66,10 +68,10 @@ def _table(name: str) -> Chapter:
     return Chapter(name, ((name, "table"),))
 
 
-# The book's order: the landing page, then the paper's order, then the studies beyond it.
+# The book's order: the landing page, Figure 1, a chapter per experiment, then the studies that draw
+# on several experiments' runs.
 CHAPTERS: Dict[str, Chapter] = {c.name: c for c in [
-    Chapter("summary"), Chapter("schemes"), _table("temporal_order"), _table("memory_loss"), _table("word_lm"),
-    _table("char_lm"), _table("ner"), _table("sentiment"),
+    Chapter("summary"), Chapter("schemes"), *(_table(name) for name in EXPERIMENTS),
     Chapter("conjecture", (("word_lm", "conjecture"), ("char_lm", "conjecture"))),
     # the seeds study shows the spread over seeds: a cell with one seed does not count
     Chapter("seeds", (("temporal_order", "headline"), ("word_lm", "headline"), ("char_lm", "headline")), 2),
