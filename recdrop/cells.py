@@ -139,8 +139,8 @@ class _CellBase(nn.Module):
         super().__init__()
         _check_sizes(input_size, hidden_size)
         self.input_size, self.hidden_size, self.bias = input_size, hidden_size, bias
-        self.nonlinearity = nonlinearity
-        self._act = check_activation(nonlinearity)
+        check_activation(nonlinearity)
+        self.nonlinearity = nonlinearity  # its name: a module holds no function, so that it loads weights_only
         self.rdrop = RecurrentDropout(recurrent_dropout, scheme, sampling, scaling, CELL_SCHEMES[self.kind])
         g = GATES[self.kind] * hidden_size
         kw = {"device": device, "dtype": dtype}
@@ -241,7 +241,7 @@ class LSTMCell(_CellBase):
                 masks: Optional[Dict[str, Tensor]] = None) -> Tuple[Tensor, Tensor]:
         x, gx, (h, c), batched = self._prepare(input, hx, 2)
         gal, sem, moon = self._factors(x, masks).at(0)
-        h, c = lstm_step(gx, h, c, self.weight_hh, self.bias_hh, gal, sem, moon, self._act)
+        h, c = lstm_step(gx, h, c, self.weight_hh, self.bias_hh, gal, sem, moon, ACTIVATIONS[self.nonlinearity])
         return (h, c) if batched else (h[0], c[0])
 
 
@@ -254,7 +254,7 @@ class _SingleStateCell(_CellBase):
                 masks: Optional[Dict[str, Tensor]] = None) -> Tensor:
         x, gx, (h,), batched = self._prepare(input, hx, 1)
         gal, sem, moon = self._factors(x, masks).at(0)
-        h = self.step(gx, h, self.weight_hh, self.bias_hh, gal, sem, moon, self._act)
+        h = self.step(gx, h, self.weight_hh, self.bias_hh, gal, sem, moon, ACTIVATIONS[self.nonlinearity])
         return h if batched else h[0]
 
 

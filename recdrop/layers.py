@@ -19,8 +19,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import PackedSequence
 
-from .cells import (CELL_SCHEMES, GATES, _check_sizes, check_activation, check_input, check_states, gru_step,
-                    init_uniform_, lstm_step, rnn_step)
+from .cells import (ACTIVATIONS, CELL_SCHEMES, GATES, _check_sizes, check_activation, check_input, check_states,
+                    gru_step, init_uniform_, lstm_step, rnn_step)
 from .fused import gru_sequence, lstm_sequence, rnn_sequence
 from .masks import RecurrentDropout, StepFactors, check_rate
 
@@ -60,8 +60,8 @@ class _RecurrentLayer(nn.Module):
             warnings.warn("dropout option adds dropout after all but last recurrent layer, so non-zero "
                           f"dropout expects num_layers greater than 1, but got dropout={dropout} and "
                           f"num_layers={num_layers}")
-        self.nonlinearity = nonlinearity
-        self._act = check_activation(nonlinearity)
+        check_activation(nonlinearity)
+        self.nonlinearity = nonlinearity  # its name: a module holds no function, so that it loads weights_only
         self.rdrop = RecurrentDropout(recurrent_dropout, scheme, sampling, scaling, CELL_SCHEMES[self.kind])
         self.num_directions = 2 if bidirectional else 1
         gate_size = GATES[self.kind] * hidden_size
@@ -176,6 +176,10 @@ class _RecurrentLayer(nn.Module):
     # -- input checks -----------------------------------------------------------------------------
     def _check_input(self, input: Tensor, hx):
         batched = check_input(input, self.input_size, batched_rank=3)
+        weight = self.weight_ih_l0
+        if input.dtype != weight.dtype:  # as torch.nn says it, in training and at test alike
+            raise ValueError(f"RNN input dtype ({input.dtype}) does not match weight dtype ({weight.dtype}). "
+                             f"Convert input: input.to({weight.dtype}), or convert model: model.to({input.dtype})")
         x = input if batched else input.unsqueeze(1)
         if batched and self.batch_first:
             x = x.transpose(0, 1)
@@ -209,7 +213,7 @@ class LSTM(_RecurrentLayer):
     n_states = 2
 
     def _step(self, gx, state, w_hh, b_hh, factors):
-        return lstm_step(gx, *state, w_hh, b_hh, *factors, self._act)
+        return lstm_step(gx, *state, w_hh, b_hh, *factors, ACTIVATIONS[self.nonlinearity])
 
     def _sequence(self, x, state, w_ih, w_hh, b_ih, b_hh, factors, reverse):
         gx = _input_projection_with_both_biases(x, w_ih, b_ih, b_hh)
@@ -233,7 +237,7 @@ class GRU(_RecurrentLayer):
                          0, device, dtype, **kwargs)
 
     def _step(self, gx, state, w_hh, b_hh, factors):
-        return (gru_step(gx, *state, w_hh, b_hh, *factors, self._act),)
+        return (gru_step(gx, *state, w_hh, b_hh, *factors, ACTIVATIONS[self.nonlinearity]),)
 
     def _sequence(self, x, state, w_ih, w_hh, b_ih, b_hh, factors, reverse):
         # b_hn sits inside r * (W_hn h + b_hn): b_hh stays with the recurrence
@@ -257,7 +261,7 @@ class RNN(_RecurrentLayer):
                          0, device, dtype, nonlinearity=nonlinearity, **kwargs)
 
     def _step(self, gx, state, w_hh, b_hh, factors):
-        return (rnn_step(gx, *state, w_hh, b_hh, *factors, self._act),)
+        return (rnn_step(gx, *state, w_hh, b_hh, *factors, ACTIVATIONS[self.nonlinearity]),)
 
     def _sequence(self, x, state, w_ih, w_hh, b_ih, b_hh, factors, reverse):
         gx = _input_projection_with_both_biases(x, w_ih, b_ih, b_hh)

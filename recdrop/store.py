@@ -12,12 +12,14 @@ import functools
 import io
 import json
 import os
+import pickle
 import platform
 import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+import numpy as np
 import torch
 
 from .paths import DATA_DIR, REPO_ROOT
@@ -56,10 +58,28 @@ class CorruptCheckpointError(RuntimeError):
     pass
 
 
+# Checkpoints written before they held only tensors and plain values hold NumPy arrays (an RNG state)
+# and torch's version string: constructors of data, allowed so that those checkpoints still load.
+LEGACY_CHECKPOINT_GLOBALS = [np.zeros(1).__reduce__()[0], np.ndarray, np.dtype, type(np.dtype("uint32")),
+                             torch.torch_version.TorchVersion]
+
+
 def load_checkpoint(path: Path) -> Dict[str, Any]:
+    """A checkpoint, read with ``torch.load(weights_only=True)``: a file that holds anything but
+    tensors, plain values (and the legacy data above) is refused, so loading one cannot run code."""
     try:
-        return torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as e:  # truncated or overwritten file: say which, and how to recover
+        with torch.serialization.safe_globals(LEGACY_CHECKPOINT_GLOBALS):
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        what = next((line.strip() for line in str(e).splitlines() if "Unsupported global" in line), None)
+        if what is None:  # not a checkpoint at all
+            raise CorruptCheckpointError(f"checkpoint {path} cannot be read (UnpicklingError: {str(e)[:200]}); "
+                                         "delete it to restart that run from scratch") from e
+        # it holds an object that a checkpoint never holds: do not load it
+        raise CorruptCheckpointError(f"checkpoint {path} holds more than tensors and plain values ({what}); it is not "
+                                     "loaded, since loading it could run code: delete it to restart that run from "
+                                     "scratch") from e
+    except Exception as e:  # truncated or overwritten: say which file, and how to recover
         raise CorruptCheckpointError(f"checkpoint {path} cannot be read ({type(e).__name__}: {e}); "
                                      "delete it to restart that run from scratch") from e
 
@@ -102,7 +122,7 @@ git_commit()  # at import: later edits to the checkout do not change what this p
 
 def environment(device: str) -> Dict[str, str]:
     """Hardware, versions and commit of the code running now, for a run record."""
-    return {"hardware": hardware(device), "device": str(device), "torch": torch.__version__,
+    return {"hardware": hardware(device), "device": str(device), "torch": str(torch.__version__),
             "python": platform.python_version(), "commit": git_commit()}
 
 

@@ -91,7 +91,13 @@ def seed_everything(seed: int) -> None:
 
 
 def _rng_state() -> Dict[str, Any]:
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    """Python's, NumPy's, torch's (and CUDA's) RNG states as tensors and plain values, so that a
+    checkpoint loads with ``torch.load(weights_only=True)``."""
+    _, keys, pos, has_gauss, cached_gaussian = np.random.get_state()
+    state = {"python": random.getstate(),
+             "numpy": {"keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos), "has_gauss": int(has_gauss),
+                       "cached_gaussian": float(cached_gaussian)},
+             "torch": torch.get_rng_state()}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -99,7 +105,12 @@ def _rng_state() -> Dict[str, Any]:
 
 def _set_rng_state(state: Dict[str, Any]) -> None:
     random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    n = state["numpy"]
+    if isinstance(n, dict):
+        np.random.set_state(("MT19937", n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"],
+                             n["cached_gaussian"]))
+    else:  # a checkpoint of recdrop before weights_only checkpoints: NumPy's own tuple
+        np.random.set_state(n)
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])

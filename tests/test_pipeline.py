@@ -127,7 +127,7 @@ def test_nan_loss_stops_the_run_and_keeps_the_checkpoint(store):
     rid = run_id(cfg, 0)
     with pytest.raises(NonFiniteLossError, match=f"temporal_order/{rid}.*nan at epoch 2, batch 2"):
         train_run(Exploding, cfg, seed=0, store=store, progress=False)
-    ck = torch.load(store.checkpoint_path("temporal_order", rid), weights_only=False)
+    ck = torch.load(store.checkpoint_path("temporal_order", rid), weights_only=True)
     assert ck["epoch"] == 1 and ck["batch"] == 0  # the last good one, at the end of epoch 1
     assert not store.has("temporal_order", "ci", rid)
 

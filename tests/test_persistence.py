@@ -1,0 +1,144 @@
+"""Saving and loading: every layer and cell, in every scheme and sampling, and an experiment's model,
+through ``torch.save`` / ``torch.load(weights_only=True)`` with only recdrop's public classes
+allowlisted, through pickle and deepcopy, and through state_dict to and from torch.nn; and the
+trainer's checkpoints, which hold only tensors and plain values."""
+import copy
+import io
+import pickle
+import random
+
+import numpy as np
+import pytest
+import torch
+
+import recdrop
+from recdrop.cells import CELL_SCHEMES
+from recdrop.models import Dropout, LanguageModel
+from recdrop.store import CorruptCheckpointError, load_checkpoint, save_checkpoint
+from recdrop.train import _rng_state, _set_rng_state
+
+PUBLIC = [getattr(recdrop, name) for name in recdrop.__all__ if isinstance(getattr(recdrop, name), type)]
+SETTINGS = [(kind, scheme, sampling) for kind in ("LSTM", "GRU", "RNN") for scheme in CELL_SCHEMES[kind]
+            for sampling in ("per-step", "per-sequence")]
+
+
+def build(kind, scheme, sampling, cell):
+    torch.manual_seed(0)
+    cls = getattr(recdrop, kind + ("Cell" if cell else ""))
+    extra = {} if cell else {"num_layers": 2, "bidirectional": True}
+    return cls(3, 5, recurrent_dropout=0.3, scheme=scheme, sampling=sampling, nonlinearity="relu", **extra)
+
+
+def outputs(m, train: bool, seed: int = 7):
+    """The module's output on a fixed input: in eval mode, or in train mode from ``seed`` (same masks)."""
+    m.train(train)
+    g = torch.Generator().manual_seed(1)
+    x, h0, c0 = torch.randn(6, 4, 3, generator=g), torch.randn(4, 5, generator=g), torch.randn(4, 5, generator=g)
+    torch.manual_seed(seed)
+    if isinstance(m, recdrop.layers._RecurrentLayer):
+        return m(x)[0]
+    m.reset_masks()
+    return m(x[0], (h0, c0))[0] if isinstance(m, recdrop.LSTMCell) else m(x[0], h0)
+
+
+def round_trips(m):
+    buf = io.BytesIO()
+    torch.save(m, buf)
+    with torch.serialization.safe_globals(PUBLIC):
+        loaded = torch.load(io.BytesIO(buf.getvalue()), weights_only=True)
+    return {"torch.load(weights_only=True)": loaded, "pickle": pickle.loads(pickle.dumps(m)),
+            "deepcopy": copy.deepcopy(m)}
+
+
+@pytest.mark.parametrize("cell", [False, True], ids=["layer", "cell"])
+@pytest.mark.parametrize("kind,scheme,sampling", SETTINGS)
+def test_every_module_round_trips_with_only_recdrops_classes_allowlisted(kind, scheme, sampling, cell):
+    m = build(kind, scheme, sampling, cell)
+    for how, loaded in round_trips(m).items():
+        assert type(loaded) is type(m), how
+        assert repr(loaded) == repr(m), how
+        torch.testing.assert_close(outputs(loaded, False), outputs(m, False), rtol=0, atol=0, msg=how)
+        torch.testing.assert_close(outputs(loaded, True), outputs(m, True), rtol=0, atol=0, msg=how)
+        assert not torch.equal(outputs(m, True, seed=7), outputs(m, True, seed=8)), "masks must depend on the seed"
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU", "RNN"])
+def test_state_dict_goes_to_and_from_the_torch_nn_twin(kind):
+    ours = getattr(recdrop, kind)(3, 5, num_layers=2, bidirectional=True, recurrent_dropout=0.3)
+    twin = getattr(torch.nn, kind)(3, 5, num_layers=2, bidirectional=True)
+    twin.load_state_dict(ours.state_dict())
+    back = getattr(recdrop, kind)(3, 5, num_layers=2, bidirectional=True, recurrent_dropout=0.3)
+    back.load_state_dict(twin.state_dict())
+    x = torch.randn(6, 4, 3)
+    torch.testing.assert_close(back.eval()(x)[0], twin(x)[0])
+    torch.testing.assert_close(back(x)[0], ours.eval()(x)[0], rtol=0, atol=0)
+
+
+def test_an_experiment_model_saved_whole_loads_with_its_classes_allowlisted():
+    torch.manual_seed(0)
+    model = LanguageModel(11, 4, 5, Dropout(0.25, "semeniuta", "per-sequence", "paper", 0.2, 0.5), init_scale=0.1)
+    buf = io.BytesIO()
+    torch.save(model, buf)
+    allow = PUBLIC + [LanguageModel, torch.nn.Embedding, torch.nn.Dropout, torch.nn.Linear]
+    with torch.serialization.safe_globals(allow):
+        loaded = torch.load(io.BytesIO(buf.getvalue()), weights_only=True)
+    tokens = torch.randint(11, (7, 2))
+    for train in (False, True):
+        torch.manual_seed(3)
+        a = model.train(train)(tokens, None)[0]
+        torch.manual_seed(3)
+        b = loaded.train(train)(tokens, None)[0]
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    with pytest.raises(pickle.UnpicklingError):  # without the allowlist nothing of it loads
+        torch.load(io.BytesIO(buf.getvalue()), weights_only=True)
+
+
+def test_checkpoints_hold_only_what_weights_only_reads(tmp_path):
+    random.seed(1)
+    np.random.seed(2)
+    torch.manual_seed(3)
+    path = tmp_path / "ck.pt"
+    save_checkpoint(path, {"rng": _rng_state(), "torch": str(torch.__version__), "curves": [{"loss": 1.0}]})
+    assert torch.serialization.get_unsafe_globals_in_checkpoint(path) == []
+    expected = (random.random(), np.random.rand(), torch.rand(1))
+    random.seed(9), np.random.seed(9), torch.manual_seed(9)
+    _set_rng_state(load_checkpoint(path)["rng"])  # the RNGs continue exactly where they were saved
+    assert (random.random(), np.random.rand()) == expected[:2] and torch.equal(torch.rand(1), expected[2])
+
+
+def test_a_checkpoint_of_the_previous_format_still_loads(tmp_path):
+    np.random.seed(5)
+    legacy = {"rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()},
+              "segments": [{"torch": torch.__version__}]}  # NumPy's own tuple, torch's version object
+    path = tmp_path / "old.pt"
+    save_checkpoint(path, legacy)
+    want = np.random.rand()
+    np.random.seed(6)
+    _set_rng_state(load_checkpoint(path)["rng"])
+    assert np.random.rand() == want
+
+
+class Payload:
+    def __reduce__(self):
+        return (print, ("this ran while loading",))
+
+
+def test_a_checkpoint_that_holds_code_is_refused(tmp_path):
+    path = tmp_path / "evil.pt"
+    save_checkpoint(path, {"model": {}, "extra": Payload()})
+    with pytest.raises(CorruptCheckpointError, match="evil.pt holds more than tensors and plain values .*Unsupported "
+                       "global: GLOBAL print.* could run code: delete it"):
+        load_checkpoint(path)
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU", "RNN"])
+@pytest.mark.parametrize("train", [True, False])
+@pytest.mark.parametrize("dtype", [torch.long, torch.float64])
+def test_an_input_of_another_dtype_is_the_error_torch_nn_gives(kind, train, dtype):
+    x = torch.ones(5, 2, 3, dtype=dtype)
+    messages = []
+    for m in (getattr(torch.nn, kind)(3, 4), getattr(recdrop, kind)(3, 4, recurrent_dropout=0.25)):
+        with pytest.raises(ValueError) as err:
+            m.train(train)(x)
+        messages.append(str(err.value))
+    assert messages[0] == messages[1] and str(dtype) in messages[1]
