@@ -174,9 +174,10 @@ def compare(rows: List[Dict[str, Any]], cells: Iterable[Tuple[Dict[str, Any], Op
 
 def styled(table: pd.DataFrame, digits: int = 2):
     """A comparison (``compare``'s output) as the book shows it: without the row index and without
-    the numbers behind ``ours`` (mean, sd, n), floats to ``digits`` decimals."""
+    the numbers behind ``ours`` (mean, sd, n), the paper's number and the delta to ``digits`` decimals."""
     shown = table.drop(columns=[c for c in ("mean", "sd", "n") if c in table])
-    return shown.style.hide().format(precision=digits, na_rep="—")
+    numbers = [c for c in ("paper", "delta") if c in shown]  # labels such as a rate keep their own digits
+    return shown.style.hide().format(precision=digits, na_rep="—", subset=numbers)
 
 
 def book_tables() -> None:

@@ -57,3 +57,11 @@ def test_book_tables_drop_row_numbers_but_keep_labelled_indexes():
     assert "<th>0</th>" not in plain and "<th>setting</th>" in plain
     labelled = html(pd.DataFrame({"paper": [1.0]}, index=pd.Index(["ours"], name="scheme")))
     assert "<th>ours</th>" in labelled
+
+
+def test_styled_keeps_the_labels_digits():
+    from recdrop.report import styled
+
+    t = compare([], [({"rate": 0.25}, 96.84, "x")], ["rate"], Metric("ppl", 1, 0.05, relative=True))
+    html = styled(t, 1).to_html()
+    assert "0.25" in html and "96.8" in html and "96.84" not in html and ">0<" not in html

@@ -12,7 +12,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Dict, Optional
 
-from ..report import Metric
+from ..config import SCALE_NAMES
+from ..report import Metric, stamp, styled
+from ..store import RunStore
 from . import char_lm, memory_loss, ner, sentiment, temporal_order, word_lm
 
 
@@ -29,6 +31,7 @@ class Experiment:
     metric: Optional[Metric] = None  # how ``comparison`` judges, declared beside the experiment
     claims: Optional[Callable] = None  # rows -> the paper's observations, on its numbers and on ours
     headline: Optional[str] = None  # the landing page's cell, where the paper's best value is shared
+    curves: Optional[Callable] = None  # rows -> a figure of the learning curves of whatever ran
 
 
 # In the book's order.
@@ -39,9 +42,9 @@ EXPERIMENTS: Dict[str, Experiment] = {e.name: e for e in [
     Experiment("memory_loss", "Memory loss, measured (Eqs. 17-19)", temporal_order.TemporalOrderConfig,
                memory_loss.MemoryLossTask, memory_loss.GRIDS, claims=memory_loss.claims),
     Experiment("word_lm", "Table 2: word-level PTB, test perplexity", word_lm.WordLMConfig, word_lm.WordLMTask,
-               word_lm.GRIDS, word_lm.table2, word_lm.METRIC, word_lm.claims),
+               word_lm.GRIDS, word_lm.table2, word_lm.METRIC, word_lm.claims, curves=word_lm.plot_runs),
     Experiment("char_lm", "Table 3: character-level PTB, test bpc", char_lm.CharLMConfig, char_lm.CharLMTask,
-               char_lm.GRIDS, char_lm.table3, char_lm.METRIC, char_lm.claims),
+               char_lm.GRIDS, char_lm.table3, char_lm.METRIC, char_lm.claims, curves=char_lm.plot_runs),
     Experiment("ner", "Table 4: NER on CoNLL-2003, test F1", ner.NERConfig, ner.NERTask, ner.GRIDS, ner.table4,
                ner.METRIC, ner.claims),
     Experiment("sentiment", "Table 5: Twitter sentiment, test F1", sentiment.SentimentConfig, sentiment.SentimentTask,
@@ -89,3 +92,31 @@ def get(name: str, grid: str = "table"):
     if grid not in e.grids:
         raise ValueError(f"grid={grid!r} is not a grid of {name}; allowed values: {', '.join(map(repr, e.grids))}")
     return e.task, e.grids[grid]
+
+
+def show_other_scales(name: str, shown: str, store: Optional[RunStore] = None) -> None:
+    """In a chapter rendered at ``shown``: the runs stored at every other scale of experiment ``name``,
+    largest first, each with its stamp, the comparison of the cells that ran, and their learning
+    curves where the experiment draws them. Nothing where no other scale has runs."""
+    from IPython.display import Markdown, display
+
+    from ..sweep import grid_rows
+
+    e, store = EXPERIMENTS[name], store or RunStore()
+    for scale in reversed(SCALE_NAMES):
+        if scale == shown or not store.records(name, scale):
+            continue
+        rows = grid_rows(name, scale, list(range(10)), store=store)
+        rows = [r for r in rows if r["record"]]
+        if not rows:
+            continue
+        display(Markdown(f"### At `{scale}` scale\n\n{stamp(rows)}"))
+        if e.comparison is not None:
+            table = e.comparison(rows)
+            display(styled(table[table["n"] > 0], e.metric.digits))
+        if e.curves is not None:
+            import matplotlib.pyplot as plt
+
+            fig = e.curves(rows)
+            display(fig)
+            plt.close(fig)  # shown once, not again at the end of the cell

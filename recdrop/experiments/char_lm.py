@@ -22,7 +22,7 @@ from ..models import Dropout, LanguageModel
 from ..report import Metric, check_claims, summarize
 from ..train import Task, epoch_generator
 from .lm_tables import (FORWARD, all_cells, best, cell_values, conjecture_cells, headline_cells, lm_table,
-                        lm_table_wide, paper_values, pilot_cells, plot_learning_curves, table_cells)
+                        lm_table_wide, paper_values, pilot_cells, plot_learning_curves, plot_run_curves, table_cells)
 
 LN2 = math.log(2.0)
 
@@ -249,3 +249,8 @@ def plot_curves(rows):
         (("none", 0.0, "-"), "tab:blue", "no dropout"),
         (("semeniuta", 0.25, "per-step"), "tab:red", "0.25 per-step recurrent dropout (ours)")],
         "bits per character")
+
+
+def plot_runs(rows):
+    """Learning curves of every cell run without forward dropout (for a scale whose grid is partial)."""
+    return plot_run_curves(rows, "bpc", "bits per character", log=False)

@@ -170,3 +170,17 @@ def plot_learning_curves(rows, unit: str, cells, ylabel: str, log: bool = False)
     if ax.lines:
         ax.legend(fontsize=8)
     return fig
+
+
+def plot_run_curves(rows, unit: str, ylabel: str, log: bool = False):
+    """Training (solid) and validation (dashed) curves of every cell without forward dropout that has
+    runs (the mean over its seeds): whether a model over-fits, and when each run converged."""
+    ran = []
+    for r in rows:
+        cell = (r["scheme"], r["rate"], r["sampling"])
+        if r.get("record") and r["forward"] == next(iter(FORWARD)) and cell not in ran:
+            ran.append(cell)
+    colours = ["tab:blue", "tab:red", "tab:green", "tab:orange", "tab:purple", "tab:brown", "tab:pink", "tab:olive"]
+    cells = [(c, colours[i % len(colours)], "no dropout" if c[0] == "none" else f"{c[0]} {c[1]} {c[2]}")
+             for i, c in enumerate(ran)]
+    return plot_learning_curves(rows, unit, cells, ylabel, log=log)

@@ -23,7 +23,7 @@ from ..report import Metric, check_claims
 from ..train import Task
 from .lm_tables import (FORWARD, RATES, SAMPLINGS, SCHEMES, best, cell_values, conjecture_cells,
                         headline_cells, lm_table, lm_table_wide, paper_values, pilot_cells, plot_learning_curves,
-                        table_cells)
+                        plot_run_curves, table_cells)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -243,3 +243,8 @@ def plot_figure2(rows):
         (("none", 0.0, "-"), "tab:blue", "no dropout"),
         (("semeniuta", 0.25, "per-step"), "tab:red", "0.25 per-step recurrent dropout (ours)")],
         "perplexity", log=True)
+
+
+def plot_runs(rows):
+    """Learning curves of every cell run without forward dropout (for a scale whose grid is partial)."""
+    return plot_run_curves(rows, "ppl", "perplexity", log=True)
