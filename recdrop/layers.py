@@ -48,6 +48,8 @@ class _RecurrentLayer(nn.Module):
                  scaling: str = "inverted"):
         super().__init__()
         _check_sizes(input_size, hidden_size)
+        if not isinstance(bias, bool):
+            raise TypeError(f"bias should be of type bool, got: {type(bias).__name__}")  # torch.nn's words
         if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 1:
             raise ValueError(f"num_layers must be a positive int, got {num_layers!r}")
         if proj_size:
@@ -136,7 +138,7 @@ class _RecurrentLayer(nn.Module):
             x = outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)
             if self.dropout > 0 and self.training and layer < self.num_layers - 1:
                 x = F.dropout(x, self.dropout, training=True)
-        output = x.transpose(0, 1) if self.batch_first else x
+        output = x.transpose(0, 1) if self.batch_first and batched else x  # unbatched input has no batch dim
         state = tuple(torch.stack(final) for final in finals)
         if not batched:
             output = output.squeeze(1)

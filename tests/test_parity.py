@@ -56,10 +56,21 @@ def test_layer_parity(dtype, kind, num_layers, batch_first, bidirectional, with_
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_unbatched_input_and_no_bias(kind):
+@pytest.mark.parametrize("batch_first", [False, True])
+def test_unbatched_input_and_no_bias(kind, batch_first):
     torch.manual_seed(1)
-    ref, ours = twins(kind, torch.float64, 4, 6, 2, bias=False, bidirectional=True)
-    run_both(ref, ours, torch.randn(5, 4, dtype=torch.float64), None, 1e-10)
+    ref, ours = twins(kind, torch.float64, 4, 6, 2, bias=False, bidirectional=True, batch_first=batch_first)
+    run_both(ref, ours, torch.randn(5, 4, dtype=torch.float64), None, 1e-10)  # (T, H) out, batch_first or not
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_bias_that_is_not_a_bool_is_torch_nns_type_error(kind):
+    messages = []
+    for mod in (torch.nn, recdrop):
+        with pytest.raises(TypeError) as err:
+            getattr(mod, kind)(3, 4, bias=0)
+        messages.append(str(err.value))
+    assert messages[0] == messages[1]
 
 
 def test_rnn_relu_positional_nonlinearity():
