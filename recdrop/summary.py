@@ -4,12 +4,11 @@ stored records and ``data/paper_results.csv`` by the same table functions the ch
 """
 from __future__ import annotations
 
-from typing import Dict, Optional
+from typing import Optional
 
 import pandas as pd
 
 from .experiments import EXPERIMENTS
-from .experiments.lm_tables import cell_values
 from .report import best_scale
 from .store import RunStore
 from .sweep import run_grid
@@ -20,23 +19,6 @@ def _verdict(scale: Optional[str], verdicts: pd.Series) -> str:
         return "not yet run at paper scale"
     k = int((ran == "reproduced").sum())
     return "reproduced" if k == len(verdicts) else "partly" if k else "not reproduced"
-
-
-def _figure2(rows, scale: Optional[str]) -> Dict[str, str]:
-    """Figure 2's claim on the word-LM records (``rows`` at ``scale``): with 0.25 per-step dropout
-    (ours), the final training perplexity is higher and the validation perplexity lower than without."""
-    train, valid = cell_values(rows, "train_ppl"), cell_values(rows, "valid_ppl")
-    wo = "without forward dropout"
-    none, ours = (wo, "none", 0.0, "-"), (wo, "semeniuta", 0.25, "per-step")
-    if not all(c in train for c in (none, ours)):
-        found = "not yet run"
-    else:
-        holds = train[ours] > train[none] and valid[ours] < valid[none]
-        found = (f"train {train[ours]:.1f} vs {train[none]:.1f}, valid {valid[ours]:.1f} vs {valid[none]:.1f}: "
-                 + ("confirmed" if holds else "not confirmed"))
-    verdict = ("not yet run at paper scale" if scale != "paper" or found == "not yet run" else
-               "reproduced" if found.endswith(": confirmed") else "not reproduced")
-    return {"scale": scale or "—", "ours": found, "verdict": verdict}
 
 
 def _landing_rows(t: pd.DataFrame) -> pd.DataFrame:
@@ -73,12 +55,10 @@ def landing_table(store: Optional[RunStore] = None) -> pd.DataFrame:
                     "cells within tolerance": f"{int((ran['verdict'] == 'reproduced').sum())} of {len(t)}"
                                               + ("" if len(ran) == len(t) else f" ({len(t) - len(ran)} not run)"),
                     "verdict": _verdict(scale, t["verdict"])})
-        if e.name == "word_lm":
-            fig2 = _figure2(rows, scale)
-            out.append({"what": "Figure 2: learning curves, word-level PTB", "chapter": "word_lm",
-                        "scale": fig2["scale"], "the paper's best cell": "with dropout: higher training, "
-                        "lower validation perplexity", "paper": "—", "ours": fig2["ours"], "delta": "—",
-                        "cells within tolerance": "—", "verdict": fig2["verdict"]})
+        for figure in e.figures:  # the paper's figures drawn from this experiment's runs
+            row = figure(rows, scale)
+            out.append({"chapter": e.name, "paper": "—", "delta": "—", "cells within tolerance": "—", **row,
+                        "verdict": _verdict(scale, pd.Series([row["verdict"]]))})
     cols = ["what", "scale", "the paper's best cell", "paper", "ours", "delta", "cells within tolerance", "verdict",
             "chapter"]
     return pd.DataFrame(out)[cols]

@@ -62,6 +62,18 @@ def test_every_module_round_trips_with_only_recdrops_classes_allowlisted(kind, s
         assert not torch.equal(outputs(m, True, seed=7), outputs(m, True, seed=8)), "masks must depend on the seed"
 
 
+@pytest.mark.parametrize("kind", ["LSTMCell", "GRUCell", "RNNCell"])
+def test_a_cells_state_dict_goes_to_and_from_the_torch_nn_twin(kind):
+    ours = getattr(recdrop, kind)(3, 5, recurrent_dropout=0.3)
+    twin = getattr(torch.nn, kind)(3, 5)
+    twin.load_state_dict(ours.state_dict())
+    back = getattr(recdrop, kind)(3, 5, recurrent_dropout=0.3)
+    back.load_state_dict(twin.state_dict())
+    x, h = torch.randn(4, 3), torch.randn(4, 5)
+    state = (h, h) if kind == "LSTMCell" else h
+    torch.testing.assert_close(back.eval()(x, state), twin(x, state))
+
+
 @pytest.mark.parametrize("kind", ["LSTM", "GRU", "RNN"])
 def test_state_dict_goes_to_and_from_the_torch_nn_twin(kind):
     ours = getattr(recdrop, kind)(3, 5, num_layers=2, bidirectional=True, recurrent_dropout=0.3)
@@ -142,3 +154,16 @@ def test_an_input_of_another_dtype_is_the_error_torch_nn_gives(kind, train, dtyp
             m.train(train)(x)
         messages.append(str(err.value))
     assert messages[0] == messages[1] and str(dtype) in messages[1]
+
+
+@pytest.mark.parametrize("kind", ["LSTMCell", "GRUCell", "RNNCell"])
+@pytest.mark.parametrize("train", [True, False])
+@pytest.mark.parametrize("dtype", [torch.long, torch.float64])
+def test_a_cells_input_of_another_dtype_is_the_error_torch_nn_gives(kind, train, dtype):
+    x = torch.ones(2, 3, dtype=dtype)
+    errors = []
+    for m in (getattr(torch.nn, kind)(3, 4), getattr(recdrop, kind)(3, 4, recurrent_dropout=0.25)):
+        with pytest.raises(Exception) as err:
+            m.train(train)(x)
+        errors.append((type(err.value), str(err.value)))
+    assert errors[0] == errors[1]

@@ -32,6 +32,7 @@ class Experiment:
     claims: Optional[Callable] = None  # rows -> the paper's observations, on its numbers and on ours
     headline: Optional[str] = None  # the landing page's cell, where the paper's best value is shared
     curves: Optional[Callable] = None  # rows -> a figure of the learning curves of whatever ran
+    figures: tuple = ()  # (rows, scale) -> the landing page's row of a paper's figure drawn from these runs
 
 
 # In the book's order.
@@ -42,7 +43,8 @@ EXPERIMENTS: Dict[str, Experiment] = {e.name: e for e in [
     Experiment("memory_loss", "Memory loss, measured (Eqs. 17-19)", temporal_order.TemporalOrderConfig,
                memory_loss.MemoryLossTask, memory_loss.GRIDS, claims=memory_loss.claims),
     Experiment("word_lm", "Table 2: word-level PTB, test perplexity", word_lm.WordLMConfig, word_lm.WordLMTask,
-               word_lm.GRIDS, word_lm.table2, word_lm.METRIC, word_lm.claims, curves=word_lm.plot_runs),
+               word_lm.GRIDS, word_lm.table2, word_lm.METRIC, word_lm.claims, curves=word_lm.plot_runs,
+               figures=(word_lm.figure2_row,)),
     Experiment("char_lm", "Table 3: character-level PTB, test bpc", char_lm.CharLMConfig, char_lm.CharLMTask,
                char_lm.GRIDS, char_lm.table3, char_lm.METRIC, char_lm.claims, curves=char_lm.plot_runs),
     Experiment("ner", "Table 4: NER on CoNLL-2003, test F1", ner.NERConfig, ner.NERTask, ner.GRIDS, ner.table4,

@@ -248,3 +248,21 @@ def plot_figure2(rows):
 def plot_runs(rows):
     """Learning curves of every cell run without forward dropout (for a scale whose grid is partial)."""
     return plot_run_curves(rows, "ppl", "perplexity", log=True)
+
+
+def figure2_row(rows, scale):
+    """Figure 2's row of the landing page, from the runs at ``scale``: with 0.25 per-step dropout (ours),
+    the final training perplexity is higher and the validation perplexity lower than without."""
+    train, valid = cell_values(rows, "train_ppl"), cell_values(rows, "valid_ppl")
+    wo = next(iter(FORWARD))
+    none, ours = (wo, "none", 0.0, "-"), (wo, "semeniuta", 0.25, "per-step")
+    if not all(c in train for c in (none, ours)):
+        found, verdict = "not yet run", "not yet run"
+    else:
+        holds = train[ours] > train[none] and valid[ours] < valid[none]
+        found = (f"train {train[ours]:.1f} vs {train[none]:.1f}, valid {valid[ours]:.1f} vs {valid[none]:.1f}: "
+                 + ("confirmed" if holds else "not confirmed"))
+        verdict = "reproduced" if holds else "not reproduced"
+    return {"what": "Figure 2: learning curves, word-level PTB", "scale": scale or "—",
+            "the paper's best cell": "with dropout: higher training, lower validation perplexity", "ours": found,
+            "verdict": verdict}
