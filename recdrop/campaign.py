@@ -108,6 +108,16 @@ def pending_runs(entries: Sequence[Entry], device: str, store: RunStore) -> List
     return todo
 
 
+def expected_seconds(row: Dict[str, Any], store: RunStore) -> Optional[float]:
+    """What a pending run should take: the mean wall time of the stored runs of its experiment at its
+    scale and with the same model size, or None where none has run yet."""
+    e, cfg = row["entry"], row["config"]
+    size = getattr(cfg, "hidden_size", None)
+    times = [r["wall_time_s"] for r in store.records(e.experiment, e.scale)
+             if r["config"].get("hidden_size") == size and r.get("wall_time_s")]
+    return sum(times) / len(times) if times else None
+
+
 def parse_budget(text: str) -> float:
     """Seconds in a budget such as ``2h30m``, ``9m``, ``45s`` or ``1h``."""
     m = re.fullmatch(r"\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s)?\s*", str(text))
@@ -276,9 +286,14 @@ def main(argv=None) -> int:
             print(f"unpack: {unpack(args.unpack, store)}")
         entries = load_campaign(args.file)
         if args.list:
+            total, unknown = 0.0, 0
             for row in pending_runs(entries, args.device, store):
                 state = "resumes" if row["resumable"] else "reruns" if row["rerun"] else "new"
-                print(f"{state:8s} {_label(row)}")
+                t = expected_seconds(row, store)
+                total, unknown = total + (t or 0.0), unknown + (t is None)
+                print(f"{state:8s} {'?' if t is None else f'{t / 60:.0f} min':>8s}  {_label(row)}")
+            print(f"about {total / 3600:.1f} hours of runs on the hardware of their stored runs, one at a time"
+                  + (f", and {unknown} runs of no known cost" if unknown else ""))
             return 0
         budget = parse_budget(args.budget)
         started = time.time()

@@ -81,3 +81,22 @@ def test_landing_verdicts():
     assert _verdict("paper", pd.Series(["not reproduced"])) == "not reproduced"
     assert _verdict("quick", pd.Series(["reproduced"])) == "not yet run at paper scale"
     assert _verdict("paper", pd.Series(["not yet run"])) == "not yet run at paper scale"
+
+
+def test_a_chapter_shows_the_runs_of_its_other_scales(store, monkeypatch):
+    from recdrop import experiments
+    from recdrop.experiments.temporal_order import TemporalOrderTask
+    from recdrop.train import train_run
+
+    shown = []
+    monkeypatch.setattr("IPython.display.display", lambda obj: shown.append(obj))
+    experiments.show_other_scales("temporal_order", "quick", store)
+    assert shown == []  # nothing stored at another scale
+    train_run(TemporalOrderTask, grid_rows("temporal_order", "ci", [0], store=store)[0]["config"], store=store,
+              progress=False)
+    experiments.show_other_scales("temporal_order", "quick", store)
+    assert "At `ci` scale" in shown[0].data and "runs: 1 shown" in shown[0].data
+    table = shown[1].data  # a Styler of the comparison
+    assert len(table) == 2 and "not yet run" not in set(table["ours"])  # the one cell that ran: train, test
+    experiments.show_other_scales("temporal_order", "ci", store)
+    assert len(shown) == 2  # the scale shown is not repeated

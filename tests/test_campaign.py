@@ -204,3 +204,12 @@ def test_a_damaged_pack_is_a_clear_error(store, tmp_path):
     part.unlink()
     with pytest.raises(FileNotFoundError, match="no campaign-pack"):
         unpack(tmp_path / "out", RunStore(tmp_path / "runs2"))
+
+
+def test_the_list_estimates_a_runs_time_from_the_stored_runs_like_it(store):
+    rows = [{**r, "entry": CI_ENTRY} for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
+    assert campaign.expected_seconds(rows[0], store) is None  # nothing of its kind has run
+    rec = train_run(TemporalOrderTask, rows[0]["config"], store=store, progress=False)
+    assert campaign.expected_seconds(rows[1], store) == rec["wall_time_s"]
+    bigger = {**rows[1], "config": rows[1]["config"].replace(hidden_size=32)}
+    assert campaign.expected_seconds(bigger, store) is None  # another model size says nothing of it
