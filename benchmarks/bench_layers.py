@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import torch
+from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
 
 import recdrop
 from recdrop.perf import flops_per_step, peak_tflops
@@ -30,7 +31,7 @@ def time_fwd_bwd(module, x, repeats: int, device: str) -> float:
     """Median seconds of one forward+backward pass (after two warm-up passes)."""
     def step():
         y, _ = module(x)
-        y.sum().backward()
+        (y.data if isinstance(y, PackedSequence) else y).sum().backward()
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     for _ in range(2):
         step()
@@ -54,6 +55,8 @@ def main(argv=None):
     ap.add_argument("--schemes", nargs="+", default=["semeniuta"])
     ap.add_argument("--hidden", type=int, nargs="+", help="hidden sizes to sweep at --seq (instead of the issue's shapes)")
     ap.add_argument("--seq", type=int, default=35)
+    ap.add_argument("--packed", action="store_true",
+                    help="a PackedSequence in, of lengths spread evenly from half the sequence length to all of it")
     ap.add_argument("--tf32", action="store_true", help="allow TF32 matmuls on the GPU (both torch.nn and recdrop)")
     ap.add_argument("--out", type=Path, help="write the table as CSV here (with hardware, torch and commit per row)")
     args = ap.parse_args(argv)
@@ -67,12 +70,16 @@ def main(argv=None):
           f"| commit {git_commit()} | float32{' (TF32 matmuls)' if args.tf32 else ''}, batch {args.batch}")
     rows = []
     env = {"hardware": hardware(args.device), "device": args.device, "threads": torch.get_num_threads(),
-           "torch": torch.__version__, "commit": git_commit(), "batch": args.batch, "tf32": args.tf32}
+           "torch": torch.__version__, "commit": git_commit(), "batch": args.batch, "tf32": args.tf32,
+           "packed": args.packed}
     peak = peak_tflops(env["hardware"], args.tf32)
     shapes = [(h, args.seq) for h in args.hidden] if args.hidden else SHAPES
     for kind in args.kinds:
         for hidden, steps in shapes:
             x = torch.randn(steps, args.batch, hidden, device=args.device)
+            if args.packed:
+                lengths = torch.linspace(steps, steps // 2, args.batch).round().long()
+                x = pack_padded_sequence(x, lengths, enforce_sorted=False)
             ref = getattr(torch.nn, kind)(hidden, hidden).to(args.device)
             t_ref = time_fwd_bwd(ref, x, args.repeats, args.device)
             for scheme in args.schemes:

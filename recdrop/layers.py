@@ -11,13 +11,14 @@ cuDNN does); only the recurrent matmul and the elementwise gate math run per ste
 """
 from __future__ import annotations
 
+import itertools
 import warnings
 from typing import Dict, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.nn.utils.rnn import PackedSequence
+from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 from .cells import (ACTIVATIONS, CELL_SCHEMES, GATES, _check_sizes, check_activation, check_input, check_states,
                     gru_step, init_uniform_, lstm_step, rnn_step)
@@ -117,8 +118,7 @@ class _RecurrentLayer(nn.Module):
         """Same as torch.nn's forward. ``masks`` (keyword-only) replaces the random masks with
         given raw 0/1 masks, in the layout of ``draw_masks``; used when training only."""
         if isinstance(input, PackedSequence):
-            raise NotImplementedError("PackedSequence input is not supported by recdrop yet; pass a padded "
-                                      "tensor (and mask the padding in the loss)")
+            return self._forward_packed(input, hx, masks)
         x, hx, batched = self._check_input(input, hx)
         steps, batch = x.shape[0], x.shape[1]
         if masks is None and self.training and self.rdrop.targets:
@@ -145,8 +145,78 @@ class _RecurrentLayer(nn.Module):
             state = tuple(s.squeeze(1) for s in state)
         return output, (state if self.n_states == 2 else state[0])
 
+    # -- packed sequences -------------------------------------------------------------------------
+    def _forward_packed(self, packed: PackedSequence, hx, masks: Optional[Masks]):
+        """A PackedSequence in and out, as torch.nn. Sequences are run in the pack's order (longest
+        first); each step runs only the sequences still going, so padding takes no part: no mask
+        acts on it, the reverse direction starts at each sequence's own end, and h_n is each
+        sequence's state at its own end. Masks (given or drawn) are laid out as for a padded batch
+        of the original order, ``draw_masks(T, B)``, and a sequence uses its first ``length`` steps."""
+        sorted_idx, unsorted_idx = packed.sorted_indices, packed.unsorted_indices
+        x, lengths = pad_packed_sequence(PackedSequence(packed.data, packed.batch_sizes))  # (T, B, in), sorted
+        self._check_input(x, None)
+        steps, batch = x.shape[0], x.shape[1]
+        want = (self.num_layers * self.num_directions, batch, self.hidden_size)
+        if hx is None:
+            hx = tuple(x.new_zeros(want) for _ in range(self.n_states))
+        else:
+            hx = check_states(hx, self.n_states, want)
+            hx = tuple(s if sorted_idx is None else s.index_select(1, sorted_idx) for s in hx)
+        if masks is None and self.training and self.rdrop.targets:
+            masks = self.draw_masks(steps, batch, x.device, x.dtype)
+        if masks is not None:
+            self._check_masks(masks, steps, batch)
+            if sorted_idx is not None:  # into the pack's order
+                masks = [{t: m.index_select(m.dim() - 2, sorted_idx) for t, m in d.items()} for d in masks]
+        sizes = packed.batch_sizes.tolist()
+        finals: List[List[Tensor]] = [[] for _ in range(self.n_states)]
+        for layer in range(self.num_layers):
+            outs = []
+            for d in range(self.num_directions):
+                k = layer * self.num_directions + d
+                out, state = self._run_packed_direction(x, lengths, sizes, tuple(s[k] for s in hx), layer, d == 1,
+                                                        None if masks is None else masks[k])
+                outs.append(out)
+                for final, st in zip(finals, state):
+                    final.append(st)
+            x = outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)
+            if self.dropout > 0 and self.training and layer < self.num_layers - 1:
+                x = F.dropout(x, self.dropout, training=True)
+        data = pack_padded_sequence(x, lengths).data
+        state = tuple(torch.stack(final) for final in finals)
+        if unsorted_idx is not None:
+            state = tuple(st.index_select(1, unsorted_idx) for st in state)
+        output = PackedSequence(data, packed.batch_sizes, sorted_idx, unsorted_idx)
+        return output, (state if self.n_states == 2 else state[0])
+
+    def _run_packed_direction(self, x: Tensor, lengths: Tensor, sizes: List[int], state: Tuple[Tensor, ...],
+                              layer: int, reverse: bool, masks: Optional[Dict[str, Tensor]]):
+        """One direction over sequences sorted longest first: ``x`` is reversed within each sequence for
+        the reverse direction, then run in stretches of steps over which the same sequences go on;
+        a sequence's final state is taken where it ends."""
+        if reverse:
+            x = _reverse_within(x, lengths)
+        steps, batch = x.shape[0], x.shape[1]
+        pieces, ends, k0 = [], [], 0
+        while k0 < steps:
+            n = sizes[k0]
+            k1 = k0 + sum(1 for _ in itertools.takewhile(lambda b: b == n, sizes[k0:]))
+            seg = None if masks is None else {t: m[k0:k1, :n] if m.dim() == 3 else m[:n] for t, m in masks.items()}
+            out, new = self._run_direction(x[k0:k1, :n], tuple(s[:n] for s in state), layer, reverse, seg,
+                                           in_order=True)
+            pieces.append(F.pad(out, (0, 0, 0, batch - n)))
+            n_next = sizes[k1] if k1 < steps else 0
+            ends.append(tuple(s[n_next:n] for s in new))  # the sequences that end here
+            state = tuple(s[:n_next] for s in new)
+            k0 = k1
+        out = torch.cat(pieces)
+        final = tuple(torch.cat([e[i] for e in reversed(ends)]) for i in range(self.n_states))
+        return (_reverse_within(out, lengths) if reverse else out), final
+
     def _run_direction(self, x: Tensor, state: Tuple[Tensor, ...], layer: int, reverse: bool,
-                       masks: Optional[Dict[str, Tensor]]):
+                       masks: Optional[Dict[str, Tensor]], in_order: bool = False):
+        """One direction of ``layer`` (its reverse weights if ``reverse``) over ``x``, last step first if
+        ``reverse``, or in the given order with ``in_order`` (``x`` already reversed, as for packed input)."""
         sfx = "_reverse" if reverse else ""
         w_ih = getattr(self, f"weight_ih_l{layer}{sfx}")
         w_hh = getattr(self, f"weight_hh_l{layer}{sfx}")
@@ -154,11 +224,12 @@ class _RecurrentLayer(nn.Module):
         b_hh = getattr(self, f"bias_hh_l{layer}{sfx}") if self.bias else None
         per_step = self.rdrop.sampling == "per-step"
         factors = self.rdrop.factors(masks, self.training, per_step=per_step)
+        backwards = reverse and not in_order
         if self.fused:
-            return self._sequence(x, state, w_ih, w_hh, b_ih, b_hh, factors, reverse)
+            return self._sequence(x, state, w_ih, w_hh, b_ih, b_hh, factors, backwards)
         gx = F.linear(x, w_ih, b_ih)  # (T, B, G*H): all input projections in one matmul
         steps = x.shape[0]
-        order = range(steps - 1, -1, -1) if reverse else range(steps)
+        order = range(steps - 1, -1, -1) if backwards else range(steps)
         outs: List[Optional[Tensor]] = [None] * steps
         for k, t in enumerate(order):  # masks are indexed by processing step k
             state = self._step(gx[t], state, w_hh, b_hh, factors.at(k))
@@ -198,6 +269,14 @@ class _RecurrentLayer(nn.Module):
         shape = self.rdrop.mask_shape(steps, batch, self.hidden_size)
         for m in masks:
             self.rdrop.check_masks(m, shape)
+
+
+def _reverse_within(x: Tensor, lengths: Tensor) -> Tensor:
+    """``x`` (T, B, ...) with each sequence's first ``lengths[b]`` steps in reverse order; padding stays."""
+    t = torch.arange(x.shape[0], device=x.device).unsqueeze(1)
+    n = lengths.to(x.device).unsqueeze(0)
+    idx = torch.where(t < n, n - 1 - t, t)
+    return x.gather(0, idx.view(*idx.shape, *([1] * (x.dim() - 2))).expand_as(x))
 
 
 class LSTM(_RecurrentLayer):

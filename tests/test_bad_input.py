@@ -89,7 +89,6 @@ def test_given_masks_checked():
 def test_not_implemented_options():
     with pytest.raises(NotImplementedError, match="proj_size"):
         recdrop.LSTM(3, 4, proj_size=2)
-    m = recdrop.LSTM(3, 4)
+    m = recdrop.LSTM(3, 4)  # packed input is supported now (tests/test_packed.py)
     packed = pack_padded_sequence(torch.randn(5, 2, 3), torch.tensor([5, 3]))
-    with pytest.raises(NotImplementedError, match="PackedSequence"):
-        m(packed)
+    assert isinstance(m(packed)[0], type(packed))

@@ -1,0 +1,69 @@
+"""PackedSequence in and out: a packed batch equals each of its sequences run alone, given the same
+masks, for every cell, scheme, sampling and direction, in training and at test."""
+import pytest
+import torch
+from torch.nn.utils.rnn import pack_padded_sequence, pack_sequence, pad_packed_sequence
+
+import recdrop
+from recdrop.cells import CELL_SCHEMES
+
+LENGTHS = [3, 7, 5, 7, 1]  # unsorted, with a tie and a sequence of one step
+SETTINGS = [(kind, scheme, sampling) for kind in ("LSTM", "GRU", "RNN") for scheme in CELL_SCHEMES[kind]
+            for sampling in ("per-step", "per-sequence")]
+
+
+def alone(masks, b, n):
+    """Sequence ``b``'s own masks, of its ``n`` steps, from a padded batch's masks."""
+    return [{t: (m[:n, b:b + 1] if m.dim() == 3 else m[b:b + 1]) for t, m in d.items()} for d in masks]
+
+
+@pytest.mark.parametrize("fused", [True, False], ids=["fast path", "plain loop"])
+@pytest.mark.parametrize("train", [True, False], ids=["train", "eval"])
+@pytest.mark.parametrize("kind,scheme,sampling", SETTINGS)
+def test_a_packed_batch_equals_each_sequence_run_alone(kind, scheme, sampling, train, fused):
+    torch.manual_seed(0)
+    m = getattr(recdrop, kind)(3, 4, num_layers=2, bidirectional=True, recurrent_dropout=0.4, scheme=scheme,
+                               sampling=sampling, scaling="paper").double().train(train)
+    m.fused = fused
+    seqs = [torch.randn(n, 3, dtype=torch.float64) for n in LENGTHS]
+    packed = pack_sequence(seqs, enforce_sorted=False)
+    masks = m.draw_masks(max(LENGTHS), len(LENGTHS), dtype=torch.float64) if train else None
+    out, state = m(packed, masks=masks)
+    h_n = state[0] if kind == "LSTM" else state
+    padded, lengths = pad_packed_sequence(out)
+    assert lengths.tolist() == LENGTHS
+    for b, (x, n) in enumerate(zip(seqs, LENGTHS)):
+        y, st = m(x.unsqueeze(1), masks=None if masks is None else alone(masks, b, n))
+        torch.testing.assert_close(padded[:n, b], y[:, 0], rtol=1e-10, atol=1e-10)
+        torch.testing.assert_close(h_n[:, b], (st[0] if kind == "LSTM" else st)[:, 0], rtol=1e-10, atol=1e-10)
+        if kind == "LSTM":
+            torch.testing.assert_close(state[1][:, b], st[1][:, 0], rtol=1e-10, atol=1e-10)
+        assert padded[n:, b].abs().sum() == 0  # padding stays padding
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU", "RNN"])
+def test_packed_input_matches_torch_nn_without_dropout(kind):
+    torch.manual_seed(1)
+    ref = getattr(torch.nn, kind)(3, 4, num_layers=2, bidirectional=True).double()
+    ours = getattr(recdrop, kind)(3, 4, num_layers=2, bidirectional=True).double()
+    ours.load_state_dict(ref.state_dict())
+    seqs = [torch.randn(n, 3, dtype=torch.float64, requires_grad=True) for n in LENGTHS]
+    h0 = torch.randn(4, len(LENGTHS), 4, dtype=torch.float64)
+    hx = (h0, h0.cos()) if kind == "LSTM" else h0
+    results = []
+    for model in (ref, ours):
+        out, state = model(pack_sequence(seqs, enforce_sorted=False), hx)
+        states = state if isinstance(state, tuple) else (state,)
+        loss = pad_packed_sequence(out)[0].pow(2).sum() + sum(s.sin().sum() for s in states)
+        grads = torch.autograd.grad(loss, seqs + list(model.parameters()))
+        results.append((out.data, states, grads))
+    torch.testing.assert_close(results[0], results[1], rtol=1e-10, atol=1e-10)
+
+
+def test_packed_from_a_padded_sorted_batch_and_batch_first():
+    torch.manual_seed(2)
+    ref, ours = torch.nn.GRU(3, 4, batch_first=True), recdrop.GRU(3, 4, batch_first=True, recurrent_dropout=0.25)
+    ours.load_state_dict(ref.state_dict())
+    x = torch.randn(3, 6, 3)
+    packed = pack_padded_sequence(x, torch.tensor([6, 4, 2]), batch_first=True)
+    torch.testing.assert_close(ours.eval()(packed)[0].data, ref(packed)[0].data)
