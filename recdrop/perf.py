@@ -34,7 +34,7 @@ def peak_tflops(hardware: str, tf32: bool) -> Optional[float]:
     return None
 
 
-PROVENANCE = ["hardware", "device", "threads", "torch", "commit", "batch", "tf32"]
+PROVENANCE = ["hardware", "device", "threads", "torch", "commit", "batch", "tf32", "packed"]
 # Issue 6's targets for the fast path on a GPU, at its two shapes (hidden, sequence length).
 TARGET_SHAPES = [(256, 35), (1024, 100)]
 TARGET_RATIO = 1.5  # recdrop with dropout / torch.nn (cuDNN) without, at most
@@ -61,15 +61,19 @@ def provenance(df: pd.DataFrame) -> pd.DataFrame:
 
 def ratio_table(df: pd.DataFrame) -> pd.DataFrame:
     """recdrop's fast path with dropout 0.25 over torch.nn without dropout (forward + backward, same
-    machine, same run): one row per machine, cell and shape, one column per scheme."""
+    machine, same run): one row per machine, input (a padded tensor or a PackedSequence), cell and
+    shape, one column per scheme."""
     if df.empty:
         return pd.DataFrame()
-    t = df.assign(shape=df["hidden"].astype(str) + " x " + df["seq"].astype(str))
-    out = t.pivot_table(index=["hardware", "kind", "hidden", "seq"], columns="scheme", values="ratio", aggfunc="first")
+    packed = df["packed"].fillna(False).astype(bool) if "packed" in df else pd.Series(False, index=df.index)
+    t = df.assign(shape=df["hidden"].astype(str) + " x " + df["seq"].astype(str),
+                  input=packed.map({True: "packed", False: "padded"}))
+    keys = ["hardware", "input", "kind", "hidden", "seq"]
+    out = t.pivot_table(index=keys, columns="scheme", values="ratio", aggfunc="first")
     out = out.reset_index().drop(columns=["seq"]).assign(
-        **{"hidden x steps": t.groupby(["hardware", "kind", "hidden", "seq"])["shape"].first().values})
+        **{"hidden x steps": t.groupby(keys)["shape"].first().values})
     schemes = [c for c in ("semeniuta", "gal", "moon") if c in out]
-    return out[["hardware", "kind", "hidden x steps", *schemes]].rename_axis(columns=None)
+    return out[["hardware", "input", "kind", "hidden x steps", *schemes]].rename_axis(columns=None)
 
 
 def gpu_targets(df: pd.DataFrame) -> pd.DataFrame:
@@ -77,6 +81,8 @@ def gpu_targets(df: pd.DataFrame) -> pd.DataFrame:
     plain loop at the target shapes, over cells and schemes, and whether each target is met."""
     rows = []
     gpu = df[df.get("device", pd.Series(dtype=str)).astype(str).str.startswith("cuda")] if not df.empty else df
+    if "packed" in gpu:  # the targets are for padded input
+        gpu = gpu[~gpu["packed"].fillna(False).astype(bool)]
     for hardware, g in gpu.groupby("hardware"):
         at = g[[tuple(x) in TARGET_SHAPES for x in g[["hidden", "seq"]].itertuples(index=False)]]
         if at.empty:

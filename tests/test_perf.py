@@ -31,9 +31,9 @@ def test_ratio_table_has_a_column_per_scheme_and_the_provenance_once(tmp_path):
                   ]).to_csv(tmp_path / "m.csv", index=False)
     bench = perf.load_benchmarks(tmp_path)
     table = perf.ratio_table(bench)
-    assert list(table.columns) == ["hardware", "kind", "hidden x steps", "semeniuta", "gal"]
-    assert table.to_dict("records")[0] == {"hardware": "cpu", "kind": "LSTM", "hidden x steps": "256 x 35",
-                                           "semeniuta": 1.5, "gal": 1.25}
+    assert list(table.columns) == ["hardware", "input", "kind", "hidden x steps", "semeniuta", "gal"]
+    assert table.to_dict("records")[0] == {"hardware": "cpu", "input": "padded", "kind": "LSTM",
+                                           "hidden x steps": "256 x 35", "semeniuta": 1.5, "gal": 1.25}
     assert table.loc[1, "hidden x steps"] == "1024 x 100" and table.loc[1, "semeniuta"] == 1.1
     prov = perf.provenance(bench)
     assert len(prov) == 1 and prov.loc[0, "commit"] == "abc" and prov.loc[0, "file"] == "m.csv"
@@ -57,3 +57,12 @@ def test_gpu_targets_take_the_worst_cell_at_the_target_shapes(tmp_path):
     pd.DataFrame(rows + [bench_row(device="cuda", hardware="H100", scheme="moon", ratio=1.6, loop_over_recdrop=4.0)]
                  ).to_csv(tmp_path / "m.csv", index=False)
     assert perf.gpu_targets(perf.load_benchmarks(tmp_path))["met"].tolist() == [False, False]
+
+
+def test_packed_rows_are_their_own_rows_and_not_held_to_the_padded_targets(tmp_path):
+    pd.DataFrame([bench_row(device="cuda", hardware="H100", ratio=1.2, loop_over_recdrop=6.0),
+                  bench_row(device="cuda", hardware="H100", ratio=9.0, loop_over_recdrop=1.0, packed=True)]
+                 ).to_csv(tmp_path / "m.csv", index=False)
+    bench = perf.load_benchmarks(tmp_path)
+    assert perf.ratio_table(bench)[["input", "semeniuta"]].values.tolist() == [["packed", 9.0], ["padded", 1.2]]
+    assert perf.gpu_targets(bench)["met"].tolist() == [True, True]
