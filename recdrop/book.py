@@ -20,7 +20,7 @@ from collections import Counter
 from pathlib import Path
 
 from .config import SCALE_NAMES
-from .experiments import CHAPTERS
+from .experiments import CHAPTERS, EXPERIMENTS
 from .paths import REPO_ROOT
 from .store import RunStore
 from .sweep import grid_rows
@@ -35,6 +35,8 @@ def notebook_scale(name: str) -> str:
     chapter = CHAPTERS[name]
     store = RunStore()
     for scale in reversed(SCALE_NAMES):
+        if any(scale not in EXPERIMENTS[e].config.SCALES for e, _ in chapter.grids):
+            continue  # a chapter drawing on several experiments shows a scale that all of them have
         for experiment, grid in chapter.grids:
             if not store.records(experiment, scale):  # nothing there (or no such scale for it)
                 continue

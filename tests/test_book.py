@@ -45,6 +45,9 @@ def test_a_study_shows_the_largest_scale_of_its_own_runs(tmp_path, monkeypatch):
     grid_record(store, "temporal_order", "quick", "headline", seed=1)
     grid_record(store, "word_lm", "paper", "headline", seed=0)
     assert book.notebook_scale("seeds") == "quick"
+    grid_record(store, "word_lm", "reduced", "headline", seed=0)
+    grid_record(store, "word_lm", "reduced", "headline", seed=1)
+    assert book.notebook_scale("seeds") == "quick"  # Table 1 has no reduced scale: the study cannot show it
     grid_record(store, "word_lm", "paper", "headline", seed=1)
     assert book.notebook_scale("seeds") == "paper"
 
