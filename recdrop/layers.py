@@ -11,6 +11,7 @@ cuDNN does); only the recurrent matmul and the elementwise gate math run per ste
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import warnings
 from typing import Dict, List, Optional, Tuple
@@ -120,30 +121,40 @@ class _RecurrentLayer(nn.Module):
         if isinstance(input, PackedSequence):
             return self._forward_packed(input, hx, masks)
         x, hx, batched = self._check_input(input, hx)
+        masks = self._masks_for(x, masks)
+        x, state = self._run_layers(x, hx, masks, self._run_direction)
+        output = x.transpose(0, 1) if self.batch_first and batched else x  # unbatched input has no batch dim
+        if not batched:
+            output = output.squeeze(1)
+            state = tuple(s.squeeze(1) for s in state)
+        return output, (state if self.n_states == 2 else state[0])
+
+    def _masks_for(self, x: Tensor, masks: Optional[Masks]) -> Optional[Masks]:
+        """The masks of a forward call over ``x`` (T, B, ...): the given ones, checked, or fresh ones
+        drawn when training with recurrent dropout; None otherwise."""
         steps, batch = x.shape[0], x.shape[1]
         if masks is None and self.training and self.rdrop.targets:
             masks = self.draw_masks(steps, batch, x.device, x.dtype)
         if masks is not None:
             self._check_masks(masks, steps, batch)
+        return masks
+
+    def _run_layers(self, x: Tensor, hx: Tuple[Tensor, ...], masks: Optional[Masks], run_direction):
+        """Every layer and direction over ``x`` (time-major) with ``run_direction(x, state, layer,
+        reverse, masks)``, dropout between layers; the last layer's output and (h_n[, c_n])."""
         finals: List[List[Tensor]] = [[] for _ in range(self.n_states)]  # h_n (and c_n) per layer and direction
         for layer in range(self.num_layers):
             outs = []
             for d in range(self.num_directions):
                 k = layer * self.num_directions + d
-                state = tuple(s[k] for s in hx)
-                out, state = self._run_direction(x, state, layer, d == 1, None if masks is None else masks[k])
+                out, state = run_direction(x, tuple(s[k] for s in hx), layer, d == 1, None if masks is None else masks[k])
                 outs.append(out)
                 for final, s in zip(finals, state):
                     final.append(s)
             x = outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)
             if self.dropout > 0 and self.training and layer < self.num_layers - 1:
                 x = F.dropout(x, self.dropout, training=True)
-        output = x.transpose(0, 1) if self.batch_first and batched else x  # unbatched input has no batch dim
-        state = tuple(torch.stack(final) for final in finals)
-        if not batched:
-            output = output.squeeze(1)
-            state = tuple(s.squeeze(1) for s in state)
-        return output, (state if self.n_states == 2 else state[0])
+        return x, tuple(torch.stack(final) for final in finals)
 
     # -- packed sequences -------------------------------------------------------------------------
     def _forward_packed(self, packed: PackedSequence, hx, masks: Optional[Masks]):
@@ -155,42 +166,27 @@ class _RecurrentLayer(nn.Module):
         sorted_idx, unsorted_idx = packed.sorted_indices, packed.unsorted_indices
         x, lengths = pad_packed_sequence(PackedSequence(packed.data, packed.batch_sizes))  # (T, B, in), sorted
         self._check_input(x, None)
-        steps, batch = x.shape[0], x.shape[1]
+        batch = x.shape[1]
         want = (self.num_layers * self.num_directions, batch, self.hidden_size)
         if hx is None:
             hx = tuple(x.new_zeros(want) for _ in range(self.n_states))
         else:
             hx = check_states(hx, self.n_states, want)
             hx = tuple(s if sorted_idx is None else s.index_select(1, sorted_idx) for s in hx)
-        if masks is None and self.training and self.rdrop.targets:
-            masks = self.draw_masks(steps, batch, x.device, x.dtype)
-        if masks is not None:
-            self._check_masks(masks, steps, batch)
-            if sorted_idx is not None:  # into the pack's order
-                masks = [{t: m.index_select(m.dim() - 2, sorted_idx) for t, m in d.items()} for d in masks]
+        masks = self._masks_for(x, masks)
+        if masks is not None and sorted_idx is not None:  # into the pack's order
+            masks = [{t: m.index_select(m.dim() - 2, sorted_idx) for t, m in d.items()} for d in masks]
         sizes = packed.batch_sizes.tolist()
-        finals: List[List[Tensor]] = [[] for _ in range(self.n_states)]
-        for layer in range(self.num_layers):
-            outs = []
-            for d in range(self.num_directions):
-                k = layer * self.num_directions + d
-                out, state = self._run_packed_direction(x, lengths, sizes, tuple(s[k] for s in hx), layer, d == 1,
-                                                        None if masks is None else masks[k])
-                outs.append(out)
-                for final, st in zip(finals, state):
-                    final.append(st)
-            x = outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)
-            if self.dropout > 0 and self.training and layer < self.num_layers - 1:
-                x = F.dropout(x, self.dropout, training=True)
+        x, state = self._run_layers(x, hx, masks, functools.partial(self._run_packed_direction, lengths=lengths,
+                                                                    sizes=sizes))
         data = pack_padded_sequence(x, lengths).data
-        state = tuple(torch.stack(final) for final in finals)
         if unsorted_idx is not None:
             state = tuple(st.index_select(1, unsorted_idx) for st in state)
         output = PackedSequence(data, packed.batch_sizes, sorted_idx, unsorted_idx)
         return output, (state if self.n_states == 2 else state[0])
 
-    def _run_packed_direction(self, x: Tensor, lengths: Tensor, sizes: List[int], state: Tuple[Tensor, ...],
-                              layer: int, reverse: bool, masks: Optional[Dict[str, Tensor]]):
+    def _run_packed_direction(self, x: Tensor, state: Tuple[Tensor, ...], layer: int, reverse: bool,
+                              masks: Optional[Dict[str, Tensor]], *, lengths: Tensor, sizes: List[int]):
         """One direction over sequences sorted longest first: ``x`` is reversed within each sequence for
         the reverse direction, then run in stretches of steps over which the same sequences go on;
         a sequence's final state is taken where it ends."""
