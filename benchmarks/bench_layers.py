@@ -22,7 +22,7 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
 
 import recdrop
 from recdrop.perf import flops_per_step, peak_tflops
-from recdrop.store import atomic_write_bytes, git_commit, hardware
+from recdrop.store import atomic_write_bytes, git_commit, hardware, is_clean_commit
 
 SHAPES = [(256, 35), (1024, 35), (1024, 100)]  # (hidden, sequence length); issue 3 and issue 6 shapes
 
@@ -60,7 +60,7 @@ def main(argv=None):
     ap.add_argument("--tf32", action="store_true", help="allow TF32 matmuls on the GPU (both torch.nn and recdrop)")
     ap.add_argument("--out", type=Path, help="write the table as CSV here (with hardware, torch and commit per row)")
     args = ap.parse_args(argv)
-    if args.out and (git_commit() == "unknown" or git_commit().endswith("-dirty")):
+    if args.out and not is_clean_commit(git_commit()):
         raise SystemExit(f"error: the code is not a clean commit ({git_commit()}); commit recdrop/ before writing "
                          f"{args.out}, so that its rows say what was timed")
     torch.set_num_threads(args.threads)

@@ -38,7 +38,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from tqdm.auto import tqdm
 
 from .paths import DATA_DIR
-from .store import RunStore, atomic_write_bytes, cache_dir, git_commit, inside_git_tree
+from .store import RunStore, atomic_write_bytes, cache_dir, git_commit, inside_git_tree, is_clean_commit, unclean_commits
 from .sweep import _check_seeds, _run_one, grid_rows
 from .train import BudgetExhausted, check_device
 
@@ -58,12 +58,6 @@ class Entry:
     seeds: Tuple[int, ...] = (0,)
     only: Optional[Dict[str, Any]] = None  # keep the cells with these labels
     devices: Tuple[str, ...] = DEVICE_KINDS  # where its runs may start (a checkpoint resumes anywhere)
-
-
-def is_clean(record: Dict[str, Any]) -> bool:
-    """Whether a record, and every stretch it was resumed from, ran a clean commit."""
-    commits = [record.get("commit", "unknown")] + [s.get("commit", "unknown") for s in record.get("segments", [])]
-    return all(c != "unknown" and not c.endswith("-dirty") for c in commits)
 
 
 def load_campaign(path: os.PathLike = CAMPAIGN) -> List[Entry]:
@@ -99,7 +93,7 @@ def pending_runs(entries: Sequence[Entry], device: str, store: RunStore) -> List
     for entry in entries:
         for row in grid_rows(entry.experiment, entry.scale, entry.seeds, entry.grid, entry.only, store):
             key = (entry.experiment, row["run_id"])
-            if key in seen or (row["record"] is not None and is_clean(row["record"])):
+            if key in seen or (row["record"] is not None and not unclean_commits(row["record"])):
                 continue
             seen.add(key)
             resumable = store.checkpoint_path(entry.experiment, row["run_id"]).exists()
@@ -143,7 +137,7 @@ def run_campaign(entries: Sequence[Entry], device: str = "cpu", jobs: int = 1, b
         raise ValueError(f"jobs must be a positive int, got {jobs!r}")
     store = store or RunStore()
     commit = git_commit()
-    if inside_git_tree(store.root) and (commit == "unknown" or commit.endswith("-dirty")):
+    if inside_git_tree(store.root) and not is_clean_commit(commit):
         raise RuntimeError(f"the code is not a clean commit ({commit}), and the store {store.root} keeps records "
                            "that are committed: run the campaign from a worktree pinned at a commit")
     deadline = time.time() + budget_s
@@ -259,7 +253,7 @@ def unpack(in_dir: os.PathLike, store: Optional[RunStore] = None) -> Dict[str, i
             continue
         record = json.loads(data)
         old = store.path(record["experiment"], record["config"]["scale"], record["run_id"])
-        if old.exists() and is_clean(json.loads(old.read_text())):
+        if old.exists() and not unclean_commits(json.loads(old.read_text())):
             counts["kept"] += 1
             continue
         store.save(record)

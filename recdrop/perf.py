@@ -8,6 +8,7 @@ from typing import Optional
 import pandas as pd
 
 from .paths import DATA_DIR
+from .store import is_clean_commit
 
 BENCH_DIR = DATA_DIR / "benchmarks"
 IMPLEMENTATIONS = {"torch_nn_ms": "torch.nn, no dropout", "recdrop_ms": "recdrop fast path, dropout 0.25",
@@ -46,7 +47,7 @@ def load_benchmarks(folder: Path = BENCH_DIR) -> pd.DataFrame:
     refused, as run records are: its commit would not say what was timed."""
     frames = [pd.read_csv(p).assign(file=p.name) for p in sorted(Path(folder).glob("*.csv"))]
     df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["kind", "hidden", "seq", "commit"])
-    unclean = df[df["commit"].astype(str).str.endswith("-dirty") | (df["commit"].astype(str) == "unknown")]
+    unclean = df[~df["commit"].astype(str).map(is_clean_commit)]
     if not unclean.empty:
         raise ValueError(f"benchmark rows from uncommitted code in {sorted(set(unclean['file']))} (commits "
                          f"{sorted(set(unclean['commit']))}): measure again from a clean commit")

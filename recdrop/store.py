@@ -126,6 +126,20 @@ def environment(device: str) -> Dict[str, str]:
             "python": platform.python_version(), "commit": git_commit()}
 
 
+def is_clean_commit(commit: str) -> bool:
+    """Whether ``commit`` (as ``git_commit`` gives it) names code that a commit holds exactly."""
+    return commit != "unknown" and not commit.endswith("-dirty")
+
+
+def unclean_commits(record: Dict[str, Any]) -> List[str]:
+    """The commits behind ``record`` that are not clean: its own, the one it was resumed from, and
+    each stretch's."""
+    commits = [record.get("commit", "unknown")] + [s.get("commit", "unknown") for s in record.get("segments", [])]
+    if "resumed_from_commit" in record:
+        commits.append(record["resumed_from_commit"])
+    return sorted({c for c in commits if not is_clean_commit(c)})
+
+
 class DirtyTreeError(RuntimeError):
     """A record from uncommitted code, refused by a store that can be committed."""
 
@@ -162,11 +176,10 @@ class RunStore:
         """Write ``record`` atomically. A store inside a git work tree (records that can be committed,
         like ``data/runs``) refuses a record whose code was not a clean commit."""
         path = self.path(record["experiment"], record["config"]["scale"], record["run_id"])
-        commits = [record.get("commit", "unknown")] + [s.get("commit", "unknown") for s in record.get("segments", [])]
-        unclean = [c for c in commits if c == "unknown" or c.endswith("-dirty")]
+        unclean = unclean_commits(record)
         if unclean and inside_git_tree(self.root):
             raise DirtyTreeError(f"run record {path} is not written: it was made by code that is not a clean "
-                                 f"commit ({', '.join(sorted(set(unclean)))}). Commit recdrop/ and rerun from a "
+                                 f"commit ({', '.join(unclean)}). Commit recdrop/ and rerun from a "
                                  "worktree pinned at that commit (the checkpoint resumes it), or point "
                                  "RECDROP_RUNS at a scratch folder outside git")
         atomic_write_bytes(path, (json.dumps(record, indent=1, sort_keys=True) + "\n").encode())

@@ -141,6 +141,8 @@ def test_records_from_unclean_code_are_refused_where_they_can_be_committed(tmp_p
             committed.save({**rec, "commit": commit})
     with pytest.raises(DirtyTreeError):  # a resumed run whose first stretch ran unclean code
         committed.save({**rec, "commit": "0123456789", "segments": [{"commit": "abcdef0123-dirty"}]})
+    with pytest.raises(DirtyTreeError, match="abcdef0123-dirty"):  # resumed from such a checkpoint
+        committed.save({**rec, "commit": "0123456789", "resumed_from_commit": "abcdef0123-dirty"})
     assert committed.save({**rec, "commit": "0123456789"}).exists()
     assert RunStore(tmp_path / "scratch").save({**rec, "commit": "0123456789-dirty"}).exists()
 
