@@ -47,9 +47,23 @@ def test_a_study_shows_the_largest_scale_of_its_own_runs(tmp_path, monkeypatch):
     assert book.notebook_scale("seeds") == "quick"
     grid_record(store, "word_lm", "reduced", "headline", seed=0)
     grid_record(store, "word_lm", "reduced", "headline", seed=1)
-    assert book.notebook_scale("seeds") == "quick"  # Table 1 has no reduced scale: the study cannot show it
+    assert book.notebook_scale("seeds") == "reduced"
     grid_record(store, "word_lm", "paper", "headline", seed=1)
     assert book.notebook_scale("seeds") == "paper"
+
+
+def test_a_study_shows_only_a_scale_all_its_experiments_have(tmp_path, monkeypatch):
+    from recdrop.experiments import Chapter
+
+    monkeypatch.setenv("RECDROP_RUNS", str(tmp_path))
+    store = RunStore()
+    assert "reduced" not in book.EXPERIMENTS["sentiment"].config.SCALES
+    monkeypatch.setitem(book.CHAPTERS, "mixed", Chapter("mixed", (("word_lm", "headline"), ("sentiment", "table"))))
+    grid_record(store, "sentiment", "quick")
+    grid_record(store, "word_lm", "reduced", "headline")
+    assert book.notebook_scale("mixed") == "quick"  # sentiment has no reduced scale: the study cannot show it
+    grid_record(store, "word_lm", "paper", "headline")
+    assert book.notebook_scale("mixed") == "paper"
 
 
 def test_every_notebook_is_a_chapter_of_the_book():
