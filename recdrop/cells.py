@@ -17,7 +17,7 @@ drop-in replacements whose weights load from torch.nn.GRU.
 from __future__ import annotations
 
 import math
-from typing import Callable, Dict, Optional, Tuple
+from typing import Callable, Dict, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -193,7 +193,7 @@ class _CellBase(nn.Module):
         if hx is None:
             states = [x.new_zeros(want) for _ in range(n_states)]
         else:
-            states = [s if batched else s.unsqueeze(0) for s in check_states(hx, n_states, want if batched else want[1:])]
+            states = [s if batched else s.unsqueeze(0) for s in check_states(hx, [want if batched else want[1:]] * n_states)]
         gx = F.linear(x, self.weight_ih, self.bias_ih)
         return x, gx, states, batched
 
@@ -212,13 +212,14 @@ def check_input(input, input_size: int, batched_rank: int) -> bool:
     return input.dim() == batched_rank
 
 
-def check_states(hx, n_states: int, shape: Tuple[int, ...]) -> Tuple[Tensor, ...]:
-    """``hx`` as a tuple of ``n_states`` tensors (h_0 or (h_0, c_0)), each of exactly ``shape``:
-    no broadcasting."""
+def check_states(hx, shapes: Sequence[Tuple[int, ...]]) -> Tuple[Tensor, ...]:
+    """``hx`` as a tuple of tensors (h_0, or (h_0, c_0) for the LSTM), each of exactly its shape in
+    ``shapes`` (one per state): no broadcasting."""
+    n_states = len(shapes)
     states = tuple(hx) if n_states == 2 and isinstance(hx, (tuple, list)) else (hx,)
     if len(states) != n_states:
         raise ValueError(f"hx must be a tuple (h_0, c_0), got {len(states)} tensors")
-    for name, st in zip(("h_0", "c_0"), states):
+    for name, st, shape in zip(("h_0", "c_0"), states, shapes):
         if not isinstance(st, Tensor):
             raise ValueError(f"hx: {name} must be a torch.Tensor, got {type(st).__name__}")
         if tuple(st.shape) != tuple(shape):

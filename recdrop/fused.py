@@ -5,8 +5,9 @@ per time step. Here the forward runs the same equations (Eqs. 4-9 with d(.) of E
 recording, keeping the gate activations, and the backward walks the steps in reverse computing
 the gradients by hand; the recurrent weight's gradient is one matmul over all steps after the loop.
 Same numbers as the reference path (tested to 1e-10 in float64), fewer kernels and no per-step
-graph. Higher-order gradients (double backward) are not supported here and raise an error: set
-``module.fused = False`` to run the reference loop for those.
+graph. Higher-order gradients (``create_graph=True``: double backward, gradgradcheck) replay the
+sequence through the reference steps and let autograd differentiate that, so the gradient is itself
+differentiable; first-order backward never records anything.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import torch
 from torch import Tensor
 
 from . import triton_kernels
-from .cells import _mul, rnn_recurrent_factor
+from .cells import ACTIVATIONS, _mul, gru_step, lstm_step, rnn_recurrent_factor, rnn_step
 from .masks import StepFactors
 from .masks import factor_at as _at
 
@@ -33,11 +34,54 @@ def _steps_of(buffer: Optional[Tensor], steps: int) -> list:
     return [None] * steps if buffer is None else list(buffer.unbind(0))
 
 
-def _first_order_only() -> None:
-    """Grad mode is on inside a backward only under create_graph=True (higher-order gradients)."""
-    if torch.is_grad_enabled():
-        raise RuntimeError("recdrop's fast path does not support higher-order gradients (create_graph=True); "
-                           "set module.fused = False to run the reference loop")
+def _differentiable_backward_needed(*grads: Optional[Tensor]) -> bool:
+    """Grad mode is on inside a backward only under create_graph=True (higher-order gradients); a
+    vmap over the backward (batched gradients, jacobians) brings batched gradients, on which the
+    backward loop's ``out=`` buffers do not work either."""
+    if torch.is_grad_enabled() or torch._C._are_functorch_transforms_active():
+        return True
+    wrapped = (torch._C._functorch.is_legacy_batchedtensor, torch._C._functorch.is_functorch_wrapped_tensor)
+    return any(g is not None and any(w(g) for w in wrapped) for g in grads)
+
+
+def _replay_backward(ctx, step, inputs: tuple, n_states: int, grads: tuple) -> tuple:
+    """The gradients of one sequence Function, differentiable: the forward is run again from its saved
+    ``inputs`` (gx, the initial states, w_hh[, b_hh]) through ``step`` (a ``recdrop.cells`` step)
+    under autograd, and ``torch.autograd.grad(..., create_graph=True)`` gives the input gradients
+    of ``grads`` (the gradients of its outputs: ys and the final states)."""
+    gal, sem, moon = ctx.factors
+    per_step, relu, reverse = ctx.flags[:3]
+    act = ACTIVATIONS["relu" if relu else "tanh"]
+    gx, states, weights = inputs[0], inputs[1:1 + n_states], inputs[1 + n_states:]
+    steps = gx.shape[0]
+    order = range(steps - 1, -1, -1) if reverse else range(steps)
+    with torch.enable_grad():
+        outs = [None] * steps
+        for k, t in enumerate(order):
+            states = step(gx[t], states, *weights, _at(gal, k, per_step), _at(sem, k, per_step),
+                          _at(moon, k, per_step), act)
+            outs[t] = states[0]
+        outputs = (torch.stack(outs), *states)
+    wanted = [i for i, need in enumerate(ctx.needs_input_grad[:len(inputs)]) if need]
+    pairs = [(o, g) for o, g in zip(outputs, grads) if g is not None]
+    found = torch.autograd.grad([o for o, _ in pairs], [inputs[i] for i in wanted], [g for _, g in pairs],
+                                create_graph=True, allow_unused=True)
+    out = [None] * len(ctx.needs_input_grad)
+    for i, g in zip(wanted, found):
+        out[i] = g
+    return tuple(out)
+
+
+def _lstm_replay_step(gx, states, w_hh, gal, sem, moon, act):
+    return lstm_step(gx, *states, w_hh, None, gal, sem, moon, act)
+
+
+def _gru_replay_step(gx, states, w_hh, b_hh, gal, sem, moon, act):
+    return (gru_step(gx, *states, w_hh, b_hh, gal, sem, moon, act),)
+
+
+def _rnn_replay_step(gx, states, w_hh, drop_in, _unused, moon, act):
+    return (rnn_step(gx, *states, w_hh, None, drop_in, None, moon, act),)
 
 
 class _LSTMSequence(torch.autograd.Function):
@@ -51,6 +95,7 @@ class _LSTMSequence(torch.autograd.Function):
     @staticmethod
     def forward(ctx, gx: Tensor, h0: Tensor, c0: Tensor, w_hh: Tensor, gal, sem, moon, per_step: bool,
                 relu: bool, reverse: bool):
+        gx_in = gx  # saved for a higher-order backward (its replay)
         if reverse:
             gx = gx.flip(0)
         steps, hidden = gx.shape[0], h0.shape[-1]
@@ -93,15 +138,16 @@ class _LSTMSequence(torch.autograd.Function):
                 c.mul_(moons[k])  # Eq. 8
             tc = torch.clamp_min(c, 0.0, out=tc_k[k]) if relu else torch.tanh(c, out=tc_k[k])
             h = torch.mul(o_k[k], tc, out=ys_k[k])
-        ctx.save_for_backward(w_hh, h0, gates_all, c_all, tc_all, ys, hin_all, gsem_all)
+        ctx.save_for_backward(w_hh, h0, gates_all, c_all, tc_all, ys, hin_all, gsem_all, gx_in, c0)
         ctx.factors = (gal, sem, moon)
         ctx.flags = (per_step, relu, reverse, use_triton)
         return (ys.flip(0) if reverse else ys), h.clone(), c_all[-1].clone()
 
     @staticmethod
     def backward(ctx, d_ys: Tensor, d_hn: Optional[Tensor], d_cn: Optional[Tensor]):
-        _first_order_only()
-        w_hh, h0, gates_all, c_all, tc_all, ys, hin_all, gsem_all = ctx.saved_tensors
+        w_hh, h0, gates_all, c_all, tc_all, ys, hin_all, gsem_all, gx, c0 = ctx.saved_tensors
+        if _differentiable_backward_needed(d_ys, d_hn, d_cn):
+            return _replay_backward(ctx, _lstm_replay_step, (gx, h0, c0, w_hh), 2, (d_ys, d_hn, d_cn))
         gal, sem, moon = ctx.factors
         per_step, relu, reverse, use_triton = ctx.flags
         steps, batch, hidden = tc_all.shape
@@ -212,15 +258,16 @@ class _GRUSequence(torch.autograd.Function):
             h = _mul(torch.lerp(_mul(n, _at(sem, k, per_step)), h, z), _at(moon, k, per_step))  # (1-z) n + z h
             ys[t], hn_all[t] = h, hn
             rzn_all[t, :, :2 * hidden], rzn_all[t, :, 2 * hidden:] = rz, n
-        ctx.save_for_backward(w_hh, rzn_all, hn_all, hin_all, h_prev_all, h)
+        ctx.save_for_backward(w_hh, rzn_all, hn_all, hin_all, h_prev_all, h, gx, h0, b_hh)
         ctx.factors = (gal, sem, moon)
         ctx.flags = (per_step, relu, reverse, b_hh is not None, use_triton)
         return ys, h.clone()
 
     @staticmethod
     def backward(ctx, d_ys: Tensor, d_hn_out: Optional[Tensor]):
-        _first_order_only()
-        w_hh, rzn_all, hn_all, hin_all, h_prev_all, h_last = ctx.saved_tensors
+        w_hh, rzn_all, hn_all, hin_all, h_prev_all, h_last, gx, h0, b_hh = ctx.saved_tensors
+        if _differentiable_backward_needed(d_ys, d_hn_out):
+            return _replay_backward(ctx, _gru_replay_step, (gx, h0, w_hh, b_hh), 1, (d_ys, d_hn_out))
         gal, sem, moon = ctx.factors
         per_step, relu, reverse, has_bias, use_triton = ctx.flags
         steps, hidden = rzn_all.shape[0], w_hh.shape[1]
@@ -289,16 +336,17 @@ class _RNNSequence(torch.autograd.Function):
             a = act(torch.addmm(gx[t], hin, w_hh.t()))
             h = _mul(a, _at(moon, k, per_step))
             ys[t], a_all[t], hin_all[t] = h, a, hin
-        ctx.save_for_backward(w_hh, a_all, hin_all, h)
-        ctx.factors = (drop_in, moon)
+        ctx.save_for_backward(w_hh, a_all, hin_all, h, gx, h0)
+        ctx.factors = (drop_in, None, moon)
         ctx.flags = (per_step, relu, reverse)
         return ys, h
 
     @staticmethod
     def backward(ctx, d_ys: Tensor, d_hn_out: Optional[Tensor]):
-        _first_order_only()
-        w_hh, a_all, hin_all, h_last = ctx.saved_tensors
-        drop_in, moon = ctx.factors
+        w_hh, a_all, hin_all, h_last, gx, h0 = ctx.saved_tensors
+        if _differentiable_backward_needed(d_ys, d_hn_out):
+            return _replay_backward(ctx, _rnn_replay_step, (gx, h0, w_hh), 1, (d_ys, d_hn_out))
+        drop_in, _, moon = ctx.factors
         per_step, relu, reverse = ctx.flags
         steps, hidden = a_all.shape[0], w_hh.shape[1]
         order = range(steps - 1, -1, -1) if reverse else range(steps)

@@ -17,6 +17,7 @@ import warnings
 from typing import Dict, List, Optional, Tuple
 
 import torch
+import torch.autograd.forward_ad as fwAD
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
@@ -27,6 +28,16 @@ from .fused import gru_sequence, lstm_sequence, rnn_sequence
 from .masks import RecurrentDropout, StepFactors, check_rate
 
 Masks = List[Dict[str, Tensor]]
+
+
+def plain_ops_needed(*tensors: Optional[Tensor]) -> bool:
+    """Whether a forward must run on plain torch ops, not the fast path (one autograd.Function with
+    preallocated ``out=`` buffers): under ``torch.jit.trace``, ``torch.compile`` and ``torch.export``
+    (which trace ops), functorch transforms (``torch.func.grad``, ``vmap``, ``jvp``) and forward-mode
+    AD (dual tensors), which an autograd.Function without those rules does not support."""
+    if torch.jit.is_tracing() or torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active():
+        return True
+    return any(t is not None and fwAD.unpack_dual(t).tangent is not None for t in tensors)
 
 
 def _input_projection_with_both_biases(x: Tensor, w_ih: Tensor, b_ih: Optional[Tensor],
@@ -41,7 +52,7 @@ class _RecurrentLayer(nn.Module):
 
     kind = ""
     n_states = 1  # h_t; the LSTM carries (h_t, c_t)
-    fused = True  # the fast path of recdrop.fused; set False on a module to run the reference loop
+    fused = True  # the fast path of recdrop.fused where it can run (plain_ops_needed); False: always the loop
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
@@ -54,12 +65,14 @@ class _RecurrentLayer(nn.Module):
             raise TypeError(f"bias should be of type bool, got: {type(bias).__name__}")  # torch.nn's words
         if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 1:
             raise ValueError(f"num_layers must be a positive int, got {num_layers!r}")
-        if proj_size:
-            raise NotImplementedError("proj_size is not supported by recdrop yet; use proj_size=0")
+        if isinstance(proj_size, bool) or not isinstance(proj_size, int) or proj_size < 0:
+            raise ValueError("proj_size should be a positive integer or zero to disable projections")
+        if proj_size >= hidden_size:
+            raise ValueError("proj_size has to be smaller than hidden_size")
         self.input_size, self.hidden_size, self.num_layers = input_size, hidden_size, num_layers
         self.bias, self.batch_first, self.bidirectional = bias, batch_first, bidirectional
         self.dropout = check_rate("dropout", dropout)
-        self.proj_size = 0
+        self.proj_size = proj_size  # LSTM only: h_t = W_hr (o_t * f(c_t)), of this size
         if self.dropout > 0 and num_layers == 1:
             warnings.warn("dropout option adds dropout after all but last recurrent layer, so non-zero "
                           f"dropout expects num_layers greater than 1, but got dropout={dropout} and "
@@ -72,17 +85,24 @@ class _RecurrentLayer(nn.Module):
         kw = {"device": device, "dtype": dtype}
         self._flat_weights_names: List[str] = []
         for layer in range(num_layers):
-            layer_input = input_size if layer == 0 else hidden_size * self.num_directions
+            layer_input = input_size if layer == 0 else self.output_size * self.num_directions
             for suffix in ("", "_reverse")[: self.num_directions]:
                 shapes = {f"weight_ih_l{layer}{suffix}": (gate_size, layer_input),
-                          f"weight_hh_l{layer}{suffix}": (gate_size, hidden_size)}
+                          f"weight_hh_l{layer}{suffix}": (gate_size, self.output_size)}
                 if bias:
                     shapes[f"bias_ih_l{layer}{suffix}"] = (gate_size,)
                     shapes[f"bias_hh_l{layer}{suffix}"] = (gate_size,)
+                if proj_size:
+                    shapes[f"weight_hr_l{layer}{suffix}"] = (proj_size, hidden_size)
                 for name, shape in shapes.items():
                     setattr(self, name, nn.Parameter(torch.empty(shape, **kw)))
                     self._flat_weights_names.append(name)
         self.reset_parameters()
+
+    @property
+    def output_size(self) -> int:
+        """The size of h_t: ``proj_size`` where the LSTM projects it, else ``hidden_size``."""
+        return self.proj_size or self.hidden_size
 
     # -- torch.nn compatibility -------------------------------------------------------------------
     def reset_parameters(self) -> None:
@@ -93,14 +113,14 @@ class _RecurrentLayer(nn.Module):
 
     @property
     def all_weights(self) -> List[List[nn.Parameter]]:
-        per = 4 if self.bias else 2
+        per = (4 if self.bias else 2) + (1 if self.proj_size else 0)
         names = self._flat_weights_names
         return [[getattr(self, n) for n in names[i:i + per]] for i in range(0, len(names), per)]
 
     def extra_repr(self) -> str:
         s = f"{self.input_size}, {self.hidden_size}"
         for name, default in (("num_layers", 1), ("bias", True), ("batch_first", False), ("dropout", 0.0),
-                              ("bidirectional", False), ("nonlinearity", "tanh")):
+                              ("bidirectional", False), ("proj_size", 0), ("nonlinearity", "tanh")):
             if getattr(self, name) != default:
                 s += f", {name}={getattr(self, name)!r}"
         return s + self.rdrop.describe()
@@ -109,10 +129,20 @@ class _RecurrentLayer(nn.Module):
     def draw_masks(self, seq_len: int, batch_size: int, device=None, dtype=None,
                    generator: Optional[torch.Generator] = None) -> Masks:
         """Raw 0/1 masks for one forward call: a list over layers x directions (torch's order,
-        ``l0, l0_reverse, l1, ...``) of dicts target -> tensor ``(T, B, H)`` or ``(B, H)``."""
-        shape = self.rdrop.mask_shape(seq_len, batch_size, self.hidden_size)
-        return [self.rdrop.draw(shape, device, dtype, generator)
+        ``l0, l0_reverse, l1, ...``) of dicts target -> tensor ``(T, B, H)`` or ``(B, H)`` (for
+        "gal", H is ``proj_size`` where there is a projection: it drops h_{t-1})."""
+        shapes = self._mask_shapes(seq_len, batch_size)
+        return [self.rdrop.draw(shapes, device, dtype, generator)
                 for _ in range(self.num_layers * self.num_directions)]
+
+    def _mask_shapes(self, steps: int, batch: int) -> Dict[str, Tuple[int, ...]]:
+        return {t: self.rdrop.mask_shape(steps, batch, self.output_size if t == "gal" else self.hidden_size)
+                for t in self.rdrop.targets}
+
+    def _state_shapes(self, batch: int) -> Tuple[Tuple[int, ...], ...]:
+        """h_0's shape (L * D, B, proj_size or hidden_size), and c_0's (L * D, B, hidden_size)."""
+        n = self.num_layers * self.num_directions
+        return ((n, batch, self.output_size), (n, batch, self.hidden_size))[: self.n_states]
 
     # -- forward ----------------------------------------------------------------------------------
     def forward(self, input: Tensor, hx=None, *, masks: Optional[Masks] = None):
@@ -167,11 +197,10 @@ class _RecurrentLayer(nn.Module):
         x, lengths = pad_packed_sequence(PackedSequence(packed.data, packed.batch_sizes))  # (T, B, in), sorted
         self._check_input(x, None)
         batch = x.shape[1]
-        want = (self.num_layers * self.num_directions, batch, self.hidden_size)
         if hx is None:
-            hx = tuple(x.new_zeros(want) for _ in range(self.n_states))
+            hx = tuple(x.new_zeros(shape) for shape in self._state_shapes(batch))
         else:
-            hx = check_states(hx, self.n_states, want)
+            hx = check_states(hx, self._state_shapes(batch))
             hx = tuple(s if sorted_idx is None else s.index_select(1, sorted_idx) for s in hx)
         masks = self._masks_for(x, masks)
         if masks is not None and sorted_idx is not None:  # into the pack's order
@@ -218,10 +247,11 @@ class _RecurrentLayer(nn.Module):
         w_hh = getattr(self, f"weight_hh_l{layer}{sfx}")
         b_ih = getattr(self, f"bias_ih_l{layer}{sfx}") if self.bias else None
         b_hh = getattr(self, f"bias_hh_l{layer}{sfx}") if self.bias else None
+        w_hr = getattr(self, f"weight_hr_l{layer}{sfx}") if self.proj_size else None
         per_step = self.rdrop.sampling == "per-step"
         factors = self.rdrop.factors(masks, self.training, per_step=per_step)
         backwards = reverse and not in_order
-        if self.fused:
+        if self.fused and w_hr is None and not plain_ops_needed(x, w_ih, w_hh, b_ih, b_hh, *state):
             return self._sequence(x, state, w_ih, w_hh, b_ih, b_hh, factors, backwards)
         gx = F.linear(x, w_ih, b_ih)  # (T, B, G*H): all input projections in one matmul
         steps = x.shape[0]
@@ -229,6 +259,8 @@ class _RecurrentLayer(nn.Module):
         outs: List[Optional[Tensor]] = [None] * steps
         for k, t in enumerate(order):  # masks are indexed by processing step k
             state = self._step(gx[t], state, w_hh, b_hh, factors.at(k))
+            if w_hr is not None:  # the LSTM's projection (proj_size): h_t = W_hr (o_t * f(c_t))
+                state = (F.linear(state[0], w_hr), *state[1:])
             outs[t] = state[0]
         return torch.stack(outs), state
 
@@ -252,19 +284,19 @@ class _RecurrentLayer(nn.Module):
         x = input if batched else input.unsqueeze(1)
         if batched and self.batch_first:
             x = x.transpose(0, 1)
-        want = (self.num_layers * self.num_directions, x.shape[1], self.hidden_size)
+        shapes = self._state_shapes(x.shape[1])
         if hx is None:
-            return x, tuple(x.new_zeros(want) for _ in range(self.n_states)), batched
-        states = check_states(hx, self.n_states, want if batched else (want[0], want[2]))
+            return x, tuple(x.new_zeros(shape) for shape in shapes), batched
+        states = check_states(hx, shapes if batched else [(s[0], s[2]) for s in shapes])
         return x, states if batched else tuple(st.unsqueeze(1) for st in states), batched
 
     def _check_masks(self, masks: Masks, steps: int, batch: int) -> None:
         n = self.num_layers * self.num_directions
         if not isinstance(masks, (list, tuple)) or len(masks) != n:
             raise ValueError(f"masks must be a list of {n} dicts (one per layer and direction)")
-        shape = self.rdrop.mask_shape(steps, batch, self.hidden_size)
+        shapes = self._mask_shapes(steps, batch)
         for m in masks:
-            self.rdrop.check_masks(m, shape)
+            self.rdrop.check_masks(m, shapes)
 
 
 def _reverse_within(x: Tensor, lengths: Tensor) -> Tensor:
@@ -283,7 +315,8 @@ class LSTM(_RecurrentLayer):
     Eq. 7), ``"moon"`` (drop c_t, Eq. 8, carried dropped), ``"gal+semeniuta"`` (both);
     ``sampling`` ``"per-step"`` or ``"per-sequence"``; ``scaling`` ``"inverted"`` (Eq. 18) or
     ``"paper"`` (Eq. 3); ``nonlinearity`` of g_t and c_t, ``"tanh"`` or ``"relu"``.
-    ``proj_size`` and ``PackedSequence`` input raise NotImplementedError.
+    ``proj_size`` > 0 projects h_t = W_hr (o_t * f(c_t)) as torch.nn does (Gal's mask then has
+    ``proj_size`` units); such a layer runs the reference loop, not the fast path.
     """
 
     kind = "LSTM"

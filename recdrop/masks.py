@@ -35,6 +35,11 @@ SCHEME_TARGETS: Dict[str, Tuple[str, ...]] = {
 }
 
 Factor = Union[torch.Tensor, float, None]
+Shapes = Union[Tuple[int, ...], Dict[str, Tuple[int, ...]]]  # one mask shape, or one per target
+
+
+def _shape_of(shapes: Shapes, target: str) -> Tuple[int, ...]:
+    return tuple(shapes[target]) if isinstance(shapes, dict) else tuple(shapes)
 
 
 def _check_choice(name: str, value, allowed) -> None:
@@ -86,26 +91,28 @@ class RecurrentDropout:
     def mask_shape(self, steps: int, batch: int, hidden: int) -> Tuple[int, ...]:
         return (steps, batch, hidden) if self.sampling == "per-step" else (batch, hidden)
 
-    def draw(self, shape: Tuple[int, ...], device=None, dtype=None,
+    def draw(self, shape: Shapes, device=None, dtype=None,
              generator: Optional[torch.Generator] = None) -> Dict[str, torch.Tensor]:
-        """Draw raw 0/1 masks of ``shape``, one per target, all steps in one call.
+        """Draw raw 0/1 masks of ``shape`` (one for every target, or a dict target -> shape), one
+        per target, all steps in one call.
 
         A unit is kept where a uniform draw in [0, 1) falls below 1 - p: Bernoulli(1 - p), drawn
         with the vectorised uniform generator (about twice as fast on CPU as ``torch.bernoulli``)."""
         dtype = dtype or torch.get_default_dtype()
-        return {t: (torch.rand(shape, generator=generator, device=device, dtype=dtype) < 1.0 - self.p).to(dtype)
-                for t in self.targets}
+        return {t: (torch.rand(_shape_of(shape, t), generator=generator, device=device, dtype=dtype) < 1.0 - self.p)
+                .to(dtype) for t in self.targets}
 
-    def check_masks(self, masks: Dict[str, torch.Tensor], shape: Tuple[int, ...]) -> None:
-        """Raise ValueError unless ``masks`` has exactly this scheme's targets, each of ``shape``."""
+    def check_masks(self, masks: Dict[str, torch.Tensor], shape: Shapes) -> None:
+        """Raise ValueError unless ``masks`` has exactly this scheme's targets, each of ``shape``
+        (one for every target, or a dict target -> shape)."""
         if not isinstance(masks, dict) or set(masks) != set(self.targets):
             got = sorted(masks) if isinstance(masks, dict) else type(masks).__name__
             raise ValueError(f"masks must be a dict with keys {sorted(self.targets)} for scheme={self.scheme!r} "
                              f"and recurrent_dropout={self.p}, got {got}")
         for name, m in masks.items():
-            if tuple(m.shape) != shape:
-                raise ValueError(f"masks[{name!r}] must have shape {shape} for sampling={self.sampling!r}, "
-                                 f"got {tuple(m.shape)}")
+            if tuple(m.shape) != _shape_of(shape, name):
+                raise ValueError(f"masks[{name!r}] must have shape {_shape_of(shape, name)} for "
+                                 f"sampling={self.sampling!r}, got {tuple(m.shape)}")
 
     def factors(self, masks: Optional[Dict[str, torch.Tensor]], training: bool,
                 per_step: bool) -> "StepFactors":

@@ -86,9 +86,21 @@ def test_given_masks_checked():
         m(x, masks=[{"moon": torch.ones(5, 2, 4)}])
 
 
-def test_not_implemented_options():
-    with pytest.raises(NotImplementedError, match="proj_size"):
-        recdrop.LSTM(3, 4, proj_size=2)
-    m = recdrop.LSTM(3, 4)  # packed input is supported now (tests/test_packed.py)
+def test_a_bad_proj_size_is_torch_nns_error():
+    for bad in (-1, 2.0, True):
+        with pytest.raises(ValueError, match="proj_size should be a positive integer or zero"):
+            recdrop.LSTM(3, 4, proj_size=bad)
+    with pytest.raises(ValueError, match="proj_size has to be smaller than hidden_size"):
+        recdrop.LSTM(3, 4, proj_size=4)
+    m = recdrop.LSTM(3, 4, proj_size=2)  # h_0 has proj_size units, c_0 hidden_size
+    with pytest.raises(ValueError, match=r"h_0 must have shape \(1, 5, 2\)"):
+        m(torch.randn(7, 5, 3), (torch.zeros(1, 5, 4), torch.zeros(1, 5, 4)))
+    m = recdrop.LSTM(3, 4, proj_size=2, recurrent_dropout=0.5, scheme="gal")  # Gal drops h_{t-1}: 2 units
+    with pytest.raises(ValueError, match=r"masks\['gal'\] must have shape \(7, 5, 2\)"):
+        m(torch.randn(7, 5, 3), masks=[{"gal": torch.ones(7, 5, 4)}])
+
+
+def test_packed_input_is_supported():
+    m = recdrop.LSTM(3, 4)  # tests/test_packed.py
     packed = pack_padded_sequence(torch.randn(5, 2, 3), torch.tensor([5, 3]))
     assert isinstance(m(packed)[0], type(packed))

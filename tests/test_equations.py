@@ -28,10 +28,11 @@ def split(w, n):
 
 
 def paper_lstm(m, x, masks, scaling, training, per_step):
-    """Eqs. 4-6 with Gal (7), Moon (8) and ours (9). torch's row blocks are i, f, g, o."""
+    """Eqs. 4-6 with Gal (7), Moon (8) and ours (9). torch's row blocks are i, f, g, o. With a
+    projection (torch's proj_size), h_t = W_hr (o_t * tanh(c_t)), and Gal's d(.) acts on that h_{t-1}."""
     Wi, Wf, Wg, Wo = [torch.cat([a, b], 1) for a, b in zip(split(m.weight_ih_l0, 4), split(m.weight_hh_l0, 4))]
     bi, bf, bg, bo = [a + b for a, b in zip(split(m.bias_ih_l0, 4), split(m.bias_hh_l0, 4))]
-    h = torch.zeros(B, H, dtype=x.dtype)
+    h = torch.zeros(B, m.proj_size or H, dtype=x.dtype)
     c = torch.zeros(B, H, dtype=x.dtype)
     out = []
     for t in range(T):
@@ -43,6 +44,8 @@ def paper_lstm(m, x, masks, scaling, training, per_step):
         g = torch.tanh(xh @ Wg.T + bg)
         c = d(f * c + i * d(g, mk.get("semeniuta"), P, scaling, training), mk.get("moon"), P, scaling, training)
         h = o * torch.tanh(c)
+        if m.proj_size:
+            h = h @ m.weight_hr_l0.T
         out.append(h)
     return torch.stack(out), c
 
@@ -88,13 +91,15 @@ CASES = [(kind, scheme) for kind in ("LSTM", "GRU") for scheme in recdrop.SCHEME
         [("RNN", s) for s in ("semeniuta", "gal", "moon")]
 
 
-@pytest.mark.parametrize("kind,scheme", CASES)
+@pytest.mark.parametrize("kind,scheme,proj_size", [(*case, 0) for case in CASES] +
+                         [("LSTM", scheme, 3) for scheme in recdrop.SCHEMES])
 @pytest.mark.parametrize("sampling,scaling,training",
                          list(itertools.product(recdrop.SAMPLINGS, recdrop.SCALINGS, (True, False))))
-def test_layer_matches_paper_equations(kind, scheme, sampling, scaling, training):
+def test_layer_matches_paper_equations(kind, scheme, proj_size, sampling, scaling, training):
     torch.manual_seed(0)
+    extra = {"proj_size": proj_size} if proj_size else {}
     m = getattr(recdrop, kind)(I, H, recurrent_dropout=P, scheme=scheme, sampling=sampling,
-                               scaling=scaling).double()
+                               scaling=scaling, **extra).double()
     m.train(training)
     x = torch.randn(T, B, I, dtype=torch.float64)
     gen = torch.Generator().manual_seed(1)
@@ -106,7 +111,7 @@ def test_layer_matches_paper_equations(kind, scheme, sampling, scaling, training
     last = state[1][0] if kind == "LSTM" else state[0]
     assert (last - ref_state).abs().max() < 1e-10
     if training:  # the masks really act: some unit is dropped and the output differs from no dropout
-        plain = getattr(recdrop, kind)(I, H).double()
+        plain = getattr(recdrop, kind)(I, H, **extra).double()
         plain.load_state_dict(m.state_dict())
         assert (plain(x)[0] - y).abs().max() > 1e-6
 

@@ -64,11 +64,43 @@ def test_fused_is_the_default_and_matches_torch(kind):
     assert (ref(x)[0] - ours(x)[0]).abs().max() < 1e-12
 
 
-def test_double_backward_is_a_clear_error_and_the_loop_supports_it():
-    m = recdrop.LSTM(3, 4).double()
+def second_order(m, x, hx, masks, fused):
+    """The gradient of x and the initial states under create_graph=True, then the gradients of their
+    (weighted) sum with respect to x, the initial states and every parameter."""
+    m.fused = fused
+    y, state = m(x, hx if len(hx) == 2 else hx[0], masks=masks)
+    states = state if isinstance(state, tuple) else (state,)
+    loss = (y * torch.linspace(-1, 1, y.shape[-1], dtype=y.dtype)).pow(2).sum() + sum(s.sin().sum() for s in states)
+    first = torch.autograd.grad(loss, [x, *hx], create_graph=True)
+    inputs = [x, *hx, *m.parameters()]
+    second = torch.autograd.grad(sum((g * g).sum() for g in first), inputs, allow_unused=True)
+    return [*first, *(torch.zeros_like(i) if g is None else g for g, i in zip(second, inputs))]
+
+
+@pytest.mark.parametrize("kind,scheme", CASES)
+@pytest.mark.parametrize("sampling", recdrop.SAMPLINGS)
+def test_higher_order_gradients_on_the_fast_path_equal_the_loop(kind, scheme, sampling):
+    torch.manual_seed(2)
+    m = getattr(recdrop, kind)(3, 4, 2, bidirectional=True, recurrent_dropout=0.4, scheme=scheme,
+                               sampling=sampling).double()
     x = torch.randn(5, 2, 3, dtype=torch.float64, requires_grad=True)
-    with pytest.raises(RuntimeError, match="higher-order gradients.*fused = False"):
-        torch.autograd.grad(m(x)[0].pow(2).sum(), x, create_graph=True)
-    m.fused = False
-    (g,) = torch.autograd.grad(m(x)[0].pow(2).sum(), x, create_graph=True)
-    assert torch.autograd.grad(g.sum(), x)[0].abs().sum() > 0
+    hx = initial_state(kind, (4, 2, 4))
+    masks = m.draw_masks(5, 2, dtype=torch.float64)
+    fast, ref = second_order(m, x, hx, masks, True), second_order(m, x, hx, masks, False)
+    for a, b in zip(fast, ref):
+        assert (a - b).abs().max() < 1e-10
+    assert sum(g.abs().sum() for g in fast[len(hx) + 1:]) > 0  # the second-order gradients are not all zero
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU", "RNN"])
+def test_gradgradcheck_on_the_fast_path(kind):
+    m = getattr(recdrop, kind)(2, 3, recurrent_dropout=0.3).double()
+    assert m.fused
+    x = torch.randn(4, 2, 2, dtype=torch.float64, requires_grad=True)
+    masks = m.draw_masks(4, 2, dtype=torch.float64)
+    w = m.weight_hh_l0
+
+    def f(x, w):
+        return torch.func.functional_call(m, {"weight_hh_l0": w}, (x,), {"masks": masks})[0]
+
+    assert torch.autograd.gradcheck(f, (x, w)) and torch.autograd.gradgradcheck(f, (x, w))

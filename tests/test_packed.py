@@ -10,6 +10,8 @@ from recdrop.cells import CELL_SCHEMES
 LENGTHS = [3, 7, 5, 7, 1]  # unsorted, with a tie and a sequence of one step
 SETTINGS = [(kind, scheme, sampling) for kind in ("LSTM", "GRU", "RNN") for scheme in CELL_SCHEMES[kind]
             for sampling in ("per-step", "per-sequence")]
+# the LSTM with a projection (proj_size), where Gal's mask has proj_size units: every scheme
+PROJECTED = [("LSTM", scheme, sampling, 2) for scheme in CELL_SCHEMES["LSTM"] for sampling in ("per-step", "per-sequence")]
 
 
 def alone(masks, b, n):
@@ -19,11 +21,12 @@ def alone(masks, b, n):
 
 @pytest.mark.parametrize("fused", [True, False], ids=["fast path", "plain loop"])
 @pytest.mark.parametrize("train", [True, False], ids=["train", "eval"])
-@pytest.mark.parametrize("kind,scheme,sampling", SETTINGS)
-def test_a_packed_batch_equals_each_sequence_run_alone(kind, scheme, sampling, train, fused):
+@pytest.mark.parametrize("kind,scheme,sampling,proj_size", [(*s, 0) for s in SETTINGS] + PROJECTED)
+def test_a_packed_batch_equals_each_sequence_run_alone(kind, scheme, sampling, proj_size, train, fused):
     torch.manual_seed(0)
+    extra = {"proj_size": proj_size} if proj_size else {}
     m = getattr(recdrop, kind)(3, 4, num_layers=2, bidirectional=True, recurrent_dropout=0.4, scheme=scheme,
-                               sampling=sampling, scaling="paper").double().train(train)
+                               sampling=sampling, scaling="paper", **extra).double().train(train)
     m.fused = fused
     seqs = [torch.randn(n, 3, dtype=torch.float64) for n in LENGTHS]
     packed = pack_sequence(seqs, enforce_sorted=False)

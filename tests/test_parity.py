@@ -55,6 +55,22 @@ def test_layer_parity(dtype, kind, num_layers, batch_first, bidirectional, with_
     run_both(ref, ours, x, hx, TOL[dtype])
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("num_layers", [1, 2])
+@pytest.mark.parametrize("bidirectional", [False, True])
+@pytest.mark.parametrize("bias", [False, True])
+def test_lstm_with_projection_matches_torch(dtype, num_layers, bidirectional, bias):
+    torch.manual_seed(3)
+    ref, ours = twins("LSTM", dtype, 5, 7, num_layers, bias=bias, bidirectional=bidirectional, proj_size=3)
+    assert [n for n, _ in ours.named_parameters()] == [n for n, _ in ref.named_parameters()]
+    assert [[w.shape for w in ws] for ws in ours.all_weights] == [[w.shape for w in ws] for ws in ref.all_weights]
+    n = num_layers * (2 if bidirectional else 1)
+    x = torch.randn(6, 3, 5, dtype=dtype)
+    run_both(ref, ours, x, None, TOL[dtype])
+    run_both(ref, ours, x, (torch.randn(n, 3, 3, dtype=dtype), torch.randn(n, 3, 7, dtype=dtype)), TOL[dtype])
+    run_both(ref, ours, x[:, 0], (torch.randn(n, 3, dtype=dtype), torch.randn(n, 7, dtype=dtype)), TOL[dtype])
+
+
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("batch_first", [False, True])
 def test_unbatched_input_and_no_bias(kind, batch_first):

@@ -1,0 +1,100 @@
+"""torch's program transforms on recdrop's layers, on the default (fast) path: tracing, export and
+compile give a module that matches eager in eval and in train mode (the same seed draws the same
+masks); functorch transforms, forward-mode AD and batched gradients work (layers.plain_ops_needed)."""
+import warnings
+
+import pytest
+import torch
+import torch.autograd.forward_ad as fwAD
+import torch._dynamo as dynamo
+
+import recdrop
+
+KINDS = ["LSTM", "GRU", "RNN"]
+
+
+def layer(kind, training, dtype=torch.float32):
+    torch.manual_seed(0)
+    m = getattr(recdrop, kind)(3, 4, 2, bidirectional=True, recurrent_dropout=0.3).to(dtype).train(training)
+    assert m.fused
+    return m
+
+
+def same_draws(f, g, x):
+    """f(x) and g(x) from the same random state: in train mode, the same masks."""
+    torch.manual_seed(1)
+    a = f(x)
+    torch.manual_seed(1)
+    b = g(x)
+    return a, b
+
+
+def assert_outputs_close(a, b):
+    torch.testing.assert_close(a[0], b[0])
+    for s, t in zip(a[1] if isinstance(a[1], tuple) else (a[1],), b[1] if isinstance(b[1], tuple) else (b[1],)):
+        torch.testing.assert_close(s, t)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("training", [False, True], ids=["eval", "train"])
+def test_trace_matches_eager(kind, training):
+    m, x = layer(kind, training), torch.randn(5, 2, 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)  # torch 2.13 deprecates tracing; users still trace
+        traced = torch.jit.trace(m, (x,), check_trace=False)
+    assert_outputs_close(*same_draws(traced, m, x))
+    traced(x)[0].sum().backward()
+    assert m.weight_hh_l0.grad is not None
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("training", [False, True], ids=["eval", "train"])
+def test_export_matches_eager_and_trains(kind, training):
+    m, x = layer(kind, training), torch.randn(5, 2, 3)
+    exported = torch.export.export(m, (x,)).module()
+    assert_outputs_close(*same_draws(exported, m, x))
+    exported(x)[0].sum().backward()  # with gradients, not only under no_grad
+    assert exported.weight_hh_l0.grad is not None
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("training", [False, True], ids=["eval", "train"])
+def test_compile_has_no_graph_break_and_matches_eager(kind, training):
+    m, x = layer(kind, training), torch.randn(5, 2, 3)
+    dynamo.reset()
+    explained = dynamo.explain(m)(x)
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
+    compiled = torch.compile(m, backend="aot_eager", fullgraph=True)
+    assert_outputs_close(*same_draws(compiled, m, x))
+    compiled(x)[0].sum().backward()
+    assert m.weight_hh_l0.grad is not None
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_functorch_transforms_and_forward_ad(kind):
+    m = layer(kind, False, torch.float64)
+    x = torch.randn(5, 2, 3, dtype=torch.float64)
+    loss = lambda x: m(x)[0].pow(2).sum()  # noqa: E731
+    torch.testing.assert_close(torch.func.grad(loss)(x), torch.autograd.grad(loss(x.requires_grad_()), x)[0])
+    x = x.detach()
+    xs = torch.randn(3, 5, 2, 3, dtype=torch.float64)
+    torch.testing.assert_close(torch.func.vmap(lambda x: m(x)[0])(xs), torch.stack([m(xi)[0] for xi in xs]))
+    tangent = torch.randn_like(x)
+    _, jvp = torch.func.jvp(lambda x: m(x)[0], (x,), (tangent,))
+    eps = 1e-6  # against a central difference
+    torch.testing.assert_close(jvp, (m(x + eps * tangent)[0] - m(x - eps * tangent)[0]) / (2 * eps), atol=1e-7, rtol=1e-6)
+    with fwAD.dual_level():
+        dual = fwAD.unpack_dual(m(fwAD.make_dual(x, tangent))[0]).tangent
+    torch.testing.assert_close(dual, jvp)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_batched_gradients_through_the_fast_backward(kind):
+    m = layer(kind, True, torch.float64)
+    x = torch.randn(4, 2, 3, dtype=torch.float64, requires_grad=True)
+    masks = m.draw_masks(4, 2, dtype=torch.float64)
+    assert torch.autograd.gradcheck(lambda x: m(x, masks=masks)[0], (x,), check_batched_grad=True)
+    jac = torch.autograd.functional.jacobian(lambda x: m(x, masks=masks)[0], x, vectorize=True)
+    m.fused = False
+    torch.testing.assert_close(jac, torch.autograd.functional.jacobian(lambda x: m(x, masks=masks)[0], x))
