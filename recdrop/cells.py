@@ -16,8 +16,7 @@ drop-in replacements whose weights load from torch.nn.GRU.
 """
 from __future__ import annotations
 
-import math
-from typing import Callable, Dict, Optional, Sequence, Tuple
+from typing import Callable, Dict, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -107,14 +106,6 @@ def rnn_step(gx: Tensor, h: Tensor, w_hh: Tensor, b_hh: Optional[Tensor],
     return _mul(act(gx + F.linear(_mul(h, drop_in), w_hh, b_hh)), moon)
 
 
-def init_uniform_(params, hidden_size: int) -> None:
-    """torch.nn's default init: every parameter uniform in [-1/sqrt(H), 1/sqrt(H)]."""
-    bound = 1.0 / math.sqrt(hidden_size) if hidden_size > 0 else 0.0
-    with torch.no_grad():
-        for w in params:
-            w.uniform_(-bound, bound)
-
-
 def check_activation(nonlinearity: str) -> Callable[[Tensor], Tensor]:
     if nonlinearity not in ACTIVATIONS:
         raise ValueError(f"nonlinearity={nonlinearity!r} is not valid; allowed values: "
@@ -122,8 +113,10 @@ def check_activation(nonlinearity: str) -> Callable[[Tensor], Tensor]:
     return ACTIVATIONS[nonlinearity]
 
 
-class _CellBase(nn.Module):
-    """A single-step cell, drop-in for torch.nn.{LSTM,GRU,RNN}Cell, with recurrent dropout.
+class _CellBase(nn.RNNCellBase):
+    """A single-step cell, drop-in for torch.nn.{LSTM,GRU,RNN}Cell, with recurrent dropout: a subclass
+    of its torch.nn twin, built by torch.nn's constructor. Where no recurrent dropout acts and the
+    nonlinearity is one torch.nn has, ``forward`` is torch.nn's own.
 
     With ``sampling="per-sequence"`` the cell draws its mask at the first training call and keeps
     it until ``reset_masks()`` (call it at the start of every new sequence); with ``"per-step"``
@@ -132,31 +125,18 @@ class _CellBase(nn.Module):
     """
 
     kind = ""
+    torch_kernels = True  # where no recurrent dropout acts, torch.nn's forward; False: recdrop's own there too
 
     def __init__(self, input_size: int, hidden_size: int, bias: bool = True, device=None, dtype=None, *,
                  nonlinearity: str = "tanh", recurrent_dropout: float = 0.0, scheme: str = "semeniuta",
                  sampling: str = "per-step", scaling: str = "inverted"):
-        super().__init__()
         _check_sizes(input_size, hidden_size)
-        self.input_size, self.hidden_size, self.bias = input_size, hidden_size, bias
         check_activation(nonlinearity)
+        rdrop = RecurrentDropout(recurrent_dropout, scheme, sampling, scaling, CELL_SCHEMES[self.kind])
+        nn.RNNCellBase.__init__(self, input_size, hidden_size, bias, GATES[self.kind], device, dtype)
         self.nonlinearity = nonlinearity  # its name: a module holds no function, so that it loads weights_only
-        self.rdrop = RecurrentDropout(recurrent_dropout, scheme, sampling, scaling, CELL_SCHEMES[self.kind])
-        g = GATES[self.kind] * hidden_size
-        kw = {"device": device, "dtype": dtype}
-        self.weight_ih = nn.Parameter(torch.empty(g, input_size, **kw))
-        self.weight_hh = nn.Parameter(torch.empty(g, hidden_size, **kw))
-        if bias:
-            self.bias_ih = nn.Parameter(torch.empty(g, **kw))
-            self.bias_hh = nn.Parameter(torch.empty(g, **kw))
-        else:
-            self.register_parameter("bias_ih", None)
-            self.register_parameter("bias_hh", None)
+        self.rdrop = rdrop
         self._sequence_masks: Optional[Dict[str, Tensor]] = None
-        self.reset_parameters()
-
-    def reset_parameters(self) -> None:
-        init_uniform_(self.parameters(), self.hidden_size)
 
     def reset_masks(self) -> None:
         """Forget the per-sequence mask: the next training call draws a new one."""
@@ -169,6 +149,13 @@ class _CellBase(nn.Module):
         if self.nonlinearity != "tanh":
             s += f", nonlinearity={self.nonlinearity!r}"
         return s + self.rdrop.describe()
+
+    def _torch_computes_it(self, masks) -> bool:
+        """Whether this call runs torch.nn's forward: no masks given, no recurrent dropout acts and
+        the nonlinearity is one torch.nn has (its LSTMCell and GRUCell have only tanh)."""
+        inactive = not self.rdrop.targets or (not self.training and self.rdrop.scaling == "inverted")
+        return (masks is None and self.torch_kernels and inactive
+                and (self.kind == "RNN" or self.nonlinearity == "tanh"))
 
     def _factors(self, x: Tensor, masks) -> StepFactors:
         r, shape = self.rdrop, (x.shape[0], self.hidden_size)
@@ -187,44 +174,38 @@ class _CellBase(nn.Module):
         return r.factors(masks, self.training, per_step=False)
 
     def _prepare(self, input: Tensor, hx, n_states: int):
-        batched = check_input(input, self.input_size, batched_rank=2)
+        """torch.nn's checks, with its errors; then x and the states batched, gx = W_ih x + b_ih, and
+        whether ``input`` was batched."""
+        name = type(self).__name__
+        if not isinstance(input, Tensor):
+            raise TypeError(f"input must be a torch.Tensor, got {type(input).__name__}")
+        if input.dim() not in (1, 2):
+            raise ValueError(f"{name}: Expected input to be 1D or 2D, got {input.dim()}D instead")
+        states = None if hx is None else (tuple(hx) if n_states == 2 else (hx,))
+        if states is not None and len(states) != n_states:
+            raise ValueError(f"hx must be a tuple (h_0, c_0), got {len(states)} tensors")
+        for idx, st in enumerate(states or ()):
+            if not isinstance(st, Tensor):
+                raise TypeError(f"hx must hold torch.Tensors, got {type(st).__name__}")
+            if st.dim() not in (1, 2):
+                what = f"hx[{idx}]" if n_states == 2 else "hidden"
+                raise ValueError(f"{name}: Expected {what} to be 1D or 2D, got {st.dim()}D instead")
+        batched = input.dim() == 2
         x = input if batched else input.unsqueeze(0)
-        want = (x.shape[0], self.hidden_size)
-        if hx is None:
-            states = [x.new_zeros(want) for _ in range(n_states)]
-        else:
-            states = [s if batched else s.unsqueeze(0) for s in check_states(hx, [want if batched else want[1:]] * n_states)]
+        if states is None:
+            states = tuple(x.new_zeros(x.shape[0], self.hidden_size) for _ in range(n_states))
+        elif not batched:
+            states = tuple(st.unsqueeze(0) for st in states)
+        if x.shape[1] != self.input_size:  # the checks and words of torch.nn's cell kernels
+            raise RuntimeError(f"input has inconsistent input_size: got {x.shape[1]} expected {self.input_size}")
+        for idx, st in enumerate(states):
+            if st.shape[0] != x.shape[0]:
+                raise RuntimeError(f"Input batch size {x.shape[0]} doesn't match hidden{idx} batch size {st.shape[0]}")
+            if st.shape[1] != self.hidden_size:
+                raise RuntimeError(f"hidden{idx} has inconsistent hidden_size: got {st.shape[1]}, "
+                                   f"expected {self.hidden_size}")
         gx = F.linear(x, self.weight_ih, self.bias_ih)
         return x, gx, states, batched
-
-
-def check_input(input, input_size: int, batched_rank: int) -> bool:
-    """Raise ValueError unless ``input`` is a tensor of rank ``batched_rank`` (or one less: unbatched)
-    with ``input_size`` features; return whether it is batched."""
-    if not isinstance(input, Tensor):
-        raise ValueError(f"input must be a torch.Tensor, got {type(input).__name__}")
-    if input.dim() not in (batched_rank - 1, batched_rank):
-        raise ValueError(f"input must be {batched_rank}-D (batched) or {batched_rank - 1}-D (unbatched), "
-                         f"got shape {tuple(input.shape)}")
-    if input.shape[-1] != input_size:
-        raise ValueError(f"input must have input_size={input_size} features in its last dimension, "
-                         f"got shape {tuple(input.shape)}")
-    return input.dim() == batched_rank
-
-
-def check_states(hx, shapes: Sequence[Tuple[int, ...]]) -> Tuple[Tensor, ...]:
-    """``hx`` as a tuple of tensors (h_0, or (h_0, c_0) for the LSTM), each of exactly its shape in
-    ``shapes`` (one per state): no broadcasting."""
-    n_states = len(shapes)
-    states = tuple(hx) if n_states == 2 and isinstance(hx, (tuple, list)) else (hx,)
-    if len(states) != n_states:
-        raise ValueError(f"hx must be a tuple (h_0, c_0), got {len(states)} tensors")
-    for name, st, shape in zip(("h_0", "c_0"), states, shapes):
-        if not isinstance(st, Tensor):
-            raise ValueError(f"hx: {name} must be a torch.Tensor, got {type(st).__name__}")
-        if tuple(st.shape) != tuple(shape):
-            raise ValueError(f"hx: {name} must have shape {tuple(shape)}, got {tuple(st.shape)}")
-    return states
 
 
 def _check_sizes(input_size: int, hidden_size: int) -> None:
@@ -233,13 +214,15 @@ def _check_sizes(input_size: int, hidden_size: int) -> None:
             raise ValueError(f"{name} must be a positive int, got {v!r}")
 
 
-class LSTMCell(_CellBase):
+class LSTMCell(_CellBase, nn.LSTMCell):
     """Drop-in ``torch.nn.LSTMCell`` with recurrent dropout (Eqs. 7-9). ``p`` is the drop rate."""
 
     kind = "LSTM"
 
     def forward(self, input: Tensor, hx: Optional[Tuple[Tensor, Tensor]] = None, *,
                 masks: Optional[Dict[str, Tensor]] = None) -> Tuple[Tensor, Tensor]:
+        if self._torch_computes_it(masks):
+            return super().forward(input, hx)  # torch.nn.LSTMCell's
         x, gx, (h, c), batched = self._prepare(input, hx, 2)
         gal, sem, moon = self._factors(x, masks).at(0)
         h, c = lstm_step(gx, h, c, self.weight_hh, self.bias_hh, gal, sem, moon, ACTIVATIONS[self.nonlinearity])
@@ -253,20 +236,22 @@ class _SingleStateCell(_CellBase):
 
     def forward(self, input: Tensor, hx: Optional[Tensor] = None, *,
                 masks: Optional[Dict[str, Tensor]] = None) -> Tensor:
+        if self._torch_computes_it(masks):
+            return super().forward(input, hx)  # torch.nn.GRUCell's or RNNCell's
         x, gx, (h,), batched = self._prepare(input, hx, 1)
         gal, sem, moon = self._factors(x, masks).at(0)
         h = self.step(gx, h, self.weight_hh, self.bias_hh, gal, sem, moon, ACTIVATIONS[self.nonlinearity])
         return h if batched else h[0]
 
 
-class GRUCell(_SingleStateCell):
+class GRUCell(_SingleStateCell, nn.GRUCell):
     """Drop-in ``torch.nn.GRUCell`` with recurrent dropout (Semeniuta: Eq. 13)."""
 
     kind = "GRU"
     step = staticmethod(gru_step)
 
 
-class RNNCell(_SingleStateCell):
+class RNNCell(_SingleStateCell, nn.RNNCell):
     """Drop-in ``torch.nn.RNNCell`` with recurrent dropout.
 
     Schemes: ``"semeniuta"`` (default) and ``"gal"`` both apply Eq. 2, d(h_{t-1}) where it

@@ -1,10 +1,10 @@
 """Multi-layer RNN, LSTM and GRU with recurrent dropout, drop-in for torch.nn (paper Section 3).
 
-Same constructor arguments, forward signature, shapes, return values and parameter names as
-``torch.nn.LSTM`` / ``GRU`` / ``RNN``; the keyword-only arguments ``recurrent_dropout``, ``scheme``,
-``sampling`` and ``scaling`` add the paper's recurrent dropout (see ``recdrop.masks``). Every layer
-and direction draws its own masks. With ``recurrent_dropout=0``, or in ``eval()`` with inverted
-scaling, the modules compute exactly what torch.nn computes.
+Subclasses of ``torch.nn.LSTM`` / ``GRU`` / ``RNN``: the same constructor arguments, forward
+signature, shapes, return values and parameter names; the keyword-only arguments
+``recurrent_dropout``, ``scheme``, ``sampling`` and ``scaling`` add the paper's recurrent dropout
+(see ``recdrop.masks``). Every layer and direction draws its own masks. With
+``recurrent_dropout=0``, or in ``eval()`` with inverted scaling, forward is torch.nn's own.
 
 Speed: the input projections W_ih x_t of all time steps are one matmul before the time loop (as
 cuDNN does); only the recurrent matmul and the elementwise gate math run per step.
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import warnings
 from typing import Dict, List, Optional, Tuple
 
 import torch
@@ -22,22 +21,29 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
-from .cells import (ACTIVATIONS, CELL_SCHEMES, GATES, _check_sizes, check_activation, check_input, check_states,
-                    gru_step, init_uniform_, lstm_step, rnn_step)
+from .cells import ACTIVATIONS, CELL_SCHEMES, check_activation, gru_step, lstm_step, rnn_step
 from .fused import gru_sequence, lstm_sequence, rnn_sequence
-from .masks import RecurrentDropout, StepFactors, check_rate
+from .masks import RecurrentDropout, StepFactors
 
 Masks = List[Dict[str, Tensor]]
+
+
+def transformed(*tensors: Optional[Tensor]) -> bool:
+    """Whether a functorch transform (``torch.func.grad``, ``vmap``, ``jvp``) is active or a tensor
+    carries a forward-mode tangent (dual tensors)."""
+    if torch._C._are_functorch_transforms_active():
+        return True
+    return any(t is not None and fwAD.unpack_dual(t).tangent is not None for t in tensors)
 
 
 def plain_ops_needed(*tensors: Optional[Tensor]) -> bool:
     """Whether a forward must run on plain torch ops, not the fast path (one autograd.Function with
     preallocated ``out=`` buffers): under ``torch.jit.trace``, ``torch.compile`` and ``torch.export``
-    (which trace ops), functorch transforms (``torch.func.grad``, ``vmap``, ``jvp``) and forward-mode
-    AD (dual tensors), which an autograd.Function without those rules does not support."""
-    if torch.jit.is_tracing() or torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active():
-        return True
-    return any(t is not None and fwAD.unpack_dual(t).tangent is not None for t in tensors)
+    (which trace ops), under autocast (mixed precision: the plain ops cast as torch.nn's do), and under
+    functorch transforms and forward-mode AD (``transformed``), which an autograd.Function without
+    those rules does not support."""
+    return (torch.jit.is_tracing() or torch.compiler.is_compiling() or torch._C._is_any_autocast_enabled()
+            or transformed(*tensors))
 
 
 def _input_projection_with_both_biases(x: Tensor, w_ih: Tensor, b_ih: Optional[Tensor],
@@ -46,76 +52,60 @@ def _input_projection_with_both_biases(x: Tensor, w_ih: Tensor, b_ih: Optional[T
     return F.linear(x, w_ih, b_ih if b_hh is None else b_ih + b_hh)
 
 
-class _RecurrentLayer(nn.Module):
-    """The layers' shared body; each subclass says how one direction runs (``_step`` on the
-    reference path, ``_sequence`` on the fast path) and how many states it carries."""
+class _RecurrentLayer(nn.RNNBase):
+    """The layers' shared body. Each layer is a subclass of its torch.nn twin (``isinstance(m,
+    nn.LSTM)``), built by torch.nn's own constructor: the same parameters, names, init, attributes
+    (``mode``, ``_flat_weights``, ``all_weights``) and checks. Where no recurrent dropout acts
+    (``recurrent_dropout=0``, or ``eval()`` with inverted scaling) and the nonlinearity is one
+    torch.nn has, ``forward`` is torch.nn's own (cuDNN, oneDNN). Otherwise each subclass says how
+    one direction runs (``_step`` on the reference path, ``_sequence`` on the fast path)."""
 
     kind = ""
     n_states = 1  # h_t; the LSTM carries (h_t, c_t)
     fused = True  # the fast path of recdrop.fused where it can run (plain_ops_needed); False: always the loop
+    torch_kernels = True  # where no recurrent dropout acts, torch.nn's forward; False: recdrop's own there too
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
                  proj_size: int = 0, device=None, dtype=None, *, nonlinearity: str = "tanh",
                  recurrent_dropout: float = 0.0, scheme: str = "semeniuta", sampling: str = "per-step",
                  scaling: str = "inverted"):
-        super().__init__()
-        _check_sizes(input_size, hidden_size)
-        if not isinstance(bias, bool):
-            raise TypeError(f"bias should be of type bool, got: {type(bias).__name__}")  # torch.nn's words
-        if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 1:
-            raise ValueError(f"num_layers must be a positive int, got {num_layers!r}")
-        if isinstance(proj_size, bool) or not isinstance(proj_size, int) or proj_size < 0:
-            raise ValueError("proj_size should be a positive integer or zero to disable projections")
-        if proj_size >= hidden_size:
-            raise ValueError("proj_size has to be smaller than hidden_size")
-        self.input_size, self.hidden_size, self.num_layers = input_size, hidden_size, num_layers
-        self.bias, self.batch_first, self.bidirectional = bias, batch_first, bidirectional
-        self.dropout = check_rate("dropout", dropout)
-        self.proj_size = proj_size  # LSTM only: h_t = W_hr (o_t * f(c_t)), of this size
-        if self.dropout > 0 and num_layers == 1:
-            warnings.warn("dropout option adds dropout after all but last recurrent layer, so non-zero "
-                          f"dropout expects num_layers greater than 1, but got dropout={dropout} and "
-                          f"num_layers={num_layers}")
+        for name, value in (("num_layers", num_layers), ("proj_size", proj_size)):  # torch.nn checks their range
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"{name} should be of type int, got: {type(value).__name__}")
         check_activation(nonlinearity)
+        rdrop = RecurrentDropout(recurrent_dropout, scheme, sampling, scaling, CELL_SCHEMES[self.kind])
+        mode = {"LSTM": "LSTM", "GRU": "GRU", "RNN": f"RNN_{nonlinearity.upper()}"}[self.kind]
+        nn.RNNBase.__init__(self, mode, input_size, hidden_size, num_layers, bias, batch_first, dropout,
+                            bidirectional, proj_size, device, dtype)
         self.nonlinearity = nonlinearity  # its name: a module holds no function, so that it loads weights_only
-        self.rdrop = RecurrentDropout(recurrent_dropout, scheme, sampling, scaling, CELL_SCHEMES[self.kind])
+        self.rdrop = rdrop
         self.num_directions = 2 if bidirectional else 1
-        gate_size = GATES[self.kind] * hidden_size
-        kw = {"device": device, "dtype": dtype}
-        self._flat_weights_names: List[str] = []
-        for layer in range(num_layers):
-            layer_input = input_size if layer == 0 else self.output_size * self.num_directions
-            for suffix in ("", "_reverse")[: self.num_directions]:
-                shapes = {f"weight_ih_l{layer}{suffix}": (gate_size, layer_input),
-                          f"weight_hh_l{layer}{suffix}": (gate_size, self.output_size)}
-                if bias:
-                    shapes[f"bias_ih_l{layer}{suffix}"] = (gate_size,)
-                    shapes[f"bias_hh_l{layer}{suffix}"] = (gate_size,)
-                if proj_size:
-                    shapes[f"weight_hr_l{layer}{suffix}"] = (proj_size, hidden_size)
-                for name, shape in shapes.items():
-                    setattr(self, name, nn.Parameter(torch.empty(shape, **kw)))
-                    self._flat_weights_names.append(name)
-        self.reset_parameters()
 
     @property
     def output_size(self) -> int:
         """The size of h_t: ``proj_size`` where the LSTM projects it, else ``hidden_size``."""
         return self.proj_size or self.hidden_size
 
-    # -- torch.nn compatibility -------------------------------------------------------------------
-    def reset_parameters(self) -> None:
-        init_uniform_(self.parameters(), self.hidden_size)
+    def __setstate__(self, state):
+        """Modules pickled by recdrop before it subclassed torch.nn lack torch.nn's bookkeeping."""
+        if "_all_weights" not in state:
+            per = (4 if state["bias"] else 2) + (1 if state.get("proj_size") else 0)
+            names = state["_flat_weights_names"]
+            nonlinearity = state.get("nonlinearity", "tanh")
+            state = {**state, "_all_weights": [names[i:i + per] for i in range(0, len(names), per)],
+                     "mode": {"LSTM": "LSTM", "GRU": "GRU", "RNN": f"RNN_{nonlinearity.upper()}"}[self.kind],
+                     "_flat_weights": [state["_parameters"][n] for n in names]}
+        super().__setstate__(state)
 
-    def flatten_parameters(self) -> None:
-        """No-op, kept so code written for torch.nn (which calls it for cuDNN) runs unchanged."""
-
-    @property
-    def all_weights(self) -> List[List[nn.Parameter]]:
-        per = (4 if self.bias else 2) + (1 if self.proj_size else 0)
-        names = self._flat_weights_names
-        return [[getattr(self, n) for n in names[i:i + per]] for i in range(0, len(names), per)]
+    def _torch_computes_it(self, x: Tensor) -> bool:
+        """Whether this call runs torch.nn's forward: no recurrent dropout acts, the nonlinearity is
+        one torch.nn has (its LSTM and GRU have only tanh), and neither torch.compile (where AOTAutograd
+        fails on torch.nn's LSTM in eval) nor a functorch transform (torch.nn's LSTM has no vmap rule)
+        is at work: there recdrop's plain ops run."""
+        inactive = not self.rdrop.targets or (not self.training and self.rdrop.scaling == "inverted")
+        return (self.torch_kernels and inactive and (self.kind == "RNN" or self.nonlinearity == "tanh")
+                and not torch.compiler.is_compiling() and not transformed(x))
 
     def extra_repr(self) -> str:
         s = f"{self.input_size}, {self.hidden_size}"
@@ -148,6 +138,8 @@ class _RecurrentLayer(nn.Module):
     def forward(self, input: Tensor, hx=None, *, masks: Optional[Masks] = None):
         """Same as torch.nn's forward. ``masks`` (keyword-only) replaces the random masks with
         given raw 0/1 masks, in the layout of ``draw_masks``; used when training only."""
+        if masks is None and self._torch_computes_it(input.data if isinstance(input, PackedSequence) else input):
+            return super(_RecurrentLayer, self).forward(input, hx)  # torch.nn's forward: cuDNN, oneDNN
         if isinstance(input, PackedSequence):
             return self._forward_packed(input, hx, masks)
         x, hx, batched = self._check_input(input, hx)
@@ -195,13 +187,12 @@ class _RecurrentLayer(nn.Module):
         of the original order, ``draw_masks(T, B)``, and a sequence uses its first ``length`` steps."""
         sorted_idx, unsorted_idx = packed.sorted_indices, packed.unsorted_indices
         x, lengths = pad_packed_sequence(PackedSequence(packed.data, packed.batch_sizes))  # (T, B, in), sorted
-        self._check_input(x, None)
         batch = x.shape[1]
         if hx is None:
             hx = tuple(x.new_zeros(shape) for shape in self._state_shapes(batch))
         else:
-            hx = check_states(hx, self._state_shapes(batch))
-            hx = tuple(s if sorted_idx is None else s.index_select(1, sorted_idx) for s in hx)
+            hx = tuple(s if sorted_idx is None else s.index_select(1, sorted_idx) for s in self._states_of(hx))
+        self.check_forward_args(packed.data, hx if self.n_states == 2 else hx[0], packed.batch_sizes)  # torch.nn's
         masks = self._masks_for(x, masks)
         if masks is not None and sorted_idx is not None:  # into the pack's order
             masks = [{t: m.index_select(m.dim() - 2, sorted_idx) for t, m in d.items()} for d in masks]
@@ -276,19 +267,34 @@ class _RecurrentLayer(nn.Module):
 
     # -- input checks -----------------------------------------------------------------------------
     def _check_input(self, input: Tensor, hx):
-        batched = check_input(input, self.input_size, batched_rank=3)
-        weight = self.weight_ih_l0
-        if input.dtype != weight.dtype:  # as torch.nn says it, in training and at test alike
-            raise ValueError(f"RNN input dtype ({input.dtype}) does not match weight dtype ({weight.dtype}). "
-                             f"Convert input: input.to({weight.dtype}), or convert model: model.to({input.dtype})")
-        x = input if batched else input.unsqueeze(1)
-        if batched and self.batch_first:
-            x = x.transpose(0, 1)
-        shapes = self._state_shapes(x.shape[1])
-        if hx is None:
-            return x, tuple(x.new_zeros(shape) for shape in shapes), batched
-        states = check_states(hx, shapes if batched else [(s[0], s[2]) for s in shapes])
-        return x, states if batched else tuple(st.unsqueeze(1) for st in states), batched
+        """torch.nn's checks, with its errors, then ``x`` time-major and batched, the initial states
+        as a tuple, and whether ``input`` was batched."""
+        if not isinstance(input, Tensor):
+            raise TypeError(f"input must be a torch.Tensor or a PackedSequence, got {type(input).__name__}")
+        if input.dim() not in (2, 3):
+            raise ValueError(f"{self.kind}: Expected input to be 2D or 3D, got {input.dim()}D instead")
+        batched = input.dim() == 3
+        x = input if batched else input.unsqueeze(0 if self.batch_first else 1)
+        states = None if hx is None else self._states_of(hx)
+        if states is not None and any(s.dim() != input.dim() for s in states):
+            raise RuntimeError(f"For {'batched 3-D' if batched else 'unbatched 2-D'} input, hx should also be "
+                               f"{input.dim()}-D but got {tuple(s.dim() for s in states)}-D tensors")
+        if states is not None and not batched:
+            states = tuple(s.unsqueeze(1) for s in states)
+        if states is None:
+            states = tuple(x.new_zeros(shape) for shape in self._state_shapes(x.shape[0 if self.batch_first else 1]))
+        self.check_forward_args(x, states if self.n_states == 2 else states[0], None)  # torch.nn's: sizes, dtype
+        return (x.transpose(0, 1) if self.batch_first else x), states, batched
+
+    def _states_of(self, hx) -> Tuple[Tensor, ...]:
+        """``hx`` as a tuple of tensors: (h_0,), or (h_0, c_0) for the LSTM."""
+        states = tuple(hx) if self.n_states == 2 and isinstance(hx, (tuple, list)) else (hx,)
+        if len(states) != self.n_states:
+            raise ValueError(f"hx must be a tuple (h_0, c_0), got {len(states)} tensors")
+        for name, st in zip(("h_0", "c_0"), states):
+            if not isinstance(st, Tensor):
+                raise TypeError(f"hx: {name} must be a torch.Tensor, got {type(st).__name__}")
+        return states
 
     def _check_masks(self, masks: Masks, steps: int, batch: int) -> None:
         n = self.num_layers * self.num_directions
@@ -307,7 +313,7 @@ def _reverse_within(x: Tensor, lengths: Tensor) -> Tensor:
     return x.gather(0, idx.view(*idx.shape, *([1] * (x.dim() - 2))).expand_as(x))
 
 
-class LSTM(_RecurrentLayer):
+class LSTM(_RecurrentLayer, nn.LSTM):
     """Drop-in ``torch.nn.LSTM`` with recurrent dropout.
 
     Keyword-only: ``recurrent_dropout`` p (the drop rate, in [0, 1)); ``scheme`` one of
@@ -330,7 +336,7 @@ class LSTM(_RecurrentLayer):
         return lstm_sequence(gx, *state, w_hh, factors, self.nonlinearity, reverse)
 
 
-class GRU(_RecurrentLayer):
+class GRU(_RecurrentLayer, nn.GRU):
     """Drop-in ``torch.nn.GRU`` with recurrent dropout; arguments as ``recdrop.LSTM``.
 
     ``"semeniuta"`` drops the candidate n_t (the paper's g_t, Eq. 13); ``"gal"`` drops h_{t-1} where
@@ -354,7 +360,7 @@ class GRU(_RecurrentLayer):
         return gru_sequence(F.linear(x, w_ih, b_ih), *state, w_hh, b_hh, factors, self.nonlinearity, reverse)
 
 
-class RNN(_RecurrentLayer):
+class RNN(_RecurrentLayer, nn.RNN):
     """Drop-in ``torch.nn.RNN`` (Eq. 1) with recurrent dropout.
 
     ``scheme``: ``"semeniuta"`` (default) and ``"gal"`` both apply Eq. 2, d(h_{t-1}) where it

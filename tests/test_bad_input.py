@@ -1,4 +1,5 @@
-"""Bad arguments and bad input get a ValueError naming the argument and the allowed values."""
+"""Bad arguments and bad input get a clear error: a ValueError naming the argument and the allowed values
+for recdrop's own arguments; torch.nn's own error, word for word, for what a torch.nn layer checks."""
 import pytest
 import torch
 from torch.nn.utils.rnn import pack_padded_sequence
@@ -37,43 +38,59 @@ def test_forward_dropout_and_sizes(cls):
         cls(3, 4, 2, dropout=1.2)
     with pytest.raises(ValueError, match="hidden_size"):
         cls(3, 0)
-    with pytest.raises(ValueError, match="num_layers"):
+    with pytest.raises(ValueError, match="num_layers must be greater than zero"):
         cls(3, 4, 0)
 
 
 @pytest.mark.parametrize("cls", LAYERS)
-def test_wrong_input_rank_and_features(cls):
-    m = cls(3, 4)
-    with pytest.raises(ValueError, match="input must be 3-D"):
+@pytest.mark.parametrize("rate", [0.0, 0.25], ids=["torch.nn's forward", "recdrop's"])
+def test_wrong_input_rank_and_features_are_torch_nns_errors(cls, rate):
+    m = cls(3, 4, recurrent_dropout=rate)  # the same errors whichever forward runs
+    with pytest.raises(ValueError, match=f"{m.kind}: Expected input to be 2D or 3D, got 4D"):
         m(torch.randn(2, 5, 3, 1))
-    with pytest.raises(ValueError, match="input must be 3-D"):
+    with pytest.raises(ValueError, match="Expected input to be 2D or 3D, got 1D"):
         m(torch.randn(3))
-    with pytest.raises(ValueError, match="input_size=3"):
+    with pytest.raises(RuntimeError, match="input.size\\(-1\\) must be equal to input_size. Expected 3, got 4"):
         m(torch.randn(5, 2, 4))
+    with pytest.raises(ValueError, match="input dtype \\(torch.float64\\) does not match weight dtype"):
+        m(torch.randn(5, 2, 3, dtype=torch.float64))
 
 
 @pytest.mark.parametrize("cls", LAYERS)
-def test_initial_state_wrong_shape(cls):
-    m = cls(3, 4, 2)
+@pytest.mark.parametrize("rate", [0.0, 0.25], ids=["torch.nn's forward", "recdrop's"])
+def test_initial_state_wrong_shape_is_torch_nns_error(cls, rate):
+    m = cls(3, 4, 2, recurrent_dropout=rate)
     x = torch.randn(5, 2, 3)
     bad = torch.zeros(1, 2, 4)  # one layer's worth, for a two-layer module: no broadcasting
     hx = (bad, torch.zeros(2, 2, 4)) if cls is recdrop.LSTM else bad
-    with pytest.raises(ValueError, match=r"hx: h_0 must have shape \(2, 2, 4\)"):
+    with pytest.raises(RuntimeError, match=r"Expected hidden(\[0\])? size \(2, 2, 4\), got \[1, 2, 4\]"):
         m(x, hx)
-    if cls is recdrop.LSTM:
-        with pytest.raises(ValueError, match=r"hx must be a tuple \(h_0, c_0\)"):
-            m(x, (torch.zeros(2, 2, 4),))
+    with pytest.raises(RuntimeError, match="For batched 3-D input, hx"):
+        m(x, (bad[0], bad[0]) if cls is recdrop.LSTM else bad[0])
+    packed = pack_padded_sequence(x, torch.tensor([5, 3]))
+    with pytest.raises(RuntimeError):  # torch.nn's LSTM words it "Expected more hidden states in stacked_rnn"
+        m(packed, hx)
+
+
+def test_lstm_hx_must_be_a_pair():
+    m = recdrop.LSTM(3, 4, recurrent_dropout=0.25)
+    with pytest.raises(ValueError, match=r"hx must be a tuple \(h_0, c_0\)"):
+        m(torch.randn(5, 2, 3), (torch.zeros(1, 2, 4),))
 
 
 @pytest.mark.parametrize("cls", CELLS)
-def test_cell_bad_input(cls):
-    cell = cls(3, 4)
-    with pytest.raises(ValueError, match=r"input must be 2-D \(batched\) or 1-D"):
+@pytest.mark.parametrize("rate", [0.0, 0.25], ids=["torch.nn's forward", "recdrop's"])
+def test_cell_bad_input_is_torch_nns_error(cls, rate):
+    cell = cls(3, 4, recurrent_dropout=rate)
+    with pytest.raises(ValueError, match=f"{cls.__name__}: Expected input to be 1D or 2D, got 3D instead"):
         cell(torch.randn(2, 2, 3))
-    with pytest.raises(ValueError, match="input_size=3"):
+    with pytest.raises(RuntimeError, match="input has inconsistent input_size: got 5 expected 3"):
         cell(torch.randn(2, 5))
     bad = torch.zeros(3, 4)
-    with pytest.raises(ValueError, match=r"hx: h_0 must have shape \(2, 4\)"):
+    with pytest.raises(RuntimeError, match="Input batch size 2 doesn't match hidden0 batch size 3"):
+        cell(torch.randn(2, 3), (bad, bad) if cls is recdrop.LSTMCell else bad)
+    bad = torch.zeros(2, 5)
+    with pytest.raises(RuntimeError, match="hidden0 has inconsistent hidden_size: got 5, expected 4"):
         cell(torch.randn(2, 3), (bad, bad) if cls is recdrop.LSTMCell else bad)
 
 
@@ -87,13 +104,15 @@ def test_given_masks_checked():
 
 
 def test_a_bad_proj_size_is_torch_nns_error():
-    for bad in (-1, 2.0, True):
-        with pytest.raises(ValueError, match="proj_size should be a positive integer or zero"):
+    with pytest.raises(ValueError, match="proj_size should be a positive integer or zero"):
+        recdrop.LSTM(3, 4, proj_size=-1)
+    for bad in (2.0, True):
+        with pytest.raises(TypeError, match="proj_size should be of type int"):
             recdrop.LSTM(3, 4, proj_size=bad)
     with pytest.raises(ValueError, match="proj_size has to be smaller than hidden_size"):
         recdrop.LSTM(3, 4, proj_size=4)
     m = recdrop.LSTM(3, 4, proj_size=2)  # h_0 has proj_size units, c_0 hidden_size
-    with pytest.raises(ValueError, match=r"h_0 must have shape \(1, 5, 2\)"):
+    with pytest.raises(RuntimeError, match=r"Expected hidden\[0\] size \(1, 5, 2\), got \[1, 5, 4\]"):
         m(torch.randn(7, 5, 3), (torch.zeros(1, 5, 4), torch.zeros(1, 5, 4)))
     m = recdrop.LSTM(3, 4, proj_size=2, recurrent_dropout=0.5, scheme="gal")  # Gal drops h_{t-1}: 2 units
     with pytest.raises(ValueError, match=r"masks\['gal'\] must have shape \(7, 5, 2\)"):

@@ -50,6 +50,7 @@ def test_packed_input_matches_torch_nn_without_dropout(kind):
     ref = getattr(torch.nn, kind)(3, 4, num_layers=2, bidirectional=True).double()
     ours = getattr(recdrop, kind)(3, 4, num_layers=2, bidirectional=True).double()
     ours.load_state_dict(ref.state_dict())
+    ours.torch_kernels = False  # recdrop's own packed path, not torch.nn's forward
     seqs = [torch.randn(n, 3, dtype=torch.float64, requires_grad=True) for n in LENGTHS]
     h0 = torch.randn(4, len(LENGTHS), 4, dtype=torch.float64)
     hx = (h0, h0.cos()) if kind == "LSTM" else h0

@@ -1,4 +1,6 @@
-"""With recurrent dropout off (or in eval() with inverted scaling) recdrop computes what torch.nn computes."""
+"""With recurrent dropout off (or in eval() with inverted scaling) recdrop computes what torch.nn computes:
+by default it then runs torch.nn's own forward; here its own paths (the fast path and the plain loop)
+are checked against torch.nn (``torch_kernels = False``)."""
 import pytest
 import torch
 
@@ -12,6 +14,7 @@ def twins(kind, dtype, *args, **kwargs):
     ref = getattr(torch.nn, kind)(*args, **kwargs).to(dtype)
     ours = getattr(recdrop, kind)(*args, **kwargs).to(dtype)
     ours.load_state_dict(ref.state_dict())
+    ours.torch_kernels = False  # recdrop's own computation, not torch.nn's forward
     return ref, ours
 
 
@@ -98,16 +101,40 @@ def test_rnn_relu_positional_nonlinearity():
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("scheme", ["semeniuta", "gal", "moon"])
-def test_eval_with_inverted_dropout_matches_torch(kind, scheme):
+@pytest.mark.parametrize("torch_kernels", [True, False])
+def test_eval_with_inverted_dropout_matches_torch(kind, scheme, torch_kernels):
     torch.manual_seed(3)
     ref = getattr(torch.nn, kind)(4, 6, 2).double()
     ours = getattr(recdrop, kind)(4, 6, 2, recurrent_dropout=0.4, scheme=scheme).double()
     ours.load_state_dict(ref.state_dict())
+    ours.torch_kernels = torch_kernels
     ref.eval(), ours.eval()
     x = torch.randn(5, 3, 4, dtype=torch.float64)
     assert_close(ref(x)[0], ours(x)[0], 1e-10)
     ours.train()  # and in training the dropout does change the output
     assert (ref(x)[0] - ours(x)[0]).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_layer_is_its_torch_nn_twin_and_runs_torch_nns_forward_where_no_dropout_acts(kind):
+    torch.manual_seed(4)
+    ref = getattr(torch.nn, kind)(4, 6, 2, bidirectional=True, dropout=0.3)
+    ours = getattr(recdrop, kind)(4, 6, 2, bidirectional=True, dropout=0.3, recurrent_dropout=0.4)
+    assert isinstance(ours, type(ref)) and ours.mode == ref.mode
+    ours.load_state_dict(ref.state_dict())
+    assert [w.data_ptr() for w in ours._flat_weights] == [w.data_ptr() for w in ours.parameters()]
+    x = torch.randn(5, 3, 4)
+    ref.eval(), ours.eval()
+    assert torch.equal(ref(x)[0], ours(x)[0])  # bit for bit: torch.nn's own kernels
+    ours.rdrop = recdrop.RecurrentDropout(0.4, scaling="paper", schemes=ours.rdrop.schemes)
+    assert not torch.equal(ref(x)[0], ours(x)[0])  # Eq. 3 at test: the (1 - p) factor acts
+    plain = getattr(recdrop, kind)(4, 6, 2, bidirectional=True, dropout=0.3).train()
+    plain.load_state_dict(ref.state_dict())
+    ref.train()
+    torch.manual_seed(5)
+    a = ref(x)[0]
+    torch.manual_seed(5)
+    assert torch.equal(a, plain(x)[0])  # no recurrent dropout: torch.nn's forward, its dropout between layers
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
@@ -118,6 +145,7 @@ def test_cell_parity(dtype, kind, batched):
     ref = getattr(torch.nn, kind + "Cell")(5, 7).to(dtype)
     ours = getattr(recdrop, kind + "Cell")(5, 7).to(dtype)
     ours.load_state_dict(ref.state_dict())
+    ours.torch_kernels = False  # recdrop's own step, not torch.nn's forward
     x = torch.randn((3, 5) if batched else (5,), dtype=dtype)
     hshape = (3, 7) if batched else (7,)
     for hx in (None, torch.randn(hshape, dtype=dtype)):

@@ -62,6 +62,18 @@ def test_every_module_round_trips_with_only_recdrops_classes_allowlisted(kind, s
         assert not torch.equal(outputs(m, True, seed=7), outputs(m, True, seed=8)), "masks must depend on the seed"
 
 
+@pytest.mark.parametrize("kind", ["LSTM", "GRU", "RNN"])
+def test_a_layer_pickled_before_recdrop_subclassed_torch_nn_still_loads(kind):
+    m = build(kind, "moon", "per-step", cell=False)
+    old = {k: v for k, v in m.__getstate__().items() if k not in ("mode", "_all_weights", "_flat_weights")}
+    loaded = object.__new__(type(m))
+    loaded.__setstate__(old)  # what unpickling a module saved by recdrop 0.1 does
+    assert loaded.mode == m.mode and loaded._all_weights == m._all_weights
+    assert [w is v for w, v in zip(loaded._flat_weights, loaded.parameters())] == [True] * len(m._flat_weights)
+    torch.testing.assert_close(outputs(loaded, False), outputs(m, False), rtol=0, atol=0)
+    torch.testing.assert_close(outputs(loaded, True), outputs(m, True), rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("kind", ["LSTMCell", "GRUCell", "RNNCell"])
 def test_a_cells_state_dict_goes_to_and_from_the_torch_nn_twin(kind):
     ours = getattr(recdrop, kind)(3, 5, recurrent_dropout=0.3)

@@ -60,6 +60,7 @@ def test_export_matches_eager_and_trains(kind, training):
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("training", [False, True], ids=["eval", "train"])
+@dynamo.config.patch(allow_rnn=True)  # Dynamo runs torch.nn's RNN, GRU, LSTM and their subclasses eagerly otherwise
 def test_compile_has_no_graph_break_and_matches_eager(kind, training):
     m, x = layer(kind, training), torch.randn(5, 2, 3)
     dynamo.reset()
@@ -98,3 +99,18 @@ def test_batched_gradients_through_the_fast_backward(kind):
     jac = torch.autograd.functional.jacobian(lambda x: m(x, masks=masks)[0], x, vectorize=True)
     m.fused = False
     torch.testing.assert_close(jac, torch.autograd.functional.jacobian(lambda x: m(x, masks=masks)[0], x))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_autocast_mixed_precision(kind):
+    m, x = layer(kind, True), torch.randn(5, 2, 3)
+    proj = torch.nn.Linear(3, 3)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = m(proj(x))[0]  # a bfloat16 input into float32 weights, with recurrent dropout
+    y.float().sum().backward()
+    assert all(p.grad is not None and p.grad.isfinite().all() for p in m.parameters())
+    ref = getattr(torch.nn, kind)(3, 4, 2, bidirectional=True).eval()
+    ref.load_state_dict(m.state_dict())
+    m.eval().torch_kernels = False  # recdrop's own ops under autocast, against torch.nn's
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        torch.testing.assert_close(m(proj(x))[0].float(), ref(proj(x))[0].float(), atol=3e-2, rtol=3e-2)
