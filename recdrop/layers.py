@@ -33,7 +33,7 @@ def transformed(*tensors: Optional[Tensor]) -> bool:
     carries a forward-mode tangent (dual tensors)."""
     if torch._C._are_functorch_transforms_active():
         return True
-    return any(t is not None and fwAD.unpack_dual(t).tangent is not None for t in tensors)
+    return any(isinstance(t, Tensor) and fwAD.unpack_dual(t).tangent is not None for t in tensors)
 
 
 def plain_ops_needed(*tensors: Optional[Tensor]) -> bool:
@@ -138,6 +138,8 @@ class _RecurrentLayer(nn.RNNBase):
     def forward(self, input: Tensor, hx=None, *, masks: Optional[Masks] = None):
         """Same as torch.nn's forward. ``masks`` (keyword-only) replaces the random masks with
         given raw 0/1 masks, in the layout of ``draw_masks``; used when training only."""
+        if not isinstance(input, (Tensor, PackedSequence)):
+            raise TypeError(f"input must be a torch.Tensor or a PackedSequence, got {type(input).__name__}")
         if masks is None and self._torch_computes_it(input.data if isinstance(input, PackedSequence) else input):
             return super(_RecurrentLayer, self).forward(input, hx)  # torch.nn's forward: cuDNN, oneDNN
         if isinstance(input, PackedSequence):
@@ -269,8 +271,6 @@ class _RecurrentLayer(nn.RNNBase):
     def _check_input(self, input: Tensor, hx):
         """torch.nn's checks, with its errors, then ``x`` time-major and batched, the initial states
         as a tuple, and whether ``input`` was batched."""
-        if not isinstance(input, Tensor):
-            raise TypeError(f"input must be a torch.Tensor or a PackedSequence, got {type(input).__name__}")
         if input.dim() not in (2, 3):
             raise ValueError(f"{self.kind}: Expected input to be 2D or 3D, got {input.dim()}D instead")
         batched = input.dim() == 3

@@ -54,6 +54,8 @@ def test_wrong_input_rank_and_features_are_torch_nns_errors(cls, rate):
         m(torch.randn(5, 2, 4))
     with pytest.raises(ValueError, match="input dtype \\(torch.float64\\) does not match weight dtype"):
         m(torch.randn(5, 2, 3, dtype=torch.float64))
+    with pytest.raises(TypeError, match="input must be a torch.Tensor or a PackedSequence, got list"):
+        m([[1.0, 2.0, 3.0]])
 
 
 @pytest.mark.parametrize("cls", LAYERS)
