@@ -104,3 +104,30 @@ def test_headline_grid_runs_are_table_runs():
     table = {tuple(sorted(l.items())): run_id(cfg, 0) for l, cfg in word_lm.grid("ci")}
     for label, cfg in word_lm.headline_grid("ci"):
         assert table[tuple(sorted(label.items()))] == run_id(cfg, 0)
+
+
+def test_moon_vs_ours_is_shown_at_the_largest_scale_where_both_per_sequence_cells_ran(tmp_path):
+    import json
+
+    from recdrop.store import RunStore
+    from recdrop.sweep import grid_rows
+
+    store = RunStore(tmp_path)
+
+    def record(scale, scheme, sampling, seed=0):
+        row = next(r for r in grid_rows("temporal_order", scale, [seed], store=store)
+                   if (r["length"], r["scheme"], r["sampling"], r["scaling"]) == ("short", scheme, sampling, "paper"))
+        path = store.path("temporal_order", scale, row["run_id"])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"curves": [{"epoch": 1, "train_loss": 0.5}], "metrics": {"test_acc": 1.0}}))
+
+    assert temporal_order.moon_vs_ours_at_largest_scale(store)[0] == []
+    record("quick", "moon", "per-sequence")
+    record("quick", "semeniuta", "per-sequence")
+    record("reduced", "moon", "per-step")  # a larger scale's first runs, without the pair
+    shown, table = temporal_order.moon_vs_ours_at_largest_scale(store)
+    assert len(table) == 1 and {r["config"].scale for r in shown} == {"quick"}
+    record("reduced", "moon", "per-sequence")
+    record("reduced", "semeniuta", "per-sequence")
+    shown, table = temporal_order.moon_vs_ours_at_largest_scale(store)
+    assert len(table) == 1 and {r["config"].scale for r in shown} == {"reduced"}

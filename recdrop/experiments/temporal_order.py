@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from ..paper import paper_results
-from ..config import ExperimentConfig
+from ..config import SCALE_NAMES, ExperimentConfig
 from ..models import Dropout, SequenceClassifier, init_uniform_
 from ..report import Metric, compare, curves_frame, summarize
 from ..train import Task, epoch_generator
@@ -329,6 +329,22 @@ def claims(rows) -> "pd.DataFrame":
     out.append(("Moon, inverted scaling (Sec. 3, after Eq. 18): the cell state is larger in training than at test",
                 verdict))
     return pd.DataFrame(out, columns=["claim (paper Sec. 4.1 / Sec. 3)", "ours"])
+
+
+def moon_vs_ours_at_largest_scale(store=None):
+    """``moon_vs_ours_per_sequence`` at the largest scale where Moon's and our per-sequence cells both
+    have runs (a new scale's first records need not include them): (the per-sequence rows shown,
+    the table); no rows and an empty table where no scale has them."""
+    from ..sweep import grid_rows  # sweep imports the registry, which imports this module
+
+    for scale in reversed(SCALE_NAMES):
+        if scale not in TemporalOrderConfig.SCALES:
+            continue
+        rows = grid_rows("temporal_order", scale, list(range(10)), store=store)
+        table = moon_vs_ours_per_sequence(rows)
+        if len(table):
+            return [r for r in rows if r["sampling"] == "per-sequence" and r["record"]], table
+    return [], moon_vs_ours_per_sequence([])
 
 
 def moon_vs_ours_per_sequence(rows) -> "pd.DataFrame":
