@@ -153,8 +153,7 @@ class _CellBase(nn.RNNCellBase):
     def _torch_computes_it(self, masks) -> bool:
         """Whether this call runs torch.nn's forward: no masks given, no recurrent dropout acts and
         the nonlinearity is one torch.nn has (its LSTMCell and GRUCell have only tanh)."""
-        inactive = not self.rdrop.targets or (not self.training and self.rdrop.scaling == "inverted")
-        return (masks is None and self.torch_kernels and inactive
+        return (masks is None and self.torch_kernels and not self.rdrop.acts(self.training)
                 and (self.kind == "RNN" or self.nonlinearity == "tanh"))
 
     def _factors(self, x: Tensor, masks) -> StepFactors:
@@ -181,12 +180,8 @@ class _CellBase(nn.RNNCellBase):
             raise TypeError(f"input must be a torch.Tensor, got {type(input).__name__}")
         if input.dim() not in (1, 2):
             raise ValueError(f"{name}: Expected input to be 1D or 2D, got {input.dim()}D instead")
-        states = None if hx is None else (tuple(hx) if n_states == 2 else (hx,))
-        if states is not None and len(states) != n_states:
-            raise ValueError(f"hx must be a tuple (h_0, c_0), got {len(states)} tensors")
+        states = None if hx is None else states_of(hx, n_states)
         for idx, st in enumerate(states or ()):
-            if not isinstance(st, Tensor):
-                raise TypeError(f"hx must hold torch.Tensors, got {type(st).__name__}")
             if st.dim() not in (1, 2):
                 what = f"hx[{idx}]" if n_states == 2 else "hidden"
                 raise ValueError(f"{name}: Expected {what} to be 1D or 2D, got {st.dim()}D instead")
@@ -206,6 +201,17 @@ class _CellBase(nn.RNNCellBase):
                                    f"expected {self.hidden_size}")
         gx = F.linear(x, self.weight_ih, self.bias_ih)
         return x, gx, states, batched
+
+
+def states_of(hx, n_states: int) -> Tuple[Tensor, ...]:
+    """``hx`` as a tuple of tensors: (h_0,), or (h_0, c_0) where ``n_states`` is 2 (the LSTM)."""
+    states = tuple(hx) if n_states == 2 and isinstance(hx, (tuple, list)) else (hx,)
+    if len(states) != n_states:
+        raise ValueError(f"hx must be a tuple (h_0, c_0), got {len(states)} tensors")
+    for name, st in zip(("h_0", "c_0"), states):
+        if not isinstance(st, Tensor):
+            raise TypeError(f"hx: {name} must be a torch.Tensor, got {type(st).__name__}")
+    return states
 
 
 def _check_sizes(input_size: int, hidden_size: int) -> None:

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
-from .cells import ACTIVATIONS, CELL_SCHEMES, check_activation, gru_step, lstm_step, rnn_step
+from .cells import ACTIVATIONS, CELL_SCHEMES, check_activation, gru_step, lstm_step, rnn_step, states_of
 from .fused import gru_sequence, lstm_sequence, rnn_sequence
 from .masks import RecurrentDropout, StepFactors
 
@@ -75,12 +75,15 @@ class _RecurrentLayer(nn.RNNBase):
                 raise TypeError(f"{name} should be of type int, got: {type(value).__name__}")
         check_activation(nonlinearity)
         rdrop = RecurrentDropout(recurrent_dropout, scheme, sampling, scaling, CELL_SCHEMES[self.kind])
-        mode = {"LSTM": "LSTM", "GRU": "GRU", "RNN": f"RNN_{nonlinearity.upper()}"}[self.kind]
-        nn.RNNBase.__init__(self, mode, input_size, hidden_size, num_layers, bias, batch_first, dropout,
+        nn.RNNBase.__init__(self, self._mode(nonlinearity), input_size, hidden_size, num_layers, bias, batch_first, dropout,
                             bidirectional, proj_size, device, dtype)
         self.nonlinearity = nonlinearity  # its name: a module holds no function, so that it loads weights_only
         self.rdrop = rdrop
         self.num_directions = 2 if bidirectional else 1
+
+    def _mode(self, nonlinearity: str) -> str:
+        """torch.nn's name of this layer's computation (RNNBase.mode)."""
+        return f"RNN_{nonlinearity.upper()}" if self.kind == "RNN" else self.kind
 
     @property
     def output_size(self) -> int:
@@ -92,9 +95,8 @@ class _RecurrentLayer(nn.RNNBase):
         if "_all_weights" not in state:
             per = (4 if state["bias"] else 2) + (1 if state.get("proj_size") else 0)
             names = state["_flat_weights_names"]
-            nonlinearity = state.get("nonlinearity", "tanh")
             state = {**state, "_all_weights": [names[i:i + per] for i in range(0, len(names), per)],
-                     "mode": {"LSTM": "LSTM", "GRU": "GRU", "RNN": f"RNN_{nonlinearity.upper()}"}[self.kind],
+                     "mode": self._mode(state.get("nonlinearity", "tanh")),
                      "_flat_weights": [state["_parameters"][n] for n in names]}
         super().__setstate__(state)
 
@@ -103,8 +105,7 @@ class _RecurrentLayer(nn.RNNBase):
         one torch.nn has (its LSTM and GRU have only tanh), and neither torch.compile (where AOTAutograd
         fails on torch.nn's LSTM in eval) nor a functorch transform (torch.nn's LSTM has no vmap rule)
         is at work: there recdrop's plain ops run."""
-        inactive = not self.rdrop.targets or (not self.training and self.rdrop.scaling == "inverted")
-        return (self.torch_kernels and inactive and (self.kind == "RNN" or self.nonlinearity == "tanh")
+        return (self.torch_kernels and not self.rdrop.acts(self.training) and (self.kind == "RNN" or self.nonlinearity == "tanh")
                 and not torch.compiler.is_compiling() and not transformed(x))
 
     def extra_repr(self) -> str:
@@ -193,7 +194,7 @@ class _RecurrentLayer(nn.RNNBase):
         if hx is None:
             hx = tuple(x.new_zeros(shape) for shape in self._state_shapes(batch))
         else:
-            hx = tuple(s if sorted_idx is None else s.index_select(1, sorted_idx) for s in self._states_of(hx))
+            hx = tuple(s if sorted_idx is None else s.index_select(1, sorted_idx) for s in states_of(hx, self.n_states))
         self.check_forward_args(packed.data, hx if self.n_states == 2 else hx[0], packed.batch_sizes)  # torch.nn's
         masks = self._masks_for(x, masks)
         if masks is not None and sorted_idx is not None:  # into the pack's order
@@ -275,7 +276,7 @@ class _RecurrentLayer(nn.RNNBase):
             raise ValueError(f"{self.kind}: Expected input to be 2D or 3D, got {input.dim()}D instead")
         batched = input.dim() == 3
         x = input if batched else input.unsqueeze(0 if self.batch_first else 1)
-        states = None if hx is None else self._states_of(hx)
+        states = None if hx is None else states_of(hx, self.n_states)
         if states is not None and any(s.dim() != input.dim() for s in states):
             raise RuntimeError(f"For {'batched 3-D' if batched else 'unbatched 2-D'} input, hx should also be "
                                f"{input.dim()}-D but got {tuple(s.dim() for s in states)}-D tensors")
@@ -285,16 +286,6 @@ class _RecurrentLayer(nn.RNNBase):
             states = tuple(x.new_zeros(shape) for shape in self._state_shapes(x.shape[0 if self.batch_first else 1]))
         self.check_forward_args(x, states if self.n_states == 2 else states[0], None)  # torch.nn's: sizes, dtype
         return (x.transpose(0, 1) if self.batch_first else x), states, batched
-
-    def _states_of(self, hx) -> Tuple[Tensor, ...]:
-        """``hx`` as a tuple of tensors: (h_0,), or (h_0, c_0) for the LSTM."""
-        states = tuple(hx) if self.n_states == 2 and isinstance(hx, (tuple, list)) else (hx,)
-        if len(states) != self.n_states:
-            raise ValueError(f"hx must be a tuple (h_0, c_0), got {len(states)} tensors")
-        for name, st in zip(("h_0", "c_0"), states):
-            if not isinstance(st, Tensor):
-                raise TypeError(f"hx: {name} must be a torch.Tensor, got {type(st).__name__}")
-        return states
 
     def _check_masks(self, masks: Masks, steps: int, batch: int) -> None:
         n = self.num_layers * self.num_directions

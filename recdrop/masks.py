@@ -88,6 +88,11 @@ class RecurrentDropout:
     def targets(self) -> Tuple[str, ...]:
         return SCHEME_TARGETS[self.scheme] if self.p > 0 else ()
 
+    def acts(self, training: bool) -> bool:
+        """Whether d(.) changes anything: p > 0, and training or the ``paper`` scaling's (1 - p) at
+        test (``factors`` is empty otherwise)."""
+        return bool(self.targets) and (training or self.scaling == "paper")
+
     def mask_shape(self, steps: int, batch: int, hidden: int) -> Tuple[int, ...]:
         return (steps, batch, hidden) if self.sampling == "per-step" else (batch, hidden)
 
