@@ -22,6 +22,7 @@ from pathlib import Path
 from .config import SCALE_NAMES
 from .experiments import CHAPTERS, EXPERIMENTS
 from .paths import REPO_ROOT
+from .report import stored_seeds
 from .store import RunStore
 from .sweep import grid_rows
 
@@ -29,22 +30,27 @@ ROOT = REPO_ROOT
 NOTEBOOKS = {name: c.notebook for name, c in CHAPTERS.items()}  # chapter -> notebook, in book order
 
 
-def notebook_scale(name: str) -> str:
-    """The scale a chapter is rendered at: the largest with stored runs of its grids (with enough
-    seeds in a cell), else quick."""
+def chapter_scale(name: str, store: RunStore | None = None) -> str | None:
+    """The largest scale with stored runs of chapter ``name``'s grids (with enough seeds in a cell),
+    or None. Records that match no cell of a grid (a scale since redefined) do not count."""
     chapter = CHAPTERS[name]
-    store = RunStore()
+    store = store or RunStore()
     for scale in reversed(SCALE_NAMES):
         if any(scale not in EXPERIMENTS[e].config.SCALES for e, _ in chapter.grids):
             continue  # a chapter drawing on several experiments shows a scale that all of them have
         for experiment, grid in chapter.grids:
             if not store.records(experiment, scale):  # nothing there (or no such scale for it)
                 continue
-            seeds_per_cell = Counter(r["config"] for r in grid_rows(experiment, scale, list(range(10)), grid, store=store)
-                                     if r["record"])
+            rows = grid_rows(experiment, scale, stored_seeds(experiment, scale, store), grid, store=store)
+            seeds_per_cell = Counter(r["config"] for r in rows if r["record"])
             if seeds_per_cell and max(seeds_per_cell.values()) >= chapter.min_seeds:
                 return scale
-    return "quick"
+    return None
+
+
+def notebook_scale(name: str) -> str:
+    """The scale a chapter is rendered at: ``chapter_scale``, else quick."""
+    return chapter_scale(name) or "quick"
 
 
 def execute_notebooks(scale: str | None = None, train: bool = False) -> None:
@@ -55,6 +61,9 @@ def execute_notebooks(scale: str | None = None, train: bool = False) -> None:
     os.environ.setdefault("TQDM_DISABLE", "1")
     for experiment, nb in NOTEBOOKS.items():
         params = {"scale": scale or notebook_scale(experiment), "train": train}
+        if not train and CHAPTERS[experiment].grids:  # every seed stored at that scale
+            params["seeds"] = sorted({s for e, _ in CHAPTERS[experiment].grids
+                                      for s in stored_seeds(e, params["scale"])})
         print(f"executing {nb} with {params}", flush=True)
         out = out_dir / Path(nb).name
         papermill.execute_notebook(str(ROOT / nb), str(out), parameters=params, kernel_name="python3",

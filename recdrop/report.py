@@ -9,17 +9,14 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 import numpy as np
 import pandas as pd
 
-from .config import SCALE_NAMES
 from .store import RunStore
 
 
-def best_scale(experiment: str, store: Optional[RunStore] = None) -> Optional[str]:
-    """The largest scale with at least one stored record (``paper`` > ``quick`` > ``ci``), or None."""
+def stored_seeds(experiment: str, scale: str, store: Optional[RunStore] = None) -> List[int]:
+    """The seeds of the records stored for ``experiment`` at ``scale``, in order ([0] where none): what
+    the book shows, so that every seed that ran counts."""
     store = store or RunStore()
-    for scale in reversed(SCALE_NAMES):
-        if store.records(experiment, scale):
-            return scale
-    return None
+    return sorted({int(r["seed"]) for r in store.records(experiment, scale)}) or [0]
 
 
 def stamp(rows: Iterable[Dict[str, Any]]) -> str:
@@ -74,18 +71,70 @@ def curves_frame(rows: List[Dict[str, Any]], keys: List[str]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=keys + ["seed", "epoch"])
 
 
-def check_claims(checks, paper_vals: Dict[Any, float], ours: Dict[Any, float], section: str) -> pd.DataFrame:
-    """Each (claim, test) evaluated on the paper's numbers and on ours ("not yet run" where a cell
-    it needs has no record)."""
-    out = []
-    for claim, test in checks:
-        on_paper = "holds" if test(paper_vals) else "does not hold"
+def seed_values(rows: Iterable[Dict[str, Any]],
+                values_of: Callable[[Dict[str, Any], Dict[str, Any]], Dict[Any, float]]) -> Dict[int, Dict[Any, float]]:
+    """Our numbers seed by seed, ``{seed: {key: value}}``: ``values_of(row, metrics)`` gives one stored
+    run's ``{key: value}`` (a claim's cells); missing and NaN values are left out."""
+    out: Dict[int, Dict[Any, float]] = {}
+    for r in rows:
+        if r.get("record"):
+            for key, v in values_of(r, r["record"]["metrics"]).items():
+                if v is not None and not pd.isna(v):
+                    out.setdefault(r["seed"], {})[key] = float(v)
+    return out
+
+
+MIN_SEEDS_TO_JUDGE = 3  # a claim is confirmed or refuted only where this many seeds have its every cell
+
+
+def claim_outcomes(test: Callable[[Dict[Any, float]], bool],
+                   by_seed: Dict[int, Dict[Any, float]]) -> Tuple[Optional[bool], List[bool]]:
+    """(``test`` on our means over seeds, or None where a cell it needs has no record; ``test`` in each
+    seed that has every cell it needs). ``test`` raises KeyError for a missing cell."""
+    keys = {k for values in by_seed.values() for k in values}
+    means = {k: float(np.mean([v[k] for v in by_seed.values() if k in v])) for k in keys}
+    try:
+        on_means = bool(test(means))
+    except KeyError:
+        return None, []
+    outcomes = []
+    for values in by_seed.values():
         try:
-            on_ours = "confirmed" if test(ours) else "not confirmed"
-        except KeyError:
-            on_ours = "not yet run"
-        out.append((claim, on_paper, on_ours))
-    return pd.DataFrame(out, columns=[f"observation (paper Sec. {section})", "on the paper's numbers", "on ours"])
+            outcomes.append(bool(test(values)))
+        except KeyError:  # this seed lacks a cell the claim needs
+            pass
+    return on_means, outcomes
+
+
+def claim_verdict(test: Callable[[Dict[Any, float]], bool], by_seed: Dict[int, Dict[Any, float]]) -> str:
+    """A claim, ``test`` (values by key -> bool), judged on our runs against the seed noise. Each seed
+    that has every cell the claim needs is a replication of it:
+
+    - *confirmed*: it holds on the means over seeds and in each of at least ``MIN_SEEDS_TO_JUDGE`` seeds;
+    - *refuted*: it fails on the means and in each of them;
+    - *open*: the seeds disagree;
+    - with fewer seeds it *holds* or *fails* on the means, not judged against the noise;
+    - *not yet run*: a cell it needs has no record."""
+    on_means, outcomes = claim_outcomes(test, by_seed)
+    if on_means is None:
+        return "not yet run"
+    n = len(outcomes)
+    if n < MIN_SEEDS_TO_JUDGE:
+        return (f"{'holds' if on_means else 'fails'} ({n} seed{'' if n == 1 else 's'}, "
+                f"too few to judge against seed noise)")
+    if on_means and all(outcomes):
+        return f"confirmed ({n} of {n} seeds)"
+    if not on_means and not any(outcomes):
+        return f"refuted ({n} of {n} seeds)"
+    return f"open (holds in {sum(outcomes)} of {n} seeds)"
+
+
+def check_claims(checks, paper_vals: Dict[Any, float], ours_by_seed: Dict[int, Dict[Any, float]],
+                 section: str) -> pd.DataFrame:
+    """Each (claim, test) evaluated on the paper's numbers and on ours (``claim_verdict``)."""
+    out = [(claim, "holds" if test(paper_vals) else "does not hold", claim_verdict(test, ours_by_seed))
+           for claim, test in checks]
+    return pd.DataFrame(out, columns=[f"claim (paper Sec. {section})", "on the paper's numbers", "on ours"])
 
 
 # -- the comparison with the paper ------------------------------------------------------------------

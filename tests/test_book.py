@@ -2,22 +2,21 @@
 import json
 
 from recdrop import book
-from recdrop.report import best_scale
 from recdrop.store import RunStore
 from recdrop.summary import landing_table
 from recdrop.sweep import grid_rows
 
 
-def fake_record(store, experiment, scale, name="r1"):
+def fake_record(store, experiment, scale, name="r1", seed=0):
     path = store.root / experiment / scale / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"experiment": experiment}))
+    path.write_text(json.dumps({"experiment": experiment, "seed": seed}))
 
 
 def grid_record(store, experiment, scale, grid="table", cell=0, seed=0):
     """A stored record for one run of ``experiment``'s ``grid`` (the book only looks at which exist)."""
     row = [r for r in grid_rows(experiment, scale, [seed], grid, store=store)][cell]
-    fake_record(store, experiment, scale, row["run_id"])
+    fake_record(store, experiment, scale, row["run_id"], seed)
 
 
 def test_each_chapter_shows_the_largest_scale_stored(tmp_path, monkeypatch):
@@ -26,9 +25,10 @@ def test_each_chapter_shows_the_largest_scale_stored(tmp_path, monkeypatch):
     assert book.notebook_scale("word_lm") == "quick"  # nothing stored: quick, every cell "not yet run"
     grid_record(store, "word_lm", "ci")
     grid_record(store, "char_lm", "quick")
-    assert best_scale("word_lm") == "ci" and book.notebook_scale("word_lm") == "ci"
-    fake_record(store, "word_lm", "paper")  # a run of no grid of the chapter does not move it
-    assert book.notebook_scale("word_lm") == "ci"
+    assert book.chapter_scale("word_lm") == "ci" and book.notebook_scale("word_lm") == "ci"
+    fake_record(store, "word_lm", "paper")  # a run of no grid of the chapter (a scale since redefined) does not move it
+    assert book.chapter_scale("word_lm") == "ci" and book.notebook_scale("word_lm") == "ci"
+    assert book.chapter_scale("ner") is None and book.notebook_scale("ner") == "quick"
     assert book.notebook_scale("schemes") == "quick"
 
 
@@ -115,5 +115,6 @@ def test_a_chapter_shows_the_runs_of_its_other_scales(store, monkeypatch):
     assert "At `ci` scale" in shown[0].data and "runs: 1 shown" in shown[0].data
     table = shown[1].data  # a Styler of the comparison
     assert len(table) == 2 and "not yet run" not in set(table["ours"])  # the one cell that ran: train, test
+    assert len(shown[2]) == 9 and "not yet run" in set(shown[2]["on ours"])  # Table 1's claims, judged on it
     experiments.show_other_scales("temporal_order", "ci", store)
-    assert len(shown) == 2  # the scale shown is not repeated
+    assert len(shown) == 3  # the scale shown is not repeated

@@ -65,3 +65,27 @@ def test_styled_keeps_the_labels_digits():
     t = compare([], [({"rate": 0.25}, 96.84, "x")], ["rate"], Metric("ppl", 1, 0.05, relative=True))
     html = styled(t, 1).to_html()
     assert "0.25" in html and "96.8" in html and "96.84" not in html and ">0<" not in html
+
+
+def test_fit_table_says_which_runs_over_fit_and_which_converged():
+    from recdrop.experiments.lm_tables import fit_table
+
+    def run(valid, train, lr, seed):
+        curves = [{"epoch": e + 1, "valid_ppl": v, "train_ppl": t, "lr": l}
+                  for e, (v, t, l) in enumerate(zip(valid, train, lr))]
+        return {"forward": "without forward dropout", "scheme": "none", "rate": 0.0, "sampling": "-", "seed": seed,
+                "record": {"curves": curves}}
+
+    rows = [run([500, 400, 300, 320, 350, 380, 400], [400, 300, 200, 150, 100, 80, 60], [1.0] * 7, 0),
+            run([500, 400, 300, 299, 299, 298, 298, 298], [400, 300, 290, 289, 288, 288, 288, 288],
+                [1.0, 0.5, 0.25, 0.12, 0.06, 0.03, 0.015, 0.008], 1),
+            run([500, 400, 300, 250, 200, 150, 120], [400, 300, 200, 150, 100, 80, 60], [1.0] * 7, 2),
+            {"forward": "without forward dropout", "scheme": "none", "rate": 0.0, "sampling": "-", "seed": 3,
+             "record": None}]
+    t = fit_table(rows, "ppl").set_index("seed")
+    assert list(t.index) == [0, 1, 2]  # a cell not run has no row
+    assert t.loc[0, "fit"] == "over-fits" and t.loc[0, "best validation epoch"] == 3
+    assert t.loc[0, "validation, last vs best (%)"] == 33.3 and t.loc[0, "converged"] == "no"
+    assert t.loc[1, "fit"] == "flat" and t.loc[1, "converged"] == "yes: learning rate decayed"
+    assert t.loc[1, "last lr / first"] == 0.008
+    assert t.loc[2, "fit"] == "still improving" and t.loc[2, "converged"] == "no"

@@ -119,7 +119,8 @@ def test_moon_vs_ours_is_shown_at_the_largest_scale_where_both_per_sequence_cell
                    if (r["length"], r["scheme"], r["sampling"], r["scaling"]) == ("short", scheme, sampling, "paper"))
         path = store.path("temporal_order", scale, row["run_id"])
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"curves": [{"epoch": 1, "train_loss": 0.5}], "metrics": {"test_acc": 1.0}}))
+        path.write_text(json.dumps({"seed": seed, "curves": [{"epoch": 1, "train_loss": 0.5}],
+                                    "metrics": {"test_acc": 1.0}}))
 
     assert temporal_order.moon_vs_ours_at_largest_scale(store)[0] == []
     record("quick", "moon", "per-sequence")

@@ -21,8 +21,9 @@ from ..data.ptb import load_ptb_char
 from ..models import Dropout, LanguageModel
 from ..report import Metric, check_claims, summarize
 from ..train import Task, epoch_generator
-from .lm_tables import (FORWARD, all_cells, best, cell_values, conjecture_cells, headline_cells, lm_table,
-                        lm_table_wide, paper_values, pilot_cells, plot_learning_curves, plot_run_curves, table_cells)
+from .lm_tables import (FORWARD, all_cells, best, conjecture_cells, fit_table, headline_cells, lm_table,
+                        lm_table_wide, paper_values, pilot_cells, plot_learning_curves, plot_run_curves,
+                        seed_cell_values, table_cells)
 
 LN2 = math.log(2.0)
 
@@ -237,7 +238,7 @@ def claims(rows) -> "pd.DataFrame":
         ("the best cell overall is ours, 0.25 per-step (without forward dropout)",
          lambda p: min(p[c] for c in all_cells()) == p[(wo, "semeniuta", 0.25, "per-step")]),
     ]
-    return check_claims(checks, paper_values(3), cell_values(table_rows(rows), "test_bpc"), "4.3")
+    return check_claims(checks, paper_values(3), seed_cell_values(table_rows(rows), "test_bpc"), "4.3")
 
 
 def batch_check(rows) -> "pd.DataFrame":
@@ -260,6 +261,11 @@ def plot_curves(rows):
         (("none", 0.0, "-"), "tab:blue", "no dropout"),
         (("semeniuta", 0.25, "per-step"), "tab:red", "0.25 per-step recurrent dropout (ours)")],
         "bits per character")
+
+
+def fit(rows) -> "pd.DataFrame":
+    """Per run: does it over-fit, has it converged (``lm_tables.fit_table``)."""
+    return fit_table(table_rows(rows), "bpc")
 
 
 def plot_runs(rows):

@@ -10,7 +10,7 @@ from typing import Dict, List, Sequence, Tuple
 import pandas as pd
 
 from ..paper import paper_results
-from ..report import Metric, compare, curves_frame, summarize
+from ..report import Metric, compare, curves_frame, seed_values, summarize
 
 FORWARD = {"without forward dropout": dict(input_dropout=0.0, output_dropout=0.0),
            "with forward dropout": dict(input_dropout=0.2, output_dropout=0.5)}  # Tables 2 and 3 captions
@@ -138,6 +138,11 @@ def cell_values(rows, metric: str) -> Dict[Cell, float]:
     return {c: s.loc[c, f"{metric}_mean"] for c in s.index if s.loc[c, "n"]}
 
 
+def seed_cell_values(rows, metric: str) -> Dict[int, Dict[Cell, float]]:
+    """``metric`` of every cell that has a record, seed by seed (what the claims are judged on)."""
+    return seed_values(rows, lambda r, m: {tuple(r[k] for k in CELL_KEYS): m.get(metric)})
+
+
 def paper_values(paper_table: int, split: str = "Test") -> Dict[Cell, float]:
     paper = paper_results(paper_table).set_index(["group", "row", "column"])
     return {c: paper_value(paper, *c, split) for c in all_cells()}
@@ -170,6 +175,41 @@ def plot_learning_curves(rows, unit: str, cells, ylabel: str, log: bool = False)
     if ax.lines:
         ax.legend(fontsize=8)
     return fig
+
+
+def fit_table(rows, unit: str, tolerance: float = 0.01, window: int = 5, decayed: float = 0.1) -> "pd.DataFrame":
+    """Per stored run, from its curves: does it over-fit, and has it converged (issue 16's conditions for
+    a reduced scale)? The epoch of the lowest validation ``valid_<unit>``; how far validation and
+    training (``train_<unit>``) moved from that epoch to the last, in %; the last learning rate as a
+    fraction of the first.
+
+    - fit: *over-fits* where training still falls after the best epoch and validation has turned
+      up by more than ``tolerance``; else *flat* where validation moved by less than ``tolerance``
+      over the last ``window`` epochs; else *still improving*.
+    - converged: the learning rate has decayed to ``decayed`` of its first value or less, or
+      validation moved by less than ``tolerance`` over the last ``window`` epochs."""
+    out = []
+    for r in rows:
+        if not r.get("record"):
+            continue
+        c = pd.DataFrame(r["record"]["curves"]).set_index("epoch")
+        valid, train = c[f"valid_{unit}"], c[f"train_{unit}"]
+        best_epoch, last = int(valid.idxmin()), int(c.index.max())
+        valid_up = valid[last] / valid[best_epoch] - 1
+        train_move = train[last] / train[best_epoch] - 1
+        recent = valid.iloc[-(window + 1):]
+        settled = len(c) > window and (recent.max() - recent.min()) / valid[best_epoch] < tolerance
+        lr_left = c.loc[last, "lr"] / c["lr"].iloc[0]
+        fit = ("over-fits" if train_move < 0 and valid_up > tolerance else "flat" if settled else "still improving")
+        converged = ("yes: learning rate decayed" if lr_left <= decayed else
+                     f"yes: validation flat for {window} epochs" if settled else "no")
+        out.append({**{k: r[k] for k in CELL_KEYS}, "seed": r["seed"], "epochs": last, "best validation epoch": best_epoch,
+                    "validation, last vs best (%)": round(100 * valid_up, 1),
+                    "training, last vs best epoch (%)": round(100 * train_move, 1),
+                    "last lr / first": round(lr_left, 3), "fit": fit, "converged": converged})
+    return pd.DataFrame(out, columns=CELL_KEYS + ["seed", "epochs", "best validation epoch", "validation, last vs best (%)",
+                                                  "training, last vs best epoch (%)", "last lr / first", "fit",
+                                                  "converged"])
 
 
 def plot_run_curves(rows, unit: str, ylabel: str, log: bool = False):

@@ -21,7 +21,7 @@ from ..data.conll2003 import entity_f1, load_conll2003
 from ..data.embeddings import GLOVE, PAD, UNK, embedding_table
 from ..models import Dropout, Tagger
 from ..paper import paper_results
-from ..report import Metric, check_claims, compare, summarize
+from ..report import Metric, check_claims, compare, seed_values
 from ..train import Task, epoch_generator
 from .cell_grid import CELLS, RATES, cell_rate_grid, check_cell
 
@@ -285,9 +285,7 @@ def claims(rows) -> "pd.DataFrame":
     paper = paper_results(4).set_index(["group", "row", "column"])
     paper_f1 = {(st, rate, cell): float(paper.loc[(g, "0.25" if rate else "0.0", cell), "value"])
                 for st, g in STAGES.items() for rate in RATES for cell in CELLS}
-    s = summarize(rows, ["cell", "rate"], [f"test_f1_{st}" for st in STAGES]).set_index(["cell", "rate"])
-    ours = {(st, rate, cell): s.loc[(cell, rate), f"test_f1_{st}_mean"] for st in STAGES for rate in RATES
-            for cell in CELLS if (cell, rate) in s.index and s.loc[(cell, rate), "n"]}
+    ours = seed_values(rows, lambda r, m: {(st, r["rate"], r["cell"]): m.get(f"test_f1_{st}") for st in STAGES})
 
     def gain(f, st, cell):
         return f[(st, 0.25, cell)] - f[(st, 0.0, cell)]

@@ -22,7 +22,7 @@ from ..data.embeddings import GLOVE, PAD, UNK, embedding_table
 from ..data.semeval import LABELS, PARTIAL, TEST_SETS, distant_label, load_semeval, semeval_f1, tokenize
 from ..models import Dropout, SequenceClassifier
 from ..paper import paper_results
-from ..report import Metric, check_claims, compare, summarize
+from ..report import Metric, check_claims, compare, seed_values
 from ..train import Task, epoch_generator
 from .cell_grid import CELLS, RATES, cell_rate_grid, check_cell
 
@@ -226,9 +226,7 @@ def claims(rows) -> "pd.DataFrame":
     paper = paper_results(5).set_index(["group", "row", "column"])
     paper_f1 = {(c, r, t): float(paper.loc[(c, "0.25" if r else "0", t), "value"]) for c in CELLS for r in RATES
                 for t in TEST_SETS}
-    s = summarize(rows, ["cell", "rate"], [f"test_f1:{t}" for t in TEST_SETS]).set_index(["cell", "rate"])
-    ours = {(c, r, t): s.loc[(c, r), f"test_f1:{t}_mean"] for c in CELLS for r in RATES for t in TEST_SETS
-            if (c, r) in s.index and s.loc[(c, r), "n"]}
+    ours = seed_values(rows, lambda r, m: {(r["cell"], r["rate"], t): m.get(f"test_f1:{t}") for t in TEST_SETS})
 
     def mean_gain(f, cell):
         return sum(f[(cell, 0.25, t)] - f[(cell, 0.0, t)] for t in TEST_SETS) / len(TEST_SETS)

@@ -1,0 +1,128 @@
+"""Claims judged against seed noise (report.claim_verdict), Table 1's claims, and the landing page's
+list of claims, each at the largest scale where it ran."""
+import json
+
+import pytest
+
+from recdrop.experiments import temporal_order
+from recdrop.report import claim_verdict, seed_values, stored_seeds
+from recdrop.store import RunStore
+from recdrop.summary import landing_claims
+from recdrop.sweep import grid_rows
+
+
+def a_beats_b(v):
+    return v["a"] < v["b"]
+
+
+@pytest.mark.parametrize("by_seed, verdict", [
+    ({0: {"a": 1, "b": 2}, 1: {"a": 1, "b": 3}, 2: {"a": 2, "b": 3}}, "confirmed (3 of 3 seeds)"),
+    ({0: {"a": 3, "b": 2}, 1: {"a": 4, "b": 3}, 2: {"a": 5, "b": 3}}, "refuted (3 of 3 seeds)"),
+    # holds on the means (2 < 3) but not in seed 2: the seeds disagree
+    ({0: {"a": 1, "b": 3}, 1: {"a": 1, "b": 3}, 2: {"a": 4, "b": 3}}, "open (holds in 2 of 3 seeds)"),
+    # fails on the means (3 > 2.67) though it holds in seed 0
+    ({0: {"a": 1, "b": 2}, 1: {"a": 4, "b": 3}, 2: {"a": 4, "b": 3}}, "open (holds in 1 of 3 seeds)"),
+    ({0: {"a": 1, "b": 2}, 1: {"a": 1, "b": 2}}, "holds (2 seeds, too few to judge against seed noise)"),
+    ({0: {"a": 3, "b": 2}}, "fails (1 seed, too few to judge against seed noise)"),
+    ({0: {"a": 1}, 1: {"a": 1}}, "not yet run"),
+    ({}, "not yet run"),
+])
+def test_a_claim_is_confirmed_or_refuted_only_when_every_one_of_3_seeds_agrees(by_seed, verdict):
+    assert claim_verdict(a_beats_b, by_seed) == verdict
+
+
+def test_a_seed_without_every_cell_of_a_claim_does_not_count():
+    by_seed = {0: {"a": 1, "b": 2}, 1: {"a": 1, "b": 2}, 2: {"a": 1, "b": 2}, 3: {"a": 1.5}}
+    assert claim_verdict(a_beats_b, by_seed) == "confirmed (3 of 3 seeds)"  # seed 3 lacks b: 3 seeds judge
+    by_seed[3]["a"] = 9  # but its a counts in the mean over seeds (3 > 2)
+    assert claim_verdict(a_beats_b, by_seed) == "open (holds in 3 of 3 seeds)"
+    assert claim_verdict(a_beats_b, {0: {"a": 1, "b": 2}, 1: {"b": 2}, 2: {"a": 1}}) == (
+        "holds (1 seed, too few to judge against seed noise)")
+
+
+def test_seed_values_leave_out_missing_and_nan_values():
+    rows = [{"seed": 0, "cell": "x", "record": {"metrics": {"m": 1.0}}},
+            {"seed": 1, "cell": "x", "record": {"metrics": {"m": float("nan")}}},
+            {"seed": 0, "cell": "y", "record": None},
+            {"seed": 2, "cell": "y", "record": {"metrics": {}}}]
+    assert seed_values(rows, lambda r, m: {r["cell"]: m.get("m")}) == {0: {"x": 1.0}}
+
+
+def table1_rows(accuracy, seeds=(0, 1, 2)):
+    """Table 1's reduced grid with every cell run: ``accuracy(row) -> (train, test)``."""
+    rows = grid_rows("temporal_order", "reduced", list(seeds), store=RunStore("/nonexistent"))
+    for r in rows:
+        train, test = accuracy(r)
+        r["record"] = {"metrics": {"train_acc": train, "test_acc": test, "train_cell_norm": 2.0,
+                                   "test_cell_norm": 1.0}}
+    return rows
+
+
+def claims_of(rows):
+    return dict(temporal_order.claims(rows).itertuples(index=False))
+
+
+def test_table1_claims_against_seed_noise():
+    def paper_like(r):  # Moon per-sequence at chance at test; Moon per-step fails medium
+        if r["scheme"] == "moon" and r["sampling"] == "per-sequence":
+            return 1.0, 0.25
+        if r["scheme"] == "moon" and r["length"] == "medium":
+            return 0.25, 0.25
+        return 1.0, 1.0
+
+    verdicts = claims_of(table1_rows(paper_like))
+    assert set(verdicts.values()) == {"confirmed (3 of 3 seeds)"}
+
+    def seed2_differs(r):  # Moon per-sequence, short: above chance at test in seed 2 only
+        train, test = paper_like(r)
+        if (r["scheme"], r["sampling"], r["length"], r["seed"]) == ("moon", "per-sequence", "short", 2):
+            test = 0.9
+        return train, test
+
+    claim = "short: Moon per-sequence learns the task in training but fails at test (at or below chance)"
+    assert claims_of(table1_rows(seed2_differs))[claim] == "open (holds in 2 of 3 seeds)"
+    assert claims_of(table1_rows(paper_like, seeds=(0,)))[claim] == (
+        "holds (1 seed, too few to judge against seed noise)")
+
+
+def test_table1_claims_are_inconclusive_where_the_lstm_without_dropout_fails_a_seed():
+    def baseline_fails_medium_in_seed_1(r):
+        if (r["scheme"], r["length"], r["seed"]) == ("none", "medium", 1):
+            return 0.3, 0.3
+        return 1.0, 1.0
+
+    verdicts = claims_of(table1_rows(baseline_fails_medium_in_seed_1))
+    medium = [v for c, v in verdicts.items() if c.startswith("medium")]
+    assert len(medium) == 4 and all(v.startswith("inconclusive") for v in medium)
+    assert verdicts["short: Gal solves it, both samplings"] == "confirmed (3 of 3 seeds)"
+
+
+def store_record(store, row, metrics):
+    path = store.path("sentiment", row["config"].scale, row["run_id"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"seed": row["seed"], "metrics": metrics, "config": {"scale": row["config"].scale}}))
+
+
+def test_landing_claims_show_each_claim_at_the_largest_scale_where_it_ran(tmp_path):
+    from recdrop.experiments.sentiment import TEST_SETS
+
+    store = RunStore(tmp_path)
+    claims = landing_claims(store)
+    assert set(claims["on ours"]) == {"not yet run"} and set(claims["scale"]) == {"none stored"}
+    assert set(claims["table"]) == {f"Table {i}" for i in range(1, 6)}
+
+    # every sentiment cell at quick, for seeds 0-2: the GRU gains 1 point from dropout on every test set
+    for r in grid_rows("sentiment", "quick", [0, 1, 2], store=store):
+        gain = 1.0 if r["rate"] else 0.0
+        store_record(store, r, {f"test_f1:{t}": 60.0 + gain * (1 if r["cell"] == "GRU" else -1) for t in TEST_SETS})
+    # and one cell at paper scale: the largest scale stored, where no claim has all its cells yet
+    store_record(store, grid_rows("sentiment", "paper", [0], store=store)[0], {f"test_f1:{t}": 50.0 for t in TEST_SETS})
+    assert stored_seeds("sentiment", "quick", store) == [0, 1, 2]
+
+    sentiment = landing_claims(store).set_index("table").loc["Table 5"]
+    assert set(sentiment["scale"]) == {"quick"}
+    by_claim = dict(zip(sentiment["claim"], sentiment["on ours"]))
+    assert by_claim["recurrent dropout lowers the vanilla RNN's F1 (mean over the test sets)"] == (
+        "confirmed (3 of 3 seeds)")
+    assert by_claim["recurrent dropout raises the LSTM's and the GRU's F1 (mean over the test sets)"] == (
+        "refuted (3 of 3 seeds)")  # the LSTM loses
