@@ -16,6 +16,7 @@ import pandas as pd
 import torch
 
 from ..memory import cell_states, memory_trace, predicted_trace
+from ..report import claim_verdict
 from .temporal_order import LENGTHS, TemporalOrderConfig, TemporalOrderTask, generate
 
 
@@ -200,42 +201,37 @@ def accuracy_by_length(rows) -> "pd.DataFrame":
 
 
 def claims(rows) -> "pd.DataFrame":
-    """Sec. 3's predictions, each checked on the measured traces (mean over seeds; at the training
-    length L or at the probe's last step T): confirmed, not confirmed, or not yet run. With per-step
-    masks in training a unit's memory is lost whenever it is dropped, so the growth the note after
-    Eq. 18 predicts is checked on per-sequence masks, where the kept units keep theirs."""
+    """Sec. 3's predictions, each judged on the measured traces against the seed noise
+    (``report.claim_verdict``), at the training length L or at the probe's last step T. With
+    per-step masks in training a unit's memory is lost whenever it is dropped, so the growth the note
+    after Eq. 18 predicts is checked on per-sequence masks, where the kept units keep theirs."""
     df = traces_frame(rows)
-
-    def at(scheme, sampling, scaling, phase, step=None):
-        """(measured, predicted) memory at ``step`` (default: the last), mean over seeds; None if not run."""
-        d = df[(df["scheme"] == scheme) & (df["sampling"] == sampling) & (df["scaling"] == scaling)
-               & (df["phase"] == phase)] if not df.empty else df
-        if d.empty:
-            return None
-        d = d[d["step"] == (step or d["step"].max())]
-        return d["memory"].mean(), d["predicted"].mean()
-
-    def verdict(ok):
-        return "not yet run" if ok is None else "confirmed" if ok else "not confirmed"
-
+    by_seed: Dict[int, Dict[Tuple, float]] = {}
+    for t in df.itertuples(index=False):
+        key = (t.scheme, t.sampling, t.scaling, t.phase, t.step)
+        by_seed.setdefault(t.seed, {})[key] = t.memory
+        if t.predicted is not None and not pd.isna(t.predicted):
+            by_seed[t.seed][(*key, "predicted")] = t.predicted
     length = int(rows[0]["config"].length) if rows else MemoryLossConfig.length
-    none = at("none", "-", "-", "test", length)
+    last = int(df["step"].max()) if not df.empty else length
+    inverted = ("moon", "per-sequence", "inverted")
     out = []
     for sampling in ("per-step", "per-sequence"):
-        m = at("moon", sampling, "paper", "test", length)
+        moon = ("moon", sampling, "paper", "test", length)
         out.append((f"Moon {sampling}, paper scaling: at test the memory of c_0 fades by orders of magnitude over "
                     f"the training length (below 1% of the no-dropout model's at t = {length}; Eq. 17)",
-                    verdict(None if m is None or none is None else m[0] < 0.01 * none[0])))
+                    claim_verdict(lambda v: v[moon] < 0.01 * v[("none", "-", "-", "test", length)], by_seed)))
         out.append((f"Moon {sampling}, paper scaling: ... at about Eq. 17's rate (within 10x of q^t at t = {length})",
-                    verdict(None if m is None else m[1] / 10 <= m[0] <= 10 * m[1])))
-    train, test = at("moon", "per-sequence", "inverted", "train"), at("moon", "per-sequence", "inverted", "test")
-    early = (at("moon", "per-sequence", "inverted", "train", 2), at("moon", "per-sequence", "inverted", "test", 2))
-    ok = None if train is None else train[0] > test[0] and train[0] / test[0] > early[0][0] / early[1][0]
+                    claim_verdict(lambda v: v[(*moon, "predicted")] / 10 <= v[moon] <= 10 * v[(*moon, "predicted")],
+                                  by_seed)))
     out.append(("Moon per-sequence, inverted scaling: the same weights keep more of c_0 in training than at test, "
-                "and the gap widens with t (the note after Eq. 18)", verdict(ok)))
-    moon = at("moon", "per-step", "paper", "test")
+                "and the gap widens with t (the note after Eq. 18)",
+                claim_verdict(lambda v: v[(*inverted, "train", last)] > v[(*inverted, "test", last)] and
+                              v[(*inverted, "train", last)] / v[(*inverted, "test", last)] >
+                              v[(*inverted, "train", 2)] / v[(*inverted, "test", 2)], by_seed)))
     for scheme, sampling in (("semeniuta", "per-step"), ("semeniuta", "per-sequence"), ("gal", "per-step")):
-        m = at(scheme, sampling, "paper", "test")
         out.append((f"{scheme} {sampling}: no such decay (Eq. 19): at test it keeps more of c_0 than Moon "
-                    "per-step, by at least 100x", verdict(None if m is None or moon is None else m[0] > 100 * moon[0])))
-    return pd.DataFrame(out, columns=["prediction (paper Sec. 3)", "ours"])
+                    "per-step, by at least 100x",
+                    claim_verdict(lambda v, c=(scheme, sampling): v[(*c, "paper", "test", last)] >
+                                  100 * v[("moon", "per-step", "paper", "test", last)], by_seed)))
+    return pd.DataFrame(out, columns=["prediction (paper Sec. 3)", "on ours"])
