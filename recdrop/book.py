@@ -48,6 +48,11 @@ def chapter_scale(name: str, store: RunStore | None = None) -> str | None:
     return None
 
 
+def chapter_seeds(name: str, scale: str, store: RunStore | None = None) -> list[int]:
+    """The seeds chapter ``name`` shows at ``scale``: every seed stored there for its grids' experiments."""
+    return sorted({s for e, _ in CHAPTERS[name].grids for s in stored_seeds(e, scale, store)})
+
+
 def notebook_scale(name: str) -> str:
     """The scale a chapter is rendered at: ``chapter_scale``, else quick."""
     return chapter_scale(name) or "quick"
@@ -62,8 +67,7 @@ def execute_notebooks(scale: str | None = None, train: bool = False) -> None:
     for experiment, nb in NOTEBOOKS.items():
         params = {"scale": scale or notebook_scale(experiment), "train": train}
         if not train and CHAPTERS[experiment].grids:  # every seed stored at that scale
-            params["seeds"] = sorted({s for e, _ in CHAPTERS[experiment].grids
-                                      for s in stored_seeds(e, params["scale"])})
+            params["seeds"] = chapter_seeds(experiment, params["scale"])
         print(f"executing {nb} with {params}", flush=True)
         out = out_dir / Path(nb).name
         papermill.execute_notebook(str(ROOT / nb), str(out), parameters=params, kernel_name="python3",

@@ -28,8 +28,13 @@ def stamp(rows: Iterable[Dict[str, Any]]) -> str:
         return ", ".join(sorted({str(r[key]) for r in recs}))
     scales = ", ".join(sorted({r["config"]["scale"] for r in recs}))
     dates = sorted(r["finished"][:10] for r in recs)
-    missing = sum(1 for r in rows if not r.get("record"))
-    return (f"Scale: {scales} | runs: {len(recs)} shown, {missing} not yet run | hardware: {values('hardware')} | "
+    seeds_per_cell: Dict[Any, int] = {}
+    for r in rows:  # a cell is a config; its rows are its seeds
+        seeds_per_cell[r["config"]] = seeds_per_cell.get(r["config"], 0) + bool(r.get("record"))
+    ran = [n for n in seeds_per_cell.values() if n]
+    seeds = f"{min(ran)}" if min(ran) == max(ran) else f"{min(ran)}–{max(ran)}"
+    return (f"Scale: {scales} | runs: {len(recs)} shown | cells: {len(ran)} of {len(seeds_per_cell)} run, "
+            f"{seeds} seed{'' if seeds == '1' else 's'} each | hardware: {values('hardware')} | "
             f"torch {values('torch')} | commit: {values('commit')} | runs finished {dates[0]} to {dates[-1]}")
 
 
@@ -89,21 +94,19 @@ MIN_SEEDS_TO_JUDGE = 3  # a claim is confirmed or refuted only where this many s
 
 def claim_outcomes(test: Callable[[Dict[Any, float]], bool],
                    by_seed: Dict[int, Dict[Any, float]]) -> Tuple[Optional[bool], List[bool]]:
-    """(``test`` on our means over seeds, or None where a cell it needs has no record; ``test`` in each
-    seed that has every cell it needs). ``test`` raises KeyError for a missing cell."""
-    keys = {k for values in by_seed.values() for k in values}
-    means = {k: float(np.mean([v[k] for v in by_seed.values() if k in v])) for k in keys}
-    try:
-        on_means = bool(test(means))
-    except KeyError:
-        return None, []
-    outcomes = []
+    """(``test`` on our means over the seeds that have every cell it needs, or None where no seed has;
+    ``test`` in each of those seeds). ``test`` raises KeyError for a missing cell."""
+    complete, outcomes = [], []
     for values in by_seed.values():
         try:
             outcomes.append(bool(test(values)))
         except KeyError:  # this seed lacks a cell the claim needs
-            pass
-    return on_means, outcomes
+            continue
+        complete.append(values)
+    if not complete:
+        return None, []
+    means = {k: float(np.mean([v[k] for v in complete if k in v])) for k in set().union(*complete)}
+    return bool(test(means)), outcomes
 
 
 def claim_verdict(test: Callable[[Dict[Any, float]], bool], by_seed: Dict[int, Dict[Any, float]]) -> str:
@@ -114,7 +117,9 @@ def claim_verdict(test: Callable[[Dict[Any, float]], bool], by_seed: Dict[int, D
     - *refuted*: it fails on the means and in each of them;
     - *open*: the seeds disagree;
     - with fewer seeds it *holds* or *fails* on the means, not judged against the noise;
-    - *not yet run*: a cell it needs has no record."""
+    - *not yet run*: no seed has every cell it needs.
+
+    The means are over the seeds that have every cell, so that they and the seed count agree."""
     on_means, outcomes = claim_outcomes(test, by_seed)
     if on_means is None:
         return "not yet run"

@@ -8,10 +8,9 @@ from typing import Optional
 
 import pandas as pd
 
-from .book import chapter_scale
+from .book import chapter_scale, chapter_seeds
 from .config import SCALE_NAMES
 from .experiments import EXPERIMENTS
-from .report import stored_seeds
 from .store import RunStore
 from .sweep import run_grid
 
@@ -39,8 +38,9 @@ def _claims(e, rows) -> pd.DataFrame:
 
 def landing_claims(store: Optional[RunStore] = None) -> pd.DataFrame:
     """Every claim the paper makes on its tables, judged on our runs (``report.claim_verdict``: against
-    the seed noise where 3 seeds ran) at the largest scale where every cell it needs has run, that
-    scale named on its row; a claim not yet run anywhere shows the largest scale stored."""
+    the seed noise where 3 seeds ran) at the largest scale where it has a verdict, that scale named on
+    its row. A claim without one anywhere (a cell it needs has not run) is *not yet run* at the largest
+    scale with runs of its table, or at none."""
     store = store or RunStore()
     out = []
     for e in EXPERIMENTS.values():
@@ -48,13 +48,15 @@ def landing_claims(store: Optional[RunStore] = None) -> pd.DataFrame:
             continue
         judged = {}  # claim -> (scale, verdict), largest scale first
         for scale in reversed(SCALE_NAMES):
-            if scale not in e.config.SCALES or not store.records(e.name, scale):
+            if scale not in e.config.SCALES:
                 continue
-            rows = run_grid(e.name, scale, stored_seeds(e.name, scale, store), train=False, store=store)
+            rows = run_grid(e.name, scale, chapter_seeds(e.name, scale, store), train=False, store=store)
+            if not any(r["record"] for r in rows):  # nothing of this table here (or a scale since redefined)
+                continue
             for claim, verdict in _claims(e, rows).itertuples(index=False):
                 if claim not in judged or (judged[claim][1] == "not yet run" and verdict != "not yet run"):
                     judged[claim] = (scale, verdict)
-        if not judged:  # nothing stored: every claim not yet run
+        if not judged:
             judged = {claim: ("none stored", verdict) for claim, verdict in
                       _claims(e, run_grid(e.name, "quick", train=False, store=store)).itertuples(index=False)}
         for claim, (scale, verdict) in judged.items():
@@ -64,9 +66,9 @@ def landing_claims(store: Optional[RunStore] = None) -> pd.DataFrame:
 
 
 def landing_table(store: Optional[RunStore] = None) -> pd.DataFrame:
-    """One row per table and figure of the paper: the scale shown (the best stored), the paper's best
-    cell and ours at that cell, the delta, how many cells are within the chapter's tolerance, and
-    the verdict (reproduced / partly / not reproduced at `paper` scale; else not yet run there)."""
+    """One row per table and figure of the paper: the scale its chapter shows (``book.chapter_scale``),
+    the paper's best cell and ours at that cell, the delta, how many cells are within the chapter's
+    tolerance, and the verdict (reproduced / partly / not reproduced at `paper` scale; else not yet run there)."""
     store = store or RunStore()
     out = [{"what": "Figure 1: the three schemes", "chapter": "schemes", "scale": "—", "the paper's best cell": "—",
             "paper": "—", "ours": "drawn by code from the scheme definitions", "delta": "—",
@@ -75,7 +77,7 @@ def landing_table(store: Optional[RunStore] = None) -> pd.DataFrame:
         if e.comparison is None:
             continue
         scale = chapter_scale(e.name, store)
-        seeds = stored_seeds(e.name, scale, store) if scale else [0]
+        seeds = chapter_seeds(e.name, scale, store) if scale else [0]
         rows = run_grid(e.name, scale or "quick", seeds, train=False, store=store)
         t = _landing_rows(e.comparison(rows))
         m = e.metric

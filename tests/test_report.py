@@ -68,7 +68,7 @@ def test_styled_keeps_the_labels_digits():
 
 
 def test_fit_table_says_which_runs_over_fit_and_which_converged():
-    from recdrop.experiments.lm_tables import fit_table
+    from recdrop.experiments.lm_tables import FIT_WINDOW, describe_fit, fit_table
 
     def run(valid, train, lr, seed):
         curves = [{"epoch": e + 1, "valid_ppl": v, "train_ppl": t, "lr": l}
@@ -76,16 +76,40 @@ def test_fit_table_says_which_runs_over_fit_and_which_converged():
         return {"forward": "without forward dropout", "scheme": "none", "rate": 0.0, "sampling": "-", "seed": seed,
                 "record": {"curves": curves}}
 
-    rows = [run([500, 400, 300, 320, 350, 380, 400], [400, 300, 200, 150, 100, 80, 60], [1.0] * 7, 0),
+    falling = [400, 300, 200, 150, 100, 80, 60, 50]
+    assert FIT_WINDOW == 5  # the curves below are drawn for a window of 5 epochs
+    rows = [run([500, 400, 300, 320, 350, 380, 400, 420], falling, [1.0] * 8, 0),  # best 5 epochs back
             run([500, 400, 300, 299, 299, 298, 298, 298], [400, 300, 290, 289, 288, 288, 288, 288],
                 [1.0, 0.5, 0.25, 0.12, 0.06, 0.03, 0.015, 0.008], 1),
-            run([500, 400, 300, 250, 200, 150, 120], [400, 300, 200, 150, 100, 80, 60], [1.0] * 7, 2),
-            {"forward": "without forward dropout", "scheme": "none", "rate": 0.0, "sampling": "-", "seed": 3,
+            run([500, 400, 300, 250, 200, 150, 120, 110], falling, [1.0] * 8, 2),
+            run([500, 400, 300, 250, 240, 260], falling, [1.0] * 6, 3),  # up 8% from a best 1 epoch back
+            run([500, 400, 301, 300.5, 300.2, 300.1, 300.3, 300.0], falling, [1.0] * 8, 4),
+            {"forward": "without forward dropout", "scheme": "none", "rate": 0.0, "sampling": "-", "seed": 5,
              "record": None}]
     t = fit_table(rows, "ppl").set_index("seed")
-    assert list(t.index) == [0, 1, 2]  # a cell not run has no row
+    assert list(t.index) == [0, 1, 2, 3, 4]  # a cell not run has no row
     assert t.loc[0, "fit"] == "over-fits" and t.loc[0, "best validation epoch"] == 3
-    assert t.loc[0, "validation, last vs best (%)"] == 33.3 and t.loc[0, "converged"] == "no"
+    assert t.loc[0, "validation, last vs best (%)"] == 40.0 and t.loc[0, "converged"] == "yes: no new best for 5 epochs"
     assert t.loc[1, "fit"] == "flat" and t.loc[1, "converged"] == "yes: learning rate decayed"
     assert t.loc[1, "last lr / first"] == 0.008
     assert t.loc[2, "fit"] == "still improving" and t.loc[2, "converged"] == "no"
+    assert t.loc[3, "fit"] == "validation rising" and t.loc[3, "converged"] == "no"
+    assert t.loc[4, "fit"] == "flat" and t.loc[4, "converged"] == "yes: validation flat for 5 epochs"
+    assert "5 epochs" in describe_fit() and "1%" in describe_fit()
+
+
+def test_stamp_counts_cells_and_their_seeds():
+    from recdrop.report import stamp
+
+    def row(config, seed, ran):
+        rec = {"config": {"scale": "reduced"}, "hardware": "cpu", "torch": "2.13", "commit": "abc",
+               "finished": f"2026-11-2{seed}T00:00:00"} if ran else None
+        return {"config": config, "seed": seed, "record": rec}
+
+    rows = [row("a", 0, True), row("a", 1, True), row("a", 2, True), row("b", 0, True), row("b", 1, False),
+            row("b", 2, False), row("c", 0, False), row("c", 1, False), row("c", 2, False)]
+    s = stamp(rows)
+    assert "Scale: reduced | runs: 4 shown | cells: 2 of 3 run, 1–3 seeds each |" in s
+    assert "runs finished 2026-11-20 to 2026-11-22" in s
+    assert "cells: 1 of 2 run, 1 seed each" in stamp(rows[3:])
+    assert stamp(rows[4:6]).startswith("No stored runs")

@@ -66,8 +66,8 @@ def test_orderings_survive_only_when_every_seed_agrees():
     rows = fake_rows({OURS: [100, 106, 102], MOON: [104, 105, 107]})
     assert verdict(seeds.orderings("word_lm", rows), "semeniuta 0.5 per-sequence", "moon 0.25 per-step") == \
         "holds on the means only"
-    rows = fake_rows({OURS: [100, 101, 102], NONE: [120, None, None]})
-    assert verdict(seeds.orderings("word_lm", rows), "semeniuta 0.5 per-sequence", "none 0.0") == "fewer than 2 seeds"
+    rows = fake_rows({OURS: [100, 101, 102], NONE: [120, 121, None]})
+    assert verdict(seeds.orderings("word_lm", rows), "semeniuta 0.5 per-sequence", "none 0.0") == "fewer than 3 seeds"
 
 
 def test_seed_table_shows_mean_sd_and_each_seed():

@@ -177,17 +177,15 @@ def plot_learning_curves(rows, unit: str, cells, ylabel: str, log: bool = False)
     return fig
 
 
-def fit_table(rows, unit: str, tolerance: float = 0.01, window: int = 5, decayed: float = 0.1) -> "pd.DataFrame":
-    """Per stored run, from its curves: does it over-fit, and has it converged (issue 16's conditions for
-    a reduced scale)? The epoch of the lowest validation ``valid_<unit>``; how far validation and
-    training (``train_<unit>``) moved from that epoch to the last, in %; the last learning rate as a
-    fraction of the first.
+FIT_TOLERANCE, FIT_WINDOW, FIT_DECAYED = 0.01, 5, 0.1  # fit_table's rule: 1%, 5 epochs, a tenth
 
-    - fit: *over-fits* where training still falls after the best epoch and validation has turned
-      up by more than ``tolerance``; else *flat* where validation moved by less than ``tolerance``
-      over the last ``window`` epochs; else *still improving*.
-    - converged: the learning rate has decayed to ``decayed`` of its first value or less, or
-      validation moved by less than ``tolerance`` over the last ``window`` epochs."""
+
+def fit_table(rows, unit: str) -> "pd.DataFrame":
+    """Per stored run, from its curves: does it over-fit, and has it converged (issue 16's conditions for
+    a reduced scale; ``describe_fit`` says the rule in words)? The epoch of the lowest validation
+    ``valid_<unit>``; how far validation and training (``train_<unit>``) moved from that epoch to the
+    last, in %; the last learning rate as a fraction of the first; the fit; whether it converged."""
+    tol, window = FIT_TOLERANCE, FIT_WINDOW
     out = []
     for r in rows:
         if not r.get("record"):
@@ -198,10 +196,15 @@ def fit_table(rows, unit: str, tolerance: float = 0.01, window: int = 5, decayed
         valid_up = valid[last] / valid[best_epoch] - 1
         train_move = train[last] / train[best_epoch] - 1
         recent = valid.iloc[-(window + 1):]
-        settled = len(c) > window and (recent.max() - recent.min()) / valid[best_epoch] < tolerance
+        settled = len(c) > window and (recent.max() - recent.min()) / valid[best_epoch] < tol
+        no_new_best = best_epoch <= last - window
         lr_left = c.loc[last, "lr"] / c["lr"].iloc[0]
-        fit = ("over-fits" if train_move < 0 and valid_up > tolerance else "flat" if settled else "still improving")
-        converged = ("yes: learning rate decayed" if lr_left <= decayed else
+        if valid_up > tol:
+            fit = "over-fits" if no_new_best and train_move < 0 else "validation rising"
+        else:
+            fit = "flat" if settled else "still improving"
+        converged = ("yes: learning rate decayed" if lr_left <= FIT_DECAYED else
+                     f"yes: no new best for {window} epochs" if no_new_best else
                      f"yes: validation flat for {window} epochs" if settled else "no")
         out.append({**{k: r[k] for k in CELL_KEYS}, "seed": r["seed"], "epochs": last, "best validation epoch": best_epoch,
                     "validation, last vs best (%)": round(100 * valid_up, 1),
@@ -210,6 +213,17 @@ def fit_table(rows, unit: str, tolerance: float = 0.01, window: int = 5, decayed
     return pd.DataFrame(out, columns=CELL_KEYS + ["seed", "epochs", "best validation epoch", "validation, last vs best (%)",
                                                   "training, last vs best epoch (%)", "last lr / first", "fit",
                                                   "converged"])
+
+
+def describe_fit() -> str:
+    """``fit_table``'s rule in words, for a chapter."""
+    tol, window = f"{FIT_TOLERANCE:.0%}", FIT_WINDOW
+    return (f"A run *over-fits* where validation is more than {tol} above its best, its best is at least {window} "
+            f"epochs before the last, and training has fallen since; *validation rising* where it is more than "
+            f"{tol} above its best but the best is more recent; *flat* where validation moved by less than {tol} "
+            f"over the last {window} epochs; else *still improving*. A run has *converged* where its learning rate "
+            f"has decayed to {FIT_DECAYED:g} of its first value or less, or validation has had no new best for "
+            f"{window} epochs (an early-stopping rule's patience), or has moved by less than {tol} over them.")
 
 
 def plot_run_curves(rows, unit: str, ylabel: str, log: bool = False):

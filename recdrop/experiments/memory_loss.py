@@ -16,7 +16,7 @@ import pandas as pd
 import torch
 
 from ..memory import cell_states, memory_trace, predicted_trace
-from ..report import claim_verdict
+from ..report import claim_verdict, seed_values
 from .temporal_order import LENGTHS, TemporalOrderConfig, TemporalOrderTask, generate
 
 
@@ -205,15 +205,17 @@ def claims(rows) -> "pd.DataFrame":
     (``report.claim_verdict``), at the training length L or at the probe's last step T. With
     per-step masks in training a unit's memory is lost whenever it is dropped, so the growth the note
     after Eq. 18 predicts is checked on per-sequence masks, where the kept units keep theirs."""
-    df = traces_frame(rows)
-    by_seed: Dict[int, Dict[Tuple, float]] = {}
-    for t in df.itertuples(index=False):
-        key = (t.scheme, t.sampling, t.scaling, t.phase, t.step)
-        by_seed.setdefault(t.seed, {})[key] = t.memory
-        if t.predicted is not None and not pd.isna(t.predicted):
-            by_seed[t.seed][(*key, "predicted")] = t.predicted
+    def traces(r, _):
+        """One run's memory trace, (scheme, sampling, scaling, phase, step) -> memory, and Eq. 17-18's."""
+        out = {}
+        for t in traces_frame([r]).itertuples(index=False):
+            key = (t.scheme, t.sampling, t.scaling, t.phase, t.step)
+            out[key], out[(*key, "predicted")] = t.memory, t.predicted
+        return out
+
+    by_seed = seed_values(rows, traces)
     length = int(rows[0]["config"].length) if rows else MemoryLossConfig.length
-    last = int(df["step"].max()) if not df.empty else length
+    last = max((k[4] for v in by_seed.values() for k in v), default=length)
     inverted = ("moon", "per-sequence", "inverted")
     out = []
     for sampling in ("per-step", "per-sequence"):
@@ -227,11 +229,12 @@ def claims(rows) -> "pd.DataFrame":
     out.append(("Moon per-sequence, inverted scaling: the same weights keep more of c_0 in training than at test, "
                 "and the gap widens with t (the note after Eq. 18)",
                 claim_verdict(lambda v: v[(*inverted, "train", last)] > v[(*inverted, "test", last)] and
-                              v[(*inverted, "train", last)] / v[(*inverted, "test", last)] >
-                              v[(*inverted, "train", 2)] / v[(*inverted, "test", 2)], by_seed)))
+                              # train/test at T above train/test at step 2, without dividing by a trace at 0
+                              v[(*inverted, "train", last)] * v[(*inverted, "test", 2)] >
+                              v[(*inverted, "train", 2)] * v[(*inverted, "test", last)], by_seed)))
     for scheme, sampling in (("semeniuta", "per-step"), ("semeniuta", "per-sequence"), ("gal", "per-step")):
         out.append((f"{scheme} {sampling}: no such decay (Eq. 19): at test it keeps more of c_0 than Moon "
                     "per-step, by at least 100x",
-                    claim_verdict(lambda v, c=(scheme, sampling): v[(*c, "paper", "test", last)] >
+                    claim_verdict(lambda v: v[(scheme, sampling, "paper", "test", last)] >
                                   100 * v[("moon", "per-step", "paper", "test", last)], by_seed)))
     return pd.DataFrame(out, columns=["prediction (paper Sec. 3)", "on ours"])

@@ -3,7 +3,10 @@ several seeds, mean ± sd, and which of the paper's orderings survive the seed n
 
 An ordering of two cells (the paper's test numbers differ) *survives* when every seed of the cell
 the paper puts ahead beats every seed of the other; it *holds on the means only* when the means
-agree with the paper but the seeds overlap; it is *reversed* when the means disagree.
+agree with the paper but the seeds overlap; it is *reversed* when the means disagree. Each cell
+needs as many seeds as a claim does to be judged (``report.MIN_SEEDS_TO_JUDGE``). This is stricter
+than ``report.claim_verdict``, which pairs the cells' seeds: here every seed of one cell is set
+against every seed of the other.
 """
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ from typing import Callable, Dict, List, Tuple
 
 import pandas as pd
 
-from ..report import fmt_mean_sd
+from ..report import MIN_SEEDS_TO_JUDGE, fmt_mean_sd
 from .lm_tables import CELL_KEYS as LM_KEYS
 from .lm_tables import paper_values
 from .temporal_order import CELL_KEYS as TO_KEYS
@@ -94,8 +97,8 @@ def orderings(experiment: str, rows) -> "pd.DataFrame":
             continue
         ahead, behind = (a, b) if better(paper[a], paper[b]) else (b, a)
         va, vb = values[ahead], values[behind]
-        if min(len(va), len(vb)) < 2:
-            verdict = "fewer than 2 seeds"
+        if min(len(va), len(vb)) < MIN_SEEDS_TO_JUDGE:  # as for every claim (report.claim_verdict)
+            verdict = f"fewer than {MIN_SEEDS_TO_JUDGE} seeds"
         elif all(better(x, y) for x in va for y in vb):
             verdict = "survives"
         elif better(sum(va) / len(va), sum(vb) / len(vb)):
