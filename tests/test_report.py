@@ -113,3 +113,20 @@ def test_stamp_counts_cells_and_their_seeds():
     assert "runs finished 2026-11-20 to 2026-11-22" in s
     assert "cells: 1 of 2 run, 1 seed each" in stamp(rows[3:])
     assert stamp(rows[4:6]).startswith("No stored runs")
+
+
+def test_pilot_table_weighs_the_gap_against_the_seed_noise():
+    from recdrop.experiments.lm_tables import pilot_cells, pilot_table
+
+    none, best = [label for label, _ in pilot_cells(2)]
+    assert (none["scheme"], best["scheme"], best["rate"], best["sampling"]) == ("none", "semeniuta", 0.5, "per-sequence")
+
+    def rows(none_values, best_values):
+        return [{**label, "seed": seed, "record": {"metrics": {"test_ppl": v}}}
+                for label, values in ((none, none_values), (best, best_values)) for seed, v in enumerate(values)]
+
+    t = pilot_table(rows([390, 410], [270, 272]), "ppl", 2).iloc[0]
+    assert t["gap (ppl)"] == 129.0 and t["seed noise (2 SE)"] == round(2 * (200 / 2 + 2 / 2) ** 0.5, 3)
+    assert t["pilot"].startswith("the gap favours dropout") and t["no dropout"] == "400.000 ± 14.142 (n=2)"
+    assert pilot_table(rows([300, 340], [290, 300]), "ppl", 2).iloc[0]["pilot"].endswith("redefine the scale")
+    assert pilot_table(rows([300], [200, 210]), "ppl", 2).iloc[0]["pilot"] == "not yet: fewer than 2 seeds a cell"

@@ -32,7 +32,7 @@ class Experiment:
     claims: Optional[Callable] = None  # rows -> the paper's observations, on its numbers and on ours
     headline: Optional[str] = None  # the landing page's cell, where the paper's best value is shared
     curves: Optional[Callable] = None  # rows -> a figure of the learning curves of whatever ran
-    fit: Optional[Callable] = None  # rows -> per run: does it over-fit, has it converged (a reduced scale's test)
+    checks: tuple = ()  # rows -> a table that tests the scale itself (does it over-fit, converge, pass its pilot)
     figures: tuple = ()  # (rows, scale) -> the landing page's row of a paper's figure drawn from these runs
 
 
@@ -45,10 +45,10 @@ EXPERIMENTS: Dict[str, Experiment] = {e.name: e for e in [
                memory_loss.MemoryLossTask, memory_loss.GRIDS, claims=memory_loss.claims),
     Experiment("word_lm", "Table 2: word-level PTB, test perplexity", word_lm.WordLMConfig, word_lm.WordLMTask,
                word_lm.GRIDS, word_lm.table2, word_lm.METRIC, word_lm.claims, curves=word_lm.plot_runs,
-               fit=word_lm.fit, figures=(word_lm.figure2_row,)),
+               checks=(word_lm.fit, word_lm.pilot), figures=(word_lm.figure2_row,)),
     Experiment("char_lm", "Table 3: character-level PTB, test bpc", char_lm.CharLMConfig, char_lm.CharLMTask,
                char_lm.GRIDS, char_lm.table3, char_lm.METRIC, char_lm.claims, curves=char_lm.plot_runs,
-               fit=char_lm.fit),
+               checks=(char_lm.fit, char_lm.pilot)),
     Experiment("ner", "Table 4: NER on CoNLL-2003, test F1", ner.NERConfig, ner.NERTask, ner.GRIDS, ner.table4,
                ner.METRIC, ner.claims),
     Experiment("sentiment", "Table 5: Twitter sentiment, test F1", sentiment.SentimentConfig, sentiment.SentimentTask,
@@ -101,7 +101,7 @@ def get(name: str, grid: str = "table"):
 def show_other_scales(name: str, shown: str, store: Optional[RunStore] = None) -> None:
     """In a chapter rendered at ``shown``: the runs stored at every other scale of experiment ``name``,
     largest first, each with its stamp, the comparison of the cells that ran, the paper's claims
-    judged on them, and their learning curves and fit where the experiment draws them. Nothing where no
+    judged on them, and their learning curves and the checks of the scale where the experiment has them. Nothing where no
     other scale has runs."""
     from IPython.display import Markdown, display
 
@@ -127,5 +127,5 @@ def show_other_scales(name: str, shown: str, store: Optional[RunStore] = None) -
             fig = e.curves(rows)
             display(fig)
             plt.close(fig)  # shown once, not again at the end of the cell
-        if e.fit is not None:
-            display(e.fit(rows))
+        for check in e.checks:
+            display(check(rows))

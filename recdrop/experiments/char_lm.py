@@ -21,9 +21,9 @@ from ..data.ptb import load_ptb_char
 from ..models import Dropout, LanguageModel
 from ..report import Metric, check_claims, summarize
 from ..train import Task, epoch_generator
-from .lm_tables import (FORWARD, all_cells, best, conjecture_cells, fit_table, headline_cells, lm_table,
-                        lm_table_wide, paper_values, pilot_cells, plot_learning_curves, plot_run_curves,
-                        seed_cell_values, table_cells)
+from .lm_tables import (FORWARD, all_cells, best, conjecture_cells, fit_table, headline_cells, lm_table, lm_table_wide,
+                        paper_values, pilot_cells, pilot_table, plot_learning_curves, plot_run_curves, seed_cell_values,
+                        table_cells)
 
 LN2 = math.log(2.0)
 
@@ -266,6 +266,12 @@ def plot_curves(rows):
 def fit(rows) -> "pd.DataFrame":
     """Per run: does it over-fit, has it converged (``lm_tables.fit_table``)."""
     return fit_table(table_rows(rows), "bpc")
+
+
+def pilot(rows) -> "pd.DataFrame":
+    """The pilot's test of a scale: is the gap between no dropout and the paper's best cell larger
+    than the seed noise (``lm_tables.pilot_table``)?"""
+    return pilot_table(table_rows(rows), "bpc", 3)
 
 
 def plot_runs(rows):

@@ -10,7 +10,7 @@ from typing import Dict, List, Sequence, Tuple
 import pandas as pd
 
 from ..paper import paper_results
-from ..report import Metric, compare, curves_frame, seed_values, summarize
+from ..report import Metric, compare, curves_frame, fmt_mean_sd, seed_values, summarize
 
 FORWARD = {"without forward dropout": dict(input_dropout=0.0, output_dropout=0.0),
            "with forward dropout": dict(input_dropout=0.2, output_dropout=0.5)}  # Tables 2 and 3 captions
@@ -213,6 +213,29 @@ def fit_table(rows, unit: str) -> "pd.DataFrame":
     return pd.DataFrame(out, columns=CELL_KEYS + ["seed", "epochs", "best validation epoch", "validation, last vs best (%)",
                                                   "training, last vs best epoch (%)", "last lr / first", "fit",
                                                   "converged"])
+
+
+def pilot_table(rows, unit: str, paper_table: int) -> "pd.DataFrame":
+    """The pilot's test of a new scale (issue 16): the final test ``test_<unit>`` of its two cells (no
+    dropout, and the paper's best cell; without forward dropout), mean ± sd over seeds; the gap
+    between their means; and the seed noise of that gap, two standard errors of a difference of
+    means. The grid is worth running where the gap favours dropout and exceeds the noise."""
+    none, best_cell = [tuple(label[k] for k in CELL_KEYS) for label, _ in pilot_cells(paper_table)]
+    values = {c: [r["record"]["metrics"][f"test_{unit}"] for r in rows
+                  if r.get("record") and tuple(r[k] for k in CELL_KEYS) == c] for c in (none, best_cell)}
+    a, b = (pd.Series(values[c], dtype=float) for c in (none, best_cell))
+    gap = a.mean() - b.mean()  # lower is better: > 0 where dropout helps
+    noise = 2 * (a.var() / len(a) + b.var() / len(b)) ** 0.5 if min(len(a), len(b)) > 1 else float("nan")
+    if min(len(a), len(b)) < 2:
+        verdict = "not yet: fewer than 2 seeds a cell"
+    elif gap > noise:
+        verdict = "the gap favours dropout and exceeds the seed noise: the grid is worth running"
+    else:
+        verdict = "the gap does not favour dropout by more than the seed noise: redefine the scale"
+    name = " ".join(str(v) for v in best_cell[1:])
+    return pd.DataFrame([{"no dropout": fmt_mean_sd(a.mean(), a.std(), len(a), 3),
+                          f"the paper's best cell ({name})": fmt_mean_sd(b.mean(), b.std(), len(b), 3),
+                          f"gap ({unit})": round(gap, 3), "seed noise (2 SE)": round(noise, 3), "pilot": verdict}])
 
 
 def describe_fit() -> str:

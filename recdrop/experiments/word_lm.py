@@ -22,8 +22,8 @@ from ..models import Dropout, LanguageModel
 from ..report import Metric, check_claims, claim_verdict, seed_values
 from ..train import Task
 from .lm_tables import (CELL_KEYS, FORWARD, RATES, SAMPLINGS, SCHEMES, best, conjecture_cells, fit_table,
-                        headline_cells, lm_table, lm_table_wide, paper_values, pilot_cells, plot_learning_curves,
-                        plot_run_curves, seed_cell_values, table_cells)
+                        headline_cells, lm_table, lm_table_wide, paper_values, pilot_cells, pilot_table,
+                        plot_learning_curves, plot_run_curves, seed_cell_values, table_cells)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -248,6 +248,12 @@ def plot_figure2(rows):
 def fit(rows) -> "pd.DataFrame":
     """Per run: does it over-fit, has it converged (``lm_tables.fit_table``)."""
     return fit_table(rows, "ppl")
+
+
+def pilot(rows) -> "pd.DataFrame":
+    """The pilot's test of a scale: is the gap between no dropout and the paper's best cell larger
+    than the seed noise (``lm_tables.pilot_table``)?"""
+    return pilot_table(rows, "ppl", 2)
 
 
 def plot_runs(rows):
