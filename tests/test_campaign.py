@@ -215,3 +215,8 @@ def test_the_list_estimates_a_runs_time_from_the_stored_runs_like_it(store):
     assert campaign.expected_seconds(rows[1], store) == rec["wall_time_s"]
     bigger = {**rows[1], "config": rows[1]["config"].replace(hidden_size=32)}
     assert campaign.expected_seconds(bigger, store) is None  # another model size says nothing of it
+    plain = {**rows[1], "config": rows[1]["config"].replace(recurrent_dropout=0.0)}
+    assert campaign.expected_seconds(plain, store) == rec["wall_time_s"]  # no run without dropout yet: any of its size
+    plain_rec = train_run(TemporalOrderTask, plain["config"], store=store, progress=False)
+    assert campaign.expected_seconds(plain, store) == plain_rec["wall_time_s"]  # now the runs like it
+    assert campaign.expected_seconds(rows[1], store) == rec["wall_time_s"]
