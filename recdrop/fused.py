@@ -22,6 +22,25 @@ from .masks import StepFactors
 from .masks import factor_at as _at
 
 
+def _packed_matmul_usable(w: Tensor) -> bool:
+    """Whether ``_times_transposed`` can pack ``w`` for oneDNN: a float32 CPU tensor, and a torch with
+    oneDNN's prepacked linear (the op Inductor uses on CPUs)."""
+    return (w.device.type == "cpu" and w.dtype == torch.float32 and torch.backends.mkldnn.is_available()
+            and hasattr(torch.ops.mkldnn, "_reorder_linear_weight") and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
+
+
+def _times_transposed(w: Tensor, batch: int):
+    """``x -> x @ w.T``, for the per-step matmuls of one sequence. On a CPU in float32 the weight is
+    packed once per sequence for oneDNN: measured on this project's CPU (one thread, batch 16, 512
+    units), 1.8x faster than ``torch.mm`` for the forward's product and 3x for the backward's. The
+    results agree with ``torch.mm`` to float32 rounding (another summation order)."""
+    if _packed_matmul_usable(w):
+        packed = torch.ops.mkldnn._reorder_linear_weight(w, batch)
+        return lambda x: torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
+    w_t = w.t().contiguous()  # a contiguous right operand makes the per-step matmul faster on CPU
+    return lambda x: torch.mm(x, w_t)
+
+
 def _steps(factor, steps: int, per_step: bool) -> list:
     """The factor of every processing step: a per-step mask's slices, else the factor repeated."""
     if per_step and isinstance(factor, Tensor):
@@ -100,7 +119,7 @@ class _LSTMSequence(torch.autograd.Function):
             gx = gx.flip(0)
         steps, hidden = gx.shape[0], h0.shape[-1]
         act_ = torch.relu_ if relu else torch.tanh_
-        w_t = w_hh.t().contiguous()  # a contiguous right operand makes the per-step matmul faster on CPU
+        times_w = _times_transposed(w_hh, h0.shape[0])  # h @ w_hh.T
         gates_all = torch.empty_like(gx)  # i, f, g, o after their activations
         c_all = gx.new_empty(steps + 1, *h0.shape)  # c_0 .. c_T
         c_all[0] = c0
@@ -121,7 +140,7 @@ class _LSTMSequence(torch.autograd.Function):
         for k in range(steps):
             if gal is not None:
                 h = torch.mul(h, gals[k], out=hin_k[k])  # Eq. 7
-            gates = torch.addmm(gx_k[k], h, w_t, out=gates_k[k])
+            gates = torch.add(gx_k[k], times_w(h), out=gates_k[k])
             if use_triton:  # the rest of the step in one kernel
                 triton_kernels.lstm_forward_step(gates, c_k[k], sems[k], moons[k], gsem_k[k], c_k[k + 1], tc_k[k],
                                               ys_k[k], relu)
@@ -185,6 +204,7 @@ def _lstm_backward_torch(dh, dc, d_ys, o_dtc, local, gates_all, d_gates, w_hh, g
     d_ifg_k = d_gates.view(steps, batch, 4, hidden)[:, :, :3].unbind(0)
     local_o_k, d_o_k = local[..., 3 * hidden:].unbind(0), d_gates[..., 3 * hidden:].unbind(0)
     d_ys_k, o_dtc_k, d_gates_k = d_ys.unbind(0), o_dtc.unbind(0), d_gates.unbind(0)
+    times_w = _times_transposed(w_hh.t().contiguous(), batch)  # d_gates @ w_hh
     for k in range(steps - 1, -1, -1):
         dh = dh + d_ys_k[k]
         dc = torch.addcmul(dc, dh, o_dtc_k[k])  # through h_t = o * act(c_t)
@@ -193,7 +213,7 @@ def _lstm_backward_torch(dh, dc, d_ys, o_dtc, local, gates_all, d_gates, w_hh, g
         torch.mul(dc.unsqueeze(1), local_ifg_k[k], out=d_ifg_k[k])
         torch.mul(dh, local_o_k[k], out=d_o_k[k])
         dc = dc * f_k[k]
-        dh = torch.mm(d_gates_k[k], w_hh)
+        dh = times_w(d_gates_k[k])
         if gal is not None:
             dh = dh * gals[k]
     return dh, dc
