@@ -29,16 +29,26 @@ def _packed_matmul_usable(w: Tensor) -> bool:
             and hasattr(torch.ops.mkldnn, "_reorder_linear_weight") and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
 
 
-def _times_transposed(w: Tensor, batch: int):
-    """``x -> x @ w.T``, for the per-step matmuls of one sequence. On a CPU in float32 the weight is
-    packed once per sequence for oneDNN: measured on this project's CPU (one thread, batch 16, 512
-    units), 1.8x faster than ``torch.mm`` for the forward's product and 3x for the backward's. The
-    results agree with ``torch.mm`` to float32 rounding (another summation order)."""
+def _times_transposed(w: Tensor, batch: int, bias: Optional[Tensor] = None):
+    """``(x, add=None, out=None) -> add + x @ w.T`` (``+ bias`` where given, without ``add``), for the
+    per-step matmuls of one sequence. On a CPU in float32 the weight is packed once per sequence for
+    oneDNN: measured on this project's CPU (one thread, batch 16, 512 units), 1.8x faster than
+    ``torch.mm`` for the forward's product and 3x for the backward's. The results agree with
+    ``torch.mm`` to float32 rounding (another summation order)."""
     if _packed_matmul_usable(w):
         packed = torch.ops.mkldnn._reorder_linear_weight(w, batch)
-        return lambda x: torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
+
+        def packed_times(x, add=None, out=None):
+            y = torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+            return y if add is None else torch.add(add, y, out=out)
+        return packed_times
     w_t = w.t().contiguous()  # a contiguous right operand makes the per-step matmul faster on CPU
-    return lambda x: torch.mm(x, w_t)
+
+    def times(x, add=None, out=None):
+        if add is not None:
+            return torch.addmm(add, x, w_t, out=out)
+        return torch.mm(x, w_t) if bias is None else torch.addmm(bias, x, w_t)
+    return times
 
 
 def _steps(factor, steps: int, per_step: bool) -> list:
@@ -140,7 +150,7 @@ class _LSTMSequence(torch.autograd.Function):
         for k in range(steps):
             if gal is not None:
                 h = torch.mul(h, gals[k], out=hin_k[k])  # Eq. 7
-            gates = torch.add(gx_k[k], times_w(h), out=gates_k[k])
+            gates = times_w(h, add=gx_k[k], out=gates_k[k])
             if use_triton:  # the rest of the step in one kernel
                 triton_kernels.lstm_forward_step(gates, c_k[k], sems[k], moons[k], gsem_k[k], c_k[k + 1], tc_k[k],
                                               ys_k[k], relu)
@@ -260,10 +270,11 @@ class _GRUSequence(torch.autograd.Function):
         hin_all = gx.new_empty(steps, *h0.shape)
         h_prev_all = gx.new_empty(steps, *h0.shape)
         use_triton = triton_kernels.usable(gx)
+        times_w = _times_transposed(w_hh, h0.shape[0], b_hh)  # hin @ w_hh.T + b_hh
         h = h0
         for k, t in enumerate(order):
             hin = _mul(h, _at(gal, k, per_step))
-            gh = hin @ w_hh.t() if b_hh is None else torch.addmm(b_hh, hin, w_hh.t())
+            gh = times_w(hin)
             h_prev_all[t] = h
             hin_all[t] = hin
             if use_triton:  # the rest of the step in one kernel
@@ -309,6 +320,7 @@ def _gru_backward_torch(dh, d_ys, order, rzn_all, hn_all, h_prev_all, d_gx_all, 
     """The GRU's backward loop over the steps (the gradient of ``cells.gru_step``, step by step); fills
     ``d_gx_all`` and ``d_gh_all``, returns dh_0."""
     hidden = w_hh.shape[1]
+    times_w = _times_transposed(w_hh.t().contiguous(), dh.shape[0])  # d_gh @ w_hh
     for k, t in reversed(list(enumerate(order))):
         rzn = rzn_all[t]
         r, z, n = rzn[:, :hidden], rzn[:, hidden:2 * hidden], rzn[:, 2 * hidden:]
@@ -321,7 +333,7 @@ def _gru_backward_torch(dh, d_ys, order, rzn_all, hn_all, h_prev_all, d_gx_all, 
         d_gx[:, :hidden], d_gx[:, hidden:2 * hidden], d_gx[:, 2 * hidden:] = d_pre_r, d_pre_z, d_pre_n
         d_gh[:, :2 * hidden] = d_gx[:, :2 * hidden]
         d_gh[:, 2 * hidden:] = d_pre_n * r
-        dh = dh * z + _mul(d_gh @ w_hh, _at(gal, k, per_step))
+        dh = dh * z + _mul(times_w(d_gh), _at(gal, k, per_step))
     return dh
 
 
@@ -350,10 +362,11 @@ class _RNNSequence(torch.autograd.Function):
         ys = gx.new_empty(steps, *h0.shape)
         a_all = gx.new_empty(steps, *h0.shape)  # act(pre-activation), before Moon's d(.)
         hin_all = gx.new_empty(steps, *h0.shape)
+        times_w = _times_transposed(w_hh, h0.shape[0])  # hin @ w_hh.T
         h = h0
         for k, t in enumerate(order):
             hin = _mul(h, _at(drop_in, k, per_step))
-            a = act(torch.addmm(gx[t], hin, w_hh.t()))
+            a = act(times_w(hin, add=gx[t]))
             h = _mul(a, _at(moon, k, per_step))
             ys[t], a_all[t], hin_all[t] = h, a, hin
         ctx.save_for_backward(w_hh, a_all, hin_all, h, gx, h0)
@@ -372,11 +385,12 @@ class _RNNSequence(torch.autograd.Function):
         order = range(steps - 1, -1, -1) if reverse else range(steps)
         d_pre_all = torch.empty_like(a_all)
         dh = torch.zeros_like(h_last) if d_hn_out is None else d_hn_out.clone()
+        times_w = _times_transposed(w_hh.t().contiguous(), dh.shape[0])  # d_pre @ w_hh
         for k, t in reversed(list(enumerate(order))):
             a = a_all[t]
             d_pre = _mul(dh + d_ys[t], _at(moon, k, per_step)) * ((a > 0).to(a.dtype) if relu else 1 - a * a)
             d_pre_all[t] = d_pre
-            dh = _mul(d_pre @ w_hh, _at(drop_in, k, per_step))
+            dh = _mul(times_w(d_pre), _at(drop_in, k, per_step))
         d_w_hh = d_pre_all.reshape(-1, hidden).t() @ hin_all.reshape(-1, hidden)
         return d_pre_all, dh, d_w_hh, None, None, None, None, None
 

@@ -42,18 +42,18 @@ def test_fused_equals_reference(kind, scheme, sampling, scaling, training):
         assert (a - b).abs().max() < 1e-10
 
 
-@pytest.mark.parametrize("scheme", recdrop.SCHEMES)
+@pytest.mark.parametrize("kind,scheme", CASES)
 @pytest.mark.parametrize("batch", [1, 3, 16])
-def test_fused_lstm_in_float32_with_packed_weights_equals_reference(scheme, batch):
-    """On a CPU in float32 the LSTM's per-step matmuls run on oneDNN with the weight packed once per
+def test_fused_in_float32_with_packed_weights_equals_reference(kind, scheme, batch):
+    """On a CPU in float32 the per-step matmuls run on oneDNN with the weight packed once per
     sequence: the same numbers as the reference loop's torch.mm, to float32 rounding."""
     from recdrop.fused import _packed_matmul_usable
 
     torch.manual_seed(2)
-    m = recdrop.LSTM(8, 32, bidirectional=True, recurrent_dropout=0.25, scheme=scheme)
+    m = getattr(recdrop, kind)(8, 32, bidirectional=True, recurrent_dropout=0.25, scheme=scheme)
     assert _packed_matmul_usable(m.weight_hh_l0)  # this machine's torch has it: the test exercises it
     x = torch.randn(7, batch, 8, requires_grad=True)
-    hx = tuple(torch.randn(2, batch, 32, requires_grad=True) for _ in range(2))
+    hx = tuple(torch.randn(2, batch, 32, requires_grad=True) for _ in range(2 if kind == "LSTM" else 1))
     masks = m.draw_masks(7, batch)
     for a, b in zip(run(m, x, hx, masks, True), run(m, x, hx, masks, False)):
         assert (a - b).abs().max() < 2e-5 * max(1.0, b.abs().max().item())
