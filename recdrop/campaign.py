@@ -108,7 +108,7 @@ DROPOUT_FIELDS = ("scheme", "sampling", "recurrent_dropout", "scaling", "input_d
 def expected_seconds(row: Dict[str, Any], store: RunStore) -> Optional[float]:
     """What a pending run should take: the mean wall time of the stored runs of its experiment at its
     scale whose configs differ from its own only in the dropout fields and, where some of those ran,
-    that use recurrent dropout as it does (without it the layers run torch.nn's kernels, about twice
+    that use recurrent dropout as it does (without it the layers run torch.nn's kernels, up to twice
     as fast on a CPU); None where none has run."""
     e, cfg = row["entry"], row["config"]
 
