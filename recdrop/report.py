@@ -92,21 +92,38 @@ def seed_values(rows: Iterable[Dict[str, Any]],
 MIN_SEEDS_TO_JUDGE = 3  # a claim is confirmed or refuted only where this many seeds have its every cell
 
 
+class _Reading(dict):
+    """One seed's values (or the means) that note every cell a claim reads, in ``seen``."""
+
+    def __init__(self, values: Dict[Any, float], seen: set):
+        super().__init__(values)
+        self.seen = seen
+
+    def __getitem__(self, key):
+        self.seen.add(key)
+        return super().__getitem__(key)
+
+
 def claim_outcomes(test: Callable[[Dict[Any, float]], bool],
                    by_seed: Dict[int, Dict[Any, float]]) -> Tuple[Optional[bool], List[bool]]:
     """(``test`` on our means over the seeds that have every cell it needs, or None where no seed has;
-    ``test`` in each of those seeds). ``test`` raises KeyError for a missing cell."""
-    complete, outcomes = [], []
-    for values in by_seed.values():
+    ``test`` in each of those seeds). ``test`` reads cells as ``values[key]`` (KeyError where one is
+    missing). The cells it needs are those it reads in any seed: a claim that stops early in one
+    seed (``all`` at its first failure) still needs, there too, the cells it reads in another."""
+    needed: set = set()
+    while True:
+        known = len(needed)
+        complete = [v for v in by_seed.values() if needed <= v.keys()]
+        if not complete:
+            return None, []
+        means = {k: float(np.mean([v[k] for v in complete if k in v])) for k in set().union(*complete)}
         try:
-            outcomes.append(bool(test(values)))
-        except KeyError:  # this seed lacks a cell the claim needs
+            outcomes = [bool(test(_Reading(v, needed))) for v in complete]
+            on_means = bool(test(_Reading(means, needed)))
+        except KeyError:  # a cell some seed lacks: `needed` has it now
             continue
-        complete.append(values)
-    if not complete:
-        return None, []
-    means = {k: float(np.mean([v[k] for v in complete if k in v])) for k in set().union(*complete)}
-    return bool(test(means)), outcomes
+        if len(needed) == known:
+            return on_means, outcomes
 
 
 def claim_verdict(test: Callable[[Dict[Any, float]], bool], by_seed: Dict[int, Dict[Any, float]]) -> str:

@@ -144,3 +144,16 @@ def test_figure2_row_judges_the_curves_against_seed_noise():
     row = word_lm.figure2_row(picked, "quick")
     assert row["ours"] == "train 110.0 vs 100.0, valid 140.0 vs 150.0: open (holds in 2 of 3 seeds)"
     assert row["verdict"] == "reproduced"  # on the means
+
+
+def test_a_claim_that_stops_early_in_one_seed_still_needs_the_cells_it_reads_in_another():
+    def both_grow(v):  # stops at the first cell that does not grow (all() short-circuits)
+        return all(v[(cell, "train")] > v[(cell, "test")] for cell in ("a", "b"))
+
+    by_seed = {0: {("a", "train"): 2, ("a", "test"): 1},  # b not yet run
+               1: {("a", "train"): 1, ("a", "test"): 2},  # b not yet run; a does not grow, so b is never read
+               2: {("a", "train"): 2, ("a", "test"): 1}}
+    assert claim_verdict(both_grow, by_seed) == "not yet run"
+    for seed in by_seed:
+        by_seed[seed].update({("b", "train"): 2, ("b", "test"): 1})
+    assert claim_verdict(both_grow, by_seed) == "open (holds in 2 of 3 seeds)"
