@@ -51,7 +51,8 @@ def test_fused_in_float32_with_packed_weights_equals_reference(kind, scheme, bat
 
     torch.manual_seed(2)
     m = getattr(recdrop, kind)(8, 32, bidirectional=True, recurrent_dropout=0.25, scheme=scheme)
-    assert _packed_matmul_usable(m.weight_hh_l0)  # this machine's torch has it: the test exercises it
+    if not _packed_matmul_usable(m.weight_hh_l0):
+        pytest.skip("this torch has no oneDNN prepacked linear: the fast path uses torch.mm")
     x = torch.randn(7, batch, 8, requires_grad=True)
     hx = tuple(torch.randn(2, batch, 32, requires_grad=True) for _ in range(2 if kind == "LSTM" else 1))
     masks = m.draw_masks(7, batch)
