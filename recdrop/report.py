@@ -121,6 +121,8 @@ def claim_outcomes(test: Callable[[Dict[Any, float]], bool],
             outcomes = [bool(test(_Reading(v, needed))) for v in complete]
             on_means = bool(test(_Reading(means, needed)))
         except KeyError:  # a cell some seed lacks: `needed` has it now
+            if len(needed) == known:
+                raise  # not one of our cells (a lookup of the claim's own): a bug, not a missing run
             continue
         if len(needed) == known:
             return on_means, outcomes

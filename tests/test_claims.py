@@ -157,3 +157,8 @@ def test_a_claim_that_stops_early_in_one_seed_still_needs_the_cells_it_reads_in_
     for seed in by_seed:
         by_seed[seed].update({("b", "train"): 2, ("b", "test"): 1})
     assert claim_verdict(both_grow, by_seed) == "open (holds in 2 of 3 seeds)"
+
+
+def test_a_claim_whose_own_lookup_fails_raises_instead_of_looping():
+    with pytest.raises(KeyError, match="not a cell"):
+        claim_verdict(lambda v: {}["not a cell"] and v["a"], {0: {"a": 1.0}})
