@@ -101,8 +101,8 @@ def get(name: str, grid: str = "table"):
 def show_other_scales(name: str, shown: str, store: Optional[RunStore] = None) -> None:
     """In a chapter rendered at ``shown``: the runs stored at every other scale of experiment ``name``,
     largest first, each with its stamp, the comparison of the cells that ran, the paper's claims
-    judged on them, and their learning curves and the checks of the scale where the experiment has them. Nothing where no
-    other scale has runs."""
+    judged on them, and, where the experiment has them, their learning curves and the checks of the
+    scale. Nothing where no other scale has runs."""
     from IPython.display import Markdown, display
 
     from ..sweep import grid_rows
