@@ -75,8 +75,8 @@ class _RecurrentLayer(nn.RNNBase):
                 raise TypeError(f"{name} should be of type int, got: {type(value).__name__}")
         check_activation(nonlinearity)
         rdrop = RecurrentDropout(recurrent_dropout, scheme, sampling, scaling, CELL_SCHEMES[self.kind])
-        nn.RNNBase.__init__(self, self._mode(nonlinearity), input_size, hidden_size, num_layers, bias, batch_first, dropout,
-                            bidirectional, proj_size, device, dtype)
+        nn.RNNBase.__init__(self, self._mode(nonlinearity), input_size, hidden_size, num_layers, bias, batch_first,
+                            dropout, bidirectional, proj_size, device, dtype)
         self.nonlinearity = nonlinearity  # its name: a module holds no function, so that it loads weights_only
         self.rdrop = rdrop
         self.num_directions = 2 if bidirectional else 1
@@ -105,7 +105,8 @@ class _RecurrentLayer(nn.RNNBase):
         one torch.nn has (its LSTM and GRU have only tanh), and neither torch.compile (where AOTAutograd
         fails on torch.nn's LSTM in eval) nor a functorch transform (torch.nn's LSTM has no vmap rule)
         is at work: there recdrop's plain ops run."""
-        return (self.torch_kernels and not self.rdrop.acts(self.training) and (self.kind == "RNN" or self.nonlinearity == "tanh")
+        return (self.torch_kernels and not self.rdrop.acts(self.training)
+                and (self.kind == "RNN" or self.nonlinearity == "tanh")
                 and not torch.compiler.is_compiling() and not transformed(x))
 
     def extra_repr(self) -> str:

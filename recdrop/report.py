@@ -104,6 +104,11 @@ class _Reading(dict):
         return super().__getitem__(key)
 
 
+def means_over(seeds: List[Dict[Any, float]]) -> Dict[Any, float]:
+    """The mean of each key over the seeds' values that have it."""
+    return {k: float(np.mean([v[k] for v in seeds if k in v])) for k in set().union(*seeds)}
+
+
 def claim_outcomes(test: Callable[[Dict[Any, float]], bool],
                    by_seed: Dict[int, Dict[Any, float]]) -> Tuple[Optional[bool], List[bool]]:
     """(``test`` on our means over the seeds that have every cell it needs, or None where no seed has;
@@ -116,7 +121,7 @@ def claim_outcomes(test: Callable[[Dict[Any, float]], bool],
         complete = [v for v in by_seed.values() if needed <= v.keys()]
         if not complete:
             return None, []
-        means = {k: float(np.mean([v[k] for v in complete if k in v])) for k in set().union(*complete)}
+        means = means_over(complete)
         try:
             outcomes = [bool(test(_Reading(v, needed))) for v in complete]
             on_means = bool(test(_Reading(means, needed)))

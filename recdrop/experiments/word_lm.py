@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from ..config import ExperimentConfig
 from ..data.ptb import batchify, load_ptb
 from ..models import Dropout, LanguageModel
-from ..report import Metric, check_claims, claim_verdict, seed_values
+from ..report import Metric, check_claims, claim_verdict, means_over, seed_values
 from ..train import Task
 from .lm_tables import (CELL_KEYS, FORWARD, RATES, SAMPLINGS, SCHEMES, best, conjecture_cells, fit_table,
                         headline_cells, lm_table, lm_table_wide, paper_values, pilot_cells, pilot_table,
@@ -278,7 +278,7 @@ def figure2_row(rows, scale):
     if not complete:
         found, verdict = "not yet run", "not yet run"
     else:
-        mean = {k: sum(v[k] for v in complete) / len(complete) for k in keys}
+        mean = means_over(complete)
         found = (f"train {mean[(ours, 'train')]:.1f} vs {mean[(none, 'train')]:.1f}, valid {mean[(ours, 'valid')]:.1f} "
                  f"vs {mean[(none, 'valid')]:.1f}: " + claim_verdict(claim, by_seed))
         verdict = "reproduced" if claim(mean) else "not reproduced"
