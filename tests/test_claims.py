@@ -96,6 +96,14 @@ def test_table1_claims_are_inconclusive_where_the_lstm_without_dropout_fails_a_s
     assert verdicts["short: Gal solves it, both samplings"] == "confirmed (3 of 3 seeds)"
 
 
+def test_table1_claims_wait_for_the_lstm_without_dropout_at_their_length():
+    rows = [r for r in table1_rows(lambda r: (1.0, 1.0)) if (r["scheme"], r["length"]) != ("none", "medium")]
+    verdicts = claims_of(rows)
+    medium = [v for c, v in verdicts.items() if c.startswith("medium")]
+    assert len(medium) == 4 and set(medium) == {"not yet run"}
+    assert verdicts["short: Gal solves it, both samplings"] == "confirmed (3 of 3 seeds)"
+
+
 def store_record(store, row, metrics):
     path = store.path("sentiment", row["config"].scale, row["run_id"])
     path.parent.mkdir(parents=True, exist_ok=True)
