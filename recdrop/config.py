@@ -7,10 +7,12 @@ the scale and every override (unknown field, wrong type) with a clear error.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
+import math
 import typing
-from typing import Any, ClassVar, Dict, Tuple
+from typing import Any, ClassVar, Dict, Optional, Tuple
 
 from .masks import SAMPLINGS, SCALINGS, SCHEMES, _check_choice, check_rate
 
@@ -34,6 +36,21 @@ def _type_ok(value, hint) -> bool:
     if hint is int:
         return isinstance(value, int) and not isinstance(value, bool)
     return isinstance(value, hint)
+
+
+def _is_float_hint(hint) -> bool:
+    """``float`` or ``Optional[float]``."""
+    if typing.get_origin(hint) is typing.Union:
+        args = typing.get_args(hint)
+        return float in args and all(a in (float, type(None)) for a in args)
+    return hint is float
+
+
+@functools.lru_cache(maxsize=None)
+def _float_fields(cls) -> Tuple[str, ...]:
+    """The fields of config class ``cls`` whose type is ``float`` (or ``Optional[float]``)."""
+    hints = typing.get_type_hints(cls)
+    return tuple(f.name for f in dataclasses.fields(cls) if _is_float_hint(hints[f.name]))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,13 +86,47 @@ class ExperimentConfig:
         return dataclasses.replace(self, **changes)  # __post_init__ validates
 
     def __post_init__(self):
+        # An int in a float field becomes a float, so that ``lr=1`` and ``lr=1.0`` are one config and
+        # one run id (json.dumps writes the int as ``1``). No stored record holds an int there, so no
+        # stored run id changes.
+        for name in _float_fields(type(self)):
+            value = getattr(self, name)
+            if isinstance(value, int) and not isinstance(value, bool):
+                object.__setattr__(self, name, float(value))
         if self.scale not in SCALE_NAMES:
             raise ValueError(f"scale={self.scale!r} is not valid; allowed values: {', '.join(map(repr, SCALE_NAMES))}")
         self._check_dropout_fields()
         for name in self.POSITIVE:
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+                raise ValueError(f"{type(self).__name__}.{name} must be positive (>= 1), got {getattr(self, name)!r}")
         self.validate()
+
+    def _check_range(self, name: str, low: Optional[float] = None, high: Optional[float] = None, *,
+                     low_open: bool = False, high_open: bool = False, finite: bool = False) -> None:
+        """ValueError naming the field, its value and the allowed range unless ``low <= value <= high``
+        (``<`` where open; a bound of None is no bound; ``finite``: not inf). NaN is never in range."""
+        value = getattr(self, name)
+        ok = ((low is None or (value > low if low_open else value >= low))
+              and (high is None or (value < high if high_open else value <= high))
+              and (not finite or math.isfinite(value)))
+        if ok:
+            return
+        if low is not None and high is not None:
+            allowed = f"in {'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
+        elif low is not None:
+            allowed = f"{'>' if low_open else '>='} {low}"
+        else:
+            allowed = f"{'<' if high_open else '<='} {high}"
+        if finite:
+            allowed += " and finite"
+        raise ValueError(f"{type(self).__name__}.{name} must be {allowed}, got {value!r}")
+
+    def _check_limit(self, name: str, minimum: int, why: str) -> None:
+        """A limit on how much of a split to use: 0 (the whole split) or at least ``minimum`` (``why``)."""
+        value = getattr(self, name)
+        if value < 0 or 0 < value < minimum:
+            raise ValueError(f"{type(self).__name__}.{name} must be 0 (the whole split) or at least {minimum} "
+                             f"({why}), got {value!r}")
 
     def _check_dropout_fields(self) -> None:
         """The fields every experiment shares: rates in [0, 1), and the scheme, sampling and scaling names."""

@@ -1,10 +1,18 @@
 """Bad arguments and bad input get a clear error: a ValueError naming the argument and the allowed values
 for recdrop's own arguments; torch.nn's own error, word for word, for what a torch.nn layer checks."""
+import re
+
 import pytest
 import torch
 from torch.nn.utils.rnn import pack_padded_sequence
 
 import recdrop
+from recdrop.config import run_id
+from recdrop.experiments.char_lm import CharLMConfig
+from recdrop.experiments.ner import NERConfig
+from recdrop.experiments.sentiment import SentimentConfig
+from recdrop.experiments.temporal_order import TemporalOrderConfig
+from recdrop.experiments.word_lm import WordLMConfig
 
 LAYERS = [recdrop.LSTM, recdrop.GRU, recdrop.RNN]
 CELLS = [recdrop.LSTMCell, recdrop.GRUCell, recdrop.RNNCell]
@@ -125,3 +133,81 @@ def test_packed_input_is_supported():
     m = recdrop.LSTM(3, 4)  # tests/test_packed.py
     packed = pack_padded_sequence(torch.randn(5, 2, 3), torch.tensor([5, 3]))
     assert isinstance(m(packed)[0], type(packed))
+
+
+# -- experiment configs: value ranges, checked when the config is built -----------------------------
+# (config class, field, a bad value, the allowed range as the message words it), at the `ci` scale:
+# word_lm batch 32, bptt 35; char_lm batch 8, seq_len 20.
+BAD_CONFIG_VALUES = [
+    (WordLMConfig, "lr", 0.0, "> 0"), (WordLMConfig, "lr", -1.0, "> 0"), (WordLMConfig, "lr", float("nan"), "> 0"),
+    (WordLMConfig, "init_scale", 0.0, "> 0"), (WordLMConfig, "lr_decay", 0.0, ">= 1"),
+    (WordLMConfig, "lr_decay", 0.97, ">= 1"), (WordLMConfig, "clip_norm", 0.0, "> 0"),
+    (WordLMConfig, "clip_norm", -10.0, "> 0"),
+    (WordLMConfig, "train_tokens", -100, "0 (the whole split) or at least 1152"),
+    (WordLMConfig, "train_tokens", 100, "0 (the whole split) or at least 1152"),
+    (WordLMConfig, "train_tokens", 1151, "0 (the whole split) or at least 1152"),
+    (WordLMConfig, "valid_tokens", 10, "0 (the whole split) or at least 64"),
+    (WordLMConfig, "valid_tokens", -1, "0 (the whole split) or at least 64"),
+    (WordLMConfig, "test_tokens", 63, "0 (the whole split) or at least 64"),
+    (CharLMConfig, "lr", 0.0, "> 0"), (CharLMConfig, "init_scale", -0.01, "> 0"),
+    (CharLMConfig, "lr_decay", 0.0, "in (0, 1]"), (CharLMConfig, "lr_decay", 1.5, "in (0, 1]"),
+    (CharLMConfig, "clip_norm", 0.0, "> 0"),
+    (CharLMConfig, "train_chars", -1, "0 (the whole split) or at least 161"),
+    (CharLMConfig, "train_chars", 160, "0 (the whole split) or at least 161"),
+    (CharLMConfig, "valid_chars", 20, "0 (the whole split) or at least 21"),
+    (CharLMConfig, "test_chars", -5, "0 (the whole split) or at least 21"),
+    (NERConfig, "lr", 0.0, "> 0"), (NERConfig, "rho", 1.0, "in [0, 1)"), (NERConfig, "rho", -0.1, "in [0, 1)"),
+    (NERConfig, "lr_decay", 0.0, "in (0, 1]"), (NERConfig, "lr_decay", 1.01, "in (0, 1]"),
+    (NERConfig, "train_sentences", -1, ">= 0"), (NERConfig, "eval_sentences", -1, ">= 0"),
+    (SentimentConfig, "lr", -0.001, "> 0"), (SentimentConfig, "rho", 1.0, "in [0, 1)"),
+    (SentimentConfig, "lr_decay", 0.0, "in (0, 1]"), (SentimentConfig, "pretrain_epochs", -1, ">= 0"),
+    (SentimentConfig, "train_messages", -1, ">= 0"), (SentimentConfig, "eval_messages", -3, ">= 0"),
+    (TemporalOrderConfig, "lr", 0.0, "> 0"), (TemporalOrderConfig, "init_scale", float("inf"), "> 0 and finite"),
+    (TemporalOrderConfig, "clip_norm", -5.0, "> 0"),
+]
+
+
+@pytest.mark.parametrize("cls,field,value,allowed", BAD_CONFIG_VALUES,
+                         ids=[f"{c.experiment}-{f}={v}" for c, f, v, _ in BAD_CONFIG_VALUES])
+def test_config_value_out_of_range(cls, field, value, allowed):
+    """The error names the config, the field, the allowed range and the value given."""
+    message = rf"{cls.__name__}\.{field} must be {re.escape(allowed)}.*got {re.escape(repr(value))}"
+    with pytest.raises(ValueError, match=message):
+        cls.at_scale("ci", **{field: value})
+    with pytest.raises(ValueError, match=rf"{cls.__name__}\.{field} must be"):  # built directly, at the paper scale
+        cls(**{field: value})
+
+
+@pytest.mark.parametrize("cls,field,smallest", [
+    (WordLMConfig, "train_tokens", 32 * 36), (WordLMConfig, "valid_tokens", 2 * 32),
+    (WordLMConfig, "test_tokens", 2 * 32),
+    (CharLMConfig, "train_chars", 8 * 20 + 1), (CharLMConfig, "valid_chars", 21), (CharLMConfig, "test_chars", 21)])
+def test_split_limit_boundary(cls, field, smallest):
+    """The smallest limit that gives one batch (at the ci scale's batch size and window) is accepted,
+    one less is not, and so is 0 (the whole split)."""
+    assert getattr(cls.at_scale("ci", **{field: smallest}), field) == smallest
+    assert getattr(cls.at_scale("ci", **{field: 0}), field) == 0
+    with pytest.raises(ValueError, match=rf"{field} must be 0 \(the whole split\) or at least {smallest}"):
+        cls.at_scale("ci", **{field: smallest - 1})
+
+
+@pytest.mark.parametrize("cls", [WordLMConfig, CharLMConfig, NERConfig, SentimentConfig, TemporalOrderConfig])
+@pytest.mark.parametrize("field,as_int", [("lr", 1), ("recurrent_dropout", 0)])
+def test_an_int_in_a_float_field_is_the_same_run(cls, field, as_int):
+    """``--set lr=1`` is the run of ``lr=1.0``: one run id, not a retrain and a duplicate record."""
+    as_int_cfg, as_float_cfg = cls.at_scale("ci", **{field: as_int}), cls.at_scale("ci", **{field: float(as_int)})
+    assert type(getattr(as_int_cfg, field)) is float
+    assert as_int_cfg == as_float_cfg
+    assert run_id(as_int_cfg, 0) == run_id(as_float_cfg, 0)
+    assert run_id(cls(**{field: as_int}), 3) == run_id(cls(**{field: float(as_int)}), 3)
+
+
+def test_a_training_split_without_a_batch_is_a_clear_error(store):
+    from recdrop.experiments.temporal_order import TemporalOrderTask
+    from recdrop.train import train_run
+
+    class NoBatches(TemporalOrderTask):
+        def batches(self, epoch):
+            return []
+    with pytest.raises(ValueError, match="its training split gives no batch"):
+        train_run(NoBatches, TemporalOrderConfig.at_scale("ci", epochs=1), store=store, progress=False)

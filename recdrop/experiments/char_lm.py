@@ -83,6 +83,18 @@ class CharLMConfig(ExperimentConfig):
     valid_chars: int = 0
     test_chars: int = 0
 
+    def validate(self) -> None:
+        self._check_range("init_scale", 0, low_open=True, finite=True)
+        self._check_range("lr", 0, low_open=True, finite=True)
+        # multiplies the learning rate after every epoch from decay_from_epoch (CharLMTask.end_epoch)
+        self._check_range("lr_decay", 0, 1, low_open=True)
+        self._check_range("clip_norm", 0, low_open=True)
+        # a split of n characters gives (n - 1) // seq_len sequences (``sequences``)
+        self._check_limit("train_chars", self.batch_size * self.seq_len + 1,
+                          "one batch of batch_size sequences: batch_size * seq_len + 1")
+        for name in ("valid_chars", "test_chars"):
+            self._check_limit(name, self.seq_len + 1, "one sequence: seq_len + 1")
+
 
 
 @functools.lru_cache(maxsize=1)

@@ -68,10 +68,14 @@ class NERConfig(ExperimentConfig):
         if self.window < 1 or self.window % 2 == 0:
             raise ValueError(f"window must be a positive odd number, got {self.window}")
         for name in ("short_epochs", "long_epochs"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+            self._check_range(name, 0)
         if self.short_epochs + self.long_epochs < 1:
             raise ValueError("short_epochs + long_epochs must be at least 1")
+        self._check_range("lr", 0, low_open=True, finite=True)
+        self._check_range("rho", 0, 1, high_open=True)  # RMSProp's decay of the squared-gradient average
+        self._check_range("lr_decay", 0, 1, low_open=True)  # multiplies the learning rate after every epoch
+        for name in ("train_sentences", "eval_sentences"):  # 0: all; a sentence is enough
+            self._check_range(name, 0)
 
     @property
     def epochs(self) -> int:

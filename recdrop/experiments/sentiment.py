@@ -62,6 +62,11 @@ class SentimentConfig(ExperimentConfig):
         check_cell(self.cell)
         if self.pretrain_corpus and not Path(self.pretrain_corpus).exists():
             raise ValueError(f"pretrain_corpus={self.pretrain_corpus!r} does not exist")
+        self._check_range("lr", 0, low_open=True, finite=True)
+        self._check_range("rho", 0, 1, high_open=True)  # RMSProp's decay of the squared-gradient average
+        self._check_range("lr_decay", 0, 1, low_open=True)  # multiplies the learning rate after every epoch
+        for name in ("pretrain_epochs", "train_messages", "eval_messages"):  # messages: 0 is all, one is enough
+            self._check_range(name, 0)
 
 
 def read_pretrain_corpus(path: str, limit: int = 0):

@@ -72,6 +72,8 @@ class TemporalOrderConfig(ExperimentConfig):
             raise ValueError(f"optimizer={self.optimizer!r} is not valid; allowed values: 'sgd', 'adam'")
         if self.length < 6:
             raise ValueError(f"length must be at least 6, got {self.length}")
+        for name in ("lr", "init_scale", "clip_norm"):
+            self._check_range(name, 0, low_open=True, finite=True)
 
 
 def generate(n: int, length: int, low: int, high: int, generator: torch.Generator) -> Tuple[torch.Tensor, torch.Tensor]:

@@ -69,6 +69,20 @@ class WordLMConfig(ExperimentConfig):
     valid_tokens: int = 0
     test_tokens: int = 0
 
+    def validate(self) -> None:
+        self._check_range("init_scale", 0, low_open=True, finite=True)
+        self._check_range("lr", 0, low_open=True, finite=True)
+        # the divisor of the learning rate after an epoch without a better validation perplexity
+        # (WordLMTask.end_epoch): 1 keeps it; below 1 would raise it
+        self._check_range("lr_decay", 1, finite=True)
+        self._check_range("clip_norm", 0, low_open=True)
+        # batchify cuts a split into batch_size streams; an epoch's first window needs bptt + 1
+        # rows (WordLMTask.batches), an evaluation's 2 (WordLMTask.perplexities)
+        self._check_limit("train_tokens", self.batch_size * (self.bptt + 1),
+                          "one training window: batch_size * (bptt + 1)")
+        for name in ("valid_tokens", "test_tokens"):
+            self._check_limit(name, 2 * self.batch_size, "one step of each of the batch_size streams: 2 * batch_size")
+
 
 
 @functools.lru_cache(maxsize=1)
