@@ -166,7 +166,10 @@ class RunStore:
         return self.path(experiment, scale, rid).exists()
 
     def load(self, experiment: str, scale: str, rid: str) -> Dict[str, Any]:
-        path = self.path(experiment, scale, rid)
+        return self._read(self.path(experiment, scale, rid))
+
+    @staticmethod
+    def _read(path: Path) -> Dict[str, Any]:
         try:
             return json.loads(path.read_text())
         except json.JSONDecodeError as e:
@@ -179,9 +182,9 @@ class RunStore:
         unclean = unclean_commits(record)
         if unclean and inside_git_tree(self.root):
             raise DirtyTreeError(f"run record {path} is not written: it was made by code that is not a clean "
-                                 f"commit ({', '.join(unclean)}). Commit recdrop/ and rerun from a "
-                                 "worktree pinned at that commit (the checkpoint resumes it), or point "
-                                 "RECDROP_RUNS at a scratch folder outside git")
+                                 f"commit ({', '.join(unclean)}). Commit recdrop/ and rerun it from a "
+                                 "worktree pinned at that commit (from scratch: training by uncommitted code "
+                                 "is not resumed into this store), or point RECDROP_RUNS at a scratch folder outside git")
         atomic_write_bytes(path, (json.dumps(record, indent=1, sort_keys=True) + "\n").encode())
         return path
 
@@ -189,4 +192,4 @@ class RunStore:
         """All finished records of ``experiment`` (at ``scale`` if given)."""
         folder = self.root / experiment
         pattern = f"{scale}/*.json" if scale else "*/*.json"
-        return [json.loads(p.read_text()) for p in sorted(folder.glob(pattern))]
+        return [self._read(p) for p in sorted(folder.glob(pattern))]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import inspect
 import multiprocessing as mp
 import os
 import sys
@@ -28,7 +29,7 @@ from tqdm.auto import tqdm
 
 from . import experiments
 from .config import run_id
-from .store import RunStore, cache_dir
+from .store import RunStore, cache_dir, git_commit
 from .train import check_device, train_run
 
 
@@ -51,8 +52,13 @@ def _run_one(experiment: str, config, seed: int, device: str, store_root: str, t
 
 def _run_remote(experiment: str, config, seed: int, device: str, threads: int) -> Dict[str, Any]:
     """A Ray or submitit task: train into a store kept on the worker (so a finished run survives a driver that
-    dies before saving it, and a resubmitted run is loaded, not retrained) and return the record."""
-    return _run_one(experiment, config, seed, device, str(cache_dir() / "worker-runs"), threads, 0, False)
+    dies before saving it, and a resubmitted run is loaded, not retrained) and return the record. A record
+    there from other code than the worker's is trained again, not handed back."""
+    store = RunStore(cache_dir() / "worker-runs")
+    rid = run_id(config, seed)
+    stale = store.has(experiment, config.scale, rid) and (
+        store.load(experiment, config.scale, rid).get("commit") != git_commit())
+    return _run_one(experiment, config, seed, device, str(store.root), threads, 0, False, rerun=stale)
 
 
 def _run_with_ray(todo, experiment: str, device: str, jobs: int, store: RunStore, bar, failures) -> None:
@@ -118,7 +124,12 @@ def grid_rows(experiment: str, scale: str, seeds: Sequence[int] = (0,), grid: st
         if unknown:
             raise ValueError(f"only: {sorted(unknown)} are not labels of {experiment}'s cells; "
                              f"its labels are: {', '.join(cells[0][0])}")
-        cells = [(label, cfg) for label, cfg in cells if all(label[k] == v for k, v in only.items())]
+        kept = [(label, cfg) for label, cfg in cells if all(label[k] == v for k, v in only.items())]
+        if not kept:
+            values = {k: sorted({str(label[k]) for label, _ in cells}) for k in only}
+            raise ValueError(f"only={only!r} keeps no cell of {experiment}'s {grid} grid at {scale}; the values are: "
+                             + "; ".join(f"{k}: {', '.join(v)}" for k, v in values.items()))
+        cells = kept
     rows = []
     for label, cfg in cells:
         for seed in seeds:
@@ -215,10 +226,16 @@ def main(argv=None) -> int:
     ap.add_argument("--only", nargs="*", default=[], metavar="LABEL=VALUE", help="run only the cells with these labels")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
+    overrides = _parse_overrides(args.set)
+    taken = sorted(set(overrides) & set(inspect.signature(run_grid).parameters))
+    if taken:
+        print(f"error: --set {', '.join(taken)}: not config fields but the sweep's own settings; use its options "
+              "(see --help)", file=sys.stderr)
+        return 1
     try:
         rows = run_grid(args.experiment, args.scale, args.seeds, args.device, args.jobs,
                         progress=not args.no_progress, engine=args.engine,
-                        only=_parse_overrides(args.only) or None, grid=args.grid, **_parse_overrides(args.set))
+                        only=_parse_overrides(args.only) or None, grid=args.grid, **overrides)
     except (ValueError, RuntimeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import random
 import time
+import warnings
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
@@ -18,7 +19,8 @@ import torch
 from tqdm.auto import tqdm
 
 from .config import ExperimentConfig, run_id
-from .store import RunStore, environment, load_checkpoint, save_checkpoint, utc_now
+from .store import (CorruptCheckpointError, DirtyTreeError, RunStore, environment, inside_git_tree, is_clean_commit,
+                    load_checkpoint, save_checkpoint, unclean_commits, utc_now)
 
 DEVICES = ("cpu", "cuda")
 
@@ -116,6 +118,23 @@ def _set_rng_state(state: Dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+def _restore(task, ck: Dict[str, Any], path) -> None:
+    """Put a checkpoint's model, optimiser, task and RNG states in place; one that does not fit this run's
+    model (its shapes or format changed) is a CorruptCheckpointError naming the file."""
+    try:
+        missing = {"model", "optimizer", "task", "rng", "epoch", "batch", "curves", "sums", "elapsed"} - set(ck)
+        if missing:
+            raise KeyError(f"it has no {', '.join(sorted(missing))}")
+        task.model.load_state_dict(ck["model"])
+        task.optimizer.load_state_dict(ck["optimizer"])
+        task.load_state_dict(ck["task"])
+        _set_rng_state(ck["rng"])
+    except (KeyError, RuntimeError, ValueError, TypeError) as e:
+        why = " ".join(str(e).split())[:300]
+        raise CorruptCheckpointError(f"checkpoint {path} does not fit this run ({type(e).__name__}: {why}); "
+                                     "delete it to restart that run from scratch") from e
+
+
 def train_run(make_task: Callable[..., Task], config: ExperimentConfig, seed: int = 0, device: str = "cpu",
               store: Optional[RunStore] = None, resume: bool = True, progress: bool = True,
               checkpoint_every_s: float = 180.0, callback: Optional[Callable[[str, int, int], None]] = None,
@@ -139,16 +158,23 @@ def train_run(make_task: Callable[..., Task], config: ExperimentConfig, seed: in
     if deadline is not None and time.time() >= deadline:
         raise BudgetExhausted(f"run {name}/{rid}: the time budget ended before it started")
     env = environment(device)  # taken at the start: the commit of the code that runs
+    committed_store = inside_git_tree(store.root)  # its records are committed: only clean code may write them
+    if committed_store and not is_clean_commit(env["commit"]):
+        raise DirtyTreeError(f"run {name}/{rid} is not started: the code is not a clean commit ({env['commit']}), "
+                             f"and the store {store.root} refuses its record. Commit recdrop/ and run from a "
+                             "worktree pinned at that commit, or point RECDROP_RUNS at a scratch folder outside git")
     seed_everything(seed)
     task = make_task(config, device, seed)
     epochs = config.epochs
     start_epoch, start_batch, curves, sums, elapsed, segments = 0, 0, [], {}, 0.0, []
-    if resume and ckpt_path.exists():
-        ck = load_checkpoint(ckpt_path)
-        task.model.load_state_dict(ck["model"])
-        task.optimizer.load_state_dict(ck["optimizer"])
-        task.load_state_dict(ck["task"])
-        _set_rng_state(ck["rng"])
+    ck = load_checkpoint(ckpt_path) if resume and ckpt_path.exists() else None
+    if ck is not None and committed_store and unclean_commits({"commit": ck.get("commit", "unknown"),
+                                                               "segments": ck.get("segments", [])}):
+        warnings.warn(f"checkpoint {ckpt_path} holds training by uncommitted code, whose record {store.root} would "
+                      f"refuse: run {name}/{rid} starts from scratch, and its new checkpoints replace that one")
+        ck = None
+    if ck is not None:
+        _restore(task, ck, ckpt_path)
         start_epoch, start_batch, curves, sums, elapsed = (ck["epoch"], ck["batch"], ck["curves"], ck["sums"],
                                                            ck["elapsed"])
         env["resumed_from_commit"] = ck.get("commit", "unknown")
@@ -173,6 +199,9 @@ def train_run(make_task: Callable[..., Task], config: ExperimentConfig, seed: in
     t_start = time.perf_counter()
     last_ckpt = time.monotonic()
     n_batches = len(task.batches(0))
+    if n_batches == 0:
+        raise ValueError(f"run {name}/{rid}: its training split gives no batch of {config}; use more data or "
+                         "smaller batches")
     bar = tqdm(total=epochs * n_batches, initial=start_epoch * n_batches + start_batch, disable=not progress,
                desc=f"{name} {rid}", position=position, leave=position == 0, dynamic_ncols=True)
     try:

@@ -15,7 +15,9 @@ import pytest
 from recdrop import experiments
 from recdrop.config import run_id
 from recdrop.experiments.temporal_order import TemporalOrderConfig, TemporalOrderTask
-from recdrop.store import CorruptCheckpointError
+from recdrop import train
+from recdrop.store import (CorruptCheckpointError, DirtyTreeError, RunStore, load_checkpoint,
+                           save_checkpoint)
 from recdrop.sweep import run_grid
 from recdrop.train import train_run
 
@@ -172,3 +174,96 @@ def test_device_names():
     for bad in ("cpu:0x", "gpu", "cuda:", 0):
         with pytest.raises(ValueError, match="is not valid"):
             check_device(bad, available=False)
+
+
+# -- uncommitted code and a store whose records are committed ---------------------------------------
+def _interrupted_run(cfg, store):
+    """Train ``cfg`` for one epoch of two into ``store``, leaving its checkpoint; return its path."""
+    class Stop(Exception):
+        pass
+
+    def stop(event, epoch, batch):
+        if event == "epoch":
+            raise Stop
+    with pytest.raises(Stop):
+        train_run(TemporalOrderTask, cfg, store=store, progress=False, callback=stop)
+    return store.checkpoint_path("temporal_order", run_id(cfg, 0))
+
+
+def _stamped(monkeypatch, commit):
+    real = train.environment
+    monkeypatch.setattr(train, "environment", lambda device: {**real(device), "commit": commit})
+
+
+def test_uncommitted_code_does_not_start_a_run_whose_record_would_be_refused(tmp_path, store, monkeypatch):
+    (tmp_path / "repo" / ".git").mkdir(parents=True)
+    committed = RunStore(tmp_path / "repo" / "data" / "runs")
+    _stamped(monkeypatch, "0123456789-dirty")
+    calls = []
+    cfg = TemporalOrderConfig.at_scale("ci", epochs=1)
+    with pytest.raises(DirtyTreeError, match="is not started: the code is not a clean commit"):
+        train_run(TemporalOrderTask, cfg, store=committed, progress=False, callback=lambda *a: calls.append(a))
+    assert calls == [] and not committed.checkpoint_path("temporal_order", run_id(cfg, 0)).exists()
+    assert train_run(TemporalOrderTask, cfg, store=store, progress=False)["commit"] == "0123456789-dirty"  # scratch
+
+
+def test_a_checkpoint_of_uncommitted_code_is_not_resumed_into_a_committed_store(tmp_path, store, monkeypatch):
+    cfg = TemporalOrderConfig.at_scale("ci", epochs=2)
+    straight = train_run(TemporalOrderTask, cfg, store=RunStore(tmp_path / "straight"), progress=False)
+    _stamped(monkeypatch, "0123456789-dirty")
+    ckpt = _interrupted_run(cfg, store)  # in a scratch store, by uncommitted code
+    (tmp_path / "repo" / ".git").mkdir(parents=True)
+    committed = RunStore(tmp_path / "repo" / "data" / "runs")
+    _stamped(monkeypatch, "0123456789")
+    with pytest.warns(UserWarning, match=f"checkpoint {ckpt} holds training by uncommitted code"):
+        rec = train_run(TemporalOrderTask, cfg, store=committed, progress=False)
+    assert "resumed_from_commit" not in rec and "segments" not in rec and rec["commit"] == "0123456789"
+    assert rec["curves"] == straight["curves"] and not ckpt.exists()
+    assert committed.has("temporal_order", "ci", rec["run_id"])
+
+
+def test_a_checkpoint_that_does_not_fit_its_run_is_a_clear_error(store):
+    cfg = TemporalOrderConfig.at_scale("ci", epochs=2)
+    path = _interrupted_run(cfg, store)
+    ck = load_checkpoint(path)
+    ck["model"] = {k: v[:1] for k, v in ck["model"].items()}  # another model's shapes
+    save_checkpoint(path, ck)
+    with pytest.raises(CorruptCheckpointError, match=f"checkpoint {path} does not fit this run.*delete it"):
+        train_run(TemporalOrderTask, cfg, store=store, progress=False)
+    del ck["optimizer"]  # an older format
+    save_checkpoint(path, ck)
+    with pytest.raises(CorruptCheckpointError, match="does not fit this run .KeyError: .it has no optimizer"):
+        train_run(TemporalOrderTask, cfg, store=store, progress=False)
+
+
+def test_a_corrupt_record_among_many_is_named(store):
+    rec = run_grid("temporal_order", "ci", progress=False, store=store, epochs=1,
+                   only={"length": "short", "scheme": "none"})[0]["record"]
+    bad = store.path("temporal_order", "ci", "0" * 12)
+    bad.write_text("{")
+    assert store.path("temporal_order", "ci", rec["run_id"]).exists()
+    with pytest.raises(ValueError, match=f"run record {bad} is not valid JSON"):
+        store.records("temporal_order")
+
+
+def test_only_that_keeps_no_cell_is_a_clear_error(store):
+    with pytest.raises(ValueError, match="keeps no cell .*scheme: gal, moon, none, semeniuta"):
+        run_grid("temporal_order", "ci", train=False, store=store, only={"scheme": "Moon"})
+
+
+@pytest.mark.parametrize("item", ["train=False", "seeds=1", "scale='paper'"])
+def test_the_sweep_cli_refuses_its_own_settings_as_config_fields(item, capsys):
+    from recdrop.sweep import main
+    assert main(["temporal_order", "--scale", "ci", "--no-progress", "--set", item]) == 1
+    assert f"--set {item.split('=')[0]}: not config fields" in capsys.readouterr().err
+
+
+def test_a_worker_record_from_other_code_is_trained_again(store, monkeypatch):
+    from recdrop import sweep
+    cfg = TemporalOrderConfig.at_scale("ci", epochs=1)
+    first = sweep._run_remote("temporal_order", cfg, 0, "cpu", 1)
+    assert sweep._run_remote("temporal_order", cfg, 0, "cpu", 1)["finished"] == first["finished"]  # loaded
+    worker = RunStore(sweep.cache_dir() / "worker-runs")
+    worker.save({**first, "commit": "an-old-one", "finished": "then"})
+    again = sweep._run_remote("temporal_order", cfg, 0, "cpu", 1)
+    assert again["commit"] == first["commit"] and again["finished"] != "then"
