@@ -94,7 +94,9 @@ def test_landing_verdicts():
 
     assert _verdict("paper", pd.Series(["reproduced", "reproduced"])) == "reproduced"
     assert _verdict("paper", pd.Series(["reproduced", "not reproduced"])) == "partly"
-    assert _verdict("paper", pd.Series(["reproduced", "not yet run"])) == "partly"  # a missing cell is not reproduced
+    assert _verdict("paper", pd.Series(["reproduced", "within seed noise"])) == "reproduced"
+    assert _verdict("paper", pd.Series(["reproduced", "not yet run", "not yet run"])) == (
+        "not yet run in full at paper scale (1 of 3 cells)")  # no verdict on a table with cells missing
     assert _verdict("paper", pd.Series(["not reproduced"])) == "not reproduced"
     assert _verdict("quick", pd.Series(["reproduced"])) == "not yet run at paper scale"
     assert _verdict("paper", pd.Series(["not yet run"])) == "not yet run at paper scale"
