@@ -20,12 +20,14 @@ def stored_seeds(experiment: str, scale: str, store: Optional[RunStore] = None) 
 
 
 def stamp(rows: Iterable[Dict[str, Any]]) -> str:
-    """Scale, hardware, commit and dates of the records shown (one line each where they differ)."""
+    """Scale, hardware, commit and dates of the records shown (one line each where they differ); the
+    hardware, torch and commit of a resumed run's every stretch (its ``segments``) count too."""
     recs = [r["record"] for r in rows if r.get("record")]
     if not recs:
         return "No stored runs: every cell of this table is not yet run at this scale."
+
     def values(key):
-        return ", ".join(sorted({str(r[key]) for r in recs}))
+        return ", ".join(sorted({str(part[key]) for r in recs for part in (r, *r.get("segments", ())) if key in part}))
     scales = ", ".join(sorted({r["config"]["scale"] for r in recs}))
     dates = sorted(r["finished"][:10] for r in recs)
     seeds_per_cell: Dict[Any, int] = {}

@@ -113,6 +113,9 @@ def test_stamp_counts_cells_and_their_seeds():
     assert "runs finished 2026-11-20 to 2026-11-22" in s
     assert "cells: 1 of 2 run, 1 seed each" in stamp(rows[3:])
     assert stamp(rows[4:6]).startswith("No stored runs")
+    rows[0]["record"]["segments"] = [{"hardware": "gpu", "torch": "2.13", "commit": "def"},
+                                     {"hardware": "cpu", "torch": "2.13", "commit": "abc"}]
+    assert "| hardware: cpu, gpu | torch 2.13 | commit: abc, def |" in stamp(rows)  # every stretch of a resumed run
 
 
 def test_pilot_table_weighs_the_gap_against_the_seed_noise():
