@@ -5,7 +5,9 @@ import pytest
 import torch
 
 from recdrop.data import data_root
+from recdrop.experiments import word_lm
 from recdrop.experiments.word_lm import WordLMConfig, WordLMTask, grid
+from recdrop.store import RunStore
 
 pytestmark = pytest.mark.skipif(not (data_root() / "ptb").exists(), reason="PTB not available")
 
@@ -88,3 +90,15 @@ def test_test_set_scored_at_best_validation_and_at_the_end(tmp_path, monkeypatch
     assert rec["metrics"]["best_test_ppl"] == best["test_ppl"] and rec["metrics"]["test_ppl"] == curves[-1]["test_ppl"]
     for before, c in zip([math.inf] + [min(x["valid_ppl"] for x in curves[:k]) for k in range(1, 3)], curves):
         assert (c["test_ppl"] is not None) == (c["valid_ppl"] < before or c is curves[-1])
+
+
+def test_figure2_names_a_cell_not_yet_run_instead_of_leaving_it_out():
+    from recdrop.sweep import grid_rows
+    rows = grid_rows("word_lm", "quick", store=RunStore("/nonexistent"))
+    for r in rows:
+        if r["scheme"] == "none":
+            r["record"] = {"seed": 0, "curves": [{"epoch": e, "train_ppl": 300.0 / e, "valid_ppl": 350.0 / e}
+                                                 for e in (1, 2, 3)]}
+    labels = [t.get_text() for t in word_lm.plot_figure2(rows).axes[0].get_legend().get_texts()]
+    assert labels == ["no dropout, training", "no dropout, validation",
+                      "0.25 per-step recurrent dropout (ours): not yet run at this scale"]

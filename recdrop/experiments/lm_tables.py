@@ -155,7 +155,8 @@ def best(values: Dict[Cell, float], forward: str, scheme: str) -> float:
 
 def plot_learning_curves(rows, unit: str, cells, ylabel: str, log: bool = False):
     """Training (solid) and validation (dashed) ``train_<unit>`` and ``valid_<unit>`` per epoch of
-    each of ``cells`` ((scheme, rate, sampling), colour, legend name), without forward dropout."""
+    each of ``cells`` ((scheme, rate, sampling), colour, legend name), without forward dropout. A cell
+    without a stored run is named in the legend as not yet run, not left out unsaid."""
     import matplotlib.pyplot as plt
 
     df = curves_frame(rows, CELL_KEYS)
@@ -164,6 +165,7 @@ def plot_learning_curves(rows, unit: str, cells, ylabel: str, log: bool = False)
     for (scheme, rate, sampling), color, name in cells:
         c = df[(df["forward"] == wo) & (df["scheme"] == scheme) & (df["rate"] == rate) & (df["sampling"] == sampling)]
         if c.empty:
+            ax.plot([], [], " ", label=f"{name}: not yet run at this scale")
             continue
         c = c.groupby("epoch")[[f"train_{unit}", f"valid_{unit}"]].mean()
         ax.plot(c.index, c[f"train_{unit}"], "-", color=color, label=f"{name}, training")
