@@ -15,7 +15,9 @@ and its record's ``segments`` say which stretch ran where.
 A lent GPU returns only a few files from each command, so ``--pack DIR`` writes the records this
 call finished and as many unfinished checkpoints as fit (campaign order) into at most 8 parts of
 16 MiB, with a manifest of SHA-256 sums; ``--unpack DIR`` checks them and puts
-checkpoints in the cache and records in the store (which refuses records from unclean code).
+checkpoints in the cache and records in the store (which refuses records from unclean code: those
+are reported, and the call exits non-zero). A local checkpoint further on than the pack's, or one
+of a run with a clean record, is kept.
 """
 from __future__ import annotations
 
@@ -38,7 +40,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from tqdm.auto import tqdm
 
 from .paths import DATA_DIR
-from .store import RunStore, atomic_write_bytes, cache_dir, git_commit, inside_git_tree, is_clean_commit, unclean_commits
+from .store import (CorruptCheckpointError, DirtyTreeError, RunStore, atomic_write_bytes, git_commit,
+                    inside_git_tree, is_clean_commit, load_checkpoint, unclean_commits)
 from .sweep import _check_seeds, _run_one, grid_rows
 from .train import BudgetExhausted, check_device
 
@@ -200,8 +203,7 @@ def pack(out_dir: os.PathLike, rows: Sequence[Dict[str, Any]], records: Sequence
     files, skipped = {}, []
     manifest_bytes = 200  # per file listed in the manifest, more than a name and a hex digest take
     for rec in records:
-        files[f"runs/{rec['experiment']}/{rec['config']['scale']}/{rec['run_id']}.json"] = \
-            store.path(rec["experiment"], rec["config"]["scale"], rec["run_id"]).read_bytes()
+        files[_member_name(rec)] = store.path(rec["experiment"], rec["config"]["scale"], rec["run_id"]).read_bytes()
     for row in rows:
         path = store.checkpoint_path(row["entry"].experiment, row["run_id"])
         if path.exists():
@@ -234,9 +236,23 @@ def pack(out_dir: os.PathLike, rows: Sequence[Dict[str, Any]], records: Sequence
 _MEMBER = re.compile(r"(runs/\w+/\w+/[0-9a-f]{12}\.json|checkpoints/\w+/[0-9a-f]{12}\.pt)")
 
 
-def unpack(in_dir: os.PathLike, store: Optional[RunStore] = None) -> Dict[str, int]:
-    """Check a pack against its manifest, then put its checkpoints in the cache and its records in the
-    store (a record already stored from a clean commit is kept)."""
+def _member_name(record: Dict[str, Any]) -> str:
+    """A record's name in a pack: its path in the store."""
+    return f"runs/{record['experiment']}/{record['config']['scale']}/{record['run_id']}.json"
+
+
+def _progress(checkpoint) -> Tuple[int, int]:
+    """How far a checkpoint (a path or a file object) got: (epoch, batch), read with ``load_checkpoint``
+    (``torch.load(weights_only=True)``)."""
+    ck = load_checkpoint(checkpoint)
+    return ck["epoch"], ck["batch"]
+
+
+def unpack(in_dir: os.PathLike, store: Optional[RunStore] = None) -> Dict[str, Any]:
+    """Check a pack against its manifest and its members' names, then put its checkpoints in the cache
+    and its records in the store. Kept (counted in ``kept``): a record already stored from a clean
+    commit, a local checkpoint further on than the pack's, and none is written for a run with such a
+    record. Records the store refuses (from unclean code) are listed in ``refused``; the rest go in."""
     store = store or RunStore()
     parts = sorted(Path(in_dir).glob(f"{PACK_NAME}.[0-9][0-9][0-9]"))
     if not parts:
@@ -250,15 +266,44 @@ def unpack(in_dir: os.PathLike, store: Optional[RunStore] = None) -> Dict[str, i
     manifest = json.loads(members.pop("manifest.json", b"{}"))
     if set(manifest) != set(members):
         raise ValueError(f"the pack in {in_dir} does not match its manifest: {sorted(set(manifest) ^ set(members))}")
-    counts = {"records": 0, "checkpoints": 0, "kept": 0}
+    counts = {"records": 0, "checkpoints": 0, "kept": 0, "refused": []}
     for name, data in members.items():
         if not _MEMBER.fullmatch(name):
             raise ValueError(f"the pack in {in_dir} holds an unexpected file {name!r}")
         if hashlib.sha256(data).hexdigest() != manifest[name]:
             raise ValueError(f"{name} in the pack in {in_dir} does not match its SHA-256 sum")
+        if name.startswith("runs/"):
+            try:
+                holds = _member_name(json.loads(data))
+            except (ValueError, KeyError, TypeError) as e:
+                raise ValueError(f"{name} in the pack in {in_dir} is not a run record ({type(e).__name__}: {e})") from e
+            if holds != name:
+                raise ValueError(f"{name} in the pack in {in_dir} holds the record of another run ({holds})")
+
+    def has_clean_record(experiment: str, rid: str) -> bool:
+        paths = store.root.glob(f"{experiment}/*/{rid}.json")  # a checkpoint does not say its scale
+        return any(not unclean_commits(json.loads(p.read_text())) for p in paths)
+
+    def further_on(local: Path, name: str, data: bytes) -> bool:
+        try:
+            theirs = _progress(io.BytesIO(data))
+        except (CorruptCheckpointError, KeyError, TypeError) as e:
+            raise ValueError(f"{name} in the pack in {in_dir} is not a checkpoint that loads ({type(e).__name__}: "
+                             f"{e})") from e
+        try:
+            return _progress(local) > theirs
+        except (CorruptCheckpointError, KeyError, TypeError):  # the pack's replaces an unreadable one
+            return False
+
     for name, data in sorted(members.items()):
         if name.startswith("checkpoints/"):
-            atomic_write_bytes(cache_dir() / name, data)
+            _, experiment, file = name.split("/")
+            rid = file.removesuffix(".pt")
+            local = store.checkpoint_path(experiment, rid)
+            if has_clean_record(experiment, rid) or (local.exists() and further_on(local, name, data)):
+                counts["kept"] += 1
+                continue
+            atomic_write_bytes(local, data)
             counts["checkpoints"] += 1
             continue
         record = json.loads(data)
@@ -266,7 +311,11 @@ def unpack(in_dir: os.PathLike, store: Optional[RunStore] = None) -> Dict[str, i
         if old.exists() and not unclean_commits(json.loads(old.read_text())):
             counts["kept"] += 1
             continue
-        store.save(record)
+        try:
+            store.save(record)
+        except DirtyTreeError as e:  # keep going: the other records are worth having
+            counts["refused"].append(str(e))
+            continue
         store.checkpoint_path(record["experiment"], record["run_id"]).unlink(missing_ok=True)
         counts["records"] += 1
     return counts
@@ -284,10 +333,16 @@ def main(argv=None) -> int:
     ap.add_argument("--unpack", type=Path, metavar="DIR", help="put a pack's checkpoints and records in place, first")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
+    refused = []  # records of the pack that the store refused: reported, and the exit status is 1
     try:
+        check_device(args.device, available=not args.list)  # listing runs nothing: any valid device
         store = RunStore()
         if args.unpack:
-            print(f"unpack: {unpack(args.unpack, store)}")
+            counts = unpack(args.unpack, store)
+            refused = counts.pop("refused")
+            print(f"unpack: {counts}")
+            for message in refused:
+                print(f"error: unpack: {message}", file=sys.stderr)
         entries = load_campaign(args.file)
         if args.list:
             total, unknown = 0.0, 0
@@ -298,7 +353,7 @@ def main(argv=None) -> int:
                 print(f"{state:8s} {'?' if t is None else f'{t / 60:.0f} min':>8s}  {_label(row)}")
             print(f"about {total / 3600:.1f} hours of runs on the hardware of their stored runs, one at a time"
                   + (f", and {unknown} runs of no known cost" if unknown else ""))
-            return 0
+            return 1 if refused else 0
         budget = parse_budget(args.budget)
         started = time.time()
         out = run_campaign(entries, args.device, args.jobs, budget, store, progress=not args.no_progress)
@@ -312,7 +367,7 @@ def main(argv=None) -> int:
           f"{len(out['failed'])} failed, {len(out['not_started'])} not started, in {time.time() - started:.0f} s")
     if args.pack:
         pack(args.pack, out["stopped"] + out["failed"], [r["record"] for r in out["finished"]], store)
-    return 1 if out["failed"] else 0
+    return 1 if out["failed"] or refused else 0
 
 
 if __name__ == "__main__":

@@ -1,5 +1,8 @@
 """The campaign runner: its list, its time budget, resuming, packing for a lent GPU, clean records."""
+import itertools
 import json
+import multiprocessing
+import os
 import time
 import types
 
@@ -14,6 +17,8 @@ from recdrop.sweep import grid_rows
 from recdrop.train import BudgetExhausted, train_run
 
 CI_ENTRY = Entry(experiment="temporal_order", scale="ci", why="test", only={"length": "short", "scheme": "semeniuta"})
+CI_TOML = ('[[entry]]\nexperiment = "temporal_order"\nscale = "ci"\nwhy = "test"\n'
+           'only = {length = "short", scheme = "semeniuta"}\n')
 
 
 @pytest.fixture
@@ -132,6 +137,30 @@ def test_the_budget_stops_runs_with_their_checkpoints(store):
     assert len(out["not_started"]) == 2 and not out["finished"]
 
 
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_the_budget_stops_a_run_midway_and_the_next_call_resumes_it(store, clean_code, monkeypatch, jobs):
+    calls = itertools.count()  # the trainer's clock: before any deadline for its first 3 readings, then past it
+    monkeypatch.setattr(train, "time", types.SimpleNamespace(perf_counter=time.perf_counter, monotonic=time.monotonic,
+                                                             time=lambda: 0.0 if next(calls) < 3 else float("inf")))
+    if jobs > 1:  # forked workers (one thread each) share the clock above; spawned ones would import the real one
+        fork = multiprocessing.get_context("fork")
+        monkeypatch.setattr(campaign.mp, "get_context", lambda method: fork)
+        monkeypatch.setattr(os, "cpu_count", lambda: jobs)
+    out = run_campaign([CI_ENTRY], "cpu", jobs, 600.0, store, progress=False)
+    assert out["stopped"] and not out["finished"] + out["failed"]
+    assert len(out["stopped"]) + len(out["not_started"]) == 2
+    for row in out["stopped"]:
+        assert "stopped at the time budget in epoch 1, batch 3" in row["error"]
+        assert store.checkpoint_path("temporal_order", row["run_id"]).exists()
+    monkeypatch.setattr(train, "time", time)
+    again = run_campaign([CI_ENTRY], "cpu", 1, 600.0, store, progress=False)
+    assert len(again["finished"]) == 2 and pending_runs([CI_ENTRY], "cpu", store) == []
+    for row in out["stopped"]:
+        first, _ = store.load("temporal_order", "ci", row["run_id"])["segments"]
+        assert first["to_epoch"] == 0.75  # 3 of its 4 batches
+        assert not store.checkpoint_path("temporal_order", row["run_id"]).exists()
+
+
 def test_records_from_unclean_code_are_refused_where_they_can_be_committed(tmp_path, store):
     rec = train_run(TemporalOrderTask, ci_config(epochs=1), store=store, progress=False)
     (tmp_path / "repo" / ".git").mkdir(parents=True)
@@ -166,7 +195,7 @@ def test_pack_and_unpack_carry_records_and_checkpoints(store, tmp_path, monkeypa
     # another machine: an empty store and cache
     monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "cache2"))
     there = RunStore(tmp_path / "runs2")
-    assert unpack(tmp_path / "out", there) == {"records": 1, "checkpoints": 1, "kept": 0}
+    assert unpack(tmp_path / "out", there) == {"records": 1, "checkpoints": 1, "kept": 0, "refused": []}
     assert there.load("temporal_order", "ci", finished["run_id"]) == finished
     assert there.checkpoint_path("temporal_order", rows[1]["run_id"]).read_bytes() == ckpt.read_bytes()
     assert unpack(tmp_path / "out", there)["kept"] == 1  # a clean record already there is kept
@@ -189,6 +218,58 @@ def test_pack_splits_into_parts_and_leaves_behind_what_does_not_fit(store, tmp_p
     assert f"{rows[1]['run_id']}.pt did not fit" in capsys.readouterr().err
     there = RunStore(tmp_path / "runs2")
     assert unpack(tmp_path / "out", there)["checkpoints"] == 1
+
+
+def test_unpack_keeps_a_further_checkpoint_and_none_for_a_run_with_a_record(store, tmp_path, stop_after, clean_code):
+    rows = [{**r, "entry": CI_ENTRY} for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
+    ahead, done = [store.checkpoint_path("temporal_order", r["run_id"]) for r in rows]
+    for r in rows:
+        with pytest.raises(BudgetExhausted):
+            train_run(TemporalOrderTask, r["config"], store=store, progress=False, deadline=1.0,
+                      callback=stop_after("batch", 0, 1))
+    pack(tmp_path / "out", rows, [], store)  # both checkpoints at epoch 1, batch 2
+    with pytest.raises(BudgetExhausted):  # here, the first goes on to epoch 2, batch 1
+        train_run(TemporalOrderTask, rows[0]["config"], store=store, progress=False, deadline=1.0,
+                  callback=stop_after("batch", 1, 0))
+    train_run(TemporalOrderTask, rows[1]["config"], store=store, progress=False)  # and the second finishes
+    further = ahead.read_bytes()
+    assert unpack(tmp_path / "out", store) == {"records": 0, "checkpoints": 0, "kept": 2, "refused": []}
+    assert ahead.read_bytes() == further and not done.exists()
+
+
+def test_unpack_goes_on_past_a_refused_record_and_reports_it(store, tmp_path, monkeypatch, capsys, clean_code):
+    rows = [{**r, "entry": CI_ENTRY} for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
+    records = sorted((train_run(TemporalOrderTask, r["config"], store=store, progress=False) for r in rows),
+                     key=lambda rec: rec["run_id"])
+    dirty, clean = records  # the refused one comes first in the pack
+    store.path("temporal_order", "ci", dirty["run_id"]).write_text(json.dumps({**dirty, "commit": "0123456789-dirty"}))
+    pack(tmp_path / "out", [], records, store)
+    (tmp_path / "repo" / ".git").mkdir(parents=True)
+    committed = RunStore(tmp_path / "repo" / "data" / "runs")
+    counts = unpack(tmp_path / "out", committed)
+    assert (counts["records"], counts["kept"]) == (1, 0)
+    assert len(counts["refused"]) == 1 and dirty["run_id"] in counts["refused"][0]
+    assert committed.load("temporal_order", "ci", clean["run_id"]) == clean
+    assert not committed.has("temporal_order", "ci", dirty["run_id"])
+    # from the command line: what went in stays, the refusal is an error line and the exit status 1
+    monkeypatch.setenv("RECDROP_RUNS", str(tmp_path / "repo" / "data" / "runs2"))
+    (tmp_path / "campaign.toml").write_text(CI_TOML)
+    assert campaign.main(["--unpack", str(tmp_path / "out"), "--list", "--file", str(tmp_path / "campaign.toml")]) == 1
+    assert "error: unpack: run record" in capsys.readouterr().err
+    assert RunStore(tmp_path / "repo" / "data" / "runs2").load("temporal_order", "ci", clean["run_id"]) == clean
+
+
+def test_unpack_refuses_a_record_under_another_runs_name(store, tmp_path):
+    rows = [{**r, "entry": CI_ENTRY} for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
+    finished = train_run(TemporalOrderTask, rows[0]["config"], store=store, progress=False)
+    other = rows[1]["run_id"]
+    first = store.path("temporal_order", "ci", finished["run_id"])
+    store.path("temporal_order", "ci", other).write_bytes(first.read_bytes())
+    pack(tmp_path / "out", [], [{**finished, "run_id": other}], store)  # the first run's record, named as the second
+    there = RunStore(tmp_path / "runs2")
+    with pytest.raises(ValueError, match=f"runs/temporal_order/ci/{other}.json .* holds the record of another run"):
+        unpack(tmp_path / "out", there)
+    assert not list(there.root.rglob("*.json"))
 
 
 def test_a_damaged_pack_is_a_clear_error(store, tmp_path):
@@ -220,3 +301,24 @@ def test_the_list_estimates_a_runs_time_from_the_stored_runs_like_it(store):
     plain_rec = train_run(TemporalOrderTask, plain["config"], store=store, progress=False)
     assert campaign.expected_seconds(plain, store) == plain_rec["wall_time_s"]  # now the runs like it
     assert campaign.expected_seconds(rows[1], store) == rec["wall_time_s"]
+
+
+def test_the_command_line_runs_and_lists_a_campaign(store, tmp_path, monkeypatch, capsys, clean_code):
+    monkeypatch.setenv("RECDROP_RUNS", str(store.root))
+    (tmp_path / "campaign.toml").write_text(CI_TOML)
+    assert load_campaign(tmp_path / "campaign.toml") == [CI_ENTRY]
+    file = ["--file", str(tmp_path / "campaign.toml")]
+    assert campaign.main(["--list", *file]) == 0
+    assert capsys.readouterr().out.count("new ") == 2
+    assert campaign.main(["--for", "10m", "--no-progress", *file]) == 0
+    assert "campaign: 2 finished, 0 stopped" in capsys.readouterr().out
+    assert len(store.records("temporal_order", "ci")) == 2
+    assert campaign.main(["--list", *file]) == 0
+    assert capsys.readouterr().out.startswith("about 0.0 hours")
+
+
+def test_the_list_refuses_a_device_that_is_not_one(store, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("RECDROP_RUNS", str(store.root))
+    (tmp_path / "campaign.toml").write_text(CI_TOML)
+    assert campaign.main(["--list", "--device", "gpu", "--file", str(tmp_path / "campaign.toml")]) == 1
+    assert "error: device='gpu' is not valid" in capsys.readouterr().err
