@@ -89,3 +89,18 @@ def test_claims_need_every_cell():
     rows[0]["record"] = {"metrics": {"test_bpc": 1.0, "valid_bpc": 1.0, "best_test_bpc": 1.0}}
     assert set(char_lm.claims(rows)["on ours"]) == {"not yet run"}
     assert set(char_lm.claims(rows)["on the paper's numbers"]) == {"holds"}
+
+
+def test_batch_check_says_not_yet_run_and_gives_mean_and_spread():
+    from recdrop.sweep import grid_rows
+    from recdrop.store import RunStore
+    rows = grid_rows("char_lm", "ci", [0, 1], store=RunStore("/nonexistent"))
+    for r in rows:
+        if r["scheme"] == "none" and r["batch"] == "default" and r["forward"] == next(iter(char_lm.FORWARD)):
+            r["record"] = {"metrics": {"test_bpc": 1.5 + 0.1 * r["seed"]}}
+    table = char_lm.batch_check(rows)
+    assert len(table) == 4 and "test_bpc_mean" not in table and "n" not in table
+    shown = dict(zip(zip(table["scheme"], table["batch_size"]), table["test bpc"]))
+    default, half = sorted(set(table["batch_size"]), reverse=True)
+    assert shown[("none", default)] == "1.550 ± 0.071 (n=2)"
+    assert shown[("none", half)] == shown[("semeniuta", default)] == "not yet run"

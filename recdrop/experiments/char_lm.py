@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from ..config import ExperimentConfig
 from ..data.ptb import load_ptb_char
 from ..models import Dropout, LanguageModel
-from ..report import Metric, check_claims, summarize
+from ..report import Metric, check_claims, fmt_mean_sd, summarize
 from ..train import Task, epoch_generator
 from .lm_tables import (FORWARD, all_cells, best, conjecture_cells, fit_table, headline_cells, lm_table, lm_table_wide,
                         paper_values, pilot_cells, pilot_table, plot_learning_curves, plot_run_curves, seed_cell_values,
@@ -265,8 +265,8 @@ def batch_check(rows) -> "pd.DataFrame":
     s = summarize(picked, keys, ["test_bpc"])
     batch_sizes = {r["batch"]: r["config"].batch_size for r in picked}
     s["batch_size"] = s["batch"].map(batch_sizes)
-    return pd.DataFrame(s[["scheme", "rate", "sampling", "batch_size", "test_bpc_mean", "n"]]).rename(
-        columns={"test_bpc_mean": "test bpc"})
+    s["test bpc"] = [fmt_mean_sd(m, sd, n, 3) for m, sd, n in zip(s["test_bpc_mean"], s["test_bpc_std"], s["n"])]
+    return pd.DataFrame(s[["scheme", "rate", "sampling", "batch_size", "test bpc"]])
 
 
 def plot_curves(rows):
