@@ -99,7 +99,9 @@ def landing_table(store: Optional[RunStore] = None) -> pd.DataFrame:
                     "delta": "—" if delta is None or pd.isna(delta) else f"{delta:+g} {m.delta_unit}",
                     "cells within tolerance": f"{int(ran['verdict'].isin(WITHIN).sum())} of {len(t)}"
                                               + ("" if len(ran) == len(t) else f" ({len(t) - len(ran)} not run)"),
-                    "verdict": _verdict(scale, t["verdict"])})
+                    "verdict": _verdict(scale, t["verdict"]) + (
+                        f" (without {e.paper_scale_lacks}: see Deviations)"
+                        if scale == "paper" and e.paper_scale_lacks else "")})
         for figure in e.figures:  # the paper's figures drawn from this experiment's runs
             row = figure(rows, scale)
             out.append({"chapter": e.name, "paper": "—", "delta": "—", "cells within tolerance": "—", **row,

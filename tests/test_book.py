@@ -87,6 +87,18 @@ def test_landing_page_says_not_yet_run_below_paper_scale(tmp_path):
     assert table.set_index("chapter").loc["word_lm", "paper"].iloc[0] == "87 ppl"  # the paper's best: ours + forward
 
 
+def test_the_landing_verdict_names_what_a_paper_scale_lacks(tmp_path):
+    store = RunStore(tmp_path)
+    row = next(r for r in grid_rows("sentiment", "paper", [0], store=store))
+    path = store.path("sentiment", "paper", row["run_id"])
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"seed": 0, "config": {"scale": "paper"}, "metrics": {}}))
+    verdicts = landing_table(store).set_index("chapter")["verdict"]
+    assert verdicts["sentiment"].endswith("(without the pre-training on 1M weakly labelled tweets, the word2vec "
+                                          "vectors (GloVe 50d here) and the 2013 test tweets in training: see Deviations)")
+    assert verdicts["word_lm"].iloc[0] == "not yet run at paper scale"  # the caveat only where the scale is `paper`
+
+
 def test_landing_verdicts():
     import pandas as pd
 
