@@ -100,5 +100,22 @@ def test_figure2_names_a_cell_not_yet_run_instead_of_leaving_it_out():
             r["record"] = {"seed": 0, "curves": [{"epoch": e, "train_ppl": 300.0 / e, "valid_ppl": 350.0 / e}
                                                  for e in (1, 2, 3)]}
     labels = [t.get_text() for t in word_lm.plot_figure2(rows).axes[0].get_legend().get_texts()]
-    assert labels == ["no dropout, training", "no dropout, validation",
-                      "0.25 per-step recurrent dropout (ours): not yet run at this scale"]
+    assert labels == ["no dropout", "0.25 per-step recurrent dropout (ours): not yet run at this scale",
+                      "training", "validation"]
+
+
+def test_the_run_curves_have_a_panel_per_scheme_with_no_dropout_in_each():
+    from recdrop.sweep import grid_rows
+    rows = grid_rows("word_lm", "quick", store=RunStore("/nonexistent"))
+    wo = next(iter(word_lm.FORWARD))
+    for r in rows:
+        if r["forward"] == wo and (r["scheme"] == "none" or (r["scheme"] in ("moon", "gal") and r["rate"] == 0.25)):
+            r["record"] = {"seed": 0, "curves": [{"epoch": e, "train_ppl": 300.0 / e, "valid_ppl": 350.0 / e}
+                                                 for e in (1, 2, 3)]}
+    fig = word_lm.plot_runs(rows)
+    assert [ax.get_title() for ax in fig.axes] == ["moon", "gal"]
+    for ax in fig.axes:
+        labels = [t.get_text() for t in ax.get_legend().get_texts()]
+        assert labels == ["no dropout", "0.25 per-sequence", "0.25 per-step", "training", "validation"]
+        colours = [line.get_color() for line in ax.lines if line.get_label() in labels[:3]]
+        assert len(set(colours)) == 3

@@ -153,14 +153,10 @@ def best(values: Dict[Cell, float], forward: str, scheme: str) -> float:
     return min(values[(forward, scheme, r, sm)] for r in RATES for sm in SAMPLINGS)
 
 
-def plot_learning_curves(rows, unit: str, cells, ylabel: str, log: bool = False):
-    """Training (solid) and validation (dashed) ``train_<unit>`` and ``valid_<unit>`` per epoch of
-    each of ``cells`` ((scheme, rate, sampling), colour, legend name), without forward dropout. A cell
-    without a stored run is named in the legend as not yet run, not left out unsaid."""
-    import matplotlib.pyplot as plt
-
-    df = curves_frame(rows, CELL_KEYS)
-    fig, ax = plt.subplots(figsize=(6, 4))
+def _draw_curves(ax, df, unit: str, cells, ylabel: str, log: bool, legend_below: bool = False) -> None:
+    """On ``ax``: training (solid) and validation (dashed) ``train_<unit>``/``valid_<unit>`` per epoch of
+    each of ``cells`` ((scheme, rate, sampling), colour, legend name), without forward dropout, the mean
+    over its seeds; a cell without a stored run is named in the legend as not yet run."""
     wo = next(iter(FORWARD))
     for (scheme, rate, sampling), color, name in cells:
         c = df[(df["forward"] == wo) & (df["scheme"] == scheme) & (df["rate"] == rate) & (df["sampling"] == sampling)]
@@ -168,14 +164,25 @@ def plot_learning_curves(rows, unit: str, cells, ylabel: str, log: bool = False)
             ax.plot([], [], " ", label=f"{name}: not yet run at this scale")
             continue
         c = c.groupby("epoch")[[f"train_{unit}", f"valid_{unit}"]].mean()
-        ax.plot(c.index, c[f"train_{unit}"], "-", color=color, label=f"{name}, training")
-        ax.plot(c.index, c[f"valid_{unit}"], "--", color=color, label=f"{name}, validation")
+        ax.plot(c.index, c[f"train_{unit}"], "-", color=color, label=name)
+        ax.plot(c.index, c[f"valid_{unit}"], "--", color=color)
     ax.set_xlabel("epoch")
     ax.set_ylabel(ylabel)
     if log:
         ax.set_yscale("log")
     if ax.lines:
-        ax.legend(fontsize=8)
+        ax.plot([], [], "-", color="black", label="training")
+        ax.plot([], [], "--", color="black", label="validation")
+        where = dict(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2) if legend_below else {}
+        ax.legend(fontsize=7, **where)
+
+
+def plot_learning_curves(rows, unit: str, cells, ylabel: str, log: bool = False):
+    """``_draw_curves`` of ``cells`` in one panel (Figure 2, and its counterpart for characters)."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    _draw_curves(ax, curves_frame(rows, CELL_KEYS), unit, cells, ylabel, log)
     return fig
 
 
@@ -252,14 +259,22 @@ def describe_fit() -> str:
 
 
 def plot_run_curves(rows, unit: str, ylabel: str, log: bool = False):
-    """Training (solid) and validation (dashed) curves of every cell without forward dropout that has
-    runs (the mean over its seeds): whether a model over-fits, and when each run converged."""
-    ran = []
-    for r in rows:
-        cell = (r["scheme"], r["rate"], r["sampling"])
-        if r.get("record") and r["forward"] == next(iter(FORWARD)) and cell not in ran:
-            ran.append(cell)
-    colours = ["tab:blue", "tab:red", "tab:green", "tab:orange", "tab:purple", "tab:brown", "tab:pink", "tab:olive"]
-    cells = [(c, colours[i % len(colours)], "no dropout" if c[0] == "none" else f"{c[0]} {c[1]} {c[2]}")
-             for i, c in enumerate(ran)]
-    return plot_learning_curves(rows, unit, cells, ylabel, log=log)
+    """The curves (``_draw_curves``) of every cell without forward dropout that has runs, one panel per
+    scheme with no dropout in each for reference: whether a model over-fits, and when each run converged."""
+    import matplotlib.pyplot as plt
+
+    wo = next(iter(FORWARD))
+    ran = {(r["scheme"], r["rate"], r["sampling"]) for r in rows if r.get("record") and r["forward"] == wo}
+    schemes = [s for s in dict.fromkeys(r["scheme"] for r in rows) if s != "none" and any(c[0] == s for c in ran)]
+    schemes = schemes or ["none"]
+    fig, axes = plt.subplots(1, len(schemes), figsize=(4.5 * len(schemes), 3.8), sharey=True, squeeze=False)
+    df = curves_frame(rows, CELL_KEYS)
+    colours = ["tab:red", "tab:orange", "tab:green", "tab:purple"]
+    for ax, scheme in zip(axes[0], schemes):
+        mine = sorted(c for c in ran if c[0] == scheme and scheme != "none")
+        cells = [(("none", 0.0, "-"), "tab:blue", "no dropout")] * (("none", 0.0, "-") in ran)
+        cells += [(c, colours[i % len(colours)], f"{c[1]} {c[2]}") for i, c in enumerate(mine)]
+        _draw_curves(ax, df, unit, cells, ylabel if ax is axes[0][0] else "", log, legend_below=True)
+        ax.set_title(scheme if scheme != "none" else "no dropout")
+    fig.tight_layout()
+    return fig
