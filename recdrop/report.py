@@ -22,6 +22,7 @@ def stored_seeds(experiment: str, scale: str, store: Optional[RunStore] = None) 
 def stamp(rows: Iterable[Dict[str, Any]]) -> str:
     """Scale, hardware, commit and dates of the records shown (one line each where they differ); the
     hardware, torch and commit of a resumed run's every stretch (its ``segments``) count too."""
+    rows = list({r.get("run_id", i): r for i, r in enumerate(rows)}.values())  # a run shown by two grids counts once
     recs = [r["record"] for r in rows if r.get("record")]
     if not recs:
         return "No stored runs: every cell of this table is not yet run at this scale."

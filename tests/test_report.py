@@ -116,6 +116,9 @@ def test_stamp_counts_cells_and_their_seeds():
     rows[0]["record"]["segments"] = [{"hardware": "gpu", "torch": "2.13", "commit": "def"},
                                      {"hardware": "cpu", "torch": "2.13", "commit": "abc"}]
     assert "| hardware: cpu, gpu | torch 2.13 | commit: abc, def |" in stamp(rows)  # every stretch of a resumed run
+    for r in rows:
+        r["run_id"] = f"{r['config']}{r['seed']}"
+    assert "runs: 4 shown | cells: 2 of 3 run, 1–3 seeds each" in stamp(rows + rows[:3])  # shown twice, counted once
 
 
 def test_pilot_table_weighs_the_gap_against_the_seed_noise():
