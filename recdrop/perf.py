@@ -106,7 +106,13 @@ def plot_time_per_step(df: pd.DataFrame):
                    var_name="implementation", value_name="ms")
     long["ms per step"] = long["ms"] / long["seq"]
     long["implementation"] = long["implementation"].map(IMPLEMENTATIONS)
+    long = long.dropna(subset=["ms"])
     g = sns.relplot(data=long, x="hidden", y="ms per step", hue="implementation", col="kind", row="hardware",
                     kind="line", marker="o", height=3.2, aspect=1.2, facet_kws={"sharey": False})
     g.set(xscale="log", yscale="log")
+    measured = set(zip(long["hardware"], long["kind"]))
+    for (hardware, kind), ax in g.axes_dict.items():
+        if (hardware, kind) not in measured:
+            ax.text(0.5, 0.5, f"{kind}: not benchmarked\non this hardware", transform=ax.transAxes, ha="center",
+                    va="center", color="grey")
     return g

@@ -66,3 +66,17 @@ def test_packed_rows_are_their_own_rows_and_not_held_to_the_padded_targets(tmp_p
     bench = perf.load_benchmarks(tmp_path)
     assert perf.ratio_table(bench)[["input", "semeniuta"]].values.tolist() == [["packed", 9.0], ["padded", 1.2]]
     assert perf.gpu_targets(bench)["met"].tolist() == [True, True]
+
+
+def test_a_panel_without_measurements_says_so():
+    import matplotlib
+    matplotlib.use("Agg")
+    df = perf.load_benchmarks()
+    if not {"LSTM", "RNN"} <= set(df["kind"]):
+        pytest.skip("the stored benchmarks lack an LSTM or RNN row")
+    some = df[(df["kind"] != "RNN") | (df["hardware"] != df["hardware"].iloc[0])]
+    g = perf.plot_time_per_step(some)
+    texts = {(k, " ".join(t.get_text() for t in ax.texts)) for k, ax in g.axes_dict.items()}
+    empty = (df["hardware"].iloc[0], "RNN")
+    assert (empty, "RNN: not benchmarked\non this hardware") in texts
+    assert all(text == "" for key, text in texts if key != empty and key in set(zip(some["hardware"], some["kind"])))
