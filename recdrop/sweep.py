@@ -11,7 +11,9 @@ On several machines, ``engine="ray"`` (``--engine ray``) hands the runs to a Ray
 processes where there is no SLURM; ``RECDROP_SUBMITIT_CLUSTER``, ``RECDROP_SUBMITIT_DIR`` and
 ``RECDROP_SLURM_PARTITION`` adjust it). Either way each worker trains into its own local store
 and returns the finished record, and the driver writes it here, so no shared file system is
-assumed for the results.
+assumed for the results. Ray and submitit carry arguments and results between the driver and its
+own workers by pickle (submitit through files in ``RECDROP_SUBMITIT_DIR``): the one place where the
+project unpickles, and only what its own processes wrote; keep that folder private.
 """
 from __future__ import annotations
 

@@ -76,9 +76,8 @@ def test_twenty_random_kills_lose_nothing_and_end_where_an_uninterrupted_sweep_e
             assert json.loads(seen[name]) == rec
 
 
-def test_a_truncated_checkpoint_is_a_clear_error(store):
-    cfg = TemporalOrderConfig.at_scale("ci", epochs=2)
-
+def _interrupted_run(cfg, store):
+    """Train ``cfg`` for one epoch of two into ``store``, leaving its checkpoint; return its path."""
     class Stop(Exception):
         pass
 
@@ -87,7 +86,12 @@ def test_a_truncated_checkpoint_is_a_clear_error(store):
             raise Stop
     with pytest.raises(Stop):
         train_run(TemporalOrderTask, cfg, store=store, progress=False, callback=stop)
-    path = store.checkpoint_path("temporal_order", run_id(cfg, 0))
+    return store.checkpoint_path("temporal_order", run_id(cfg, 0))
+
+
+def test_a_truncated_checkpoint_is_a_clear_error(store):
+    cfg = TemporalOrderConfig.at_scale("ci", epochs=2)
+    path = _interrupted_run(cfg, store)
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
     with pytest.raises(CorruptCheckpointError, match=f"checkpoint {path} cannot be read.*delete it"):
         train_run(TemporalOrderTask, cfg, store=store, progress=False)
@@ -177,19 +181,6 @@ def test_device_names():
 
 
 # -- uncommitted code and a store whose records are committed ---------------------------------------
-def _interrupted_run(cfg, store):
-    """Train ``cfg`` for one epoch of two into ``store``, leaving its checkpoint; return its path."""
-    class Stop(Exception):
-        pass
-
-    def stop(event, epoch, batch):
-        if event == "epoch":
-            raise Stop
-    with pytest.raises(Stop):
-        train_run(TemporalOrderTask, cfg, store=store, progress=False, callback=stop)
-    return store.checkpoint_path("temporal_order", run_id(cfg, 0))
-
-
 def _stamped(monkeypatch, commit):
     real = train.environment
     monkeypatch.setattr(train, "environment", lambda device: {**real(device), "commit": commit})
