@@ -14,12 +14,81 @@ from __future__ import annotations
 from typing import Optional, Tuple
 
 import torch
+import torch.autograd.forward_ad as fwAD
+import torch.nn.functional as F
 from torch import Tensor
 
 from . import triton_kernels
 from .cells import ACTIVATIONS, _mul, gru_step, lstm_step, rnn_recurrent_factor, rnn_step
 from .masks import StepFactors
 from .masks import factor_at as _at
+
+
+def transformed(*tensors: Optional[Tensor]) -> bool:
+    """Whether a functorch transform (``torch.func.grad``, ``vmap``, ``jvp``) is active or a tensor
+    carries a forward-mode tangent (dual tensors)."""
+    if torch._C._are_functorch_transforms_active():
+        return True
+    return any(isinstance(t, Tensor) and fwAD.unpack_dual(t).tangent is not None for t in tensors)
+
+
+def plain_ops_needed(*tensors: Optional[Tensor]) -> bool:
+    """Whether a forward must run on plain torch ops, not the fast path (one autograd.Function with
+    preallocated ``out=`` buffers): under ``torch.jit.trace``, ``torch.compile`` and ``torch.export``
+    (which trace ops), under autocast (mixed precision: the plain ops cast as torch.nn's do), and under
+    functorch transforms and forward-mode AD (``transformed``), which an autograd.Function without
+    those rules does not support."""
+    return (torch.jit.is_tracing() or torch.compiler.is_compiling() or torch._C._is_any_autocast_enabled()
+            or transformed(*tensors))
+
+
+def _onednn_usable(*tensors: Tensor) -> bool:
+    """Whether oneDNN's linear (``torch.ops.mkldnn._linear_pointwise``, the op Inductor uses on CPUs) can
+    compute products of ``tensors``: float32 CPU tensors and a torch that has it."""
+    return (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+            and all(t.device.type == "cpu" and t.dtype == torch.float32 for t in tensors))
+
+
+def matmul(a: Tensor, b: Tensor) -> Tensor:
+    """``a @ b`` for 2-D ``a`` and ``b`` of any strides. On a CPU in float32 through oneDNN: torch sends
+    float32 ``mm`` to MKL, which on this project's CPU (AMD EPYC, AVX-512, one thread) reaches about
+    90 GFLOP/s where oneDNN reaches about 170-230 (``benchmarks/bench_matmul.py``). Equal to ``torch.mm``
+    to float32 rounding (another summation order); elsewhere it is ``torch.mm``."""
+    if not _onednn_usable(a, b):
+        return torch.mm(a, b)
+    if a.t().is_contiguous():  # a transposed operand (a weight's gradient) goes in as oneDNN's weight: no copy
+        return torch.ops.mkldnn._linear_pointwise(b.t().contiguous(), a, None, "none", [], "").t()
+    return torch.ops.mkldnn._linear_pointwise(a, b.t(), None, "none", [], "")
+
+
+class _OneDNNLinear(torch.autograd.Function):
+    """``F.linear`` with its forward and backward products through ``matmul``'s oneDNN."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, w: Tensor, b: Optional[Tensor]):
+        ctx.save_for_backward(x, w)
+        ctx.has_bias = b is not None
+        return torch.ops.mkldnn._linear_pointwise(x, w, b, "none", [], "")
+
+    @staticmethod
+    def backward(ctx, dy: Tensor):
+        x, w = ctx.saved_tensors
+        if _differentiable_backward_needed(dy):  # double backward: plain ops that autograd records
+            dy2, x2 = dy.reshape(-1, dy.shape[-1]), x.reshape(-1, x.shape[-1])
+            return dy @ w, dy2.t() @ x2, dy2.sum(0) if ctx.has_bias else None
+        dy2, x2 = dy.reshape(-1, dy.shape[-1]), x.reshape(-1, x.shape[-1])
+        dx = matmul(dy2, w).view(x.shape) if ctx.needs_input_grad[0] else None
+        dw = matmul(dy2.t(), x2) if ctx.needs_input_grad[1] else None
+        db = dy2.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
+        return dx, dw, db
+
+
+def linear(x: Tensor, w: Tensor, b: Optional[Tensor] = None) -> Tensor:
+    """``F.linear(x, w, b)``, through oneDNN on a CPU in float32 (``matmul``), forward and backward;
+    ``F.linear`` itself where the fast path may not run (``plain_ops_needed``) or elsewhere."""
+    if x.dim() < 2 or plain_ops_needed(x, w, b) or not _onednn_usable(x, w, *([] if b is None else [b])):
+        return F.linear(x, w, b)
+    return _OneDNNLinear.apply(x.contiguous(), w, b)
 
 
 def _packed_matmul_usable(w: Tensor) -> bool:
@@ -199,7 +268,7 @@ class _LSTMSequence(torch.autograd.Function):
         loop = _lstm_backward_triton if use_triton else _lstm_backward_torch
         dh, dc = loop(dh, dc, d_ys, o_dtc, local, gates_all, d_gates, w_hh, gal, moon, per_step)
         hin = hin_all if hin_all is not None else torch.cat([h0.unsqueeze(0), ys[:-1]])
-        d_w_hh = d_gates.view(-1, 4 * hidden).t() @ hin.view(-1, hidden)
+        d_w_hh = matmul(d_gates.view(-1, 4 * hidden).t(), hin.view(-1, hidden))
         return (d_gates.flip(0) if reverse else d_gates), dh, dc, d_w_hh, None, None, None, None, None, None
 
 
@@ -310,7 +379,7 @@ class _GRUSequence(torch.autograd.Function):
         dh = loop(dh, d_ys, order, rzn_all, hn_all, h_prev_all, d_gx_all, d_gh_all, w_hh, gal, sem, moon, per_step,
                   relu)
         flat = d_gh_all.reshape(-1, d_gh_all.shape[-1])
-        d_w_hh = flat.t() @ hin_all.reshape(-1, hidden)
+        d_w_hh = matmul(flat.t(), hin_all.reshape(-1, hidden))
         d_b_hh = flat.sum(0) if has_bias else None
         return d_gx_all, dh, d_w_hh, d_b_hh, None, None, None, None, None, None
 
@@ -391,7 +460,7 @@ class _RNNSequence(torch.autograd.Function):
             d_pre = _mul(dh + d_ys[t], _at(moon, k, per_step)) * ((a > 0).to(a.dtype) if relu else 1 - a * a)
             d_pre_all[t] = d_pre
             dh = _mul(times_w(d_pre), _at(drop_in, k, per_step))
-        d_w_hh = d_pre_all.reshape(-1, hidden).t() @ hin_all.reshape(-1, hidden)
+        d_w_hh = matmul(d_pre_all.reshape(-1, hidden).t(), hin_all.reshape(-1, hidden))
         return d_pre_all, dh, d_w_hh, None, None, None, None, None
 
 

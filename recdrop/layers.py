@@ -16,40 +16,21 @@ import itertools
 from typing import Dict, List, Optional, Tuple
 
 import torch
-import torch.autograd.forward_ad as fwAD
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 from .cells import ACTIVATIONS, CELL_SCHEMES, check_activation, gru_step, lstm_step, rnn_step, states_of
-from .fused import gru_sequence, lstm_sequence, rnn_sequence
+from .fused import gru_sequence, linear, lstm_sequence, plain_ops_needed, rnn_sequence, transformed
 from .masks import RecurrentDropout, StepFactors
 
 Masks = List[Dict[str, Tensor]]
 
 
-def transformed(*tensors: Optional[Tensor]) -> bool:
-    """Whether a functorch transform (``torch.func.grad``, ``vmap``, ``jvp``) is active or a tensor
-    carries a forward-mode tangent (dual tensors)."""
-    if torch._C._are_functorch_transforms_active():
-        return True
-    return any(isinstance(t, Tensor) and fwAD.unpack_dual(t).tangent is not None for t in tensors)
-
-
-def plain_ops_needed(*tensors: Optional[Tensor]) -> bool:
-    """Whether a forward must run on plain torch ops, not the fast path (one autograd.Function with
-    preallocated ``out=`` buffers): under ``torch.jit.trace``, ``torch.compile`` and ``torch.export``
-    (which trace ops), under autocast (mixed precision: the plain ops cast as torch.nn's do), and under
-    functorch transforms and forward-mode AD (``transformed``), which an autograd.Function without
-    those rules does not support."""
-    return (torch.jit.is_tracing() or torch.compiler.is_compiling() or torch._C._is_any_autocast_enabled()
-            or transformed(*tensors))
-
-
 def _input_projection_with_both_biases(x: Tensor, w_ih: Tensor, b_ih: Optional[Tensor],
                                         b_hh: Optional[Tensor]) -> Tensor:
     """W_ih x + b_ih + b_hh for all steps in one matmul (LSTM, RNN: b_hh sits outside any gate product)."""
-    return F.linear(x, w_ih, b_ih if b_hh is None else b_ih + b_hh)
+    return linear(x, w_ih, b_ih if b_hh is None else b_ih + b_hh)
 
 
 class _RecurrentLayer(nn.RNNBase):
@@ -349,7 +330,7 @@ class GRU(_RecurrentLayer, nn.GRU):
 
     def _sequence(self, x, state, w_ih, w_hh, b_ih, b_hh, factors, reverse):
         # b_hn sits inside r * (W_hn h + b_hn): b_hh stays with the recurrence
-        return gru_sequence(F.linear(x, w_ih, b_ih), *state, w_hh, b_hh, factors, self.nonlinearity, reverse)
+        return gru_sequence(linear(x, w_ih, b_ih), *state, w_hh, b_hh, factors, self.nonlinearity, reverse)
 
 
 class RNN(_RecurrentLayer, nn.RNN):

@@ -123,3 +123,71 @@ def test_gradgradcheck_on_the_fast_path(kind):
         return torch.func.functional_call(m, {"weight_hh_l0": w}, (x,), {"masks": masks})[0]
 
     assert torch.autograd.gradcheck(f, (x, w)) and torch.autograd.gradgradcheck(f, (x, w))
+
+
+def _onednn_or_skip(*tensors):
+    from recdrop.fused import _onednn_usable
+    if not _onednn_usable(*tensors):
+        pytest.skip("this torch has no oneDNN linear: recdrop uses torch.mm")
+
+
+@pytest.mark.parametrize("layout", ["plain", "a transposed", "b transposed", "both transposed"])
+def test_matmul_through_onednn_equals_torch_mm_in_every_layout(layout):
+    from recdrop.fused import matmul
+    torch.manual_seed(0)
+    a, b = torch.randn(40, 70), torch.randn(70, 30)
+    if "a" in layout or "both" in layout:
+        a = a.t().contiguous().t()
+    if "b " in layout or "both" in layout:
+        b = b.t().contiguous().t()
+    _onednn_or_skip(a, b)
+    got, want = matmul(a, b), torch.mm(a, b)
+    assert got.shape == want.shape and torch.allclose(got, want, rtol=1e-5, atol=1e-5)
+    a64, b64 = a.double(), b.double()
+    assert torch.equal(matmul(a64, b64), torch.mm(a64, b64))  # float64: torch.mm itself
+
+
+@pytest.mark.parametrize("shape", [(6, 5), (4, 3, 5)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_linear_through_onednn_equals_f_linear_with_its_gradients(shape, bias):
+    from recdrop.fused import _OneDNNLinear, linear
+    torch.manual_seed(1)
+    x = torch.randn(*shape, requires_grad=True)
+    w = torch.randn(7, 5, requires_grad=True)
+    b = torch.randn(7, requires_grad=True) if bias else None
+    _onednn_or_skip(x, w)
+    inputs = [t for t in (x, w, b) if t is not None]
+    y = linear(x, w, b)
+    assert y.grad_fn.name().startswith(_OneDNNLinear.__name__)
+    ref = torch.nn.functional.linear(x, w, b)
+    assert torch.allclose(y, ref, rtol=1e-5, atol=1e-6)
+    dy = torch.randn_like(ref)
+    got = torch.autograd.grad(y, inputs, dy, create_graph=True)
+    want = torch.autograd.grad(ref, inputs, dy, create_graph=True)
+    for g, r in zip(got, want):
+        assert torch.allclose(g, r, rtol=1e-5, atol=1e-5)
+    # double backward (create_graph) is differentiable too, and equal to F.linear's
+    got2 = torch.autograd.grad(sum((g * g).sum() for g in got), inputs, allow_unused=True)
+    want2 = torch.autograd.grad(sum((g * g).sum() for g in want), inputs, allow_unused=True)
+    for g, r in zip(got2, want2):
+        assert (g is None and r is None) or torch.allclose(g, r, rtol=1e-4, atol=1e-4)
+
+
+def test_linear_falls_back_to_f_linear_off_a_float32_cpu():
+    from recdrop.fused import linear
+    x, w = torch.randn(3, 5, dtype=torch.float64, requires_grad=True), torch.randn(4, 5, dtype=torch.float64)
+    assert torch.equal(linear(x, w), torch.nn.functional.linear(x, w))
+    assert "OneDNN" not in linear(x, w).grad_fn.name()
+    assert torch.autograd.gradcheck(lambda x: linear(x, w), (x,))
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+def test_the_fast_path_projects_its_inputs_through_onednn(kind, monkeypatch):
+    from recdrop import fused
+    m = getattr(recdrop, kind)(5, 8, recurrent_dropout=0.25)
+    _onednn_or_skip(m.weight_ih_l0)
+    calls = []
+    real = fused._OneDNNLinear.apply
+    monkeypatch.setattr(fused._OneDNNLinear, "apply", lambda *a: calls.append(a[0].shape) or real(*a))
+    m(torch.randn(6, 2, 5))[0].sum().backward()
+    assert calls == [(6, 2, 5)]

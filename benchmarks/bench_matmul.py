@@ -1,0 +1,75 @@
+"""The big float32 products of the experiments on a CPU: torch's (MKL's sgemm) against recdrop's
+oneDNN route (``recdrop.fused.matmul``), in one run on one machine, as GFLOP/s and their ratio.
+
+    python benchmarks/bench_matmul.py --threads 1 --out data/benchmarks/matmul/cpu-amd-epyc-1thread.csv
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from recdrop.fused import matmul
+from recdrop.store import atomic_write_bytes, git_commit, hardware, is_clean_commit
+
+# (what, m, k, n, whether a is a transposed view): the products of a training step
+SHAPES = [
+    ("char LM reduced: input projection W_ih x, all steps", 1600, 256, 2048, False),
+    ("char LM reduced: recurrent weight gradient dG^T h", 2048, 1600, 512, True),
+    ("char LM reduced: input gradient dG W_ih", 1600, 2048, 256, False),
+    ("word LM reduced: decoder h W_out^T", 1120, 256, 10000, False),
+    ("word LM reduced: decoder weight gradient dY^T h", 10000, 1120, 256, True),
+]
+
+
+def median_seconds(f, repeats: int) -> float:
+    f()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        f()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--out", type=Path, help="write the table as CSV here (with hardware, torch and commit per row)")
+    args = ap.parse_args(argv)
+    if args.out and not is_clean_commit(git_commit()):
+        raise SystemExit(f"error: the code is not a clean commit ({git_commit()}); commit recdrop/ before writing "
+                         f"{args.out}, so that its rows say what was timed")
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    env = {"hardware": hardware("cpu"), "threads": torch.get_num_threads(), "torch": torch.__version__,
+           "commit": git_commit()}
+    print(f"# {env}")
+    rows = []
+    for what, m, k, n, transposed in SHAPES:
+        a = torch.randn(k, m).t() if transposed else torch.randn(m, k)
+        b = torch.randn(k, n)
+        t_torch, t_ours = median_seconds(lambda: torch.mm(a, b), args.repeats), median_seconds(
+            lambda: matmul(a, b), args.repeats)
+        gflop = 2 * m * k * n / 1e9
+        rows.append({"product": what, "m": m, "k": k, "n": n, "torch_mm_gflops": round(gflop / t_torch, 1),
+                     "recdrop_gflops": round(gflop / t_ours, 1), "speedup": round(t_torch / t_ours, 2), **env})
+        print(f"{what:55s} torch.mm {rows[-1]['torch_mm_gflops']:6.1f} GFLOP/s   recdrop {rows[-1]['recdrop_gflops']:6.1f}"
+              f" GFLOP/s   {rows[-1]['speedup']:.2f}x", flush=True)
+    if args.out:
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+        atomic_write_bytes(args.out, buf.getvalue().encode())
+    return rows
+
+
+if __name__ == "__main__":
+    main()
