@@ -45,8 +45,9 @@ def plain_ops_needed(*tensors: Optional[Tensor]) -> bool:
 def _onednn_usable(*tensors: Tensor) -> bool:
     """Whether oneDNN's linear (``torch.ops.mkldnn._linear_pointwise``, the op Inductor uses on CPUs) can
     compute products of ``tensors``: float32 CPU tensors and a torch that has it."""
-    return (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
-            and all(t.device.type == "cpu" and t.dtype == torch.float32 for t in tensors))
+    return (torch.backends.mkldnn.is_available() and torch._C._get_mkldnn_enabled()
+            and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+            and all(t.device.type == "cpu" and t.dtype == torch.float32 and t.numel() > 0 for t in tensors))
 
 
 def matmul(a: Tensor, b: Tensor) -> Tensor:
@@ -88,13 +89,14 @@ def linear(x: Tensor, w: Tensor, b: Optional[Tensor] = None) -> Tensor:
     ``F.linear`` itself where the fast path may not run (``plain_ops_needed``) or elsewhere."""
     if x.dim() < 2 or plain_ops_needed(x, w, b) or not _onednn_usable(x, w, *([] if b is None else [b])):
         return F.linear(x, w, b)
-    return _OneDNNLinear.apply(x.contiguous(), w, b)
+    return _OneDNNLinear.apply(x.contiguous(), w, None if b is None else b.contiguous())  # oneDNN reads b as dense
 
 
 def _packed_matmul_usable(w: Tensor) -> bool:
     """Whether ``_times_transposed`` can pack ``w`` for oneDNN: a float32 CPU tensor, and a torch with
     oneDNN's prepacked linear (the op Inductor uses on CPUs)."""
     return (w.device.type == "cpu" and w.dtype == torch.float32 and torch.backends.mkldnn.is_available()
+            and torch._C._get_mkldnn_enabled()
             and hasattr(torch.ops.mkldnn, "_reorder_linear_weight") and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
 
 
@@ -106,6 +108,7 @@ def _times_transposed(w: Tensor, batch: int, bias: Optional[Tensor] = None):
     ``torch.mm`` to float32 rounding (another summation order)."""
     if _packed_matmul_usable(w):
         packed = torch.ops.mkldnn._reorder_linear_weight(w, batch)
+        bias = None if bias is None else bias.contiguous()  # oneDNN reads it as dense
 
         def packed_times(x, add=None, out=None):
             y = torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")

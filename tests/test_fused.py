@@ -191,3 +191,60 @@ def test_the_fast_path_projects_its_inputs_through_onednn(kind, monkeypatch):
     monkeypatch.setattr(fused._OneDNNLinear, "apply", lambda *a: calls.append(a[0].shape) or real(*a))
     m(torch.randn(6, 2, 5))[0].sum().backward()
     assert calls == [(6, 2, 5)]
+
+
+def test_linear_reads_a_strided_bias_as_strided():
+    from recdrop.fused import linear
+    x, w = torch.randn(4, 5), torch.randn(7, 5)
+    _onednn_or_skip(x, w)
+    for b in (torch.arange(14.0)[::2], torch.tensor([1.0]).expand(7)):
+        assert torch.allclose(linear(x, w, b), torch.nn.functional.linear(x, w, b), rtol=1e-5, atol=1e-5)
+
+
+def test_a_gru_with_a_strided_bias_equals_its_reference_loop():
+    m = recdrop.GRU(5, 8, recurrent_dropout=0.25)
+    _onednn_or_skip(m.weight_ih_l0)
+    params = {k: v for k, v in m.named_parameters()}
+    for name in ("bias_ih_l0", "bias_hh_l0"):
+        params[name] = torch.randn(2 * params[name].numel())[::2]
+    x = torch.randn(6, 3, 5)
+    masks = m.draw_masks(6, 3)
+    outs = []
+    for fused in (True, False):
+        m.fused = fused
+        outs.append(torch.func.functional_call(m, params, (x,), {"masks": masks})[0])
+    assert torch.allclose(outs[0], outs[1], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU", "RNN"])
+@pytest.mark.parametrize("shape", [(6, 0, 5), (0, 3, 5)])
+def test_an_empty_batch_or_sequence_trains_as_torch_nn_does(kind, shape):
+    m = getattr(recdrop, kind)(5, 8, recurrent_dropout=0.25)
+    x = torch.randn(*shape, requires_grad=True)
+    try:
+        torch_out = getattr(torch.nn, kind)(5, 8)(x)[0]
+    except RuntimeError:
+        pytest.skip("torch.nn refuses this shape too")
+    y = m(x)[0]
+    assert y.shape == torch_out.shape
+    y.sum().backward()
+    assert x.grad.shape == x.shape and m.weight_hh_l0.grad is not None
+
+
+def test_onednn_is_not_used_where_torch_disables_it():
+    from recdrop.fused import linear
+    x, w = torch.randn(4, 5, requires_grad=True), torch.randn(7, 5)
+    _onednn_or_skip(x, w)
+    with torch.backends.mkldnn.flags(enabled=False):
+        assert "OneDNN" not in linear(x, w).grad_fn.name()
+    assert "OneDNN" in linear(x, w).grad_fn.name()
+
+
+def test_the_language_models_decoder_is_a_linear_module_whose_hooks_run():
+    from recdrop.models import Dropout, LanguageModel
+    model = LanguageModel(11, 4, 5, Dropout(), init_scale=0.1)
+    assert isinstance(model.out, torch.nn.Linear) and set(model.out.state_dict()) == {"weight", "bias"}
+    seen = []
+    model.out.register_forward_hook(lambda mod, inp, out: seen.append(out.shape))
+    logits, _ = model(torch.randint(11, (7, 2)), None)
+    assert seen == [logits.shape] == [(7, 2, 11)]
