@@ -88,6 +88,17 @@ def load_campaign(path: os.PathLike = CAMPAIGN) -> List[Entry]:
     return entries
 
 
+def _resumable(path: Path, store: RunStore) -> bool:
+    """Whether a run has a checkpoint that it will resume into ``store`` (``RunStore.accepts_checkpoint``);
+    an unreadable one counts, so that the run reports it."""
+    if not path.exists():
+        return False
+    try:
+        return store.accepts_checkpoint(load_checkpoint(path))
+    except CorruptCheckpointError:
+        return True
+
+
 def pending_runs(entries: Sequence[Entry], device: str, store: RunStore) -> List[Dict[str, Any]]:
     """The runs still to do, in campaign order: no record, or one from unclean code. Runs of an entry
     kept to other devices are left out unless a checkpoint can resume them."""
@@ -99,7 +110,7 @@ def pending_runs(entries: Sequence[Entry], device: str, store: RunStore) -> List
             if key in seen or (row["record"] is not None and not unclean_commits(row["record"])):
                 continue
             seen.add(key)
-            resumable = store.checkpoint_path(entry.experiment, row["run_id"]).exists()
+            resumable = _resumable(store.checkpoint_path(entry.experiment, row["run_id"]), store)
             if kind in entry.devices or resumable:
                 todo.append({**row, "entry": entry, "resumable": resumable, "rerun": row["record"] is not None})
     return todo
@@ -290,9 +301,9 @@ def unpack(in_dir: os.PathLike, store: Optional[RunStore] = None) -> Dict[str, A
         except (CorruptCheckpointError, KeyError, TypeError) as e:
             raise ValueError(f"{name} in the pack in {in_dir} is not a checkpoint that loads ({type(e).__name__}: "
                              f"{e})") from e
-        try:
-            return _progress(local) > theirs
-        except (CorruptCheckpointError, KeyError, TypeError):  # the pack's replaces an unreadable one
+        try:  # the pack's replaces an unreadable local one, and one that would not be resumed here
+            return _resumable(local, store) and _progress(local) > theirs
+        except (CorruptCheckpointError, KeyError, TypeError):
             return False
 
     for name, data in sorted(members.items()):

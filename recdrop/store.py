@@ -162,6 +162,12 @@ class RunStore:
     def checkpoint_path(self, experiment: str, rid: str) -> Path:
         return cache_dir() / "checkpoints" / experiment / f"{rid}.pt"
 
+    def accepts_checkpoint(self, checkpoint: Dict[str, Any]) -> bool:
+        """Whether a run may resume ``checkpoint`` into this store: one whose records are committed takes
+        no training by uncommitted code (it would refuse the record)."""
+        stretches = {"commit": checkpoint.get("commit", "unknown"), "segments": checkpoint.get("segments", [])}
+        return not (inside_git_tree(self.root) and unclean_commits(stretches))
+
     def has(self, experiment: str, scale: str, rid: str) -> bool:
         return self.path(experiment, scale, rid).exists()
 

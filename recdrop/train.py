@@ -20,7 +20,7 @@ from tqdm.auto import tqdm
 
 from .config import ExperimentConfig, run_id
 from .store import (CorruptCheckpointError, DirtyTreeError, RunStore, environment, inside_git_tree, is_clean_commit,
-                    load_checkpoint, save_checkpoint, unclean_commits, utc_now)
+                    load_checkpoint, save_checkpoint, utc_now)
 
 DEVICES = ("cpu", "cuda")
 
@@ -158,8 +158,7 @@ def train_run(make_task: Callable[..., Task], config: ExperimentConfig, seed: in
     if deadline is not None and time.time() >= deadline:
         raise BudgetExhausted(f"run {name}/{rid}: the time budget ended before it started")
     env = environment(device)  # taken at the start: the commit of the code that runs
-    committed_store = inside_git_tree(store.root)  # its records are committed: only clean code may write them
-    if committed_store and not is_clean_commit(env["commit"]):
+    if inside_git_tree(store.root) and not is_clean_commit(env["commit"]):  # its records are committed
         raise DirtyTreeError(f"run {name}/{rid} is not started: the code is not a clean commit ({env['commit']}), "
                              f"and the store {store.root} refuses its record. Commit recdrop/ and run from a "
                              "worktree pinned at that commit, or point RECDROP_RUNS at a scratch folder outside git")
@@ -168,8 +167,7 @@ def train_run(make_task: Callable[..., Task], config: ExperimentConfig, seed: in
     epochs = config.epochs
     start_epoch, start_batch, curves, sums, elapsed, segments = 0, 0, [], {}, 0.0, []
     ck = load_checkpoint(ckpt_path) if resume and ckpt_path.exists() else None
-    if ck is not None and committed_store and unclean_commits({"commit": ck.get("commit", "unknown"),
-                                                               "segments": ck.get("segments", [])}):
+    if ck is not None and not store.accepts_checkpoint(ck):
         warnings.warn(f"checkpoint {ckpt_path} holds training by uncommitted code, whose record {store.root} would "
                       f"refuse: run {name}/{rid} starts from scratch, and its new checkpoints replace that one")
         ck = None

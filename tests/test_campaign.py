@@ -322,3 +322,17 @@ def test_the_list_refuses_a_device_that_is_not_one(store, tmp_path, monkeypatch,
     (tmp_path / "campaign.toml").write_text(CI_TOML)
     assert campaign.main(["--list", "--device", "gpu", "--file", str(tmp_path / "campaign.toml")]) == 1
     assert "error: device='gpu' is not valid" in capsys.readouterr().err
+
+
+def test_a_checkpoint_of_uncommitted_code_is_not_resumable_into_a_committed_store(tmp_path, monkeypatch):
+    from recdrop.store import save_checkpoint
+    monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "repo" / ".git").mkdir(parents=True)
+    committed, scratch = RunStore(tmp_path / "repo" / "data" / "runs"), RunStore(tmp_path / "scratch")
+    rid = pending_runs([CI_ENTRY], "cpu", committed)[0]["run_id"]
+    path = committed.checkpoint_path("temporal_order", rid)
+    save_checkpoint(path, {"commit": "0123456789-dirty", "segments": []})
+    assert not next(r for r in pending_runs([CI_ENTRY], "cpu", committed) if r["run_id"] == rid)["resumable"]
+    assert next(r for r in pending_runs([CI_ENTRY], "cpu", scratch) if r["run_id"] == rid)["resumable"]
+    save_checkpoint(path, {"commit": "0123456789", "segments": [{"commit": "0123456789"}]})
+    assert next(r for r in pending_runs([CI_ENTRY], "cpu", committed) if r["run_id"] == rid)["resumable"]
