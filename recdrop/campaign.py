@@ -40,8 +40,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from tqdm.auto import tqdm
 
 from .paths import DATA_DIR
-from .store import (CorruptCheckpointError, DirtyTreeError, RunStore, atomic_write_bytes, git_commit,
-                    inside_git_tree, is_clean_commit, load_checkpoint, unclean_commits)
+from .store import (CorruptCheckpointError, DirtyTreeError, RunStore, atomic_write_bytes, git_commit, load_checkpoint,
+                    unclean_commits)
 from .sweep import _check_seeds, _run_one, grid_rows
 from .train import BudgetExhausted, check_device
 
@@ -160,10 +160,7 @@ def run_campaign(entries: Sequence[Entry], device: str = "cpu", jobs: int = 1, b
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"jobs must be a positive int, got {jobs!r}")
     store = store or RunStore()
-    commit = git_commit()
-    if inside_git_tree(store.root) and not is_clean_commit(commit):
-        raise RuntimeError(f"the code is not a clean commit ({commit}), and the store {store.root} keeps records "
-                           "that are committed: run the campaign from a worktree pinned at a commit")
+    store.refuse_unclean_code(git_commit(), "the campaign is")
     deadline = time.time() + budget_s
     todo = pending_runs(entries, device, store)
     out = {"finished": [], "stopped": [], "failed": [], "not_started": []}

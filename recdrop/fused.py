@@ -74,10 +74,9 @@ class _OneDNNLinear(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy: Tensor):
         x, w = ctx.saved_tensors
-        if _differentiable_backward_needed(dy):  # double backward: plain ops that autograd records
-            dy2, x2 = dy.reshape(-1, dy.shape[-1]), x.reshape(-1, x.shape[-1])
-            return dy @ w, dy2.t() @ x2, dy2.sum(0) if ctx.has_bias else None
         dy2, x2 = dy.reshape(-1, dy.shape[-1]), x.reshape(-1, x.shape[-1])
+        if _differentiable_backward_needed(dy):  # double backward: plain ops that autograd records
+            return dy @ w, dy2.t() @ x2, dy2.sum(0) if ctx.has_bias else None
         dx = matmul(dy2, w).view(x.shape) if ctx.needs_input_grad[0] else None
         dw = matmul(dy2.t(), x2) if ctx.needs_input_grad[1] else None
         db = dy2.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None

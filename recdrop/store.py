@@ -162,6 +162,14 @@ class RunStore:
     def checkpoint_path(self, experiment: str, rid: str) -> Path:
         return cache_dir() / "checkpoints" / experiment / f"{rid}.pt"
 
+    def refuse_unclean_code(self, commit: str, what: str) -> None:
+        """Before ``what`` ("run x is", "3 runs are") starts: a DirtyTreeError where this store's records are
+        committed and ``commit``, the code's, is not clean (the store would refuse their records)."""
+        if inside_git_tree(self.root) and not is_clean_commit(commit):
+            raise DirtyTreeError(f"{what} not started: the code is not a clean commit ({commit}), and the store "
+                                 f"{self.root} refuses records of it. Commit recdrop/ and run from a worktree pinned "
+                                 "at a commit, or point RECDROP_RUNS at a scratch folder outside git")
+
     def accepts_checkpoint(self, checkpoint: Dict[str, Any]) -> bool:
         """Whether a run may resume ``checkpoint`` into this store: one whose records are committed takes
         no training by uncommitted code (it would refuse the record)."""

@@ -31,7 +31,7 @@ from tqdm.auto import tqdm
 
 from . import experiments
 from .config import run_id
-from .store import DirtyTreeError, RunStore, cache_dir, git_commit, inside_git_tree, is_clean_commit
+from .store import RunStore, cache_dir, git_commit
 from .train import check_device, train_run
 
 
@@ -163,11 +163,7 @@ def run_grid(experiment: str, scale: str, seeds: Sequence[int] = (0,), device: s
     todo = [r for r in rows if r["record"] is None]
     if not train or not todo:
         return rows
-    if inside_git_tree(store.root) and not is_clean_commit(git_commit()):  # before any worker starts
-        raise DirtyTreeError(f"{len(todo)} runs of {experiment} are not started: the code is not a clean commit "
-                             f"({git_commit()}), and the store {store.root} refuses their records. Commit recdrop/ "
-                             "and run from a worktree pinned at that commit, or point RECDROP_RUNS at a scratch "
-                             "folder outside git")
+    store.refuse_unclean_code(git_commit(), f"{len(todo)} runs of {experiment} are")  # before any worker starts
     threads = max(1, (os.cpu_count() or 1) // jobs) if device == "cpu" else torch.get_num_threads()
     sweep_bar = tqdm(total=len(rows), initial=len(rows) - len(todo), desc=f"sweep {experiment} ({scale})",
                      disable=not progress, position=0, dynamic_ncols=True)

@@ -19,8 +19,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .config import ExperimentConfig, run_id
-from .store import (CorruptCheckpointError, DirtyTreeError, RunStore, environment, inside_git_tree, is_clean_commit,
-                    load_checkpoint, save_checkpoint, utc_now)
+from .store import CorruptCheckpointError, RunStore, environment, load_checkpoint, save_checkpoint, utc_now
 
 DEVICES = ("cpu", "cuda")
 
@@ -158,10 +157,7 @@ def train_run(make_task: Callable[..., Task], config: ExperimentConfig, seed: in
     if deadline is not None and time.time() >= deadline:
         raise BudgetExhausted(f"run {name}/{rid}: the time budget ended before it started")
     env = environment(device)  # taken at the start: the commit of the code that runs
-    if inside_git_tree(store.root) and not is_clean_commit(env["commit"]):  # its records are committed
-        raise DirtyTreeError(f"run {name}/{rid} is not started: the code is not a clean commit ({env['commit']}), "
-                             f"and the store {store.root} refuses its record. Commit recdrop/ and run from a "
-                             "worktree pinned at that commit, or point RECDROP_RUNS at a scratch folder outside git")
+    store.refuse_unclean_code(env["commit"], f"run {name}/{rid} is")
     seed_everything(seed)
     task = make_task(config, device, seed)
     epochs = config.epochs
