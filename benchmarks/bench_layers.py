@@ -11,8 +11,6 @@ plain per-step loop (``fused=False``). Prints a table and, with --out, writes it
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import statistics
 import time
 from pathlib import Path
@@ -21,8 +19,8 @@ import torch
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
 
 import recdrop
-from recdrop.perf import flops_per_step, peak_tflops
-from recdrop.store import atomic_write_bytes, git_commit, hardware, is_clean_commit
+from recdrop.perf import flops_per_step, peak_tflops, require_clean_commit, write_benchmark
+from recdrop.store import git_commit, hardware
 
 SHAPES = [(256, 35), (1024, 35), (1024, 100)]  # (hidden, sequence length); issue 3 and issue 6 shapes
 
@@ -60,9 +58,7 @@ def main(argv=None):
     ap.add_argument("--tf32", action="store_true", help="allow TF32 matmuls on the GPU (both torch.nn and recdrop)")
     ap.add_argument("--out", type=Path, help="write the table as CSV here (with hardware, torch and commit per row)")
     args = ap.parse_args(argv)
-    if args.out and not is_clean_commit(git_commit()):
-        raise SystemExit(f"error: the code is not a clean commit ({git_commit()}); commit recdrop/ before writing "
-                         f"{args.out}, so that its rows say what was timed")
+    require_clean_commit(args.out)
     torch.set_num_threads(args.threads)
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = args.tf32
     torch.manual_seed(0)
@@ -104,11 +100,7 @@ def main(argv=None):
                       f"   {r['gflop_per_step']:.3f} GFLOP/step, {r['recdrop_tflops']:.3f} TFLOP/s"
                       + (f" = {r['peak_fraction']:.1%} of peak" if peak else " (peak unknown)"), flush=True)
     if args.out:
-        buf = io.StringIO()
-        w = csv.DictWriter(buf, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-        atomic_write_bytes(args.out, buf.getvalue().encode())
+        write_benchmark(args.out, rows)
     return rows
 
 

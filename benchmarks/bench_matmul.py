@@ -6,8 +6,6 @@ oneDNN route (``recdrop.fused.matmul``), in one run on one machine, as GFLOP/s a
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import statistics
 import time
 from pathlib import Path
@@ -15,7 +13,8 @@ from pathlib import Path
 import torch
 
 from recdrop.fused import matmul
-from recdrop.store import atomic_write_bytes, git_commit, hardware, is_clean_commit
+from recdrop.perf import require_clean_commit, write_benchmark
+from recdrop.store import git_commit, hardware
 
 # (what, m, k, n, whether a is a transposed view): the products of a training step
 SHAPES = [
@@ -43,9 +42,7 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--out", type=Path, help="write the table as CSV here (with hardware, torch and commit per row)")
     args = ap.parse_args(argv)
-    if args.out and not is_clean_commit(git_commit()):
-        raise SystemExit(f"error: the code is not a clean commit ({git_commit()}); commit recdrop/ before writing "
-                         f"{args.out}, so that its rows say what was timed")
+    require_clean_commit(args.out)
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     env = {"hardware": hardware("cpu"), "threads": torch.get_num_threads(), "torch": torch.__version__,
@@ -63,11 +60,7 @@ def main(argv=None):
         print(f"{what:55s} torch.mm {rows[-1]['torch_mm_gflops']:6.1f} GFLOP/s   recdrop {rows[-1]['recdrop_gflops']:6.1f}"
               f" GFLOP/s   {rows[-1]['speedup']:.2f}x", flush=True)
     if args.out:
-        buf = io.StringIO()
-        w = csv.DictWriter(buf, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-        atomic_write_bytes(args.out, buf.getvalue().encode())
+        write_benchmark(args.out, rows)
     return rows
 
 

@@ -1,14 +1,17 @@
 """The Performance page: benchmark results from ``data/benchmarks/*.csv`` (written by
-``benchmarks/bench_layers.py --out``), as ratio tables and a plot of time per step."""
+``benchmarks/bench_layers.py --out`` and ``benchmarks/bench_matmul.py --out``), as ratio tables and a plot of
+time per step; and the helpers those scripts write them with."""
 from __future__ import annotations
 
+import csv
+import io
 from pathlib import Path
-from typing import Optional
+from typing import Any, Dict, List, Optional
 
 import pandas as pd
 
 from .paths import DATA_DIR
-from .store import is_clean_commit
+from .store import atomic_write_bytes, git_commit, is_clean_commit
 
 BENCH_DIR = DATA_DIR / "benchmarks"
 IMPLEMENTATIONS = {"torch_nn_ms": "torch.nn, no dropout", "recdrop_ms": "recdrop fast path, dropout 0.25",
@@ -18,6 +21,23 @@ IMPLEMENTATIONS = {"torch_nn_ms": "torch.nn, no dropout", "recdrop_ms": "recdrop
 GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 # Dense peak TFLOP/s from NVIDIA's data sheets (SXM parts): plain float32, and TF32 on tensor cores.
 PEAK_TFLOPS = {"H100": {"fp32": 67.0, "tf32": 494.7}, "H200": {"fp32": 67.0, "tf32": 494.7}}
+
+
+def write_benchmark(path: Path, rows: List[Dict[str, Any]]) -> None:
+    """A benchmark's rows as CSV at ``path``, written at once (``store.atomic_write_bytes``)."""
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(rows[0]))
+    w.writeheader()
+    w.writerows(rows)
+    atomic_write_bytes(path, buf.getvalue().encode())
+
+
+def require_clean_commit(out: Optional[Path]) -> None:
+    """Before timing: a benchmark that will be written to ``out`` must time a clean commit, so that its
+    rows say what was timed (``load_benchmarks`` refuses others)."""
+    if out and not is_clean_commit(git_commit()):
+        raise SystemExit(f"error: the code is not a clean commit ({git_commit()}); commit recdrop/ before writing "
+                         f"{out}, so that its rows say what was timed")
 
 
 def flops_per_step(kind: str, batch: int, input_size: int, hidden: int) -> int:
