@@ -249,11 +249,9 @@ def _member_name(record: Dict[str, Any]) -> str:
     return f"runs/{record['experiment']}/{record['config']['scale']}/{record['run_id']}.json"
 
 
-def _progress(checkpoint) -> Tuple[int, int]:
-    """How far a checkpoint (a path or a file object) got: (epoch, batch), read with ``load_checkpoint``
-    (``torch.load(weights_only=True)``)."""
-    ck = load_checkpoint(checkpoint)
-    return ck["epoch"], ck["batch"]
+def _progress(checkpoint: Dict[str, Any]) -> Tuple[int, int]:
+    """How far a loaded checkpoint got: (epoch, batch)."""
+    return checkpoint["epoch"], checkpoint["batch"]
 
 
 def unpack(in_dir: os.PathLike, store: Optional[RunStore] = None) -> Dict[str, Any]:
@@ -289,17 +287,18 @@ def unpack(in_dir: os.PathLike, store: Optional[RunStore] = None) -> Dict[str, A
                 raise ValueError(f"{name} in the pack in {in_dir} holds the record of another run ({holds})")
 
     def has_clean_record(experiment: str, rid: str) -> bool:
-        paths = store.root.glob(f"{experiment}/*/{rid}.json")  # a checkpoint does not say its scale
-        return any(not unclean_commits(json.loads(p.read_text())) for p in paths)
+        """A record from clean code (a run id names one scale, and a checkpoint does not say which)."""
+        return any(not unclean_commits(store.read(p)) for p in store.root.glob(f"{experiment}/*/{rid}.json"))
 
     def further_on(local: Path, name: str, data: bytes) -> bool:
         try:
-            theirs = _progress(io.BytesIO(data))
+            theirs = _progress(load_checkpoint(io.BytesIO(data)))
         except (CorruptCheckpointError, KeyError, TypeError) as e:
             raise ValueError(f"{name} in the pack in {in_dir} is not a checkpoint that loads ({type(e).__name__}: "
                              f"{e})") from e
         try:  # the pack's replaces an unreadable local one, and one that would not be resumed here
-            return _resumable(local, store) and _progress(local) > theirs
+            ours = load_checkpoint(local)
+            return store.accepts_checkpoint(ours) and _progress(ours) > theirs
         except (CorruptCheckpointError, KeyError, TypeError):
             return False
 
@@ -315,8 +314,7 @@ def unpack(in_dir: os.PathLike, store: Optional[RunStore] = None) -> Dict[str, A
             counts["checkpoints"] += 1
             continue
         record = json.loads(data)
-        old = store.path(record["experiment"], record["config"]["scale"], record["run_id"])
-        if old.exists() and not unclean_commits(json.loads(old.read_text())):
+        if has_clean_record(record["experiment"], record["run_id"]):
             counts["kept"] += 1
             continue
         try:

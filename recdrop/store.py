@@ -180,10 +180,11 @@ class RunStore:
         return self.path(experiment, scale, rid).exists()
 
     def load(self, experiment: str, scale: str, rid: str) -> Dict[str, Any]:
-        return self._read(self.path(experiment, scale, rid))
+        return self.read(self.path(experiment, scale, rid))
 
     @staticmethod
-    def _read(path: Path) -> Dict[str, Any]:
+    def read(path: Path) -> Dict[str, Any]:
+        """The record at ``path``; one that is not JSON is a ValueError naming it."""
         try:
             return json.loads(path.read_text())
         except json.JSONDecodeError as e:
@@ -206,4 +207,4 @@ class RunStore:
         """All finished records of ``experiment`` (at ``scale`` if given)."""
         folder = self.root / experiment
         pattern = f"{scale}/*.json" if scale else "*/*.json"
-        return [self._read(p) for p in sorted(folder.glob(pattern))]
+        return [self.read(p) for p in sorted(folder.glob(pattern))]
