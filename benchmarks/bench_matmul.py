@@ -23,6 +23,8 @@ SHAPES = [
     ("char LM reduced: input gradient dG W_ih", 1600, 2048, 256, False),
     ("word LM reduced: decoder h W_out^T", 1120, 256, 10000, False),
     ("word LM reduced: decoder weight gradient dY^T h", 10000, 1120, 256, True),
+    ("NER paper: recurrent weight gradient dG^T h, 5-word spans", 4096, 160, 1024, True),
+    ("NER paper: recurrent weight gradient dG^T h, 15-word spans", 4096, 480, 1024, True),
 ]
 
 

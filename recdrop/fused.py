@@ -51,14 +51,18 @@ def _onednn_usable(*tensors: Tensor) -> bool:
 
 
 def matmul(a: Tensor, b: Tensor) -> Tensor:
-    """``a @ b`` for 2-D ``a`` and ``b`` of any strides. On a CPU in float32 through oneDNN: torch sends
-    float32 ``mm`` to MKL, which on this project's CPU (AMD EPYC, AVX-512, one thread) reaches about
-    90 GFLOP/s where oneDNN reaches about 170-230 (``benchmarks/bench_matmul.py``). Equal to ``torch.mm``
-    to float32 rounding (another summation order); elsewhere it is ``torch.mm``."""
+    """``a @ b``, contiguous, for 2-D ``a`` and ``b`` of any strides. On a CPU in float32 through oneDNN:
+    torch sends float32 ``mm`` to MKL, which on this project's CPU (AMD EPYC, AVX-512, one thread)
+    reaches about 90 GFLOP/s where oneDNN reaches about 170-230 (``benchmarks/bench_matmul.py``). Equal
+    to ``torch.mm`` to float32 rounding (another summation order); elsewhere it is ``torch.mm``."""
     if not _onednn_usable(a, b):
         return torch.mm(a, b)
-    if a.t().is_contiguous():  # a transposed operand (a weight's gradient) goes in as oneDNN's weight: no copy
-        return torch.ops.mkldnn._linear_pointwise(b.t().contiguous(), a, None, "none", [], "").t()
+    (m, k), n = a.shape, b.shape[1]
+    if a.t().is_contiguous() and m * k > (k + m) * n:
+        # A weight's gradient (m, k) @ (k, n) over k tokens, with a transposed: oneDNN copies its left
+        # operand dense, so where that costs more than copying b and the result, a goes in as the
+        # weight and the transposed result is copied (as autograd would copy it into .grad).
+        return torch.ops.mkldnn._linear_pointwise(b.t().contiguous(), a, None, "none", [], "").t().contiguous()
     return torch.ops.mkldnn._linear_pointwise(a, b.t(), None, "none", [], "")
 
 

@@ -131,11 +131,13 @@ def _onednn_or_skip(*tensors):
         pytest.skip("this torch has no oneDNN linear: recdrop uses torch.mm")
 
 
+@pytest.mark.parametrize("shape", [(40, 70, 30), (10, 200, 5)])  # a transposed: oneDNN copies a, or b and the result
 @pytest.mark.parametrize("layout", ["plain", "a transposed", "b transposed", "both transposed"])
-def test_matmul_through_onednn_equals_torch_mm_in_every_layout(layout):
+def test_matmul_through_onednn_equals_torch_mm_in_every_layout(layout, shape):
     from recdrop.fused import matmul
     torch.manual_seed(0)
-    a, b = torch.randn(40, 70), torch.randn(70, 30)
+    m, k, n = shape
+    a, b = torch.randn(m, k), torch.randn(k, n)
     if "a" in layout or "both" in layout:
         a = a.t().contiguous().t()
     if "b " in layout or "both" in layout:
@@ -143,6 +145,7 @@ def test_matmul_through_onednn_equals_torch_mm_in_every_layout(layout):
     _onednn_or_skip(a, b)
     got, want = matmul(a, b), torch.mm(a, b)
     assert got.shape == want.shape and torch.allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert got.is_contiguous()  # as a weight's .grad takes it, without another copy
     a64, b64 = a.double(), b.double()
     assert torch.equal(matmul(a64, b64), torch.mm(a64, b64))  # float64: torch.mm itself
 
