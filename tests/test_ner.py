@@ -75,3 +75,25 @@ def test_claims_are_not_yet_run_without_records():
     rows = [{**label, "seed": 0, "config": cfg, "record": None} for label, cfg in grid("ci")]
     out = ner.claims(rows)
     assert set(out["on ours"]) == {"not yet run"} and set(out["on the paper's numbers"]) == {"holds"}
+
+
+def test_predict_batches_by_length_and_returns_the_split_order():
+    """Sentences of mixed lengths, batched 3 at a time after sorting by length: the same tags, in the
+    split's order, as each sentence alone (float64, so batching changes no rounding that matters)."""
+    from types import SimpleNamespace
+
+    from recdrop.models import Dropout, Tagger
+    torch.manual_seed(0)
+    tag_names = ["O", "I-PER", "I-LOC"]
+    lengths = [7, 2, 9, 1, 4, 4, 11, 3]
+    sentences = [Sentence([f"w{(i * 5 + j) % 13}" for j in range(n)], [tag_names[(i + j) % 3] for j in range(n)])
+                 for i, n in enumerate(lengths)]
+    split = make_split(sentences, {f"w{i}": i + 2 for i in range(13)}, {t: i for i, t in enumerate(tag_names)}, 5)
+    model = Tagger("LSTM", torch.randn(15, 4, dtype=torch.float64), 5, len(CAPS), 8, 3, Dropout()).double()
+    task = SimpleNamespace(model=model, tag_names=tag_names, device="cpu")
+    true, pred = ner.NERTask.predict(task, split, batch=3)
+    alone = [ner.NERTask.predict(task, make_split([s], {f"w{i}": i + 2 for i in range(13)},
+                                                  {t: i for i, t in enumerate(tag_names)}, 5))[1][0] for s in sentences]
+    assert true == [s.tags for s in sentences]
+    assert pred == alone and [len(p) for p in pred] == lengths
+    assert model.training  # predict leaves the model training
