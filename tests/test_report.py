@@ -98,6 +98,28 @@ def test_fit_table_says_which_runs_over_fit_and_which_converged():
     assert "5 epochs" in describe_fit() and "1%" in describe_fit()
 
 
+def test_fit_table_says_whether_the_last_epochs_moved_a_run_by_less_than_the_seed_noise():
+    from recdrop.experiments.lm_tables import fit_table
+
+    def run(scheme, seed, valid):
+        curves = [{"epoch": e + 1, "valid_ppl": v, "train_ppl": 100.0, "lr": 1.0} for e, v in enumerate(valid)]
+        return {"forward": "without forward dropout", "scheme": scheme, "rate": 0.25, "sampling": "per-step",
+                "seed": seed, "record": {"curves": curves}}
+
+    rows = [run("gal", 0, [320, 310, 305, 301, 301, 300.5, 300.5, 300, 300]),  # its cell: sd(300, 302) = 1.41
+            run("gal", 1, [320, 312, 308, 305, 304, 304, 303, 303, 302]),  # moved -3 over the last 5 epochs
+            run("moon", 0, [320, 310, 304, 303, 303, 304, 305, 306]),  # one seed: the smallest sd measured
+            run("semeniuta", 0, [320, 310, 305])]  # too short to say
+    t = fit_table(rows, "ppl").set_index(["scheme", "seed"])
+    col = "validation, last 5 epochs (ppl)"
+    assert t.loc[("gal", 0), col] == -1.0 and t.loc[("gal", 0), "settled"] == "yes"
+    assert t.loc[("gal", 1), col] == -3.0 and t.loc[("gal", 1), "settled"] == "no: still falling"
+    assert t.loc[("moon", 0), col] == 2.0 and t.loc[("moon", 0), "settled"] == "no: still rising"
+    assert t.loc[("semeniuta", 0), "settled"] == "—"
+    single = fit_table(rows[2:], "ppl")  # no cell with two seeds: no seed noise to compare with
+    assert list(single["settled"]) == ["no seed noise yet", "—"]
+
+
 def test_stamp_counts_cells_and_their_seeds():
     from recdrop.report import stamp
 

@@ -189,12 +189,26 @@ def plot_learning_curves(rows, unit: str, cells, ylabel: str, log: bool = False)
 FIT_TOLERANCE, FIT_WINDOW, FIT_DECAYED = 0.01, 5, 0.1  # fit_table's rule: 1%, 5 epochs, a tenth
 
 
+def _last_valid_sds(rows, unit: str) -> Dict[Cell, float]:
+    """The seed noise of a run's final validation ``valid_<unit>`` (its curves' last epoch): the standard
+    deviation over seeds, for every cell run with two seeds or more."""
+    by_cell: Dict[Cell, List[float]] = {}
+    for r in rows:
+        if r.get("record"):
+            by_cell.setdefault(tuple(r[k] for k in CELL_KEYS), []).append(r["record"]["curves"][-1][f"valid_{unit}"])
+    return {cell: float(pd.Series(v).std()) for cell, v in by_cell.items() if len(v) > 1}
+
+
 def fit_table(rows, unit: str) -> "pd.DataFrame":
-    """Per stored run, from its curves: does it over-fit, and has it converged (issue 16's conditions for
-    a reduced scale; ``describe_fit`` says the rule in words)? The epoch of the lowest validation
-    ``valid_<unit>``; how far validation and training (``train_<unit>``) moved from that epoch to the
-    last, in %; the last learning rate as a fraction of the first; the fit; whether it converged."""
+    """Per stored run, from its curves: does it over-fit, has it converged, and is its number settled
+    (issue 16's conditions for a reduced scale; ``describe_fit`` says the rules in words)? The epoch of
+    the lowest validation ``valid_<unit>``; how far validation and training (``train_<unit>``) moved
+    from that epoch to the last, in %; the last learning rate as a fraction of the first; the fit;
+    whether it converged; how far validation moved over the last ``FIT_WINDOW`` epochs (what stopping
+    there, an early-stopping rule's patience sooner, would change), against the seed noise of the final
+    validation (``_last_valid_sds``): its cell's, else the smallest measured, so that *settled* is earned."""
     tol, window = FIT_TOLERANCE, FIT_WINDOW
+    noises = _last_valid_sds(rows, unit)
     out = []
     for r in rows:
         if not r.get("record"):
@@ -215,13 +229,20 @@ def fit_table(rows, unit: str) -> "pd.DataFrame":
         converged = ("yes: learning rate decayed" if lr_left <= FIT_DECAYED else
                      f"yes: no new best for {window} epochs" if no_new_best else
                      f"yes: validation flat for {window} epochs" if settled else "no")
+        move = float(recent.iloc[-1] - recent.iloc[0]) if len(c) > window else float("nan")
+        noise = noises.get(tuple(r[k] for k in CELL_KEYS), min(noises.values(), default=float("nan")))
+        stable = ("—" if pd.isna(move) else "no seed noise yet" if pd.isna(noise) else
+                  "yes" if abs(move) <= noise else "no: still falling" if move < 0 else "no: still rising")
         out.append({**{k: r[k] for k in CELL_KEYS}, "seed": r["seed"], "epochs": last, "best validation epoch": best_epoch,
                     "validation, last vs best (%)": round(100 * valid_up, 1),
                     "training, last vs best epoch (%)": round(100 * train_move, 1),
-                    "last lr / first": round(lr_left, 3), "fit": fit, "converged": converged})
+                    "last lr / first": round(lr_left, 3), "fit": fit, "converged": converged,
+                    f"validation, last {window} epochs ({unit})": float(f"{move:.3g}"),
+                    "settled": stable})
     return pd.DataFrame(out, columns=CELL_KEYS + ["seed", "epochs", "best validation epoch", "validation, last vs best (%)",
                                                   "training, last vs best epoch (%)", "last lr / first", "fit",
-                                                  "converged"])
+                                                  "converged", f"validation, last {window} epochs ({unit})",
+                                                  "settled"])
 
 
 def pilot_table(rows, unit: str, paper_table: int) -> "pd.DataFrame":
@@ -255,7 +276,11 @@ def describe_fit() -> str:
             f"{tol} above its best but the best is more recent; *flat* where validation moved by less than {tol} "
             f"over the last {window} epochs; else *still improving*. A run has *converged* where its learning rate "
             f"has decayed to {FIT_DECAYED:g} of its first value or less, or validation has had no new best for "
-            f"{window} epochs (an early-stopping rule's patience), or has moved by less than {tol} over them.")
+            f"{window} epochs (an early-stopping rule's patience), or has moved by less than {tol} over them. "
+            f"Its number is *settled* where validation moved over its last {window} epochs by less than the seed "
+            f"noise, the standard deviation over seeds of the final validation number: its cell's where the cell "
+            f"ran with several seeds, else the smallest measured at that scale. Stopping {window} epochs sooner, "
+            f"as an early-stopping rule might, would then have moved the number by less than a change of seed.")
 
 
 def plot_run_curves(rows, unit: str, ylabel: str, log: bool = False):
