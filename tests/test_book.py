@@ -132,3 +132,24 @@ def test_a_chapter_shows_the_runs_of_its_other_scales(store, monkeypatch):
     assert len(shown[2]) == 9 and "not yet run" in set(shown[2]["on ours"])  # Table 1's claims, judged on it
     experiments.show_other_scales("temporal_order", "ci", store)
     assert len(shown) == 3  # the scale shown is not repeated
+
+
+def test_a_chapter_says_where_its_claims_not_yet_run_are_judged(store):
+    from recdrop.experiments import claims_judged_below
+
+    assert claims_judged_below("ner", "quick", store) == ""  # nothing stored anywhere
+    rows = grid_rows("ner", "ci", [0], store=store)
+
+    def ran(r):
+        path = store.root / "ner" / "ci" / f"{r['run_id']}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        gain = 2.0 if r["rate"] else 0.0  # dropout helps, more after the short stage
+        path.write_text(json.dumps({"experiment": "ner", "seed": 0, "metrics": {
+            "test_f1_short": 80.0 + gain, "test_f1_long": 85.0 + gain / 2}}))
+    for r in rows[:-1]:  # every cell but one at ci: the claims still wait there too
+        ran(r)
+    assert claims_judged_below("ner", "quick", store) == ""
+    ran(rows[-1])
+    assert claims_judged_below("ner", "quick", store) == \
+        "2 of the 2 claims have not yet run at `quick` scale; *Other scales* below judges 2 at `ci` scale."
+    assert claims_judged_below("ner", "ci", store) == ""  # judged where it is shown

@@ -101,6 +101,39 @@ def get(name: str, grid: str = "table"):
     return e.task, e.grids[grid]
 
 
+def claims_judged_below(name: str, shown: str, store: Optional[RunStore] = None) -> str:
+    """In a chapter rendered at ``shown``: a line saying at which smaller scales the claims of experiment
+    ``name`` that have not run at ``shown`` are judged (each at the largest where every cell it needs
+    has run, as on the landing page, and shown under *Other scales*); empty where none waits or none is
+    judged at any scale."""
+    from ..sweep import grid_rows
+
+    e, store = EXPERIMENTS[name], store or RunStore()
+
+    def verdicts(scale):
+        rows = grid_rows(name, scale, stored_seeds(name, scale, store), store=store)
+        t = e.claims(rows)
+        return dict(zip(t.iloc[:, 0], t["on ours"]))
+
+    here = verdicts(shown)
+    waiting = [c for c, v in here.items() if v == "not yet run"]
+    n_waiting, where = len(waiting), {}
+    for scale in reversed(SCALE_NAMES[:SCALE_NAMES.index(shown)]):
+        if not waiting:
+            break
+        if not store.records(name, scale):
+            continue
+        judged = [c for c, v in verdicts(scale).items() if c in waiting and v != "not yet run"]
+        if judged:
+            where[scale] = len(judged)
+            waiting = [c for c in waiting if c not in judged]
+    if not where:
+        return ""
+    at = " and ".join(f"{n} at `{scale}`" for scale, n in where.items())
+    return (f"{n_waiting} of the {len(here)} claims have not yet run at `{shown}` scale; *Other scales* below "
+            f"judges {at} scale.")
+
+
 def show_other_scales(name: str, shown: str, store: Optional[RunStore] = None) -> None:
     """In a chapter rendered at ``shown``: the runs stored at every other scale of experiment ``name``,
     largest first, each with its stamp, the comparison of the cells that ran, the paper's claims
