@@ -253,6 +253,45 @@ def compare(rows: List[Dict[str, Any]], cells: Iterable[Tuple[Dict[str, Any], Op
     return pd.DataFrame(out)
 
 
+def verdict_rows(table: pd.DataFrame) -> pd.DataFrame:
+    """The rows of a comparison (``compare``'s output) that a table's verdict weighs: the paper's test
+    numbers (not its validation or training rows, nor cells the paper does not have)."""
+    t = table[table["verdict"] != "not in the paper"]
+    if "split" in t:
+        t = t[t["split"].str.lower() == "test"]
+    return t.reset_index(drop=True)
+
+
+def plot_against_paper(table: pd.DataFrame):
+    """Ours against the paper's, cell by cell: the test rows (``verdict_rows``) of a comparison that ran,
+    our mean over seeds (± its sd where several) against the paper's number, coloured by the table's
+    first label (its blocks), with Spearman's rank correlation: whether the cells keep the paper's
+    order, whatever a smaller scale does to their level. The diagonal (ours = the paper's) is drawn
+    where the two ranges meet."""
+    import matplotlib.pyplot as plt
+
+    t = verdict_rows(table)
+    t = t[t["n"] > 0]
+    fig, ax = plt.subplots(figsize=(5.2, 4.2))
+    ax.set_xlabel("the paper's")
+    ax.set_ylabel("ours (mean over seeds)")
+    if len(t) < 2:
+        ax.text(0.5, 0.5, "not yet run" if t.empty else "one cell run", ha="center", va="center",
+                transform=ax.transAxes)
+        return fig
+    block = t.columns[0]
+    for name, g in t.groupby(block, sort=False):
+        ax.errorbar(g["paper"], g["mean"], yerr=g["sd"].fillna(0.0), fmt="o", capsize=2, label=str(name))
+    lo, hi = max(t["paper"].min(), t["mean"].min()), min(t["paper"].max(), t["mean"].max())
+    if lo < hi:
+        ax.plot([lo, hi], [lo, hi], color="grey", linestyle=":", linewidth=1, label="ours = the paper's")
+    rho = t["paper"].rank().corr(t["mean"].rank())
+    ax.set_title(f"{len(t)} cells: Spearman's rank correlation {rho:.2f}", fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
 def styled(table: pd.DataFrame, digits: int = 2):
     """A comparison (``compare``'s output) as the book shows it: without the row index and without
     the numbers behind ``ours`` (mean, sd, n), the paper's number and the delta to ``digits`` decimals."""

@@ -11,6 +11,7 @@ import pandas as pd
 from .book import chapter_scale, chapter_seeds
 from .config import SCALE_NAMES
 from .experiments import EXPERIMENTS
+from .report import verdict_rows
 from .store import RunStore
 from .sweep import run_grid
 
@@ -27,14 +28,6 @@ def _verdict(scale: Optional[str], verdicts: pd.Series) -> str:
         return f"not yet run in full at paper scale ({len(ran)} of {len(verdicts)} cells)"
     k = int(ran.isin(WITHIN).sum())
     return "reproduced" if k == len(verdicts) else "partly" if k else "not reproduced"
-
-
-def _landing_rows(t: pd.DataFrame) -> pd.DataFrame:
-    """The rows of a comparison that the landing page weighs: the paper's test numbers."""
-    t = t[t["verdict"] != "not in the paper"]
-    if "split" in t:
-        t = t[t["split"].str.lower() == "test"]
-    return t.reset_index(drop=True)
 
 
 def _claims(e, rows) -> pd.DataFrame:
@@ -87,7 +80,7 @@ def landing_table(store: Optional[RunStore] = None) -> pd.DataFrame:
         scale = chapter_scale(e.name, store)
         seeds = chapter_seeds(e.name, scale, store) if scale else [0]
         rows = run_grid(e.name, scale or "quick", seeds, train=False, store=store)
-        t = _landing_rows(e.comparison(rows))
+        t = verdict_rows(e.comparison(rows))
         m = e.metric
         best = (t.index[t["setting"] == e.headline][0] if e.headline else
                 t["paper"].idxmax() if m.higher_is_better else t["paper"].idxmin())

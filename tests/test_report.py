@@ -158,3 +158,31 @@ def test_pilot_table_weighs_the_gap_against_the_seed_noise():
     assert t["pilot"].startswith("the gap favours dropout") and t["no dropout"] == "400.000 ± 14.142 (n=2)"
     assert pilot_table(rows([300, 340], [290, 300]), "ppl", 2).iloc[0]["pilot"].endswith("redefine the scale")
     assert pilot_table(rows([300], [200, 210]), "ppl", 2).iloc[0]["pilot"] == "not yet: fewer than 2 seeds a cell"
+
+
+def test_plot_against_paper_draws_the_test_cells_that_ran_with_their_rank_correlation():
+    import matplotlib
+    matplotlib.use("Agg")
+    from recdrop.report import plot_against_paper
+
+    metric = Metric("ppl", 1, 0.05, relative=True)
+
+    def rows(values):
+        return [{"block": b, "cell": c, "seed": s, "record": {"metrics": {"test": v, "valid": v + 1}}}
+                for (b, c), vs in values.items() for s, v in enumerate(vs)]
+
+    cells = [({"block": b, "cell": c, "split": split}, p, split.lower())
+             for b, c, p in (("a", 1, 100.0), ("a", 2, 110.0), ("b", 3, 90.0), ("b", 4, 95.0), ("b", 5, 120.0))
+             for split in ("Valid", "Test")]
+    ran = {("a", 1): [300.0, 310.0], ("a", 2): [320.0], ("b", 3): [280.0], ("b", 4): [270.0]}  # cell 5 not run
+    fig = plot_against_paper(compare(rows(ran), cells, ["block", "cell"], metric))
+    ax = fig.axes[0]
+    # the paper's order 90 < 95 < 100 < 110 against ours 280, 270, 305, 320: ranks (1, 2, 3, 4) and (2, 1, 3, 4)
+    assert ax.get_title() == "4 cells: Spearman's rank correlation 0.80"
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["a", "b"]  # no diagonal: the ranges do not meet
+    points = sorted(tuple(xy) for line in ax.lines if line.get_marker() == "o" for xy in line.get_xydata())
+    assert points == [(90.0, 280.0), (95.0, 270.0), (100.0, 305.0), (110.0, 320.0)]  # test rows only
+    same = plot_against_paper(compare(rows({("a", 1): [100.0], ("a", 2): [111.0]}), cells, ["block", "cell"], metric))
+    assert "ours = the paper's" in [t.get_text() for t in same.axes[0].get_legend().get_texts()]
+    empty = plot_against_paper(compare([], cells, ["block", "cell"], metric))
+    assert [t.get_text() for t in empty.axes[0].texts] == ["not yet run"]

@@ -13,7 +13,7 @@ import dataclasses
 from typing import Callable, Dict, Optional
 
 from ..config import SCALE_NAMES
-from ..report import Metric, stamp, stored_seeds, styled
+from ..report import Metric, plot_against_paper, stamp, stored_seeds, styled
 from ..store import RunStore
 from . import char_lm, memory_loss, ner, sentiment, temporal_order, word_lm
 
@@ -136,9 +136,10 @@ def claims_judged_below(name: str, shown: str, store: Optional[RunStore] = None)
 
 def show_other_scales(name: str, shown: str, store: Optional[RunStore] = None) -> None:
     """In a chapter rendered at ``shown``: the runs stored at every other scale of experiment ``name``,
-    largest first, each with its stamp, the comparison of the cells that ran, the paper's claims
-    judged on them, and, where the experiment has them, their learning curves and the checks of the
-    scale. Nothing where no other scale has runs."""
+    largest first, each with its stamp, the comparison of the cells that ran and its plot against the
+    paper's, the paper's claims judged on them, and, where the experiment has them, their learning
+    curves and the checks of the scale. Nothing where no other scale has runs."""
+    import matplotlib.pyplot as plt
     from IPython.display import Markdown, display
 
     from ..sweep import grid_rows
@@ -155,11 +156,12 @@ def show_other_scales(name: str, shown: str, store: Optional[RunStore] = None) -
         if e.comparison is not None:
             table = e.comparison(rows)
             display(styled(table[table["n"] > 0], e.metric.digits))
+            fig = plot_against_paper(table)
+            display(fig)
+            plt.close(fig)  # shown once, not again at the end of the cell
         if e.claims is not None:
             display(e.claims(rows))
         if e.curves is not None:
-            import matplotlib.pyplot as plt
-
             fig = e.curves(rows)
             display(fig)
             plt.close(fig)  # shown once, not again at the end of the cell
