@@ -104,3 +104,35 @@ def test_batch_check_says_not_yet_run_and_gives_mean_and_spread():
     default, half = sorted(set(table["batch_size"]), reverse=True)
     assert shown[("none", default)] == "1.550 ± 0.071 (n=2)"
     assert shown[("none", half)] == shown[("semeniuta", default)] == "not yet run"
+
+
+@needs_data
+def test_the_best_validation_model_is_kept_and_tested_once_at_the_end(tmp_path):
+    """Test bpc is computed at the last epoch only; the best-validation epoch's weights are kept (and
+    checkpointed) and tested at the end, giving what testing at that epoch gave."""
+    from recdrop.store import load_checkpoint, save_checkpoint
+
+    torch.manual_seed(0)
+    t = CharLMTask(CharLMConfig.at_scale("ci", epochs=3), "cpu", 0)
+    t.model.eval()
+    first = t.evaluate(0, {"loss": 1.0})  # an improvement: the weights are kept, not tested
+    assert first["test_bpc"] is None
+    assert all(torch.equal(v, t.model.state_dict()[k]) for k, v in t.best_state.items())
+    best_test = t.bpc(t.test_seqs)  # what testing at that epoch would have given
+    t.end_epoch(0, first)
+    with torch.no_grad():  # later epochs move the weights and validation gets worse
+        for p in t.model.parameters():
+            p.add_(0.05)
+    path = tmp_path / "ck.pt"
+    save_checkpoint(path, {"task": t.state_dict()})  # a resumed run keeps them
+    t.load_state_dict(load_checkpoint(path)["task"])
+    moved = {k: v.clone() for k, v in t.model.state_dict().items()}
+    second = t.evaluate(1, {"loss": 1.0})
+    assert second["valid_bpc"] > first["valid_bpc"] and second["test_bpc"] is None
+    last = t.evaluate(2, {"loss": 1.0})
+    assert last["test_bpc"] is not None  # the final model is tested
+    curves = [{"epoch": e + 1, **m} for e, m in enumerate([first, second, last])]
+    metrics = t.final_metrics(curves)
+    assert metrics["best_epoch"] == 1 and metrics["best_test_bpc"] == pytest.approx(best_test, rel=1e-6)
+    assert metrics["test_bpc"] == last["test_bpc"]
+    assert all(torch.equal(v, t.model.state_dict()[k]) for k, v in moved.items())  # the final weights are back
