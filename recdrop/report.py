@@ -285,8 +285,8 @@ def plot_against_paper(table: pd.DataFrame):
     lo, hi = max(t["paper"].min(), t["mean"].min()), min(t["paper"].max(), t["mean"].max())
     if lo < hi:
         ax.plot([lo, hi], [lo, hi], color="grey", linestyle=":", linewidth=1, label="ours = the paper's")
-    rho = t["paper"].rank().corr(t["mean"].rank())
-    ax.set_title(f"{len(t)} cells: Spearman's rank correlation {rho:.2f}", fontsize=10)
+    rho = t["paper"].rank().corr(t["mean"].rank()) if len(t) > 2 else float("nan")  # 2 cells: always ±1
+    ax.set_title(f"{len(t)} cells" + ("" if pd.isna(rho) else f": Spearman's rank correlation {rho:.2f}"), fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig

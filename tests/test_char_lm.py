@@ -136,3 +136,13 @@ def test_the_best_validation_model_is_kept_and_tested_once_at_the_end(tmp_path):
     assert metrics["best_epoch"] == 1 and metrics["best_test_bpc"] == pytest.approx(best_test, rel=1e-6)
     assert metrics["test_bpc"] == last["test_bpc"]
     assert all(torch.equal(v, t.model.state_dict()[k]) for k, v in moved.items())  # the final weights are back
+    # resumed from a checkpoint of the code that tested at every improvement (no kept weights): the best
+    # epoch's test is in its curve if it came before the resume, and kept if after it
+    t.load_state_dict({"best_valid": first["valid_bpc"]})
+    old_curves = [{**curves[0], "test_bpc": best_test}] + curves[1:]
+    assert t.final_metrics(old_curves)["best_test_bpc"] == best_test
+    t.load_state_dict({"best_valid": second["valid_bpc"] + 1.0})
+    t.evaluate(1, {"loss": 1.0})  # an improvement on what the checkpoint knew: kept
+    later = [{**curves[0], "valid_bpc": second["valid_bpc"] + 1.0, "test_bpc": 0.0}, {**curves[1]}, curves[2]]
+    assert t.final_metrics(later)["best_epoch"] == 2
+    assert t.final_metrics(later)["best_test_bpc"] == pytest.approx(t.bpc(t.test_seqs), rel=1e-6)

@@ -77,7 +77,7 @@ def test_claims_are_not_yet_run_without_records():
     assert set(out["on ours"]) == {"not yet run"} and set(out["on the paper's numbers"]) == {"holds"}
 
 
-def test_predict_batches_by_length_and_returns_the_split_order():
+def test_predict_batches_by_length_and_returns_the_split_order(monkeypatch):
     """Sentences of mixed lengths, batched 3 at a time after sorting by length: the same tags, in the
     split's order, as each sentence alone (float64, so batching changes no rounding that matters)."""
     from types import SimpleNamespace
@@ -91,9 +91,17 @@ def test_predict_batches_by_length_and_returns_the_split_order():
     split = make_split(sentences, {f"w{i}": i + 2 for i in range(13)}, {t: i for i, t in enumerate(tag_names)}, 5)
     model = Tagger("LSTM", torch.randn(15, 4, dtype=torch.float64), 5, len(CAPS), 8, 3, Dropout()).double()
     task = SimpleNamespace(model=model, tag_names=tag_names, device="cpu")
+    batches = []
+
+    def recording_gather(split, firsts, lengths, steps):
+        batches.append(lengths.tolist())
+        return gather(split, firsts, lengths, steps)
+    monkeypatch.setattr(ner, "gather", recording_gather)
     true, pred = ner.NERTask.predict(task, split, batch=3)
+    assert batches == [[1, 2, 3], [4, 4, 7], [9, 11]]  # sorted by length: little padding
     alone = [ner.NERTask.predict(task, make_split([s], {f"w{i}": i + 2 for i in range(13)},
                                                   {t: i for i, t in enumerate(tag_names)}, 5))[1][0] for s in sentences]
     assert true == [s.tags for s in sentences]
     assert pred == alone and [len(p) for p in pred] == lengths
     assert model.training  # predict leaves the model training
+    assert ner.NERTask.predict(task, make_split([], {}, {}, 5)) == ([], [])  # an empty split

@@ -121,7 +121,7 @@ def claims_judged_below(name: str, shown: str, store: Optional[RunStore] = None)
     for scale in reversed(SCALE_NAMES[:SCALE_NAMES.index(shown)]):
         if not waiting:
             break
-        if not store.records(name, scale):
+        if scale not in e.config.SCALES or not store.records(name, scale):  # none, or a scale since removed
             continue
         judged = [c for c, v in verdicts(scale).items() if c in waiting and v != "not yet run"]
         if judged:
@@ -146,7 +146,7 @@ def show_other_scales(name: str, shown: str, store: Optional[RunStore] = None) -
 
     e, store = EXPERIMENTS[name], store or RunStore()
     for scale in reversed(SCALE_NAMES):
-        if scale == shown or not store.records(name, scale):
+        if scale == shown or scale not in e.config.SCALES or not store.records(name, scale):
             continue
         rows = grid_rows(name, scale, stored_seeds(name, scale, store), store=store)
         rows = [r for r in rows if r["record"]]

@@ -179,9 +179,9 @@ class CharLMTask(Task):
         """The final model's bpc (what Table 3 shows here), and the best-validation epoch's: its test bpc
         from its curve where it was tested then (the last epoch, or an improvement under the code before
         the weights were kept), else from the weights kept at that epoch."""
-        best_epoch = min(curves, key=lambda c: c["valid_bpc"])
+        best_epoch = min([c for c in curves if math.isfinite(c["valid_bpc"])] or curves[-1:], key=lambda c: c["valid_bpc"])
         best_test = best_epoch["test_bpc"]
-        if best_test is None:
+        if best_test is None and self.best_state is not None:
             final = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
             self.model.load_state_dict(self.best_state)
             self.model.eval()

@@ -196,7 +196,8 @@ def _last_valid_sds(rows, unit: str) -> Dict[Cell, float]:
     for r in rows:
         if r.get("record"):
             by_cell.setdefault(tuple(r[k] for k in CELL_KEYS), []).append(r["record"]["curves"][-1][f"valid_{unit}"])
-    return {cell: float(pd.Series(v).std()) for cell, v in by_cell.items() if len(v) > 1}
+    sds = {cell: float(pd.Series(v).std()) for cell, v in by_cell.items() if len(v) > 1}
+    return {cell: sd for cell, sd in sds.items() if not pd.isna(sd)}
 
 
 def fit_table(rows, unit: str) -> "pd.DataFrame":
@@ -219,16 +220,16 @@ def fit_table(rows, unit: str) -> "pd.DataFrame":
         valid_up = valid[last] / valid[best_epoch] - 1
         train_move = train[last] / train[best_epoch] - 1
         recent = valid.iloc[-(window + 1):]
-        settled = len(c) > window and (recent.max() - recent.min()) / valid[best_epoch] < tol
+        flat = len(c) > window and (recent.max() - recent.min()) / valid[best_epoch] < tol
         no_new_best = best_epoch <= last - window
         lr_left = c.loc[last, "lr"] / c["lr"].iloc[0]
         if valid_up > tol:
             fit = "over-fits" if no_new_best and train_move < 0 else "validation rising"
         else:
-            fit = "flat" if settled else "still improving"
+            fit = "flat" if flat else "still improving"
         converged = ("yes: learning rate decayed" if lr_left <= FIT_DECAYED else
                      f"yes: no new best for {window} epochs" if no_new_best else
-                     f"yes: validation flat for {window} epochs" if settled else "no")
+                     f"yes: validation flat for {window} epochs" if flat else "no")
         move = float(recent.iloc[-1] - recent.iloc[0]) if len(c) > window else float("nan")
         noise = noises.get(tuple(r[k] for k in CELL_KEYS), min(noises.values(), default=float("nan")))
         stable = ("—" if pd.isna(move) else "no seed noise yet" if pd.isna(noise) else

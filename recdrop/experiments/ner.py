@@ -212,9 +212,11 @@ class NERTask(Task):
     def predict(self, split: Split, batch: int = 256) -> Tuple[List[List[str]], List[List[str]]]:
         """(true, predicted) tags of every full sentence of ``split``, in its order. Batches hold
         sentences of similar length (padding was three quarters of the work in the split's order)."""
-        self.model.eval()
         true: List[List[str]] = [[] for _ in split.lengths]
         pred: List[List[str]] = [[] for _ in split.lengths]
+        if not true:
+            return true, pred
+        self.model.eval()
         for idx in split.lengths.argsort(stable=True).split(batch):
             lengths = split.lengths[idx]
             windows, caps, tags, mask = gather(split, split.offsets[idx], lengths, int(lengths.max()))
