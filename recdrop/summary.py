@@ -9,8 +9,7 @@ from typing import Optional
 import pandas as pd
 
 from .book import chapter_scale, chapter_seeds
-from .config import SCALE_NAMES
-from .experiments import EXPERIMENTS
+from .experiments import EXPERIMENTS, judged_claims
 from .report import verdict_rows
 from .store import RunStore
 from .sweep import run_grid
@@ -46,16 +45,7 @@ def landing_claims(store: Optional[RunStore] = None) -> pd.DataFrame:
     for e in EXPERIMENTS.values():
         if e.comparison is None or e.claims is None:
             continue
-        judged = {}  # claim -> (scale, verdict), largest scale first
-        for scale in reversed(SCALE_NAMES):
-            if scale not in e.config.SCALES:
-                continue
-            rows = run_grid(e.name, scale, chapter_seeds(e.name, scale, store), train=False, store=store)
-            if not any(r["record"] for r in rows):  # nothing of this table here (or a scale since redefined)
-                continue
-            for claim, verdict in _claims(e, rows).itertuples(index=False):
-                if claim not in judged or (judged[claim][1] == "not yet run" and verdict != "not yet run"):
-                    judged[claim] = (scale, verdict)
+        judged = judged_claims(e.name, store)
         if not judged:
             judged = {claim: ("none stored", verdict) for claim, verdict in
                       _claims(e, run_grid(e.name, "quick", train=False, store=store)).itertuples(index=False)}

@@ -101,37 +101,40 @@ def get(name: str, grid: str = "table"):
     return e.task, e.grids[grid]
 
 
-def claims_judged_below(name: str, shown: str, store: Optional[RunStore] = None) -> str:
-    """In a chapter rendered at ``shown``: a line saying at which smaller scales the claims of experiment
-    ``name`` that have not run at ``shown`` are judged (each at the largest where every cell it needs
-    has run, as on the landing page, and shown under *Other scales*); empty where none waits or none is
-    judged at any scale."""
+def judged_claims(name: str, store: Optional[RunStore] = None, up_to: Optional[str] = None) -> Dict[str, tuple]:
+    """Each claim of experiment ``name`` -> (scale, its verdict on our runs) at the largest scale (``up_to``
+    at most) where it has a verdict; a claim with none anywhere is "not yet run" at the largest scale with
+    runs. Empty where no scale has runs. The landing page and the chapters judge claims through this."""
     from ..sweep import grid_rows
 
     e, store = EXPERIMENTS[name], store or RunStore()
-
-    def verdicts(scale):
-        rows = grid_rows(name, scale, stored_seeds(name, scale, store), store=store)
-        t = e.claims(rows)
-        return dict(zip(t.iloc[:, 0], t["on ours"]))
-
-    here = verdicts(shown)
-    waiting = [c for c, v in here.items() if v == "not yet run"]
-    n_waiting, where = len(waiting), {}
-    for scale in reversed(SCALE_NAMES[:SCALE_NAMES.index(shown)]):
-        if not waiting:
-            break
+    scales = SCALE_NAMES[:SCALE_NAMES.index(up_to) + 1] if up_to else SCALE_NAMES
+    judged: Dict[str, tuple] = {}
+    for scale in reversed(scales):
         if scale not in e.config.SCALES or not store.records(name, scale):  # none, or a scale since removed
             continue
-        judged = [c for c, v in verdicts(scale).items() if c in waiting and v != "not yet run"]
-        if judged:
-            where[scale] = len(judged)
-            waiting = [c for c in waiting if c not in judged]
-    if not where:
+        rows = grid_rows(name, scale, stored_seeds(name, scale, store), store=store)
+        if not any(r["record"] for r in rows):  # nothing of this table here (a scale since redefined)
+            continue
+        t = e.claims(rows)
+        for claim, verdict in zip(t.iloc[:, 0], t["on ours"]):
+            if claim not in judged or (judged[claim][1] == "not yet run" and verdict != "not yet run"):
+                judged[claim] = (scale, verdict)
+    return judged
+
+
+def claims_judged_below(name: str, shown: str, store: Optional[RunStore] = None) -> str:
+    """In a chapter rendered at ``shown``: a line saying at which smaller scales the claims of experiment
+    ``name`` that have not run at ``shown`` are judged (``judged_claims``, shown under *Other scales*);
+    empty where none waits or none is judged at any scale."""
+    judged = judged_claims(name, store, up_to=shown)
+    waiting = [(scale, v) for scale, v in judged.values() if scale != shown or v == "not yet run"]
+    below = [scale for scale, v in waiting if scale != shown and v != "not yet run"]
+    if not below:
         return ""
-    at = " and ".join(f"{n} at `{scale}`" for scale, n in where.items())
-    return (f"{n_waiting} of the {len(here)} claims have not yet run at `{shown}` scale; *Other scales* below "
-            f"judges {at} scale.")
+    at = " and ".join(f"{below.count(scale)} at `{scale}`" for scale in reversed(SCALE_NAMES) if scale in below)
+    return (f"{len(waiting)} of the {len(judged)} claims have not yet run at `{shown}` scale; *Other scales* "
+            f"below judges {at} scale.")
 
 
 def show_other_scales(name: str, shown: str, store: Optional[RunStore] = None) -> None:
