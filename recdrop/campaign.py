@@ -119,11 +119,15 @@ def pending_runs(entries: Sequence[Entry], device: str, store: RunStore) -> List
 DROPOUT_FIELDS = ("scheme", "sampling", "recurrent_dropout", "scaling", "input_dropout", "output_dropout")
 
 
+RECENT_RUNS = 4  # the estimate reads this many of the newest stored runs like it (the code gets faster)
+
+
 def expected_seconds(row: Dict[str, Any], store: RunStore) -> Optional[float]:
-    """What a pending run should take: the mean wall time of the stored runs of its experiment at its
-    scale whose configs differ from its own only in the dropout fields and, where some of those ran,
-    that use recurrent dropout as it does (without it the layers run torch.nn's kernels, up to twice
-    as fast on a CPU); None where none has run."""
+    """What a pending run should take: the mean wall time of the newest ``RECENT_RUNS`` stored runs of
+    its experiment at its scale whose configs differ from its own only in the dropout fields and,
+    where some of those ran, that use recurrent dropout as it does (without it the layers run
+    torch.nn's kernels, up to twice as fast on a CPU); for a run that resumes, the part of it left
+    (``epochs_done``). None where none has run."""
     e, cfg = row["entry"], row["config"]
 
     def rest(config: Dict[str, Any]) -> Dict[str, Any]:
@@ -133,7 +137,25 @@ def expected_seconds(row: Dict[str, Any], store: RunStore) -> Optional[float]:
     like = [r for r in store.records(e.experiment, e.scale) if r.get("wall_time_s") and rest(r["config"]) == rest(mine)]
     dropout = bool(mine.get("recurrent_dropout"))
     alike = [r for r in like if bool(r["config"].get("recurrent_dropout")) == dropout] or like
-    return sum(r["wall_time_s"] for r in alike) / len(alike) if alike else None
+    if not alike:
+        return None
+    newest = sorted(alike, key=lambda r: r.get("finished", ""))[-RECENT_RUNS:]
+    whole = sum(r["wall_time_s"] for r in newest) / len(newest)
+    if not row.get("resumable"):
+        return whole
+    done = epochs_done(store.checkpoint_path(e.experiment, row["run_id"]))
+    return whole * max(0.0, 1.0 - done / cfg.epochs)
+
+
+def epochs_done(path: Path) -> float:
+    """How many epochs a run's checkpoint holds, counting a part-done epoch in part (from its last
+    ``segments`` stretch); 0 where it is unreadable."""
+    try:
+        ck = load_checkpoint(path)
+    except CorruptCheckpointError:
+        return 0.0
+    segments = ck.get("segments") or [{"to_epoch": ck["epoch"]}]
+    return float(segments[-1]["to_epoch"])
 
 
 def parse_budget(text: str) -> float:

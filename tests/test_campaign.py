@@ -12,7 +12,7 @@ from recdrop import campaign, train
 from recdrop.campaign import Entry, load_campaign, pack, parse_budget, pending_runs, run_campaign, unpack
 from recdrop.config import run_id
 from recdrop.experiments.temporal_order import TemporalOrderConfig, TemporalOrderTask
-from recdrop.store import DirtyTreeError, RunStore
+from recdrop.store import DirtyTreeError, RunStore, load_checkpoint
 from recdrop.sweep import grid_rows
 from recdrop.train import BudgetExhausted, train_run
 
@@ -301,6 +301,29 @@ def test_the_list_estimates_a_runs_time_from_the_stored_runs_like_it(store):
     plain_rec = train_run(TemporalOrderTask, plain["config"], store=store, progress=False)
     assert campaign.expected_seconds(plain, store) == plain_rec["wall_time_s"]  # now the runs like it
     assert campaign.expected_seconds(rows[1], store) == rec["wall_time_s"]
+
+
+def test_the_estimate_reads_the_newest_runs_and_what_a_resumed_run_has_left(store, stop_after):
+    rows = [{**r, "entry": CI_ENTRY} for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
+    rec = train_run(TemporalOrderTask, rows[0]["config"], store=store, progress=False)
+    for i in range(campaign.RECENT_RUNS + 2):  # older runs, slower ones first, then the newest runs
+        store.save({**rec, "run_id": f"old{i}", "wall_time_s": 1000.0 if i < 2 else 10.0,
+                    "finished": f"2000-01-0{i + 1}T00:00:00+00:00"})
+    store.save({**rec, "finished": "2000-02-01T00:00:00+00:00", "wall_time_s": 10.0})
+    assert campaign.expected_seconds(rows[1], store) == pytest.approx(10.0)  # the slow old runs are not read
+    cfg = rows[1]["config"]  # stopped early in its second epoch, with a checkpoint
+    n_batches = len(TemporalOrderTask(cfg, "cpu", 0).batches(0))
+    with pytest.raises(BudgetExhausted):
+        train_run(TemporalOrderTask, cfg, store=store, progress=False, deadline=1.0,
+                  callback=stop_after("epoch", 0, n_batches))
+    path = store.checkpoint_path("temporal_order", rows[1]["run_id"])
+    ck = load_checkpoint(path)
+    done = ck["epoch"] + ck["batch"] / n_batches
+    assert 1 <= done < 2 and campaign.epochs_done(path) == pytest.approx(done)
+    resumable = {**rows[1], "resumable": True}
+    assert campaign.expected_seconds(resumable, store) == pytest.approx(10.0 * (1 - done / cfg.epochs))
+    store.checkpoint_path("temporal_order", rows[1]["run_id"]).write_bytes(b"not a checkpoint")
+    assert campaign.expected_seconds(resumable, store) == pytest.approx(10.0)  # unreadable: all of it
 
 
 def test_the_command_line_runs_and_lists_a_campaign(store, tmp_path, monkeypatch, capsys, clean_code):
