@@ -106,6 +106,22 @@ def test_batch_check_says_not_yet_run_and_gives_mean_and_spread():
     assert shown[("none", half)] == shown[("semeniuta", default)] == "not yet run"
 
 
+def test_the_run_curves_leave_out_the_batch_size_check():
+    """The batch-size check's half-batch runs are not Table 3's: they get no panel or line of their own."""
+    from recdrop.sweep import grid_rows
+    from recdrop.store import RunStore
+    rows = grid_rows("char_lm", "ci", store=RunStore("/nonexistent"))
+    wo = next(iter(char_lm.FORWARD))
+    for r in rows:
+        if r["forward"] == wo and (r["batch"] == "half" or r["scheme"] == "none"):
+            r["record"] = {"seed": 0, "curves": [{"epoch": e, "train_bpc": 2.0 / e, "valid_bpc": 2.2 / e}
+                                                 for e in (1, 2, 3)]}
+    fig = char_lm.plot_runs(rows)
+    assert [ax.get_title() for ax in fig.axes] == ["no dropout"]
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert labels == ["no dropout", "training", "validation"]
+
+
 @needs_data
 def test_the_best_validation_model_is_kept_and_tested_once_at_the_end(tmp_path):
     """Test bpc is computed at the last epoch only; the best-validation epoch's weights are kept (and

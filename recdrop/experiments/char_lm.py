@@ -305,4 +305,4 @@ def pilot(rows) -> "pd.DataFrame":
 
 def plot_runs(rows):
     """Learning curves of every cell run without forward dropout (for a scale whose grid is partial)."""
-    return plot_run_curves(rows, "bpc", "bits per character", log=False)
+    return plot_run_curves(table_rows(rows), "bpc", "bits per character", log=False)
