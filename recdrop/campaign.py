@@ -6,7 +6,8 @@
     python -m recdrop.campaign --unpack DIR                          # bring a pack's files back
 
 ``data/campaign.toml`` lists (experiment, scale, grid, seeds), highest value first. A run counts as
-done when its record exists and came from a clean commit; a record from uncommitted code is run
+done when the store would keep its record (``RunStore.is_done``; a diverged run's record counts): in
+``data/runs``, which is committed, one from a clean commit; a record from uncommitted code is run
 again and replaced. Runs with a checkpoint resume it. At the end of the budget every running run
 saves its checkpoint and stops; the next call goes on from there. Entries may be kept to some
 devices (the paper-scale language models to ``cuda``); a run with a checkpoint may resume anywhere,
@@ -100,19 +101,20 @@ def _resumable(path: Path, store: RunStore) -> bool:
 
 
 def pending_runs(entries: Sequence[Entry], device: str, store: RunStore) -> List[Dict[str, Any]]:
-    """The runs still to do, in campaign order: no record, or one from unclean code. Runs of an entry
+    """The runs still to do, in campaign order: those not done (``RunStore.is_done``). Runs of an entry
     kept to other devices are left out unless a checkpoint can resume them."""
     kind = str(device).partition(":")[0]
     seen, todo = set(), []
     for entry in entries:
         for row in grid_rows(entry.experiment, entry.scale, entry.seeds, entry.grid, entry.only, store):
             key = (entry.experiment, row["run_id"])
-            if key in seen or (row["record"] is not None and not unclean_commits(row["record"])):
+            if key in seen or row["done"]:
                 continue
             seen.add(key)
             resumable = _resumable(store.checkpoint_path(entry.experiment, row["run_id"]), store)
             if kind in entry.devices or resumable:
-                todo.append({**row, "entry": entry, "resumable": resumable, "rerun": row["record"] is not None})
+                rerun = store.has(entry.experiment, row["config"].scale, row["run_id"])
+                todo.append({**row, "entry": entry, "resumable": resumable, "rerun": rerun})
     return todo
 
 

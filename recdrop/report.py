@@ -231,16 +231,22 @@ def compare(rows: List[Dict[str, Any]], cells: Iterable[Tuple[Dict[str, Any], Op
     the numbers behind ``ours``: mean, sd, n."""
     out = []
     for labels, paper, key in cells:
-        runs = [r["record"]["metrics"] for r in rows if r.get("record") and all(r[k] == labels[k] for k in cell_keys)]
+        mine = [r for r in rows if all(r[k] == labels[k] for k in cell_keys)]
+        runs = [r["record"]["metrics"] for r in mine if r.get("record")]
+        diverged = sum(bool(r.get("diverged")) for r in mine)
         values = [m[key] * factor for m in runs if m.get(key) is not None and not pd.isna(m.get(key))]
         n = len(values)
         mean = float(np.mean(values)) if n else float("nan")
         sd = float(np.std(values, ddof=1)) if n > 1 else float("nan")
         paper = float("nan") if paper is None else float(paper)
         delta = metric.delta(mean, paper) if n and not math.isnan(paper) else None
-        row = {**labels, "paper": paper, "ours": fmt_mean_sd(mean, sd, n, metric.digits),
+        ours, verdict = fmt_mean_sd(mean, sd, n, metric.digits), metric.verdict(values, paper)
+        if diverged:  # a run whose training loss became NaN or infinite: a result, not a gap
+            ours = f"{ours}; {diverged} diverged" if n else f"diverged ({diverged} run{'s' * (diverged > 1)})"
+            verdict = verdict if n or math.isnan(paper) else "not reproduced: diverged"
+        row = {**labels, "paper": paper, "ours": ours,
                "delta": None if delta is None else round(delta, 1 if metric.relative else metric.digits),
-               "verdict": metric.verdict(values, paper)}
+               "verdict": verdict}
         for column, extra_of in extras:
             extra = extra_of(labels)
             if extra is None:

@@ -176,6 +176,12 @@ class RunStore:
         stretches = {"commit": checkpoint.get("commit", "unknown"), "segments": checkpoint.get("segments", [])}
         return not (inside_git_tree(self.root) and unclean_commits(stretches))
 
+    def is_done(self, record: Optional[Dict[str, Any]]) -> bool:
+        """Whether a stored ``record`` (None: no record) finishes its run: it is one this store would keep
+        now. A store whose records are committed keeps only records of clean code, so a run with a
+        record of uncommitted code is done again; a scratch store keeps what any code made."""
+        return record is not None and not (inside_git_tree(self.root) and unclean_commits(record))
+
     def has(self, experiment: str, scale: str, rid: str) -> bool:
         return self.path(experiment, scale, rid).exists()
 

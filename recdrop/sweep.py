@@ -113,8 +113,10 @@ def grid_rows(experiment: str, scale: str, seeds: Sequence[int] = (0,), grid: st
               only: Optional[Dict[str, Any]] = None, store: Optional[RunStore] = None,
               **overrides) -> List[Dict[str, Any]]:
     """The runs of ``experiment``'s ``grid`` at ``scale``, for each seed, in the grid's order: one row per
-    run with the cell's labels, ``seed``, ``run_id``, ``config`` and ``record`` (None where not run).
-    ``only`` keeps the cells whose labels have these values (e.g. ``{"scheme": "moon"}``)."""
+    run with the cell's labels, ``seed``, ``run_id``, ``config``, ``record`` (None where not run, or
+    where training diverged), ``diverged`` (then where: epoch, batch and loss; else None) and ``done``
+    (``RunStore.is_done``: a record of a diverged run counts). ``only`` keeps the cells whose labels
+    have these values (e.g. ``{"scheme": "moon"}``)."""
     _, grid_cells = experiments.get(experiment, grid)
     seeds = _check_seeds(seeds)
     store = store or RunStore()
@@ -137,7 +139,9 @@ def grid_rows(experiment: str, scale: str, seeds: Sequence[int] = (0,), grid: st
         for seed in seeds:
             rid = run_id(cfg, seed)
             rec = store.load(experiment, cfg.scale, rid) if store.has(experiment, cfg.scale, rid) else None
-            rows.append({**label, "seed": seed, "run_id": rid, "config": cfg, "record": rec})
+            diverged = rec.get("diverged") if rec else None
+            rows.append({**label, "seed": seed, "run_id": rid, "config": cfg, "record": None if diverged else rec,
+                         "diverged": diverged, "done": store.is_done(rec)})
     return rows
 
 
@@ -160,7 +164,7 @@ def run_grid(experiment: str, scale: str, seeds: Sequence[int] = (0,), device: s
     device = check_device(device, available=train)  # rendering stored runs needs no device
     store = store or RunStore()
     rows = grid_rows(experiment, scale, seeds, grid, only, store, **overrides)
-    todo = [r for r in rows if r["record"] is None]
+    todo = [r for r in rows if not r["done"]]
     if not train or not todo:
         return rows
     store.refuse_unclean_code(git_commit(), f"{len(todo)} runs of {experiment} are")  # before any worker starts
@@ -177,14 +181,14 @@ def run_grid(experiment: str, scale: str, seeds: Sequence[int] = (0,), device: s
             for r in todo:
                 try:
                     r["record"] = _run_one(experiment, r["config"], r["seed"], device, str(store.root),
-                                           torch.get_num_threads(), 1, progress)
+                                           torch.get_num_threads(), 1, progress, rerun=True)
                 except Exception as e:  # keep going: the other runs' records are worth having
                     failures.append((r, e))
                 sweep_bar.update(1)
         else:
             with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
                 futures = {pool.submit(_run_one, experiment, r["config"], r["seed"], device, str(store.root),
-                                       threads, 1 + i % jobs, progress): r for i, r in enumerate(todo)}
+                                       threads, 1 + i % jobs, progress, rerun=True): r for i, r in enumerate(todo)}
                 for fut in as_completed(futures):
                     r = futures[fut]
                     try:

@@ -190,6 +190,15 @@ def train_run(make_task: Callable[..., Task], config: ExperimentConfig, seed: in
                                     "commit": env["commit"],
                                     "segments": with_this_segment(epoch, batch, n_batches)})
 
+    def make_record(metrics: Dict[str, Any], epoch: int, batch: int, **extra) -> Dict[str, Any]:
+        """The run's record, with its curves so far, as training stands at (epoch, batch)."""
+        record = {"experiment": name, "run_id": rid, "seed": seed, "config": config.to_dict(),
+                  "metrics": metrics, "curves": curves, **extra,
+                  "wall_time_s": round(elapsed + time.perf_counter() - t_start, 2), **env, "finished": utc_now()}
+        if segments:  # resumed: say on what hardware and code each stretch of training ran
+            record["segments"] = with_this_segment(epoch, batch, n_batches)
+        return record
+
     t_start = time.perf_counter()
     last_ckpt = time.monotonic()
     n_batches = len(task.batches(0))
@@ -208,10 +217,12 @@ def train_run(make_task: Callable[..., Task], config: ExperimentConfig, seed: in
             for b in range(first, len(batches)):
                 out = task.train_step(batches[b])
                 loss = float(out["loss"])
-                if not math.isfinite(loss):
+                if not math.isfinite(loss):  # a result too: recorded, so that it is not retried forever
+                    where = {"epoch": epoch + 1, "batch": b + 1, "loss": str(loss)}
+                    path = store.save(make_record({}, epoch, b, diverged=where))
                     raise NonFiniteLossError(f"run {name}/{rid} (seed {seed}): training loss is {loss} at epoch "
-                                             f"{epoch + 1}, batch {b + 1}; the last good checkpoint is kept at "
-                                             f"{ckpt_path}")
+                                             f"{epoch + 1}, batch {b + 1}; it is recorded as diverged in {path}, "
+                                             f"and its last good checkpoint is kept at {ckpt_path}")
                 for k, v in out.items():
                     sums[k] = sums.get(k, 0.0) + float(v)
                 sums["_n"] = sums.get("_n", 0) + 1
@@ -242,12 +253,7 @@ def train_run(make_task: Callable[..., Task], config: ExperimentConfig, seed: in
                 callback("epoch", epoch, len(batches))
     finally:
         bar.close()
-    record = {"experiment": name, "run_id": rid, "seed": seed, "config": config.to_dict(),
-              "metrics": task.final_metrics(curves), "curves": curves,
-              "wall_time_s": round(elapsed + time.perf_counter() - t_start, 2),
-              **env, "finished": utc_now()}
-    if segments:  # resumed: say on what hardware and code each stretch of training ran
-        record["segments"] = with_this_segment(epochs, 0, n_batches)
+    record = make_record(task.final_metrics(curves), epochs, 0)
     store.save(record)
     ckpt_path.unlink(missing_ok=True)
     return record

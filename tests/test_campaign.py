@@ -8,12 +8,12 @@ import types
 
 import pytest
 
-from recdrop import campaign, train
+from recdrop import campaign, sweep, train
 from recdrop.campaign import Entry, load_campaign, pack, parse_budget, pending_runs, run_campaign, unpack
 from recdrop.config import run_id
 from recdrop.experiments.temporal_order import TemporalOrderConfig, TemporalOrderTask
 from recdrop.store import DirtyTreeError, RunStore, load_checkpoint
-from recdrop.sweep import grid_rows
+from recdrop.sweep import grid_rows, run_grid
 from recdrop.train import BudgetExhausted, train_run
 
 CI_ENTRY = Entry(experiment="temporal_order", scale="ci", why="test", only={"length": "short", "scheme": "semeniuta"})
@@ -106,7 +106,10 @@ def test_a_run_past_its_deadline_does_not_start(store):
     assert not store.checkpoint_path("temporal_order", run_id(ci_config(), 0)).exists()
 
 
-def test_the_campaign_runs_what_is_missing_in_order_and_reruns_unclean_records(store, clean_code):
+def test_the_campaign_runs_what_is_missing_in_order_and_reruns_unclean_records(tmp_path, store, clean_code,
+                                                                               monkeypatch):
+    (tmp_path / ".git").mkdir()  # the store's records are committed: it keeps only clean ones
+    monkeypatch.setattr(campaign, "git_commit", lambda: "0123456789")
     entries = [CI_ENTRY]
     todo = pending_runs(entries, "cpu", store)
     assert [r["sampling"] for r in todo] == ["per-step", "per-sequence"]
@@ -121,6 +124,25 @@ def test_the_campaign_runs_what_is_missing_in_order_and_reruns_unclean_records(s
     assert rerun and rerun[0]["rerun"]
     run_campaign(entries, "cpu", 1, 600.0, store, progress=False)
     assert json.loads(path.read_text())["finished"] != "never"
+
+
+def test_the_campaign_and_the_sweep_agree_on_what_is_done(tmp_path, store, clean_code, monkeypatch):
+    """One rule (``RunStore.is_done``): a diverged run's record finishes it; a record of uncommitted code
+    finishes it in a scratch store, and not in one whose records are committed."""
+    out = run_campaign([CI_ENTRY], "cpu", 1, 600.0, store, progress=False)
+    dirty, diverged = (r["record"] for r in out["finished"])
+    store.path("temporal_order", "ci", dirty["run_id"]).write_text(json.dumps({**dirty, "commit": "0123456789-dirty"}))
+    path = store.path("temporal_order", "ci", diverged["run_id"])
+    path.write_text(json.dumps({**diverged, "metrics": {}, "diverged": {"epoch": 1, "batch": 2, "loss": "nan"}}))
+    rows = run_grid("temporal_order", "ci", only=CI_ENTRY.only, store=store, progress=False)  # trains nothing
+    assert [r["done"] for r in rows] == [True, True] and pending_runs([CI_ENTRY], "cpu", store) == []
+    assert rows[1]["record"] is None and rows[1]["diverged"]["epoch"] == 1
+    (tmp_path / ".git").mkdir()
+    for module in (campaign, sweep):
+        monkeypatch.setattr(module, "git_commit", lambda: "0123456789")
+    assert [r["run_id"] for r in pending_runs([CI_ENTRY], "cpu", store)] == [dirty["run_id"]]
+    rows = run_grid("temporal_order", "ci", only=CI_ENTRY.only, store=store, progress=False)
+    assert rows[0]["record"]["commit"] == "0123456789" and pending_runs([CI_ENTRY], "cpu", store) == []
 
 
 def test_entries_kept_to_a_device_start_only_there_but_resume_anywhere(store, stop_after):

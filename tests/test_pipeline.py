@@ -115,7 +115,7 @@ def test_resume_ends_with_the_same_metrics(store, tmp_path, at):
     assert resumed["metrics"] == straight["metrics"]
 
 
-def test_nan_loss_stops_the_run_and_keeps_the_checkpoint(store):
+def test_nan_loss_stops_the_run_records_it_as_diverged_and_keeps_the_checkpoint(store):
     class Exploding(TemporalOrderTask):
         calls = 0
 
@@ -129,7 +129,12 @@ def test_nan_loss_stops_the_run_and_keeps_the_checkpoint(store):
         train_run(Exploding, cfg, seed=0, store=store, progress=False)
     ck = torch.load(store.checkpoint_path("temporal_order", rid), weights_only=True)
     assert ck["epoch"] == 1 and ck["batch"] == 0  # the last good one, at the end of epoch 1
-    assert not store.has("temporal_order", "ci", rid)
+    record = store.load("temporal_order", "ci", rid)  # a result: recorded, with where it diverged
+    assert record["diverged"] == {"epoch": 2, "batch": 2, "loss": "nan"} and record["metrics"] == {}
+    assert [c["epoch"] for c in record["curves"]] == [1]
+    calls = Exploding.calls
+    assert train_run(Exploding, cfg, seed=0, store=store, progress=False) == record  # not tried again
+    assert Exploding.calls == calls
 
 
 def test_corrupt_checkpoint_is_a_clear_error(store):

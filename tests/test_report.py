@@ -37,6 +37,18 @@ def test_compare_builds_one_row_per_cell_with_the_same_columns():
     assert t["n"].tolist() == [2, 1, 0, 2]
 
 
+def test_compare_says_where_runs_diverged():
+    m = Metric("%", digits=1, tolerance=10.0)
+    where = {"epoch": 2, "batch": 5, "loss": "nan"}
+    rows = (_runs([0.9], cell="a") + [{"cell": "a", "record": None, "diverged": where}]
+            + [{"cell": "b", "record": None, "diverged": where}] * 2 + [{"cell": "c", "record": None, "diverged": None}])
+    cells = [({"cell": c}, 100.0, "test_acc") for c in "abc"] + [({"cell": "b"}, None, "test_acc")]
+    t = compare(rows, cells, ["cell"], m, factor=100)
+    assert t["ours"].tolist() == ["90.0; 1 diverged", "diverged (2 runs)", "not yet run", "diverged (2 runs)"]
+    assert t["verdict"].tolist() == ["reproduced", "not reproduced: diverged", "not yet run", "not in the paper"]
+    assert t["n"].tolist() == [1, 0, 0, 0]
+
+
 def test_compare_shows_extras_where_a_cell_has_them():
     m = Metric("F1", digits=2, tolerance=1.0)
     rows = [{"cell": "a", "record": {"metrics": {"test": 90.0, "valid": 91.0}}}]
