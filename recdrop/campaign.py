@@ -282,7 +282,8 @@ def unpack(in_dir: os.PathLike, store: Optional[RunStore] = None) -> Dict[str, A
     """Check a pack against its manifest and its members' names, then put its checkpoints in the cache
     and its records in the store. Kept (counted in ``kept``): a record already stored from a clean
     commit, a local checkpoint further on than the pack's, and none is written for a run with such a
-    record. Records the store refuses (from unclean code) are listed in ``refused``; the rest go in."""
+    record. Records go in first. Records the store refuses (from unclean code) and checkpoints that do
+    not load are listed in ``refused``; the rest go in."""
     store = store or RunStore()
     parts = sorted(Path(in_dir).glob(f"{PACK_NAME}.[0-9][0-9][0-9]"))
     if not parts:
@@ -314,24 +315,29 @@ def unpack(in_dir: os.PathLike, store: Optional[RunStore] = None) -> Dict[str, A
         """A record from clean code (a run id names one scale, and a checkpoint does not say which)."""
         return any(not unclean_commits(store.read(p)) for p in store.root.glob(f"{experiment}/*/{rid}.json"))
 
-    def further_on(local: Path, name: str, data: bytes) -> bool:
-        try:
-            theirs = _progress(load_checkpoint(io.BytesIO(data)))
-        except (CorruptCheckpointError, KeyError, TypeError) as e:
-            raise ValueError(f"{name} in the pack in {in_dir} is not a checkpoint that loads ({type(e).__name__}: "
-                             f"{e})") from e
+    def further_on(local: Path, theirs: Tuple[int, int]) -> bool:
+        """Whether the local checkpoint is one to keep: it loads, resumes here, and is further on."""
+        if not local.exists():
+            return False
         try:  # the pack's replaces an unreadable local one, and one that would not be resumed here
             ours = load_checkpoint(local)
             return store.accepts_checkpoint(ours) and _progress(ours) > theirs
         except (CorruptCheckpointError, KeyError, TypeError):
             return False
 
-    for name, data in sorted(members.items()):
+    records_first = sorted(members.items(), key=lambda item: (item[0].startswith("checkpoints/"), item[0]))
+    for name, data in records_first:
         if name.startswith("checkpoints/"):
             _, experiment, file = name.split("/")
             rid = file.removesuffix(".pt")
             local = store.checkpoint_path(experiment, rid)
-            if has_clean_record(experiment, rid) or (local.exists() and further_on(local, name, data)):
+            try:
+                theirs = _progress(load_checkpoint(io.BytesIO(data)))
+            except (CorruptCheckpointError, KeyError, TypeError) as e:  # keep going: the rest is worth having
+                counts["refused"].append(f"{name} in the pack in {in_dir} is not a checkpoint that loads "
+                                         f"({type(e).__name__}: {e}); {local} is left as it was")
+                continue
+            if has_clean_record(experiment, rid) or further_on(local, theirs):
                 counts["kept"] += 1
                 continue
             atomic_write_bytes(local, data)

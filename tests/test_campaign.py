@@ -281,6 +281,23 @@ def test_unpack_goes_on_past_a_refused_record_and_reports_it(store, tmp_path, mo
     assert RunStore(tmp_path / "repo" / "data" / "runs2").load("temporal_order", "ci", clean["run_id"]) == clean
 
 
+def test_unpack_puts_records_in_first_and_reports_a_checkpoint_that_does_not_load(store, tmp_path, monkeypatch,
+                                                                                   clean_code):
+    rows = [{**r, "entry": CI_ENTRY} for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
+    finished = train_run(TemporalOrderTask, rows[1]["config"], store=store, progress=False)
+    store.checkpoint_path("temporal_order", rows[0]["run_id"]).write_bytes(b"not a checkpoint")
+    pack(tmp_path / "out", rows, [finished], store)
+    monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "cache2"))
+    there = RunStore(tmp_path / "runs2")
+    local = there.checkpoint_path("temporal_order", rows[0]["run_id"])
+    local.parent.mkdir(parents=True)
+    local.write_bytes(b"ours")  # the case where the pack's is compared with a local copy
+    counts = unpack(tmp_path / "out", there)
+    assert (counts["records"], counts["checkpoints"], counts["kept"]) == (1, 0, 0)
+    assert len(counts["refused"]) == 1 and "is not a checkpoint that loads" in counts["refused"][0]
+    assert there.load("temporal_order", "ci", finished["run_id"]) == finished and local.read_bytes() == b"ours"
+
+
 def test_unpack_refuses_a_record_under_another_runs_name(store, tmp_path):
     rows = [{**r, "entry": CI_ENTRY} for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
     finished = train_run(TemporalOrderTask, rows[0]["config"], store=store, progress=False)
