@@ -119,3 +119,13 @@ def test_the_run_curves_have_a_panel_per_scheme_with_no_dropout_in_each():
         assert labels == ["no dropout", "0.25 per-sequence", "0.25 per-step", "training", "validation"]
         colours = [line.get_color() for line in ax.lines if line.get_label() in labels[:3]]
         assert len(set(colours)) == 3
+
+
+def test_the_best_epoch_is_the_lowest_finite_validation_perplexity():
+    """An epoch whose validation perplexity overflowed (inf or NaN) is never the best one."""
+    curves = [{"epoch": e, "valid_ppl": v, "test_ppl": 10.0 * e, "test_ppl_authors": 11.0 * e}
+              for e, v in ((1, math.nan), (2, 300.0), (3, 250.0), (4, math.inf), (5, 260.0))]
+    metrics = WordLMTask.final_metrics(None, curves)  # reads no state of the task
+    assert (metrics["best_epoch"], metrics["best_valid_ppl"], metrics["best_test_ppl"]) == (3, 250.0, 30.0)
+    assert metrics["epoch"] == 5
+    assert WordLMTask.final_metrics(None, curves[:1])["best_epoch"] == 1  # none finite: the last epoch

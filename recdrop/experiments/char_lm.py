@@ -21,9 +21,9 @@ from ..data.ptb import load_ptb_char
 from ..models import Dropout, LanguageModel
 from ..report import Metric, check_claims, fmt_mean_sd, summarize
 from ..train import Task, epoch_generator
-from .lm_tables import (FORWARD, all_cells, best, conjecture_cells, fit_table, headline_cells, lm_table, lm_table_wide,
-                        paper_values, pilot_cells, pilot_table, plot_learning_curves, plot_run_curves, seed_cell_values,
-                        table_cells)
+from .lm_tables import (FORWARD, all_cells, best, best_epoch, conjecture_cells, fit_table, headline_cells, lm_table,
+                        lm_table_wide, paper_values, pilot_cells, pilot_table, plot_learning_curves, plot_run_curves,
+                        seed_cell_values, table_cells)
 
 LN2 = math.log(2.0)
 
@@ -180,15 +180,15 @@ class CharLMTask(Task):
         """The final model's bpc (what Table 3 shows here), and the best-validation epoch's: its test bpc
         from its curve where it was tested then (the last epoch, or an improvement under the code before
         the weights were kept), else from the weights kept at that epoch."""
-        best_epoch = min([c for c in curves if math.isfinite(c["valid_bpc"])] or curves[-1:], key=lambda c: c["valid_bpc"])
-        best_test = best_epoch["test_bpc"]
+        at_best = best_epoch(curves, "bpc")
+        best_test = at_best["test_bpc"]
         if best_test is None and self.best_state is not None:
             final = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
             self.model.load_state_dict(self.best_state)
             self.model.eval()
             best_test = self.bpc(self.test_seqs)
             self.model.load_state_dict(final)
-        return {**curves[-1], "best_epoch": best_epoch["epoch"], "best_valid_bpc": best_epoch["valid_bpc"],
+        return {**curves[-1], "best_epoch": at_best["epoch"], "best_valid_bpc": at_best["valid_bpc"],
                 "best_test_bpc": best_test}
 
     def state_dict(self) -> Dict[str, Any]:

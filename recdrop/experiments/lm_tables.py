@@ -5,6 +5,7 @@ character; each experiment's ``report.Metric`` says which (``unit`` names the re
 """
 from __future__ import annotations
 
+import math
 from typing import Dict, List, Sequence, Tuple
 
 import pandas as pd
@@ -83,6 +84,12 @@ def paper_value(paper, forward, scheme, rate, sampling, split) -> float:
     """The paper's number (``paper`` is paper_results(table) indexed by group, row, column)."""
     key = (forward, paper_row(rate, sampling), f"{PAPER_SCHEME[scheme]} {split}")
     return float(paper.loc[key, "value"])
+
+
+def best_epoch(curves: List[Dict[str, float]], unit: str) -> Dict[str, float]:
+    """The epoch of ``curves`` with the lowest finite ``valid_<unit>`` (the last epoch where none is)."""
+    finite = [c for c in curves if math.isfinite(c[f"valid_{unit}"])]
+    return min(finite, key=lambda c: c[f"valid_{unit}"]) if finite else curves[-1]
 
 
 def lm_table(rows, paper_table: int, metric: Metric, extras: Sequence[Tuple[str, str, Tuple[str, ...]]] = ()):

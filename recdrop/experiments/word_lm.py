@@ -21,7 +21,7 @@ from ..data.ptb import batchify, load_ptb
 from ..models import Dropout, LanguageModel
 from ..report import Metric, check_claims, claim_verdict, means_over, seed_values
 from ..train import Task
-from .lm_tables import (CELL_KEYS, FORWARD, RATES, SAMPLINGS, SCHEMES, best, conjecture_cells, fit_table,
+from .lm_tables import (CELL_KEYS, FORWARD, RATES, SAMPLINGS, SCHEMES, best, best_epoch, conjecture_cells, fit_table,
                         headline_cells, lm_table, lm_table_wide, paper_values, pilot_cells, pilot_table,
                         plot_learning_curves, plot_run_curves, seed_cell_values, table_cells)
 
@@ -168,9 +168,9 @@ class WordLMTask(Task):
 
     def final_metrics(self, curves: List[Dict[str, float]]) -> Dict[str, float]:
         """The final model's perplexities (as the authors test), and those of the best-validation epoch."""
-        best = min(curves, key=lambda c: c["valid_ppl"])
-        return {**curves[-1], "best_epoch": best["epoch"], "best_valid_ppl": best["valid_ppl"],
-                "best_test_ppl": best["test_ppl"], "best_test_ppl_authors": best["test_ppl_authors"]}
+        at_best = best_epoch(curves, "ppl")
+        return {**curves[-1], "best_epoch": at_best["epoch"], "best_valid_ppl": at_best["valid_ppl"],
+                "best_test_ppl": at_best["test_ppl"], "best_test_ppl_authors": at_best["test_ppl_authors"]}
 
     def state_dict(self) -> Dict[str, Any]:
         return {"state": self.state, "best_valid": self.best_valid}
