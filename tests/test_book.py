@@ -154,3 +154,10 @@ def test_a_chapter_says_where_its_claims_not_yet_run_are_judged(store):
     assert claims_judged_below("ner", "quick", store) == \
         "2 of the 2 claims have not yet run at `quick` scale; *Other scales* below judges 2 at `ci` scale."
     assert claims_judged_below("ner", "ci", store) == ""  # judged where it is shown
+
+
+def test_each_registered_experiment_names_its_own_config_and_grids():
+    for name, e in book.EXPERIMENTS.items():
+        assert e.config.experiment == name
+        for grid in e.grids.values():
+            assert all(type(cfg) is e.config for _, cfg in grid("ci"))

@@ -42,7 +42,7 @@ EXPERIMENTS: Dict[str, Experiment] = {e.name: e for e in [
     Experiment("temporal_order", "Table 1: Temporal Order, test accuracy", temporal_order.TemporalOrderConfig,
                temporal_order.TemporalOrderTask, temporal_order.GRIDS, temporal_order.table1, temporal_order.METRIC,
                temporal_order.claims, headline="medium semeniuta per-step"),
-    Experiment("memory_loss", "Memory loss, measured (Eqs. 17-19)", temporal_order.TemporalOrderConfig,
+    Experiment("memory_loss", "Memory loss, measured (Eqs. 17-19)", memory_loss.MemoryLossConfig,
                memory_loss.MemoryLossTask, memory_loss.GRIDS, claims=memory_loss.claims),
     Experiment("word_lm", "Table 2: word-level PTB, test perplexity", word_lm.WordLMConfig, word_lm.WordLMTask,
                word_lm.GRIDS, word_lm.table2, word_lm.METRIC, word_lm.claims, curves=word_lm.plot_runs,
