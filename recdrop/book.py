@@ -24,7 +24,7 @@ from .experiments import CHAPTERS, EXPERIMENTS
 from .paths import REPO_ROOT
 from .report import stored_seeds
 from .store import RunStore
-from .sweep import grid_rows
+from .sweep import stored_scales
 
 ROOT = REPO_ROOT
 NOTEBOOKS = {name: c.notebook for name, c in CHAPTERS.items()}  # chapter -> notebook, in book order
@@ -34,14 +34,11 @@ def chapter_scale(name: str, store: RunStore | None = None) -> str | None:
     """The largest scale with stored runs of chapter ``name``'s grids (with enough seeds in a cell),
     or None. Records that match no cell of a grid (a scale since redefined) do not count."""
     chapter = CHAPTERS[name]
-    store = store or RunStore()
+    stored = [dict(stored_scales(experiment, grid, store)) for experiment, grid in chapter.grids]
     for scale in reversed(SCALE_NAMES):
         if any(scale not in EXPERIMENTS[e].config.SCALES for e, _ in chapter.grids):
             continue  # a chapter drawing on several experiments shows a scale that all of them have
-        for experiment, grid in chapter.grids:
-            if not store.records(experiment, scale):  # nothing there (or no such scale for it)
-                continue
-            rows = grid_rows(experiment, scale, stored_seeds(experiment, scale, store), grid, store=store)
+        for rows in (grids[scale] for grids in stored if scale in grids):
             seeds_per_cell = Counter(r["config"] for r in rows if r["record"])
             if seeds_per_cell and max(seeds_per_cell.values()) >= chapter.min_seeds:
                 return scale

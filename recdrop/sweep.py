@@ -24,13 +24,14 @@ import multiprocessing as mp
 import os
 import sys
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 from tqdm.auto import tqdm
 
 from . import experiments
-from .config import run_id
+from .config import SCALE_NAMES, run_id
+from .report import stored_seeds
 from .store import RunStore, cache_dir, git_commit
 from .train import check_device, train_run
 
@@ -143,6 +144,17 @@ def grid_rows(experiment: str, scale: str, seeds: Sequence[int] = (0,), grid: st
             rows.append({**label, "seed": seed, "run_id": rid, "config": cfg, "record": None if diverged else rec,
                          "diverged": diverged, "done": store.is_done(rec)})
     return rows
+
+
+def stored_scales(experiment: str, grid: str = "table", store: Optional[RunStore] = None,
+                  up_to: Optional[str] = None) -> Iterator[Tuple[str, List[Dict[str, Any]]]]:
+    """(scale, ``grid_rows`` at every seed stored there) for each scale of ``experiment`` with stored
+    records, largest first (``up_to`` at most); scales its config no longer has are passed over."""
+    store = store or RunStore()
+    scales = SCALE_NAMES[:SCALE_NAMES.index(up_to) + 1] if up_to else SCALE_NAMES
+    for scale in reversed(scales):
+        if scale in experiments.EXPERIMENTS[experiment].config.SCALES and store.records(experiment, scale):
+            yield scale, grid_rows(experiment, scale, stored_seeds(experiment, scale, store), grid, store=store)
 
 
 def run_grid(experiment: str, scale: str, seeds: Sequence[int] = (0,), device: str = "cpu", jobs: int = 1,

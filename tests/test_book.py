@@ -161,3 +161,16 @@ def test_each_registered_experiment_names_its_own_config_and_grids():
         assert e.config.experiment == name
         for grid in e.grids.values():
             assert all(type(cfg) is e.config for _, cfg in grid("ci"))
+
+
+def test_stored_scales_walks_the_scales_with_records_largest_first(tmp_path):
+    from recdrop.sweep import stored_scales
+    store = RunStore(tmp_path)
+    for scale in ("ci", "reduced"):
+        grid_record(store, "word_lm", scale, seed=1)
+    assert [(scale, {r["seed"] for r in rows}) for scale, rows in stored_scales("word_lm", store=store)] == \
+        [("reduced", {1}), ("ci", {1})]  # quick has none; the seeds are those stored
+    assert [scale for scale, _ in stored_scales("word_lm", store=store, up_to="quick")] == ["ci"]
+    grid_record(store, "sentiment", "ci")
+    fake_record(store, "sentiment", "reduced")  # a scale sentiment does not have is passed over
+    assert [scale for scale, _ in stored_scales("sentiment", store=store)] == ["ci"]

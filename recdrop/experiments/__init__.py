@@ -13,7 +13,7 @@ import dataclasses
 from typing import Callable, Dict, Optional
 
 from ..config import SCALE_NAMES
-from ..report import Metric, plot_against_paper, stamp, stored_seeds, styled
+from ..report import Metric, plot_against_paper, stamp, styled
 from ..store import RunStore
 from . import char_lm, memory_loss, ner, sentiment, temporal_order, word_lm
 
@@ -105,18 +105,13 @@ def judged_claims(name: str, store: Optional[RunStore] = None, up_to: Optional[s
     """Each claim of experiment ``name`` -> (scale, its verdict on our runs) at the largest scale (``up_to``
     at most) where it has a verdict; a claim with none anywhere is "not yet run" at the largest scale with
     runs. Empty where no scale has runs. The landing page and the chapters judge claims through this."""
-    from ..sweep import grid_rows
+    from ..sweep import stored_scales
 
-    e, store = EXPERIMENTS[name], store or RunStore()
-    scales = SCALE_NAMES[:SCALE_NAMES.index(up_to) + 1] if up_to else SCALE_NAMES
     judged: Dict[str, tuple] = {}
-    for scale in reversed(scales):
-        if scale not in e.config.SCALES or not store.records(name, scale):  # none, or a scale since removed
-            continue
-        rows = grid_rows(name, scale, stored_seeds(name, scale, store), store=store)
+    for scale, rows in stored_scales(name, store=store, up_to=up_to):
         if not any(r["record"] for r in rows):  # nothing of this table here (a scale since redefined)
             continue
-        t = e.claims(rows)
+        t = EXPERIMENTS[name].claims(rows)
         for claim, verdict in zip(t.iloc[:, 0], t["on ours"]):
             if claim not in judged or (judged[claim][1] == "not yet run" and verdict != "not yet run"):
                 judged[claim] = (scale, verdict)
@@ -145,15 +140,12 @@ def show_other_scales(name: str, shown: str, store: Optional[RunStore] = None) -
     import matplotlib.pyplot as plt
     from IPython.display import Markdown, display
 
-    from ..sweep import grid_rows
+    from ..sweep import stored_scales
 
-    e, store = EXPERIMENTS[name], store or RunStore()
-    for scale in reversed(SCALE_NAMES):
-        if scale == shown or scale not in e.config.SCALES or not store.records(name, scale):
-            continue
-        rows = grid_rows(name, scale, stored_seeds(name, scale, store), store=store)
+    e = EXPERIMENTS[name]
+    for scale, rows in stored_scales(name, store=store):
         rows = [r for r in rows if r["record"]]
-        if not rows:
+        if scale == shown or not rows:
             continue
         display(Markdown(f"### At `{scale}` scale\n\n{stamp(rows)}"))
         if e.comparison is not None:

@@ -17,9 +17,9 @@ import torch
 import torch.nn.functional as F
 
 from ..paper import paper_results
-from ..config import SCALE_NAMES, ExperimentConfig
+from ..config import ExperimentConfig
 from ..models import Dropout, SequenceClassifier, init_uniform_
-from ..report import Metric, claim_outcomes, claim_verdict, compare, curves_frame, seed_values, stored_seeds
+from ..report import Metric, claim_outcomes, claim_verdict, compare, curves_frame, seed_values
 from ..train import Task, epoch_generator
 
 LENGTHS = {"short": 15, "medium": 30}  # paper Sec. 4.1
@@ -341,12 +341,9 @@ def moon_vs_ours_at_largest_scale(store=None):
     """``moon_vs_ours_per_sequence`` at the largest scale where Moon's and our per-sequence cells both
     have runs (a new scale's first records need not include them): (the per-sequence rows shown,
     the table); no rows and an empty table where no scale has them."""
-    from ..sweep import grid_rows  # sweep imports the registry, which imports this module
+    from ..sweep import stored_scales  # sweep imports the registry, which imports this module
 
-    for scale in reversed(SCALE_NAMES):
-        if scale not in TemporalOrderConfig.SCALES:
-            continue
-        rows = grid_rows("temporal_order", scale, stored_seeds("temporal_order", scale, store), store=store)
+    for scale, rows in stored_scales("temporal_order", store=store):
         table = moon_vs_ours_per_sequence(rows)
         if len(table):
             return [r for r in rows if r["sampling"] == "per-sequence" and r["record"]], table
