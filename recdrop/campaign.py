@@ -44,10 +44,9 @@ from .paths import DATA_DIR
 from .store import (CorruptCheckpointError, DirtyTreeError, RunStore, atomic_write_bytes, git_commit, load_checkpoint,
                     unclean_commits)
 from .sweep import _check_seeds, _run_one, grid_rows
-from .train import BudgetExhausted, check_device
+from .train import DEVICES, BudgetExhausted, check_device
 
 CAMPAIGN = DATA_DIR / "campaign.toml"
-DEVICE_KINDS = ("cpu", "cuda")
 PACK_NAME = "campaign-pack.tar"
 
 
@@ -61,7 +60,7 @@ class Entry:
     grid: str = "table"
     seeds: Tuple[int, ...] = (0,)
     only: Optional[Dict[str, Any]] = None  # keep the cells with these labels
-    devices: Tuple[str, ...] = DEVICE_KINDS  # where its runs may start (a checkpoint resumes anywhere)
+    devices: Tuple[str, ...] = DEVICES  # where its runs may start (a checkpoint resumes anywhere)
 
 
 def load_campaign(path: os.PathLike = CAMPAIGN) -> List[Entry]:
@@ -80,9 +79,9 @@ def load_campaign(path: os.PathLike = CAMPAIGN) -> List[Entry]:
         missing = {"experiment", "scale", "why"} - set(item)
         if missing:
             raise ValueError(f"{path}: entry {i} lacks {sorted(missing)}")
-        devices = tuple(item.get("devices", DEVICE_KINDS))
-        if not devices or set(devices) - set(DEVICE_KINDS):
-            raise ValueError(f"{path}: entry {i}: devices must be a non-empty list of {DEVICE_KINDS}, got {devices}")
+        devices = tuple(item.get("devices", DEVICES))
+        if not devices or set(devices) - set(DEVICES):
+            raise ValueError(f"{path}: entry {i}: devices must be a non-empty list of {DEVICES}, got {devices}")
         entries.append(Entry(**{**item, "seeds": tuple(_check_seeds(item.get("seeds", [0]))), "devices": devices}))
     if not entries:
         raise ValueError(f"campaign file {path} has no [[entry]]")
