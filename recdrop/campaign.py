@@ -27,14 +27,12 @@ import dataclasses
 import hashlib
 import io
 import json
-import multiprocessing as mp
 import os
 import re
 import sys
 import tarfile
 import time
 import tomllib
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -43,7 +41,7 @@ from tqdm.auto import tqdm
 from .paths import DATA_DIR
 from .store import (CorruptCheckpointError, DirtyTreeError, RunStore, atomic_write_bytes, git_commit, load_checkpoint,
                     unclean_commits)
-from .sweep import _check_seeds, _run_one, grid_rows
+from .sweep import _check_seeds, grid_rows, run_each
 from .train import DEVICES, BudgetExhausted, check_device
 
 CAMPAIGN = DATA_DIR / "campaign.toml"
@@ -205,14 +203,7 @@ def run_campaign(entries: Sequence[Entry], device: str = "cpu", jobs: int = 1, b
         return (row["entry"].experiment, row["config"], row["seed"], device, str(store.root), threads,
                 1 + i % jobs, progress, deadline, row["rerun"])
     try:
-        if jobs == 1:
-            for i, row in enumerate(todo):
-                settle(row, lambda: _run_one(*args(i, row)))
-        else:
-            with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
-                futures = {pool.submit(_run_one, *args(i, row)): row for i, row in enumerate(todo)}
-                for fut in as_completed(futures):
-                    settle(futures[fut], fut.result)
+        run_each(todo, jobs, args, settle)
     finally:
         bar.close()
     return out

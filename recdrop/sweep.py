@@ -24,7 +24,7 @@ import multiprocessing as mp
 import os
 import sys
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 from tqdm.auto import tqdm
@@ -107,6 +107,21 @@ def _run_with_submitit(todo, experiment: str, device: str, jobs: int, store: Run
         bar.update(1)
 
 
+def run_each(todo: Sequence[Dict[str, Any]], jobs: int, args_of: Callable[[int, Dict[str, Any]], tuple],
+             settle: Callable[[Dict[str, Any], Callable[[], Dict[str, Any]]], None]) -> None:
+    """Train each row of ``todo`` (``_run_one(*args_of(i, row))``), ``jobs`` at a time in spawned worker
+    processes (in this one where ``jobs`` is 1). ``settle(row, result)`` takes each as it ends;
+    ``result()`` gives its record or raises what the run raised."""
+    if jobs == 1:
+        for i, row in enumerate(todo):
+            settle(row, lambda: _run_one(*args_of(i, row)))
+        return
+    with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
+        futures = {pool.submit(_run_one, *args_of(i, row)): row for i, row in enumerate(todo)}
+        for fut in as_completed(futures):
+            settle(futures[fut], fut.result)
+
+
 ENGINES = ("local", "ray", "submitit")
 
 
@@ -184,30 +199,21 @@ def run_grid(experiment: str, scale: str, seeds: Sequence[int] = (0,), device: s
     sweep_bar = tqdm(total=len(rows), initial=len(rows) - len(todo), desc=f"sweep {experiment} ({scale})",
                      disable=not progress, position=0, dynamic_ncols=True)
     failures = []
+
+    def settle(r, result):
+        try:
+            r["record"] = result()
+        except Exception as e:  # keep going: the other runs' records are worth having
+            failures.append((r, e))
+        sweep_bar.update(1)
     try:
         if engine == "ray":
             _run_with_ray(todo, experiment, device, jobs, store, sweep_bar, failures)
         elif engine == "submitit":
             _run_with_submitit(todo, experiment, device, jobs, store, sweep_bar, failures)
-        elif jobs == 1:
-            for r in todo:
-                try:
-                    r["record"] = _run_one(experiment, r["config"], r["seed"], device, str(store.root),
-                                           torch.get_num_threads(), 1, progress, rerun=True)
-                except Exception as e:  # keep going: the other runs' records are worth having
-                    failures.append((r, e))
-                sweep_bar.update(1)
         else:
-            with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
-                futures = {pool.submit(_run_one, experiment, r["config"], r["seed"], device, str(store.root),
-                                       threads, 1 + i % jobs, progress, rerun=True): r for i, r in enumerate(todo)}
-                for fut in as_completed(futures):
-                    r = futures[fut]
-                    try:
-                        r["record"] = fut.result()
-                    except Exception as e:
-                        failures.append((r, e))
-                    sweep_bar.update(1)
+            run_each(todo, jobs, lambda i, r: (experiment, r["config"], r["seed"], device, str(store.root), threads,
+                                               1 + i % jobs, progress, None, True), settle)
     finally:
         sweep_bar.close()
     if failures:

@@ -166,7 +166,7 @@ def test_the_budget_stops_a_run_midway_and_the_next_call_resumes_it(store, clean
                                                              time=lambda: 0.0 if next(calls) < 3 else float("inf")))
     if jobs > 1:  # forked workers (one thread each) share the clock above; spawned ones would import the real one
         fork = multiprocessing.get_context("fork")
-        monkeypatch.setattr(campaign.mp, "get_context", lambda method: fork)
+        monkeypatch.setattr(sweep.mp, "get_context", lambda method: fork)
         monkeypatch.setattr(os, "cpu_count", lambda: jobs)
     out = run_campaign([CI_ENTRY], "cpu", jobs, 600.0, store, progress=False)
     assert out["stopped"] and not out["finished"] + out["failed"]
