@@ -41,7 +41,7 @@ from tqdm.auto import tqdm
 from .paths import DATA_DIR
 from .store import (CorruptCheckpointError, DirtyTreeError, RunStore, atomic_write_bytes, git_commit, load_checkpoint,
                     unclean_commits)
-from .sweep import _check_seeds, grid_rows, run_each
+from .sweep import RUN_FIELDS, _check_seeds, grid_rows, run_each
 from .train import DEVICES, BudgetExhausted, check_device
 
 CAMPAIGN = DATA_DIR / "campaign.toml"
@@ -167,7 +167,7 @@ def parse_budget(text: str) -> float:
 
 
 def _label(row: Dict[str, Any]) -> str:
-    skip = {"run_id", "config", "record", "entry", "resumable", "rerun"}
+    skip = {*RUN_FIELDS, "entry", "resumable", "rerun"}  # the cell's labels and seed are left
     cell = " ".join(f"{k}={v}" for k, v in row.items() if k not in skip)
     return f"{row['entry'].experiment}/{row['entry'].scale} {row['run_id']} {cell}"
 

@@ -125,6 +125,9 @@ def run_each(todo: Sequence[Dict[str, Any]], jobs: int, args_of: Callable[[int, 
 ENGINES = ("local", "ray", "submitit")
 
 
+RUN_FIELDS = ("run_id", "config", "record", "diverged", "done")  # what a row of grid_rows holds beside its labels
+
+
 def grid_rows(experiment: str, scale: str, seeds: Sequence[int] = (0,), grid: str = "table",
               only: Optional[Dict[str, Any]] = None, store: Optional[RunStore] = None,
               **overrides) -> List[Dict[str, Any]]:

@@ -371,7 +371,9 @@ def test_the_command_line_runs_and_lists_a_campaign(store, tmp_path, monkeypatch
     assert load_campaign(tmp_path / "campaign.toml") == [CI_ENTRY]
     file = ["--file", str(tmp_path / "campaign.toml")]
     assert campaign.main(["--list", *file]) == 0
-    assert capsys.readouterr().out.count("new ") == 2
+    listed = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in listed[:-1]] == ["new", "new"]
+    assert listed[0].endswith("length=short scheme=semeniuta sampling=per-step scaling=paper seed=0")
     assert campaign.main(["--for", "10m", "--no-progress", *file]) == 0
     assert "campaign: 2 finished, 0 stopped" in capsys.readouterr().out
     assert len(store.records("temporal_order", "ci")) == 2
