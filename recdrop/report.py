@@ -169,6 +169,12 @@ def check_claims(checks, paper_vals: Dict[Any, float], ours_by_seed: Dict[int, D
     return pd.DataFrame(out, columns=[f"claim (paper Sec. {section})", "on the paper's numbers", "on ours"])
 
 
+def claim_verdicts(table: pd.DataFrame) -> Dict[str, str]:
+    """Claim -> its verdict on ours, from an experiment's claims table: every one names the claim in its
+    first column ("claim (paper Sec. ...)", "prediction (paper Sec. 3)") and the verdict in "on ours"."""
+    return dict(zip(table.iloc[:, 0], table["on ours"]))
+
+
 # -- the comparison with the paper ------------------------------------------------------------------
 @dataclass(frozen=True)
 class Metric:

@@ -10,7 +10,7 @@ import pandas as pd
 
 from .book import chapter_scale, chapter_seeds
 from .experiments import EXPERIMENTS, judged_claims
-from .report import verdict_rows
+from .report import claim_verdicts, verdict_rows
 from .store import RunStore
 from .sweep import run_grid
 
@@ -29,12 +29,6 @@ def _verdict(scale: Optional[str], verdicts: pd.Series) -> str:
     return "reproduced" if k == len(verdicts) else "partly" if k else "not reproduced"
 
 
-def _claims(e, rows) -> pd.DataFrame:
-    """``e``'s claims as (claim, on ours), whatever its claims table names its columns."""
-    t = e.claims(rows)
-    return pd.DataFrame({"claim": t.iloc[:, 0], "on ours": t["on ours"]})
-
-
 def landing_claims(store: Optional[RunStore] = None) -> pd.DataFrame:
     """Every claim the paper makes on its tables, judged on our runs (``report.claim_verdict``: against
     the seed noise where 3 seeds ran) at the largest scale where it has a verdict, that scale named on
@@ -47,8 +41,8 @@ def landing_claims(store: Optional[RunStore] = None) -> pd.DataFrame:
             continue
         judged = judged_claims(e.name, store)
         if not judged:
-            judged = {claim: ("none stored", verdict) for claim, verdict in
-                      _claims(e, run_grid(e.name, "quick", train=False, store=store)).itertuples(index=False)}
+            quick = run_grid(e.name, "quick", train=False, store=store)
+            judged = {claim: ("none stored", verdict) for claim, verdict in claim_verdicts(e.claims(quick)).items()}
         for claim, (scale, verdict) in judged.items():
             out.append({"table": e.title.split(":")[0], "claim": claim, "scale": scale, "on ours": verdict,
                         "chapter": e.name})

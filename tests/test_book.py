@@ -174,3 +174,13 @@ def test_stored_scales_walks_the_scales_with_records_largest_first(tmp_path):
     grid_record(store, "sentiment", "ci")
     fake_record(store, "sentiment", "reduced")  # a scale sentiment does not have is passed over
     assert [scale for scale, _ in stored_scales("sentiment", store=store)] == ["ci"]
+
+
+def test_every_claims_table_names_its_claims_first_and_our_verdicts_in_on_ours(tmp_path):
+    from recdrop.report import claim_verdicts
+    for name, e in book.EXPERIMENTS.items():
+        if e.claims is not None:
+            t = e.claims(grid_rows(name, "quick", store=RunStore(tmp_path)))
+            verdicts = claim_verdicts(t)
+            assert len(verdicts) == len(t) and all(isinstance(c, str) and len(c) > 20 for c in verdicts)
+            assert set(verdicts.values()) == {"not yet run"}  # nothing stored

@@ -13,7 +13,7 @@ import dataclasses
 from typing import Callable, Dict, Optional
 
 from ..config import SCALE_NAMES
-from ..report import Metric, plot_against_paper, stamp, styled
+from ..report import Metric, claim_verdicts, plot_against_paper, stamp, styled
 from ..store import RunStore
 from . import char_lm, memory_loss, ner, sentiment, temporal_order, word_lm
 
@@ -111,8 +111,7 @@ def judged_claims(name: str, store: Optional[RunStore] = None, up_to: Optional[s
     for scale, rows in stored_scales(name, store=store, up_to=up_to):
         if not any(r["record"] for r in rows):  # nothing of this table here (a scale since redefined)
             continue
-        t = EXPERIMENTS[name].claims(rows)
-        for claim, verdict in zip(t.iloc[:, 0], t["on ours"]):
+        for claim, verdict in claim_verdicts(EXPERIMENTS[name].claims(rows)).items():
             if claim not in judged or (judged[claim][1] == "not yet run" and verdict != "not yet run"):
                 judged[claim] = (scale, verdict)
     return judged
