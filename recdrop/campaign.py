@@ -122,18 +122,19 @@ RECENT_RUNS = 4  # the estimate reads this many of the newest stored runs like i
 
 
 def expected_seconds(row: Dict[str, Any], store: RunStore) -> Optional[float]:
-    """What a pending run should take: the mean wall time of the newest ``RECENT_RUNS`` stored runs of
-    its experiment at its scale whose configs differ from its own only in the dropout fields and,
-    where some of those ran, that use recurrent dropout as it does (without it the layers run
-    torch.nn's kernels, up to twice as fast on a CPU); for a run that resumes, the part of it left
-    (``epochs_done``). None where none has run."""
+    """What a pending run should take: the mean wall time of the newest ``RECENT_RUNS`` stored runs (not
+    diverged) of its experiment at its scale whose configs differ from its own only in the dropout
+    fields and, where some of those ran, that use recurrent dropout as it does (without it the layers
+    run torch.nn's kernels, up to twice as fast on a CPU); for a run that resumes, the part of it
+    left (``epochs_done``). None where none has run."""
     e, cfg = row["entry"], row["config"]
 
     def rest(config: Dict[str, Any]) -> Dict[str, Any]:
         return {k: v for k, v in config.items() if k not in DROPOUT_FIELDS}
 
     mine = json.loads(json.dumps(cfg.to_dict()))  # as a record holds it (tuples as lists)
-    like = [r for r in store.records(e.experiment, e.scale) if r.get("wall_time_s") and rest(r["config"]) == rest(mine)]
+    like = [r for r in store.records(e.experiment, e.scale)  # a diverged run stopped early: it says nothing
+            if r.get("wall_time_s") and not r.get("diverged") and rest(r["config"]) == rest(mine)]
     dropout = bool(mine.get("recurrent_dropout"))
     alike = [r for r in like if bool(r["config"].get("recurrent_dropout")) == dropout] or like
     if not alike:
@@ -176,7 +177,8 @@ def run_campaign(entries: Sequence[Entry], device: str = "cpu", jobs: int = 1, b
                  store: Optional[RunStore] = None, progress: bool = True) -> Dict[str, List[Dict[str, Any]]]:
     """Run the pending runs in order with ``jobs`` worker processes until all are done or ``budget_s``
     seconds have passed; then every running run checkpoints and stops. Returns the rows by outcome:
-    ``finished``, ``stopped`` (checkpoint saved), ``failed`` (with ``error``), ``not_started``."""
+    ``finished``, ``diverged`` (recorded as such), ``stopped`` (checkpoint saved), ``failed`` (with
+    ``error``), ``not_started``."""
     device = check_device(device)
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"jobs must be a positive int, got {jobs!r}")
@@ -184,14 +186,14 @@ def run_campaign(entries: Sequence[Entry], device: str = "cpu", jobs: int = 1, b
     store.refuse_unclean_code(git_commit(), "the campaign is")
     deadline = time.time() + budget_s
     todo = pending_runs(entries, device, store)
-    out = {"finished": [], "stopped": [], "failed": [], "not_started": []}
+    out = {"finished": [], "diverged": [], "stopped": [], "failed": [], "not_started": []}
     bar = tqdm(total=len(todo), desc=f"campaign on {device}", disable=not progress, position=0, dynamic_ncols=True)
     threads = max(1, (os.cpu_count() or 1) // jobs)
 
     def settle(row, fn):
         try:
             row["record"] = fn()
-            out["finished"].append(row)
+            out["diverged" if row["record"].get("diverged") else "finished"].append(row)
         except BudgetExhausted as e:
             started = store.checkpoint_path(row["entry"].experiment, row["run_id"]).exists()
             out["stopped" if started else "not_started"].append({**row, "error": str(e)})
@@ -321,13 +323,16 @@ def unpack(in_dir: os.PathLike, store: Optional[RunStore] = None) -> Dict[str, A
             _, experiment, file = name.split("/")
             rid = file.removesuffix(".pt")
             local = store.checkpoint_path(experiment, rid)
+            if has_clean_record(experiment, rid):
+                counts["kept"] += 1
+                continue
             try:
                 theirs = _progress(load_checkpoint(io.BytesIO(data)))
             except (CorruptCheckpointError, KeyError, TypeError) as e:  # keep going: the rest is worth having
                 counts["refused"].append(f"{name} in the pack in {in_dir} is not a checkpoint that loads "
                                          f"({type(e).__name__}: {e}); {local} is left as it was")
                 continue
-            if has_clean_record(experiment, rid) or further_on(local, theirs):
+            if further_on(local, theirs):
                 counts["kept"] += 1
                 continue
             atomic_write_bytes(local, data)
@@ -359,7 +364,7 @@ def main(argv=None) -> int:
     ap.add_argument("--unpack", type=Path, metavar="DIR", help="put a pack's checkpoints and records in place, first")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
-    refused = []  # records of the pack that the store refused: reported, and the exit status is 1
+    refused = []  # what of the pack did not go in (``unpack``): reported, and the exit status is 1
     try:
         check_device(args.device, available=not args.list)  # listing runs nothing: any valid device
         store = RunStore()
@@ -389,10 +394,11 @@ def main(argv=None) -> int:
     for outcome, rows in out.items():
         for row in rows:
             print(f"{outcome:11s} {_label(row)}" + (f"  ({row['error']})" if outcome == "failed" else ""))
-    print(f"campaign: {len(out['finished'])} finished, {len(out['stopped'])} stopped with a checkpoint, "
+    print(f"campaign: {len(out['finished'])} finished, {len(out['diverged'])} diverged (recorded), "
+          f"{len(out['stopped'])} stopped with a checkpoint, "
           f"{len(out['failed'])} failed, {len(out['not_started'])} not started, in {time.time() - started:.0f} s")
     if args.pack:
-        pack(args.pack, out["stopped"] + out["failed"], [r["record"] for r in out["finished"]], store)
+        pack(args.pack, out["stopped"] + out["failed"], [r["record"] for r in out["finished"] + out["diverged"]], store)
     return 1 if out["failed"] or refused else 0
 
 

@@ -20,12 +20,15 @@ def stored_seeds(experiment: str, scale: str, store: Optional[RunStore] = None) 
 
 
 def stamp(rows: Iterable[Dict[str, Any]]) -> str:
-    """Scale, hardware, commit and dates of the records shown (one line each where they differ); the
-    hardware, torch and commit of a resumed run's every stretch (its ``segments``) count too."""
+    """Scale, hardware, commit and dates of the records shown (one line each where they differ), and
+    how many runs diverged; the hardware, torch and commit of a resumed run's every stretch (its
+    ``segments``) count too."""
     rows = list({r.get("run_id", i): r for i, r in enumerate(rows)}.values())  # a run shown by two grids counts once
     recs = [r["record"] for r in rows if r.get("record")]
+    diverged = sum(bool(r.get("diverged")) for r in rows)
     if not recs:
-        return "No stored runs: every cell of this table is not yet run at this scale."
+        return (f"No finished runs: {diverged} diverged, the other cells are not yet run at this scale." if diverged
+                else "No stored runs: every cell of this table is not yet run at this scale.")
 
     def values(key):
         return ", ".join(sorted({str(part[key]) for r in recs for part in (r, *r.get("segments", ())) if key in part}))
@@ -36,7 +39,7 @@ def stamp(rows: Iterable[Dict[str, Any]]) -> str:
         seeds_per_cell[r["config"]] = seeds_per_cell.get(r["config"], 0) + bool(r.get("record"))
     ran = [n for n in seeds_per_cell.values() if n]
     seeds = f"{min(ran)}" if min(ran) == max(ran) else f"{min(ran)}–{max(ran)}"
-    return (f"Scale: {scales} | runs: {len(recs)} shown | cells: {len(ran)} of {len(seeds_per_cell)} run, "
+    return (f"Scale: {scales} | runs: {len(recs)} shown{f', {diverged} diverged' if diverged else ''} | cells: {len(ran)} of {len(seeds_per_cell)} run, "
             f"{seeds} seed{'' if seeds == '1' else 's'} each | hardware: {values('hardware')} | "
             f"torch {values('torch')} | commit: {values('commit')} | runs finished {dates[0]} to {dates[-1]}")
 

@@ -23,6 +23,7 @@ import inspect
 import multiprocessing as mp
 import os
 import sys
+import warnings
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -33,7 +34,7 @@ from . import experiments
 from .config import SCALE_NAMES, run_id
 from .report import stored_seeds
 from .store import RunStore, cache_dir, git_commit
-from .train import check_device, train_run
+from .train import NonFiniteLossError, check_device, train_run
 
 
 def _check_seeds(seeds) -> List[int]:
@@ -47,10 +48,16 @@ def _check_seeds(seeds) -> List[int]:
 
 def _run_one(experiment: str, config, seed: int, device: str, store_root: str, threads: int, position: int,
              progress: bool, deadline: Optional[float] = None, rerun: bool = False) -> Dict[str, Any]:
+    """Train one run in this process; a run that diverges gives its stored "diverged" record, with a warning."""
     torch.set_num_threads(threads)
     make_task, _ = experiments.get(experiment)
-    return train_run(make_task, config, seed, device, RunStore(store_root), progress=progress, position=position,
-                     deadline=deadline, rerun=rerun)
+    store = RunStore(store_root)
+    try:
+        return train_run(make_task, config, seed, device, store, progress=progress, position=position,
+                         deadline=deadline, rerun=rerun)
+    except NonFiniteLossError as e:  # a result: its record says where
+        warnings.warn(str(e), RuntimeWarning)
+        return store.load(experiment, config.scale, run_id(config, seed))
 
 
 def _run_remote(experiment: str, config, seed: int, device: str, threads: int) -> Dict[str, Any]:
@@ -76,8 +83,9 @@ def _run_with_ray(todo, experiment: str, device: str, jobs: int, store: RunStore
         done, _ = ray.wait(list(pending), num_returns=1)
         r = pending.pop(done[0])
         try:
-            r["record"] = ray.get(done[0])
-            store.save(r["record"])  # the driver writes the store
+            record = ray.get(done[0])
+            store.save(record)  # the driver writes the store
+            r.update(run_fields(store, record))
         except Exception as e:
             failures.append((r, e))
         bar.update(1)
@@ -100,8 +108,9 @@ def _run_with_submitit(todo, experiment: str, device: str, jobs: int, store: Run
     for job in submitit.helpers.as_completed([job for job, _ in submitted], poll_frequency=poll_s):
         r = by_job[job.job_id]
         try:
-            r["record"] = job.result()
-            store.save(r["record"])  # the driver writes the store
+            record = job.result()
+            store.save(record)  # the driver writes the store
+            r.update(run_fields(store, record))
         except Exception as e:
             failures.append((r, e))
         bar.update(1)
@@ -126,6 +135,12 @@ ENGINES = ("local", "ray", "submitit")
 
 
 RUN_FIELDS = ("run_id", "config", "record", "diverged", "done")  # what a row of grid_rows holds beside its labels
+
+
+def run_fields(store: RunStore, record: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    """A row's ``record``, ``diverged`` and ``done`` (``grid_rows``) from its stored record or None."""
+    diverged = record.get("diverged") if record else None
+    return {"record": None if diverged else record, "diverged": diverged, "done": store.is_done(record)}
 
 
 def grid_rows(experiment: str, scale: str, seeds: Sequence[int] = (0,), grid: str = "table",
@@ -158,9 +173,7 @@ def grid_rows(experiment: str, scale: str, seeds: Sequence[int] = (0,), grid: st
         for seed in seeds:
             rid = run_id(cfg, seed)
             rec = store.load(experiment, cfg.scale, rid) if store.has(experiment, cfg.scale, rid) else None
-            diverged = rec.get("diverged") if rec else None
-            rows.append({**label, "seed": seed, "run_id": rid, "config": cfg, "record": None if diverged else rec,
-                         "diverged": diverged, "done": store.is_done(rec)})
+            rows.append({**label, "seed": seed, "run_id": rid, "config": cfg, **run_fields(store, rec)})
     return rows
 
 
@@ -178,12 +191,14 @@ def stored_scales(experiment: str, grid: str = "table", store: Optional[RunStore
 def run_grid(experiment: str, scale: str, seeds: Sequence[int] = (0,), device: str = "cpu", jobs: int = 1,
              train: bool = True, store: Optional[RunStore] = None, progress: bool = True, engine: str = "local",
              only: Optional[Dict[str, Any]] = None, grid: str = "table", **overrides) -> List[Dict[str, Any]]:
-    """Every cell of ``experiment``'s grid at ``scale`` for every seed: one row per run with the
-    cell's labels, ``seed``, ``run_id`` and ``record`` (None where not run and ``train`` is False).
+    """Every cell of ``experiment``'s grid at ``scale`` for every seed: one row per run, as ``grid_rows``
+    gives them (``record`` None where not run and ``train`` is False, or where the run diverged).
     ``only`` keeps the cells whose labels have these values (e.g. ``{"scheme": "moon"}``). ``grid``
     names which of the experiment's grids: "table" (the paper's), "headline" or "conjecture".
 
-    Finished runs are loaded, unfinished ones resumed from their checkpoint, missing ones trained.
+    Runs that are done (``RunStore.is_done``) are loaded, unfinished ones resumed from their checkpoint,
+    the rest trained: in a store whose records are committed, that includes a run whose record came
+    from uncommitted code. A run that diverges is recorded as such, with a warning.
     """
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"jobs must be a positive int, got {jobs!r}")
@@ -198,14 +213,14 @@ def run_grid(experiment: str, scale: str, seeds: Sequence[int] = (0,), device: s
     if not train or not todo:
         return rows
     store.refuse_unclean_code(git_commit(), f"{len(todo)} runs of {experiment} are")  # before any worker starts
-    threads = max(1, (os.cpu_count() or 1) // jobs) if device == "cpu" else torch.get_num_threads()
+    threads = max(1, (os.cpu_count() or 1) // jobs) if device == "cpu" and jobs > 1 else torch.get_num_threads()
     sweep_bar = tqdm(total=len(rows), initial=len(rows) - len(todo), desc=f"sweep {experiment} ({scale})",
                      disable=not progress, position=0, dynamic_ncols=True)
     failures = []
 
     def settle(r, result):
         try:
-            r["record"] = result()
+            r.update(run_fields(store, result()))
         except Exception as e:  # keep going: the other runs' records are worth having
             failures.append((r, e))
         sweep_bar.update(1)
@@ -216,7 +231,7 @@ def run_grid(experiment: str, scale: str, seeds: Sequence[int] = (0,), device: s
             _run_with_submitit(todo, experiment, device, jobs, store, sweep_bar, failures)
         else:
             run_each(todo, jobs, lambda i, r: (experiment, r["config"], r["seed"], device, str(store.root), threads,
-                                               1 + i % jobs, progress, None, True), settle)
+                                               1 + i % jobs, progress, None, bool(r["record"] or r["diverged"])), settle)
     finally:
         sweep_bar.close()
     if failures:

@@ -282,20 +282,30 @@ def test_unpack_goes_on_past_a_refused_record_and_reports_it(store, tmp_path, mo
 
 
 def test_unpack_puts_records_in_first_and_reports_a_checkpoint_that_does_not_load(store, tmp_path, monkeypatch,
-                                                                                   clean_code):
+                                                                                   stop_after, clean_code):
     rows = [{**r, "entry": CI_ENTRY} for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
+    unfinished, done = (store.checkpoint_path("temporal_order", r["run_id"]) for r in rows)
+    with pytest.raises(BudgetExhausted):
+        train_run(TemporalOrderTask, rows[0]["config"], store=store, progress=False, deadline=1.0,
+                  callback=stop_after("batch", 0, 1))
     finished = train_run(TemporalOrderTask, rows[1]["config"], store=store, progress=False)
-    store.checkpoint_path("temporal_order", rows[0]["run_id"]).write_bytes(b"not a checkpoint")
+    done.write_bytes(unfinished.read_bytes())  # a pack with a record and a checkpoint of one run
     pack(tmp_path / "out", rows, [finished], store)
-    monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "cache2"))
+    unfinished.write_bytes(b"not a checkpoint")
+    pack(tmp_path / "out2", rows[:1], [], store)  # a pack whose checkpoint does not load
+    monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "cache2"))  # another machine
     there = RunStore(tmp_path / "runs2")
+    assert unpack(tmp_path / "out", there) == {"records": 1, "checkpoints": 1, "kept": 1, "refused": []}
+    assert there.load("temporal_order", "ci", finished["run_id"]) == finished
+    assert there.checkpoint_path("temporal_order", rows[0]["run_id"]).exists()
+    assert not there.checkpoint_path("temporal_order", rows[1]["run_id"]).exists()
+    # a pack's checkpoint that does not load is reported, and the local one stays
     local = there.checkpoint_path("temporal_order", rows[0]["run_id"])
-    local.parent.mkdir(parents=True)
-    local.write_bytes(b"ours")  # the case where the pack's is compared with a local copy
-    counts = unpack(tmp_path / "out", there)
-    assert (counts["records"], counts["checkpoints"], counts["kept"]) == (1, 0, 0)
+    ours = local.read_bytes()
+    counts = unpack(tmp_path / "out2", there)
+    assert (counts["records"], counts["checkpoints"], counts["kept"]) == (0, 0, 0)
     assert len(counts["refused"]) == 1 and "is not a checkpoint that loads" in counts["refused"][0]
-    assert there.load("temporal_order", "ci", finished["run_id"]) == finished and local.read_bytes() == b"ours"
+    assert local.read_bytes() == ours
 
 
 def test_unpack_refuses_a_record_under_another_runs_name(store, tmp_path):
@@ -375,7 +385,7 @@ def test_the_command_line_runs_and_lists_a_campaign(store, tmp_path, monkeypatch
     assert [line.split()[0] for line in listed[:-1]] == ["new", "new"]
     assert listed[0].endswith("length=short scheme=semeniuta sampling=per-step scaling=paper seed=0")
     assert campaign.main(["--for", "10m", "--no-progress", *file]) == 0
-    assert "campaign: 2 finished, 0 stopped" in capsys.readouterr().out
+    assert "campaign: 2 finished, 0 diverged (recorded), 0 stopped" in capsys.readouterr().out
     assert len(store.records("temporal_order", "ci")) == 2
     assert campaign.main(["--list", *file]) == 0
     assert capsys.readouterr().out.startswith("about 0.0 hours")
@@ -400,3 +410,23 @@ def test_a_checkpoint_of_uncommitted_code_is_not_resumable_into_a_committed_stor
     assert next(r for r in pending_runs([CI_ENTRY], "cpu", scratch) if r["run_id"] == rid)["resumable"]
     save_checkpoint(path, {"commit": "0123456789", "segments": [{"commit": "0123456789"}]})
     assert next(r for r in pending_runs([CI_ENTRY], "cpu", committed) if r["run_id"] == rid)["resumable"]
+
+
+def test_a_run_that_diverges_is_recorded_packed_and_not_run_again(store, tmp_path, monkeypatch, capsys, clean_code):
+    calls = itertools.count()
+    real_step = TemporalOrderTask.train_step
+    monkeypatch.setattr(TemporalOrderTask, "train_step",  # the first run's loss turns NaN in its 3rd batch
+                        lambda self, batch: {**real_step(self, batch), **({"loss": float("nan")} if next(calls) == 2 else {})})
+    monkeypatch.setenv("RECDROP_RUNS", str(store.root))
+    (tmp_path / "campaign.toml").write_text(CI_TOML)
+    file = ["--file", str(tmp_path / "campaign.toml")]
+    with pytest.warns(RuntimeWarning, match="training loss is nan at epoch 1, batch 3; it is recorded as diverged"):
+        assert campaign.main(["--for", "10m", "--no-progress", "--pack", str(tmp_path / "out"), *file]) == 0
+    assert "campaign: 1 finished, 1 diverged (recorded), 0 stopped" in capsys.readouterr().out
+    assert pending_runs([CI_ENTRY], "cpu", store) == []
+    there = RunStore(tmp_path / "runs2")
+    monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "cache2"))
+    assert unpack(tmp_path / "out", there) == {"records": 2, "checkpoints": 0, "kept": 0, "refused": []}
+    assert pending_runs([CI_ENTRY], "cpu", there) == []
+    assert [r["diverged"] is not None for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=there)] \
+        == [True, False]

@@ -137,6 +137,18 @@ def test_nan_loss_stops_the_run_records_it_as_diverged_and_keeps_the_checkpoint(
     assert Exploding.calls == calls
 
 
+def test_a_sweep_shows_a_run_that_diverges_as_diverged_and_goes_on(store, monkeypatch):
+    real_step = TemporalOrderTask.train_step
+    monkeypatch.setattr(TemporalOrderTask, "train_step", lambda self, batch: {
+        **real_step(self, batch), **({"loss": math.inf} if self.cfg.sampling == "per-sequence" else {})})
+    with pytest.warns(RuntimeWarning, match="training loss is inf at epoch 1, batch 1"):
+        rows = run_grid("temporal_order", "ci", store=store, progress=False, epochs=1,
+                        only={"length": "short", "scheme": "semeniuta"})
+    assert [(r["sampling"], r["record"] is None, r["diverged"]) for r in rows] == [
+        ("per-step", False, None), ("per-sequence", True, {"epoch": 1, "batch": 1, "loss": "inf"})]
+    assert all(r["done"] for r in rows)
+
+
 def test_corrupt_checkpoint_is_a_clear_error(store):
     cfg = ci_config()
     path = store.checkpoint_path("temporal_order", run_id(cfg, 0))

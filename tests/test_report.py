@@ -153,6 +153,9 @@ def test_stamp_counts_cells_and_their_seeds():
     for r in rows:
         r["run_id"] = f"{r['config']}{r['seed']}"
     assert "runs: 4 shown | cells: 2 of 3 run, 1–3 seeds each" in stamp(rows + rows[:3])  # shown twice, counted once
+    rows[4]["diverged"] = {"epoch": 3, "batch": 1, "loss": "nan"}  # a result, not a cell not yet run
+    assert "runs: 4 shown, 1 diverged |" in stamp(rows)
+    assert stamp(rows[4:6]) == "No finished runs: 1 diverged, the other cells are not yet run at this scale."
 
 
 def test_pilot_table_weighs_the_gap_against_the_seed_noise():

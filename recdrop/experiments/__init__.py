@@ -143,13 +143,13 @@ def show_other_scales(name: str, shown: str, store: Optional[RunStore] = None) -
 
     e = EXPERIMENTS[name]
     for scale, rows in stored_scales(name, store=store):
-        rows = [r for r in rows if r["record"]]
+        rows = [r for r in rows if r["record"] or r["diverged"]]
         if scale == shown or not rows:
             continue
         display(Markdown(f"### At `{scale}` scale\n\n{stamp(rows)}"))
         if e.comparison is not None:
             table = e.comparison(rows)
-            display(styled(table[table["n"] > 0], e.metric.digits))
+            display(styled(table[table["ours"] != "not yet run"], e.metric.digits))
             fig = plot_against_paper(table)
             display(fig)
             plt.close(fig)  # shown once, not again at the end of the cell
