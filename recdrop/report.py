@@ -82,16 +82,28 @@ def curves_frame(rows: List[Dict[str, Any]], keys: List[str]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=keys + ["seed", "epoch"])
 
 
+class SeedValues(dict):
+    """Our numbers seed by seed, ``{seed: {key: value}}``, and in ``diverged`` the keys of each seed's
+    runs that diverged (``{seed: set of keys}``): a claim that needs one of them cannot be judged."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.diverged: Dict[int, set] = {}
+
+
 def seed_values(rows: Iterable[Dict[str, Any]],
-                values_of: Callable[[Dict[str, Any], Dict[str, Any]], Dict[Any, float]]) -> Dict[int, Dict[Any, float]]:
-    """Our numbers seed by seed, ``{seed: {key: value}}``: ``values_of(row, metrics)`` gives one stored
-    run's ``{key: value}`` (a claim's cells); missing and NaN values are left out."""
-    out: Dict[int, Dict[Any, float]] = {}
+                values_of: Callable[[Dict[str, Any], Dict[str, Any]], Dict[Any, float]]) -> SeedValues:
+    """Our numbers seed by seed (``SeedValues``): ``values_of(row, metrics)`` gives one stored run's
+    ``{key: value}`` (a claim's cells); missing and NaN values are left out. A diverged run's keys
+    (``values_of(row, {})``) go to ``diverged``."""
+    out = SeedValues()
     for r in rows:
         if r.get("record"):
             for key, v in values_of(r, r["record"]["metrics"]).items():
                 if v is not None and not pd.isna(v):
                     out.setdefault(r["seed"], {})[key] = float(v)
+        elif r.get("diverged"):
+            out.diverged.setdefault(r["seed"], set()).update(values_of(r, {}))
     return out
 
 
@@ -115,18 +127,15 @@ def means_over(seeds: List[Dict[Any, float]]) -> Dict[Any, float]:
     return {k: float(np.mean([v[k] for v in seeds if k in v])) for k in set().union(*seeds)}
 
 
-def claim_outcomes(test: Callable[[Dict[Any, float]], bool],
-                   by_seed: Dict[int, Dict[Any, float]]) -> Tuple[Optional[bool], List[bool]]:
-    """(``test`` on our means over the seeds that have every cell it needs, or None where no seed has;
-    ``test`` in each of those seeds). ``test`` reads cells as ``values[key]`` (KeyError where one is
-    missing). The cells it needs are those it reads in any seed: a claim that stops early in one
-    seed (``all`` at its first failure) still needs, there too, the cells it reads in another."""
+def _outcomes(test: Callable[[Dict[Any, float]], bool],
+              by_seed: Dict[int, Dict[Any, float]]) -> Tuple[Optional[bool], List[bool], set]:
+    """``claim_outcomes``, and the cells the claim was found to need."""
     needed: set = set()
     while True:
         known = len(needed)
         complete = [v for v in by_seed.values() if needed <= v.keys()]
         if not complete:
-            return None, []
+            return None, [], needed
         means = means_over(complete)
         try:
             outcomes = [bool(test(_Reading(v, needed))) for v in complete]
@@ -136,7 +145,16 @@ def claim_outcomes(test: Callable[[Dict[Any, float]], bool],
                 raise  # not one of our cells (a lookup of the claim's own): a bug, not a missing run
             continue
         if len(needed) == known:
-            return on_means, outcomes
+            return on_means, outcomes, needed
+
+
+def claim_outcomes(test: Callable[[Dict[Any, float]], bool],
+                   by_seed: Dict[int, Dict[Any, float]]) -> Tuple[Optional[bool], List[bool]]:
+    """(``test`` on our means over the seeds that have every cell it needs, or None where no seed has;
+    ``test`` in each of those seeds). ``test`` reads cells as ``values[key]`` (KeyError where one is
+    missing). The cells it needs are those it reads in any seed: a claim that stops early in one
+    seed (``all`` at its first failure) still needs, there too, the cells it reads in another."""
+    return _outcomes(test, by_seed)[:2]
 
 
 def claim_verdict(test: Callable[[Dict[Any, float]], bool], by_seed: Dict[int, Dict[Any, float]]) -> str:
@@ -147,12 +165,14 @@ def claim_verdict(test: Callable[[Dict[Any, float]], bool], by_seed: Dict[int, D
     - *refuted*: it fails on the means and in each of them;
     - *open*: the seeds disagree;
     - with fewer seeds it *holds* or *fails* on the means, not judged against the noise;
-    - *not yet run*: no seed has every cell it needs.
+    - *not yet run*: no seed has every cell it needs; *cannot be judged* where a run of one of those
+      cells diverged (``SeedValues.diverged``).
 
     The means are over the seeds that have every cell, so that they and the seed count agree."""
-    on_means, outcomes = claim_outcomes(test, by_seed)
+    on_means, outcomes, needed = _outcomes(test, by_seed)
     if on_means is None:
-        return "not yet run"
+        diverged = any(keys & needed for keys in getattr(by_seed, "diverged", {}).values())
+        return "cannot be judged: a run it needs diverged" if diverged else "not yet run"
     n = len(outcomes)
     if n < MIN_SEEDS_TO_JUDGE:
         return (f"{'holds' if on_means else 'fails'} ({n} seed{'' if n == 1 else 's'}, "

@@ -187,3 +187,44 @@ def test_a_claim_that_stops_early_in_one_seed_still_needs_the_cells_it_reads_in_
 def test_a_claim_whose_own_lookup_fails_raises_instead_of_looping():
     with pytest.raises(KeyError, match="not a cell"):
         claim_verdict(lambda v: {}["not a cell"] and v["a"], {0: {"a": 1.0}})
+
+
+def test_seed_values_keep_the_keys_of_diverged_runs_apart():
+    where = {"epoch": 3, "batch": 1, "loss": "nan"}
+    rows = [{"seed": 0, "cell": "a", "record": {"metrics": {"m": 1.0}}, "diverged": None},
+            {"seed": 0, "cell": "b", "record": None, "diverged": where},
+            {"seed": 1, "cell": "b", "record": None, "diverged": None}]  # not yet run: not diverged
+    by_seed = seed_values(rows, lambda r, m: {r["cell"]: m.get("m")})
+    assert by_seed == {0: {"a": 1.0}} and by_seed.diverged == {0: {"b"}}
+
+
+def test_a_claim_that_needs_a_diverged_run_cannot_be_judged():
+    where = {"epoch": 3, "batch": 1, "loss": "nan"}
+
+    def row(cell, seed, value=None, diverged=False):
+        return {"seed": seed, "cell": cell, "record": None if value is None else {"metrics": {"m": value}},
+                "diverged": where if diverged else None}
+
+    def verdict(rows):
+        return claim_verdict(a_beats_b, seed_values(rows, lambda r, m: {r["cell"]: m.get("m")}))
+
+    assert verdict([row("a", 0, 1.0), row("b", 0, diverged=True)]) == "cannot be judged: a run it needs diverged"
+    assert verdict([row("a", 0, 1.0), row("b", 0)]) == "not yet run"  # b not run: nothing diverged
+    # a seed that has both cells is judged; the diverged seed is left out, as a seed not yet run is
+    assert verdict([row("a", 0, 1.0), row("b", 0, 2.0), row("a", 1, 1.0), row("b", 1, diverged=True)]) == (
+        "holds (1 seed, too few to judge against seed noise)")
+    # a diverged run of a cell this claim does not read changes nothing
+    assert claim_verdict(lambda v: v["a"] < 2, seed_values([row("a", 0, 1.0), row("b", 0, diverged=True)],
+                                                           lambda r, m: {r["cell"]: m.get("m")})) == (
+        "holds (1 seed, too few to judge against seed noise)")
+
+
+def test_table1_claims_whose_lstm_without_dropout_diverged_cannot_be_judged():
+    rows = table1_rows(lambda r: (1.0, 1.0))
+    for r in rows:
+        if (r["scheme"], r["length"]) == ("none", "medium"):
+            r["record"], r["diverged"] = None, {"epoch": 2, "batch": 5, "loss": "inf"}
+    verdicts = claims_of(rows)
+    medium = {v for c, v in verdicts.items() if c.startswith("medium")}
+    assert medium == {"cannot be judged: a run it needs diverged"}
+    assert verdicts["short: Gal solves it, both samplings"] == "confirmed (3 of 3 seeds)"
