@@ -19,8 +19,11 @@ WITHIN = ("reproduced", "within seed noise")  # a cell within its chapter's tole
 
 def _verdict(scale: Optional[str], verdicts: pd.Series) -> str:
     """A table's verdict from its cells' (``report``'s): said only at ``paper`` scale, and only when every
-    cell has run there; until then it says how many have."""
+    cell has run there; until then it says how many have. Below ``paper`` scale a table whose cells ran
+    has *no verdict* (its numbers are beside it, its claims judged on the claims table below)."""
     ran = verdicts[verdicts != "not yet run"]
+    if scale != "paper" and not ran.empty:
+        return f"no verdict at {scale} scale (paper scale not yet run)"
     if scale != "paper" or ran.empty:
         return "not yet run at paper scale"
     if len(ran) < len(verdicts):

@@ -132,3 +132,20 @@ def test_moon_vs_ours_is_shown_at_the_largest_scale_where_both_per_sequence_cell
     record("reduced", "semeniuta", "per-sequence")
     shown, table = temporal_order.moon_vs_ours_at_largest_scale(store)
     assert len(table) == 1 and {r["config"].scale for r in shown} == {"reduced"}
+
+
+def test_moon_vs_ours_says_when_the_training_losses_part():
+    from recdrop.experiments.temporal_order import PARTED
+
+    def row(scheme, losses, test_acc):
+        return {"length": "medium", "scheme": scheme, "seed": 0, "sampling": "per-sequence", "scaling": "paper",
+                "record": {"curves": [{"epoch": e + 1, "train_loss": v} for e, v in enumerate(losses)],
+                           "metrics": {"test_acc": test_acc}}}
+
+    table = temporal_order.moon_vs_ours_per_sequence(
+        [row("moon", [1.0, 0.5, 0.4, 0.3], 0.2345), row("semeniuta", [1.0, 0.5 + 1e-9, 0.4 + 2 * PARTED, 0.1], 1.0)])
+    t = table.iloc[0]
+    assert t["first epoch apart by > 1e-06"] == 3 and abs(t["max |train loss, Moon - ours|"] - 0.2) < 1e-12
+    assert (t["Moon test acc (%)"], t["ours test acc (%)"]) == (23.4, 100.0)
+    same = temporal_order.moon_vs_ours_per_sequence([row("moon", [1.0, 0.5], 0.3), row("semeniuta", [1.0, 0.5], 1.0)])
+    assert same.iloc[0]["first epoch apart by > 1e-06"] == "never"

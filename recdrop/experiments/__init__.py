@@ -131,6 +131,16 @@ def claims_judged_below(name: str, shown: str, store: Optional[RunStore] = None)
             f"below judges {at} scale.")
 
 
+def show_claims_judged_below(name: str, shown: str, store: Optional[RunStore] = None) -> None:
+    """Display ``claims_judged_below``'s line under a chapter's claims table; nothing where it is empty
+    (an empty ``Markdown`` would render as its Python repr)."""
+    from IPython.display import Markdown, display
+
+    line = claims_judged_below(name, shown, store)
+    if line:
+        display(Markdown(line))
+
+
 def show_other_scales(name: str, shown: str, store: Optional[RunStore] = None) -> None:
     """In a chapter rendered at ``shown``: the runs stored at every other scale of experiment ``name``,
     largest first, each with its stamp, the comparison of the cells that ran and its plot against the

@@ -50,7 +50,8 @@ CHECK_PAGE = """() => {
   const empty = tables.filter(t => ![...t.querySelectorAll('td')].some(td => td.textContent.trim() !== ''))
                       .map(t => t.outerHTML.slice(0, 120));
   const h1 = document.querySelector('h1');
-  return {images, empty, tables: tables.length, title: h1 ? h1.textContent.trim() : ''};
+  const reprs = document.body.innerText.match(/<IPython\.core\.display\.\w+ object>|<[\w.]+ object at 0x[0-9a-f]+>/g) || [];
+  return {images, empty, reprs, tables: tables.length, title: h1 ? h1.textContent.trim() : ''};
 }"""
 
 
@@ -74,6 +75,7 @@ def test_page_opens_with_its_tables_and_figures(browser, page):
     assert not found["images"], f"{page.name}: images that did not load: {found['images']}"
     assert not found["empty"], f"{page.name}: empty tables: {found['empty']}"
     assert found["title"], f"{page.name}: no title (h1)"
+    assert not found["reprs"], f"{page.name}: Python objects shown as text (an empty display?): {found['reprs']}"
 
 
 def test_the_landing_page_links_every_table_to_its_chapter(browser):
