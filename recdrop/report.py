@@ -327,17 +327,23 @@ def plot_against_paper(table: pd.DataFrame):
     return fig
 
 
+def plain_label(value: Any) -> Any:
+    """A label as a table shows it: a float with no trailing zeros (a rate: 0.25, not 0.250000)."""
+    return f"{value:g}" if isinstance(value, float) else value
+
+
 def styled(table: pd.DataFrame, digits: int = 2):
     """A comparison (``compare``'s output) as the book shows it: without the row index and without
     the numbers behind ``ours`` (mean, sd, n), the paper's number and the delta to ``digits`` decimals."""
     shown = table.drop(columns=[c for c in ("mean", "sd", "n") if c in table])
-    numbers = [c for c in ("paper", "delta") if c in shown]  # labels such as a rate keep their own digits
-    return shown.style.hide().format(precision=digits, na_rep="—", subset=numbers)
+    numbers = [c for c in ("paper", "delta") if c in shown]
+    labels = [c for c in shown.select_dtypes("number").columns if c not in numbers]  # a rate: 0.25, not 0.250000
+    return shown.style.hide().format(precision=digits, na_rep="—", subset=numbers).format(plain_label, subset=labels)
 
 
 def book_tables() -> None:
-    """How the book's notebooks show a DataFrame: every column in full, and without row numbers
-    (a default RangeIndex says nothing; a labelled index is kept)."""
+    """How the book's notebooks show a DataFrame: every column in full, without row numbers (a default
+    RangeIndex says nothing; a labelled index is kept), and a missing value as "—", not NaN."""
     pd.set_option("display.max_colwidth", None)
     try:
         from IPython import get_ipython
@@ -346,4 +352,4 @@ def book_tables() -> None:
     shell = get_ipython()
     if shell is not None:
         shell.display_formatter.formatters["text/html"].for_type(
-            pd.DataFrame, lambda df: df.to_html(index=not isinstance(df.index, pd.RangeIndex)))
+            pd.DataFrame, lambda df: df.to_html(index=not isinstance(df.index, pd.RangeIndex), na_rep="—"))

@@ -1,5 +1,6 @@
 """The one comparison builder every paper table goes through, and its verdicts."""
 import pandas as pd
+import pytest
 
 from recdrop.report import Metric, compare
 
@@ -69,6 +70,8 @@ def test_book_tables_drop_row_numbers_but_keep_labelled_indexes():
     assert "<th>0</th>" not in plain and "<th>setting</th>" in plain
     labelled = html(pd.DataFrame({"paper": [1.0]}, index=pd.Index(["ours"], name="scheme")))
     assert "<th>ours</th>" in labelled
+    missing = html(pd.DataFrame({"paper": [float("nan"), 2.0]}))
+    assert "NaN" not in missing and "<td>—</td>" in missing
 
 
 def test_styled_keeps_the_labels_digits():
@@ -77,6 +80,9 @@ def test_styled_keeps_the_labels_digits():
     t = compare([], [({"rate": 0.25}, 96.84, "x")], ["rate"], Metric("ppl", 1, 0.05, relative=True))
     html = styled(t, 1).to_html()
     assert "0.25" in html and "96.8" in html and "96.84" not in html and ">0<" not in html
+    t = compare([], [({"rate": 0.0}, 96.84, "x"), ({"rate": 0.25}, 90.0, "y")], ["rate"], Metric("ppl", 1, 0.05))
+    html = styled(t, 1).to_html()
+    assert ">0<" in html and ">0.25<" in html and "0.000000" not in html and "0.250000" not in html
 
 
 def test_fit_table_says_which_runs_over_fit_and_which_converged():
@@ -201,3 +207,15 @@ def test_plot_against_paper_draws_the_test_cells_that_ran_with_their_rank_correl
     assert "ours = the paper's" in [t.get_text() for t in same.axes[0].get_legend().get_texts()]
     empty = plot_against_paper(compare([], cells, ["block", "cell"], metric))
     assert [t.get_text() for t in empty.axes[0].texts] == ["not yet run"]
+
+
+@pytest.mark.parametrize("experiment, wide", [("ner", "table4_wide"), ("sentiment", "table5_wide")])
+def test_wide_tables_show_rates_as_labels_not_floats(experiment, wide):
+    import importlib
+
+    from recdrop.store import RunStore
+    from recdrop.sweep import grid_rows
+
+    rows = grid_rows(experiment, "ci", [0], store=RunStore("/nonexistent"))  # nothing run: every cell "not run"
+    html = getattr(importlib.import_module(f"recdrop.experiments.{experiment}"), wide)(rows).to_html()
+    assert ">0.25<" in html and "0.250000" not in html and "0.000000" not in html

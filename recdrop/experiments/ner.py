@@ -21,7 +21,7 @@ from ..data.conll2003 import entity_f1, load_conll2003
 from ..data.embeddings import GLOVE, PAD, UNK, embedding_table
 from ..models import Dropout, Tagger
 from ..paper import paper_results
-from ..report import Metric, check_claims, compare, seed_values
+from ..report import Metric, check_claims, compare, plain_label, seed_values
 from ..train import Task, epoch_generator
 from .cell_grid import CELLS, RATES, cell_rate_grid, check_cell
 
@@ -285,7 +285,8 @@ def table4_wide(rows):
     wide = long.pivot_table(index=["stage", "rate"], columns="cell", values=["paper", "mean"], sort=False,
                             dropna=False)
     wide.columns = [f"{c} {'paper' if v == 'paper' else 'ours'}" for v, c in wide.columns]
-    return wide[[f"{c} {w}" for c in CELLS for w in ("paper", "ours")]].style.format("{:.2f}", na_rep="not run")
+    shown = wide[[f"{c} {w}" for c in CELLS for w in ("paper", "ours")]]
+    return shown.style.format("{:.2f}", na_rep="not run").format_index(plain_label)
 
 
 def claims(rows) -> "pd.DataFrame":

@@ -22,7 +22,7 @@ from ..data.embeddings import GLOVE, PAD, UNK, embedding_table
 from ..data.semeval import LABELS, PARTIAL, TEST_SETS, distant_label, load_semeval, semeval_f1, tokenize
 from ..models import Dropout, SequenceClassifier
 from ..paper import paper_results
-from ..report import Metric, check_claims, compare, seed_values
+from ..report import Metric, check_claims, compare, plain_label, seed_values
 from ..train import Task, epoch_generator
 from .cell_grid import CELLS, RATES, cell_rate_grid, check_cell
 
@@ -223,7 +223,7 @@ def table5_wide(rows):
     wide.columns = [(ts, "paper" if v == "paper" else "ours") for v, ts in wide.columns]
     wide = wide[[(ts, w) for ts in TEST_SETS for w in ("paper", "ours")]]
     wide.columns = pd.MultiIndex.from_tuples(wide.columns)
-    return wide.style.format("{:.2f}", na_rep="not run")
+    return wide.style.format("{:.2f}", na_rep="not run").format_index(plain_label)
 
 
 def claims(rows) -> "pd.DataFrame":
