@@ -297,19 +297,20 @@ def verdict_rows(table: pd.DataFrame) -> pd.DataFrame:
     return t.reset_index(drop=True)
 
 
-def plot_against_paper(table: pd.DataFrame):
+def plot_against_paper(table: pd.DataFrame, metric: Optional["Metric"] = None):
     """Ours against the paper's, cell by cell: the test rows (``verdict_rows``) of a comparison that ran,
     our mean over seeds (± its sd where several) against the paper's number, coloured by the table's
     first label (its blocks), with Spearman's rank correlation: whether the cells keep the paper's
     order, whatever a smaller scale does to their level. The diagonal (ours = the paper's) is drawn
-    where the two ranges meet."""
+    where the two ranges meet. ``metric`` names the unit on the axes."""
     import matplotlib.pyplot as plt
 
     t = verdict_rows(table)
     t = t[t["n"] > 0]
     fig, ax = plt.subplots(figsize=(5.2, 4.2))
-    ax.set_xlabel("the paper's")
-    ax.set_ylabel("ours (mean over seeds)")
+    unit = f", {metric.unit}" if metric else ""
+    ax.set_xlabel(f"the paper's (test{unit})")
+    ax.set_ylabel(f"ours (test{unit}, mean over seeds)")
     if len(t) < 2:
         ax.text(0.5, 0.5, "not yet run" if t.empty else "one cell run", ha="center", va="center",
                 transform=ax.transAxes)

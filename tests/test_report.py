@@ -196,8 +196,10 @@ def test_plot_against_paper_draws_the_test_cells_that_ran_with_their_rank_correl
              for b, c, p in (("a", 1, 100.0), ("a", 2, 110.0), ("b", 3, 90.0), ("b", 4, 95.0), ("b", 5, 120.0))
              for split in ("Valid", "Test")]
     ran = {("a", 1): [300.0, 310.0], ("a", 2): [320.0], ("b", 3): [280.0], ("b", 4): [270.0]}  # cell 5 not run
-    fig = plot_against_paper(compare(rows(ran), cells, ["block", "cell"], metric))
+    fig = plot_against_paper(compare(rows(ran), cells, ["block", "cell"], metric), metric)
     ax = fig.axes[0]
+    assert (ax.get_xlabel(), ax.get_ylabel()) == (f"the paper's (test, {metric.unit})",
+                                                  f"ours (test, {metric.unit}, mean over seeds)")
     # the paper's order 90 < 95 < 100 < 110 against ours 280, 270, 305, 320: ranks (1, 2, 3, 4) and (2, 1, 3, 4)
     assert ax.get_title() == "4 cells: Spearman's rank correlation 0.80"
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["a", "b"]  # no diagonal: the ranges do not meet

@@ -160,7 +160,7 @@ def show_other_scales(name: str, shown: str, store: Optional[RunStore] = None) -
         if e.comparison is not None:
             table = e.comparison(rows)
             display(styled(table[table["ours"] != "not yet run"], e.metric.digits))
-            fig = plot_against_paper(table)
+            fig = plot_against_paper(table, e.metric)
             display(fig)
             plt.close(fig)  # shown once, not again at the end of the cell
         if e.claims is not None:
