@@ -44,7 +44,7 @@ def browser():
         b.close()
 
 
-CHECK_PAGE = """() => {
+CHECK_PAGE = r"""() => {
   const images = [...document.images].filter(i => !i.complete || i.naturalWidth === 0).map(i => i.src);
   const tables = [...document.querySelectorAll('article table, main table')];
   const empty = tables.filter(t => ![...t.querySelectorAll('td')].some(td => td.textContent.trim() !== ''))
