@@ -267,7 +267,10 @@ class _RecurrentLayer(nn.RNNBase):
         if states is None:
             states = tuple(x.new_zeros(shape) for shape in self._state_shapes(x.shape[0 if self.batch_first else 1]))
         self.check_forward_args(x, states if self.n_states == 2 else states[0], None)  # torch.nn's: sizes, dtype
-        return (x.transpose(0, 1) if self.batch_first else x), states, batched
+        x = x.transpose(0, 1) if self.batch_first else x
+        if x.shape[0] == 0:  # torch.nn's kernels refuse an empty sequence (an empty batch they accept)
+            raise RuntimeError("Expected sequence length to be larger than 0 in RNN")
+        return x, states, batched
 
     def _check_masks(self, masks: Masks, steps: int, batch: int) -> None:
         n = self.num_layers * self.num_directions

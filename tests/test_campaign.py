@@ -154,9 +154,12 @@ def test_entries_kept_to_a_device_start_only_there_but_resume_anywhere(store, st
     assert [r["run_id"] for r in pending_runs(entries, "cpu", store)] == [run_id(cfg, 0)]
 
 
-def test_the_budget_stops_runs_with_their_checkpoints(store):
+def test_a_spent_budget_starts_nothing(store):
     out = run_campaign([CI_ENTRY], "cpu", 1, 0.0, store, progress=False)
-    assert len(out["not_started"]) == 2 and not out["finished"]
+    assert len(out["not_started"]) == 2 and not out["finished"] + out["stopped"] + out["failed"]
+    rows = grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)
+    assert not any(store.checkpoint_path("temporal_order", r["run_id"]).exists() for r in rows)
+    assert not any(r["record"] for r in rows)
 
 
 @pytest.mark.parametrize("jobs", [1, 2])

@@ -41,11 +41,13 @@ def test_tagger_with_recurrent_dropout_learns_on_conll(example):
     assert last < 0.6 * first, (first, last)
 
 
-@pytest.mark.parametrize("p", [0.0, 0.25])
-def test_recdrop_tagger_equals_torch_tagger_on_a_packed_batch(example, p):
+# torch_kernels=False: recdrop's own packed path, where torch.nn's would otherwise run (no dropout acting)
+@pytest.mark.parametrize("p, torch_kernels", [(0.0, True), (0.0, False), (0.25, False)])
+def test_recdrop_tagger_equals_torch_tagger_on_a_packed_batch(example, p, torch_kernels):
     torch.manual_seed(0)
     ref = example.BiLSTMTagger(50, 9, emb=16, hidden=12, layer="torch").eval()
     new = example.BiLSTMTagger(50, 9, emb=16, hidden=12, layer="recdrop", recurrent_dropout=p).eval()
+    new.lstm.torch_kernels = torch_kernels
     new.load_state_dict(ref.state_dict())  # the whole tagger's weights, names unchanged by the swap
     lengths = [5, 9, 1, 7, 3]  # unsorted, as a DataLoader gives them: enforce_sorted=False sorts
     batch = [(torch.randint(2, 50, (n,)), torch.randint(0, 9, (n,))) for n in lengths]

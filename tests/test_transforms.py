@@ -13,10 +13,13 @@ import recdrop
 KINDS = ["LSTM", "GRU", "RNN"]
 
 
-def layer(kind, training, dtype=torch.float32):
+def layer(kind, training, dtype=torch.float32, scaling="paper"):
+    """A layer on the fast path. With the paper's scaling its recurrent dropout acts in both modes
+    ((1 - p) at test), so that recdrop's own code runs, not torch.nn's, in eval too."""
     torch.manual_seed(0)
-    m = getattr(recdrop, kind)(3, 4, 2, bidirectional=True, recurrent_dropout=0.3).to(dtype).train(training)
-    assert m.fused
+    m = getattr(recdrop, kind)(3, 4, 2, bidirectional=True, recurrent_dropout=0.3, scaling=scaling)
+    m = m.to(dtype).train(training)
+    assert m.fused and (scaling != "paper" or not m._torch_computes_it(torch.randn(5, 2, 3, dtype=dtype)))
     return m
 
 
@@ -103,7 +106,7 @@ def test_batched_gradients_through_the_fast_backward(kind):
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_autocast_mixed_precision(kind):
-    m, x = layer(kind, True), torch.randn(5, 2, 3)
+    m, x = layer(kind, True, scaling="inverted"), torch.randn(5, 2, 3)  # eval then equals torch.nn's
     proj = torch.nn.Linear(3, 3)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         y = m(proj(x))[0]  # a bfloat16 input into float32 weights, with recurrent dropout
