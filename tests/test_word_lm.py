@@ -1,8 +1,10 @@
 """The word-level LM follows the paper and the authors' code where the paper is silent."""
+import dataclasses
 import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from recdrop.data import data_root
 from recdrop.experiments import word_lm
@@ -62,11 +64,34 @@ def test_loss_is_summed_over_time(task, monkeypatch):
     assert seen["loss"] == pytest.approx(out["loss"] * task.cfg.bptt, rel=1e-6)
 
 
-def test_perplexities_standard_and_authors(task):
+def test_perplexities_standard_and_authors(task, monkeypatch):
     task.model.eval()
     with torch.no_grad():
         standard, authors = task.perplexities(task.valid_data)
     assert math.isfinite(standard) and authors >= standard * 0.999  # Jensen: mean of exp >= exp of mean
+
+    # against a hand computation: a model whose logits depend on the token and on how many steps it
+    # has seen (its carried state), so a wrong target, a reset state or a dropped window shows
+    vocab = 50
+
+    class Counting(torch.nn.Module):
+        def forward(self, x, state):
+            h, c = state
+            t = h[0, :, :1] + torch.arange(x.shape[0]).view(-1, 1, 1)  # (T, B, 1): steps seen before each
+            v = torch.arange(vocab).view(1, 1, -1)
+            logits = -0.01 * (v - x.unsqueeze(-1) % vocab).abs().float() + 0.05 * torch.cos(0.3 * t * v / vocab)
+            return logits, (h + x.shape[0], c)
+
+    data = task.valid_data[:23] % vocab  # 22 predicted rows: 4 windows of 5 targets and one of 2
+    monkeypatch.setattr(task, "model", Counting())
+    monkeypatch.setattr(task, "cfg", dataclasses.replace(task.cfg, bptt=5))
+    standard, authors = task.perplexities(data)
+    logits, _ = Counting()(data[:-1], task._zero_state())  # one pass over the split: step t has seen t steps
+    nll = F.cross_entropy(logits.permute(0, 2, 1), data[1:], reduction="none")  # (22, B)
+    assert standard == pytest.approx(math.exp(nll.mean().item()), rel=1e-5)
+    windows = [nll[i:i + 5] for i in range(0, 22, 5)]
+    assert len(windows) == 5 and authors == pytest.approx(
+        sum(math.exp(w.mean().item()) for w in windows) / len(windows), rel=1e-5)
 
 
 def test_lr_divided_by_1_5_when_validation_does_not_improve(task):
