@@ -129,7 +129,7 @@ def test_fit_table_says_whether_the_last_epochs_moved_a_run_by_less_than_the_see
             run("moon", 0, [320, 310, 304, 303, 303, 304, 305, 306]),  # one seed: the smallest sd measured
             run("semeniuta", 0, [320, 310, 305])]  # too short to say
     t = fit_table(rows, "ppl").set_index(["scheme", "seed"])
-    col = "validation, last 5 epochs (ppl)"
+    col = "validation change, last 5 epochs (ppl)"
     assert t.loc[("gal", 0), col] == -1.0 and t.loc[("gal", 0), "settled"] == "yes"
     assert t.loc[("gal", 1), col] == -3.0 and t.loc[("gal", 1), "settled"] == "no: still falling"
     assert t.loc[("moon", 0), col] == 2.0 and t.loc[("moon", 0), "settled"] == "no: still rising"

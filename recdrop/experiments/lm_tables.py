@@ -245,11 +245,11 @@ def fit_table(rows, unit: str) -> "pd.DataFrame":
                     "validation, last vs best (%)": round(100 * valid_up, 1),
                     "training, last vs best epoch (%)": round(100 * train_move, 1),
                     "last lr / first": round(lr_left, 3), "fit": fit, "converged": converged,
-                    f"validation, last {window} epochs ({unit})": float(f"{move:.3g}"),
+                    f"validation change, last {window} epochs ({unit})": float(f"{move:.3g}"),
                     "settled": stable})
     return pd.DataFrame(out, columns=CELL_KEYS + ["seed", "epochs", "best validation epoch", "validation, last vs best (%)",
                                                   "training, last vs best epoch (%)", "last lr / first", "fit",
-                                                  "converged", f"validation, last {window} epochs ({unit})",
+                                                  "converged", f"validation change, last {window} epochs ({unit})",
                                                   "settled"])
 
 
@@ -288,7 +288,9 @@ def describe_fit() -> str:
             f"Its number is *settled* where validation moved over its last {window} epochs by less than the seed "
             f"noise, the standard deviation over seeds of the final validation number: its cell's where the cell "
             f"ran with several seeds, else the smallest measured at that scale. Stopping {window} epochs sooner, "
-            f"as an early-stopping rule might, would then have moved the number by less than a change of seed.")
+            f"as an early-stopping rule might, would then have moved the number by less than a change of seed. "
+            f"The *validation change* is the last epoch's validation minus that of {window} epochs before: "
+            f"negative while it still falls.")
 
 
 def plot_run_curves(rows, unit: str, ylabel: str, log: bool = False):
