@@ -15,6 +15,7 @@ from .store import RunStore
 from .sweep import run_grid
 
 WITHIN = ("reproduced", "within seed noise")  # a cell within its chapter's tolerance
+QUICK_CAVEAT = "; at quick, a smoke test whose models under-fit: not a test of the claim (see Deviations)"
 
 
 def _verdict(scale: Optional[str], verdicts: pd.Series) -> str:
@@ -36,7 +37,7 @@ def landing_claims(store: Optional[RunStore] = None) -> pd.DataFrame:
     """Every claim the paper makes on its tables, judged on our runs (``report.claim_verdict``: against
     the seed noise where 3 seeds ran) at the largest scale where it has a verdict, that scale named on
     its row. A claim without one anywhere (a cell it needs has not run) is *not yet run* at the largest
-    scale with runs of its table, or at none."""
+    scale with runs of its table, or at none. A verdict at ``quick`` says that scale cannot test it."""
     store = store or RunStore()
     out = []
     for e in EXPERIMENTS.values():
@@ -47,6 +48,8 @@ def landing_claims(store: Optional[RunStore] = None) -> pd.DataFrame:
             quick = run_grid(e.name, "quick", train=False, store=store)
             judged = {claim: ("none stored", verdict) for claim, verdict in claim_verdicts(e.claims(quick)).items()}
         for claim, (scale, verdict) in judged.items():
+            if scale == "quick" and verdict != "not yet run":
+                verdict += QUICK_CAVEAT
             out.append({"table": e.title.split(":")[0], "claim": claim, "scale": scale, "on ours": verdict,
                         "chapter": e.name})
     return pd.DataFrame(out, columns=["table", "claim", "scale", "on ours", "chapter"])

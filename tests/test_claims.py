@@ -7,7 +7,7 @@ import pytest
 from recdrop.experiments import temporal_order
 from recdrop.report import claim_verdict, seed_values, stored_seeds
 from recdrop.store import RunStore
-from recdrop.summary import landing_claims
+from recdrop.summary import QUICK_CAVEAT, landing_claims
 from recdrop.sweep import grid_rows
 
 
@@ -150,7 +150,7 @@ def test_landing_claims_show_each_claim_at_the_largest_scale_where_it_ran(tmp_pa
     by_claim = {claim: (scale, verdict) for claim, scale, verdict in
                 zip(sentiment["claim"], sentiment["scale"], sentiment["on ours"])}
     assert by_claim["recurrent dropout lowers the vanilla RNN's F1 (mean over the test sets)"] == (
-        "quick", "confirmed (3 of 3 seeds)")
+        "quick", "confirmed (3 of 3 seeds)" + QUICK_CAVEAT)  # said, with why quick cannot test it
     assert by_claim["recurrent dropout raises the LSTM's and the GRU's F1 (mean over the test sets)"] == (
         "paper", "not yet run")  # run nowhere: at the largest scale with runs
 
