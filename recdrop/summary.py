@@ -10,9 +10,9 @@ import pandas as pd
 
 from .book import chapter_scale, chapter_seeds
 from .experiments import EXPERIMENTS, judged_claims
-from .report import claim_verdicts, verdict_rows
+from .report import claim_verdicts, stamp, verdict_rows
 from .store import RunStore
-from .sweep import run_grid
+from .sweep import run_grid, stored_scales
 
 WITHIN = ("reproduced", "within seed noise")  # a cell within its chapter's tolerance
 QUICK_CAVEAT = "; at quick, a smoke test whose models under-fit: not a test of the claim (see Deviations)"
@@ -92,6 +92,23 @@ def landing_table(store: Optional[RunStore] = None) -> pd.DataFrame:
     cols = ["what", "scale", "the paper's best cell", "paper", "ours", "delta", "cells within tolerance", "verdict",
             "chapter"]
     return pd.DataFrame(out)[cols]
+
+
+def landing_stamps(store: Optional[RunStore] = None) -> pd.DataFrame:
+    """Where the landing page's numbers came from: for each table, at each scale its row or its claims
+    show (``landing_table``, ``landing_claims``), the chapter's stamp of those runs (``report.stamp``:
+    scale, runs and seeds, hardware, torch, commit and dates)."""
+    store = store or RunStore()
+    out = []
+    for e in EXPERIMENTS.values():
+        if e.comparison is None:
+            continue
+        shown = {chapter_scale(e.name, store)} | {scale for scale, _ in judged_claims(e.name, store).values()}
+        for scale, rows in stored_scales(e.name, store=store):
+            if scale in shown:
+                out.append({"table": e.title.split(":")[0], "scale": scale,
+                            "where the numbers came from": stamp(rows), "chapter": e.name})
+    return pd.DataFrame(out, columns=["table", "scale", "where the numbers came from", "chapter"])
 
 
 def landing_html(table: pd.DataFrame, classes: str = "landing") -> str:

@@ -228,3 +228,29 @@ def test_table1_claims_whose_lstm_without_dropout_diverged_cannot_be_judged():
     medium = {v for c, v in verdicts.items() if c.startswith("medium")}
     assert medium == {"cannot be judged: a run it needs diverged"}
     assert verdicts["short: Gal solves it, both samplings"] == "confirmed (3 of 3 seeds)"
+
+
+def test_the_landing_page_stamps_each_table_at_each_scale_it_shows(tmp_path):
+    from recdrop.experiments.sentiment import TEST_SETS
+    from recdrop.summary import landing_stamps
+
+    store = RunStore(tmp_path)
+    assert landing_stamps(store).empty  # nothing stored: nothing to stamp
+
+    def stored(row, commit):
+        path = store.path("sentiment", row["config"].scale, row["run_id"])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"seed": 0, "metrics": {f"test_f1:{t}": 60.0 for t in TEST_SETS},
+                                    "config": {"scale": row["config"].scale}, "hardware": "AMD EPYC",
+                                    "torch": "2.13.0+cpu", "commit": commit, "finished": "2026-11-24T00:00:00"}))
+
+    stored(grid_rows("sentiment", "paper", [0], store=store)[0], "def5678")  # the chapter's scale: one cell
+    assert list(landing_stamps(store)["scale"]) == ["paper"]  # no claim has its cells anywhere: paper only
+    for r in grid_rows("sentiment", "quick", [0], store=store):
+        if r["cell"] == "RNN":  # every cell of the RNN claim, at quick: that claim is judged there
+            stored(r, "abc1234")
+    stamps = landing_stamps(store)
+    assert list(stamps["table"]) == ["Table 5", "Table 5"] and list(stamps["scale"]) == ["paper", "quick"]
+    paper, quick = stamps["where the numbers came from"]
+    assert "Scale: paper" in paper and "hardware: AMD EPYC" in paper and "commit: def5678" in paper
+    assert "Scale: quick" in quick and "commit: abc1234" in quick and "cells: 2 of 6 run" in quick
