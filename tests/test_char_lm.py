@@ -91,19 +91,35 @@ def test_claims_need_every_cell():
     assert set(char_lm.claims(rows)["on the paper's numbers"]) == {"holds"}
 
 
-def test_batch_check_says_not_yet_run_and_gives_mean_and_spread():
+def test_batch_check_gives_each_batch_size_its_cells_gap_and_order():
     from recdrop.sweep import grid_rows
     from recdrop.store import RunStore
     rows = grid_rows("char_lm", "ci", [0, 1], store=RunStore("/nonexistent"))
-    for r in rows:
-        if r["scheme"] == "none" and r["batch"] == "default" and r["forward"] == next(iter(char_lm.FORWARD)):
-            r["record"] = {"metrics": {"test_bpc": 1.5 + 0.1 * r["seed"]}}
-    table = char_lm.batch_check(rows)
-    assert len(table) == 4 and "test_bpc_mean" not in table and "n" not in table
-    shown = dict(zip(zip(table["scheme"], table["batch_size"]), table["test bpc"]))
-    default, half = sorted(set(table["batch_size"]), reverse=True)
-    assert shown[("none", default)] == "1.550 ± 0.071 (n=2)"
-    assert shown[("none", half)] == shown[("semeniuta", default)] == "not yet run"
+    wo = next(iter(char_lm.FORWARD))
+
+    def store(scheme, batch, bpc):
+        for r in rows:
+            if (r["scheme"], r["batch"], r["forward"]) == (scheme, batch, wo) and r["rate"] in (0.0, 0.25) \
+                    and r["sampling"] in ("-", "per-step"):
+                r["record"] = {"metrics": {"test_bpc": bpc + 0.1 * r["seed"]}}
+
+    store("none", "default", 1.5)
+    table = char_lm.batch_check(rows).set_index("batch")
+    assert list(table.index) == ["default", "half"] and "n" not in table
+    assert table.loc["default", "batch size"] == 2 * table.loc["half", "batch size"]
+    assert table.loc["default", "no recurrent dropout"] == "1.550 ± 0.071 (n=2)"
+    assert table.loc["default", "ours 0.25 per-step"] == table.loc["half", "no recurrent dropout"] == "not yet run"
+    assert table.loc["default", "ours − none (bpc)"] == "not yet run"
+    assert table.loc["half", "same order as at the default batch"] == "not yet run"
+
+    store("semeniuta", "default", 1.4)  # ours better by 0.1 at the default batch ...
+    store("none", "half", 1.6)
+    store("semeniuta", "half", 1.7)  # ... and worse by 0.1 at half of it: the batch drives the order
+    table = char_lm.batch_check(rows).set_index("batch")
+    assert list(table["ours − none (bpc)"]) == ["-0.100", "+0.100"]
+    assert list(table["same order as at the default batch"]) == ["—", "no"]
+    store("semeniuta", "half", 1.55)
+    assert char_lm.batch_check(rows).set_index("batch").loc["half", "same order as at the default batch"] == "yes"
 
 
 def test_the_run_curves_leave_out_the_batch_size_check():

@@ -32,7 +32,7 @@ class Experiment:
     claims: Optional[Callable] = None  # rows -> the paper's observations, on its numbers and on ours
     headline: Optional[str] = None  # the landing page's cell, where the paper's best value is shared
     curves: Optional[Callable] = None  # rows -> a figure of the learning curves of whatever ran
-    checks: tuple = ()  # rows -> a table that tests the scale itself (does it over-fit, converge, pass its pilot)
+    checks: tuple = ()  # rows -> a table that tests the scale itself (over-fit, converged, pilot, batch size)
     figures: tuple = ()  # (rows, scale) -> the landing page's row of a paper's figure drawn from these runs
     paper_scale_lacks: str = ""  # what its `paper` scale still lacks of the paper's setup (deviations page)
 
@@ -49,7 +49,7 @@ EXPERIMENTS: Dict[str, Experiment] = {e.name: e for e in [
                checks=(word_lm.fit, word_lm.pilot), figures=(word_lm.figure2_row,)),
     Experiment("char_lm", "Table 3: character-level PTB, test bpc", char_lm.CharLMConfig, char_lm.CharLMTask,
                char_lm.GRIDS, char_lm.table3, char_lm.METRIC, char_lm.claims, curves=char_lm.plot_runs,
-               checks=(char_lm.fit, char_lm.pilot)),
+               checks=(char_lm.fit, char_lm.pilot, char_lm.batch_check)),
     Experiment("ner", "Table 4: NER on CoNLL-2003, test F1", ner.NERConfig, ner.NERTask, ner.GRIDS, ner.table4,
                ner.METRIC, ner.claims, paper_scale_lacks="the word2vec vectors (GloVe 50d here)"),
     Experiment("sentiment", "Table 5: Twitter sentiment, test F1", sentiment.SentimentConfig, sentiment.SentimentTask,
