@@ -105,3 +105,26 @@ def test_predict_batches_by_length_and_returns_the_split_order(monkeypatch):
     assert pred == alone and [len(p) for p in pred] == lengths
     assert model.training  # predict leaves the model training
     assert ner.NERTask.predict(task, make_split([], {}, {}, 5)) == ([], [])  # an empty split
+
+
+def test_the_training_plot_draws_every_run_of_each_cell_and_marks_the_second_stage():
+    import matplotlib
+    matplotlib.use("Agg")
+    from recdrop.experiments.cell_grid import RATE_COLOURS, plot_cell_runs
+    from recdrop.store import RunStore
+    from recdrop.sweep import grid_rows
+
+    rows = grid_rows("ner", "ci", [0, 1], store=RunStore("/nonexistent"))
+    for r in rows:
+        if r["cell"] == "RNN":  # 2 rates x 2 seeds; 3 epochs, the last on long spans
+            r["record"] = {"curves": [{"epoch": e, "train_loss": 10.0 ** e, "valid_f1": 50.0 + e + r["seed"],
+                                       "span_len": 5 if e < 3 else 15} for e in (1, 2, 3)]}
+    fig = plot_cell_runs(rows)
+    (loss, lstm_loss, _), (f1, _, _) = fig.axes[:3], fig.axes[3:6]
+    runs = [line for line in loss.lines if line.get_linestyle() == "-"]
+    assert len(runs) == 4 and sorted(line.get_color() for line in runs) == sorted(list(RATE_COLOURS.values()) * 2)
+    assert sorted(tuple(line.get_ydata()) for line in f1.lines if line.get_linestyle() == "-")[0] == (51.0, 52.0, 53.0)
+    assert loss.get_yscale() == "log" and list(runs[0].get_ydata()) == [10.0, 100.0, 1000.0]
+    stage = {line.get_xdata()[0] for line in loss.lines + f1.lines if line.get_linestyle() == ":"}
+    assert stage == {2.5}  # between epoch 2 (short spans) and epoch 3 (long spans)
+    assert not lstm_loss.lines and lstm_loss.texts[0].get_text() == "not yet run at this scale"

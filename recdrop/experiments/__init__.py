@@ -16,6 +16,7 @@ from ..config import SCALE_NAMES
 from ..report import Metric, claim_verdicts, plot_against_paper, stamp, styled
 from ..store import RunStore
 from . import char_lm, memory_loss, ner, sentiment, temporal_order, word_lm
+from .cell_grid import plot_cell_runs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,9 +52,10 @@ EXPERIMENTS: Dict[str, Experiment] = {e.name: e for e in [
                char_lm.GRIDS, char_lm.table3, char_lm.METRIC, char_lm.claims, curves=char_lm.plot_runs,
                checks=(char_lm.fit, char_lm.pilot, char_lm.batch_check)),
     Experiment("ner", "Table 4: NER on CoNLL-2003, test F1", ner.NERConfig, ner.NERTask, ner.GRIDS, ner.table4,
-               ner.METRIC, ner.claims, paper_scale_lacks="the word2vec vectors (GloVe 50d here)"),
+               ner.METRIC, ner.claims, curves=plot_cell_runs,
+               paper_scale_lacks="the word2vec vectors (GloVe 50d here)"),
     Experiment("sentiment", "Table 5: Twitter sentiment, test F1", sentiment.SentimentConfig, sentiment.SentimentTask,
-               sentiment.GRIDS, sentiment.table5, sentiment.METRIC, sentiment.claims,
+               sentiment.GRIDS, sentiment.table5, sentiment.METRIC, sentiment.claims, curves=plot_cell_runs,
                paper_scale_lacks="the pre-training on 1M weakly labelled tweets, the word2vec vectors (GloVe 50d "
                                  "here) and the 2013 test tweets in training"),
 ]}

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Tuple
 
+from ..report import curves_frame
+
 CELLS = ("RNN", "LSTM", "GRU")
 RATES = (0.0, 0.25)
 
@@ -18,3 +20,36 @@ def cell_rate_grid(scale: str, config_class, **overrides) -> List[Tuple[Dict[str
     return [({"cell": cell, "rate": rate},
              config_class.at_scale(scale, **{"cell": cell, "recurrent_dropout": rate, **overrides}))
             for cell in CELLS for rate in RATES]
+
+
+RATE_COLOURS = {0.0: "tab:blue", 0.25: "tab:red"}
+
+
+def plot_cell_runs(rows):
+    """Per epoch, of every stored run: the training loss (the mean over the epoch's batches, on a log
+    scale, where a batch that blew up shows) and the validation F1; one column per cell, one line per
+    seed, coloured by recurrent dropout; a dotted line where the training spans change (NER's stage 2)."""
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+
+    df = curves_frame(rows, ["cell", "rate"])
+    fig, axes = plt.subplots(2, len(CELLS), figsize=(4.2 * len(CELLS), 5.6), sharex=True, sharey="row")
+    for top, bottom, cell in zip(axes[0], axes[1], CELLS):
+        top.set_title(cell)
+        runs = df[df["cell"] == cell]
+        if runs.empty:
+            top.text(0.5, 0.5, "not yet run at this scale", transform=top.transAxes, ha="center", fontsize=8)
+        for (rate, _), c in runs.groupby(["rate", "seed"]):
+            top.plot(c["epoch"], c["train_loss"], color=RATE_COLOURS[rate], lw=1, alpha=0.8)
+            bottom.plot(c["epoch"], c["valid_f1"], color=RATE_COLOURS[rate], lw=1, alpha=0.8)
+            if "span_len" in c and c["span_len"].nunique() > 1:
+                for ax in (top, bottom):
+                    ax.axvline(c["epoch"][c["span_len"] != c["span_len"].iloc[0]].min() - 0.5, color="grey", ls=":")
+        bottom.set_xlabel("epoch")
+    axes[0][0].set_yscale("log")
+    axes[0][0].set_ylabel("training loss (log scale)")
+    axes[1][0].set_ylabel("validation F1")
+    names = [f"recurrent dropout {rate:g}" if rate else "no recurrent dropout" for rate in RATE_COLOURS]
+    fig.legend([Line2D([], [], color=c) for c in RATE_COLOURS.values()], names, loc="upper center", ncol=2, fontsize=8)
+    fig.tight_layout(rect=(0, 0, 1, 0.94))
+    return fig
