@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from recdrop.summary import landing_claims
+from recdrop.summary import landing_claims, landing_stamps
 
 ROOT = Path(__file__).resolve().parents[2]
 HTML = ROOT / "_build" / "html"
@@ -81,11 +81,13 @@ def test_page_opens_with_its_tables_and_figures(browser, page):
 def test_the_landing_page_links_every_table_to_its_chapter(browser):
     tab = browser.new_page()
     tab.goto((HTML / "book" / "executed" / "summary.html").as_uri())
-    links = tab.evaluate("() => [...document.querySelectorAll('table.landing:not(.claims) a')].map(a => a.href)")
+    links = tab.evaluate("() => [...document.querySelectorAll('table.landing:not(.claims):not(.stamps) a')].map(a => a.href)")
     claims = tab.evaluate("() => [...document.querySelectorAll('table.claims a')].map(a => a.href)")
+    stamps = tab.evaluate("() => [...document.querySelectorAll('table.stamps a')].map(a => a.href)")
     tab.close()
     assert len(links) == 7, links  # Figure 1, Tables 1-5, Figure 2
     assert len(claims) == len(landing_claims())  # each claim links to its table's chapter
     assert {Path(h).stem for h in claims} == {"temporal_order", "word_lm", "char_lm", "ner", "sentiment"}
-    for href in links + claims:
+    assert len(stamps) == len(landing_stamps())  # each stamp links to the chapter its runs are shown in
+    for href in links + claims + stamps:
         assert Path(href.removeprefix("file://")).exists(), href
