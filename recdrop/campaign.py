@@ -126,7 +126,8 @@ def expected_seconds(row: Dict[str, Any], store: RunStore) -> Optional[float]:
     diverged) of its experiment at its scale whose configs differ from its own only in the dropout
     fields and, where some of those ran, that use recurrent dropout as it does (without it the layers
     run torch.nn's kernels, up to twice as fast on a CPU); for a run that resumes, the part of it
-    left (``epochs_done``). None where none has run."""
+    left (``checkpoint_progress``), at its own pace so far where no run like it is stored. None where
+    neither tells."""
     e, cfg = row["entry"], row["config"]
 
     def rest(config: Dict[str, Any]) -> Dict[str, Any]:
@@ -137,25 +138,27 @@ def expected_seconds(row: Dict[str, Any], store: RunStore) -> Optional[float]:
             if r.get("wall_time_s") and not r.get("diverged") and rest(r["config"]) == rest(mine)]
     dropout = bool(mine.get("recurrent_dropout"))
     alike = [r for r in like if bool(r["config"].get("recurrent_dropout")) == dropout] or like
-    if not alike:
+    done, spent = (checkpoint_progress(store.checkpoint_path(e.experiment, row["run_id"]))
+                   if row.get("resumable") else (0.0, 0.0))
+    if alike:
+        newest = sorted(alike, key=lambda r: r.get("finished", ""))[-RECENT_RUNS:]
+        whole = sum(r["wall_time_s"] for r in newest) / len(newest)
+    elif done > 0:
+        whole = spent / done * cfg.epochs
+    else:
         return None
-    newest = sorted(alike, key=lambda r: r.get("finished", ""))[-RECENT_RUNS:]
-    whole = sum(r["wall_time_s"] for r in newest) / len(newest)
-    if not row.get("resumable"):
-        return whole
-    done = epochs_done(store.checkpoint_path(e.experiment, row["run_id"]))
     return whole * max(0.0, 1.0 - done / cfg.epochs)
 
 
-def epochs_done(path: Path) -> float:
+def checkpoint_progress(path: Path) -> Tuple[float, float]:
     """How many epochs a run's checkpoint holds, counting a part-done epoch in part (from its last
-    ``segments`` stretch); 0 where it is unreadable."""
+    ``segments`` stretch), and the seconds of training they took; (0, 0) where it is unreadable."""
     try:
         ck = load_checkpoint(path)
     except CorruptCheckpointError:
-        return 0.0
+        return 0.0, 0.0
     segments = ck.get("segments") or [{"to_epoch": ck["epoch"]}]
-    return float(segments[-1]["to_epoch"])
+    return float(segments[-1]["to_epoch"]), float(ck.get("elapsed", 0.0))
 
 
 def parse_budget(text: str) -> float:

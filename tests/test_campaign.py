@@ -371,9 +371,12 @@ def test_the_estimate_reads_the_newest_runs_and_what_a_resumed_run_has_left(stor
     path = store.checkpoint_path("temporal_order", rows[1]["run_id"])
     ck = load_checkpoint(path)
     done = ck["epoch"] + ck["batch"] / n_batches
-    assert 1 <= done < 2 and campaign.epochs_done(path) == pytest.approx(done)
+    assert 1 <= done < 2 and campaign.checkpoint_progress(path) == pytest.approx((done, ck["elapsed"]))
     resumable = {**rows[1], "resumable": True}
     assert campaign.expected_seconds(resumable, store) == pytest.approx(10.0 * (1 - done / cfg.epochs))
+    elsewhere = RunStore(store.root.parent / "no-records")  # the same checkpoints, no run like it stored: its own pace
+    assert campaign.expected_seconds(resumable, elsewhere) == pytest.approx(ck["elapsed"] / done * (cfg.epochs - done))
+    assert campaign.expected_seconds(rows[1], elsewhere) is None  # not resuming, and nothing like it
     store.checkpoint_path("temporal_order", rows[1]["run_id"]).write_bytes(b"not a checkpoint")
     assert campaign.expected_seconds(resumable, store) == pytest.approx(10.0)  # unreadable: all of it
 
