@@ -221,7 +221,7 @@ def _check_sizes(input_size: int, hidden_size: int) -> None:
 
 
 class LSTMCell(_CellBase, nn.LSTMCell):
-    """Drop-in ``torch.nn.LSTMCell`` with recurrent dropout (Eqs. 7-9). ``p`` is the drop rate."""
+    """Drop-in ``torch.nn.LSTMCell`` with recurrent dropout (Eqs. 7-9) at rate ``recurrent_dropout``."""
 
     kind = "LSTM"
 

@@ -3,8 +3,10 @@
 Subclasses of ``torch.nn.LSTM`` / ``GRU`` / ``RNN``: the same constructor arguments, forward
 signature, shapes, return values and parameter names; the keyword-only arguments
 ``recurrent_dropout``, ``scheme``, ``sampling`` and ``scaling`` add the paper's recurrent dropout
-(see ``recdrop.masks``). Every layer and direction draws its own masks. With
-``recurrent_dropout=0``, or in ``eval()`` with inverted scaling, forward is torch.nn's own.
+(see ``recdrop.masks``). Every layer and direction draws its own masks. Where no recurrent dropout
+acts (``recurrent_dropout=0``, or ``eval()`` with inverted scaling), forward is torch.nn's own, unless
+the nonlinearity is one torch.nn lacks or torch.compile or a functorch transform is at work
+(``_torch_computes_it``).
 
 Speed: the input projections W_ih x_t of all time steps are one matmul before the time loop (as
 cuDNN does); only the recurrent matmul and the elementwise gate math run per step.

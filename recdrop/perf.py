@@ -10,6 +10,7 @@ from typing import Any, Dict, List, Optional
 
 import pandas as pd
 
+from .cells import GATES  # gate blocks per cell, for the FLOP count
 from .paths import DATA_DIR
 from .store import atomic_write_bytes, git_commit, is_clean_commit
 
@@ -18,7 +19,6 @@ IMPLEMENTATIONS = {"torch_nn_ms": "torch.nn, no dropout", "recdrop_ms": "recdrop
                    "loop_ms": "recdrop plain loop, dropout 0.25"}
 
 
-GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 # Dense peak TFLOP/s from NVIDIA's data sheets (SXM parts): plain float32, and TF32 on tensor cores.
 PEAK_TFLOPS = {"H100": {"fp32": 67.0, "tf32": 494.7}, "H200": {"fp32": 67.0, "tf32": 494.7}}
 

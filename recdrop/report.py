@@ -1,5 +1,6 @@
-"""Shared pieces of every chapter: which scale to show, the stamp, seed summaries, and the one
-comparison builder every paper table goes through (setting | paper | ours | delta | verdict)."""
+"""Shared pieces of every chapter: the stamp, seed summaries, claim verdicts, and the one comparison
+builder every paper table goes through (setting | paper | ours | delta | verdict). Which scale a
+chapter shows is decided in ``book``."""
 from __future__ import annotations
 
 import math
@@ -20,7 +21,7 @@ def stored_seeds(experiment: str, scale: str, store: Optional[RunStore] = None) 
 
 
 def stamp(rows: Iterable[Dict[str, Any]]) -> str:
-    """Scale, hardware, commit and dates of the records shown (one line each where they differ), and
+    """Scale, hardware, commit and dates of the records shown (each field lists its distinct values), and
     how many runs diverged; the hardware, torch and commit of a resumed run's every stretch (its
     ``segments``) count too."""
     rows = list({r.get("run_id", i): r for i, r in enumerate(rows)}.values())  # a run shown by two grids counts once
@@ -61,13 +62,13 @@ def summarize(rows: List[Dict[str, Any]], keys: List[str], metrics: List[str]) -
     return out.reset_index()
 
 
-def fmt_mean_sd(mean: float, sd: float, n: int, digits: int = 1, scale: float = 1.0) -> str:
+def fmt_mean_sd(mean: float, sd: float, n: int, digits: int = 1) -> str:
     """"m ± s (n)" for n > 1, "m" for n = 1, "not yet run" for n = 0."""
     if not n or pd.isna(mean):
         return "not yet run"
     if n == 1 or pd.isna(sd):
-        return f"{mean * scale:.{digits}f}"
-    return f"{mean * scale:.{digits}f} ± {sd * scale:.{digits}f} (n={n})"
+        return f"{mean:.{digits}f}"
+    return f"{mean:.{digits}f} ± {sd:.{digits}f} (n={n})"
 
 
 def curves_frame(rows: List[Dict[str, Any]], keys: List[str]) -> pd.DataFrame:

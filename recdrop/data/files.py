@@ -3,8 +3,8 @@
 Datasets are never committed. Each loader names its files; ``verified_files`` finds them under
 ``$RECDROP_DATA/<dataset>/``, checks each against the SHA-256 sums shipped with recdrop
 (``recdrop/data/SHA256SUMS``, the same as the data folder's), and fails with a message naming the
-missing or corrupt file and where to get it. With ``download=True`` a missing file is fetched from
-the public mirror its loader names, then verified like any other.
+missing or corrupt file and where to get it. Given ``download_urls`` (a loader passes its public
+mirror's when called with ``download=True``), a missing file is fetched, then verified like any other.
 """
 from __future__ import annotations
 

@@ -219,12 +219,12 @@ def pilot_grid(scale: str, **overrides):
     return _default_batch_grid(pilot_cells(3), scale, **overrides)
 
 
-def grid(scale: str, config_class=CharLMConfig, **overrides):
+def grid(scale: str, **overrides):
     """Table 3's 26 runs, labelled ``batch="default"``, and the batch-size check: no dropout and
     ours 0.25 per-step (without forward dropout) at half the default batch, labelled ``batch="half"``."""
     out = []
     for label, kw in table_cells():
-        cfg = config_class.at_scale(scale, **{**kw, **overrides})
+        cfg = CharLMConfig.at_scale(scale, **{**kw, **overrides})
         out.append(({**label, "batch": "default"}, cfg))
         if label["forward"] == next(iter(FORWARD)) and (label["scheme"], label["rate"], label["sampling"]) in (
                 ("none", 0.0, "-"), ("semeniuta", 0.25, "per-step")):

@@ -223,12 +223,12 @@ def fit_table(rows, unit: str) -> "pd.DataFrame":
             continue
         c = pd.DataFrame(r["record"]["curves"]).set_index("epoch")
         valid, train = c[f"valid_{unit}"], c[f"train_{unit}"]
-        best_epoch, last = int(valid.idxmin()), int(c.index.max())
-        valid_up = valid[last] / valid[best_epoch] - 1
-        train_move = train[last] / train[best_epoch] - 1
+        best_at, last = int(valid.idxmin()), int(c.index.max())
+        valid_up = valid[last] / valid[best_at] - 1
+        train_move = train[last] / train[best_at] - 1
         recent = valid.iloc[-(window + 1):]
-        flat = len(c) > window and (recent.max() - recent.min()) / valid[best_epoch] < tol
-        no_new_best = best_epoch <= last - window
+        flat = len(c) > window and (recent.max() - recent.min()) / valid[best_at] < tol
+        no_new_best = best_at <= last - window
         lr_left = c.loc[last, "lr"] / c["lr"].iloc[0]
         if valid_up > tol:
             fit = "over-fits" if no_new_best and train_move < 0 else "validation rising"
@@ -241,7 +241,7 @@ def fit_table(rows, unit: str) -> "pd.DataFrame":
         noise = noises.get(tuple(r[k] for k in CELL_KEYS), min(noises.values(), default=float("nan")))
         stable = ("—" if pd.isna(move) else "no seed noise yet" if pd.isna(noise) else
                   "yes" if abs(move) <= noise else "no: still falling" if move < 0 else "no: still rising")
-        out.append({**{k: r[k] for k in CELL_KEYS}, "seed": r["seed"], "epochs": last, "best validation epoch": best_epoch,
+        out.append({**{k: r[k] for k in CELL_KEYS}, "seed": r["seed"], "epochs": last, "best validation epoch": best_at,
                     "validation, last vs best (%)": round(100 * valid_up, 1),
                     "training, last vs best epoch (%)": round(100 * train_move, 1),
                     "last lr / first": round(lr_left, 3), "fit": fit, "converged": converged,

@@ -180,10 +180,10 @@ class WordLMTask(Task):
         self.best_valid = state["best_valid"]
 
 
-def grid(scale: str, config_class=WordLMConfig, cells=table_cells, **overrides):
+def grid(scale: str, cells=table_cells, **overrides):
     """Table 2's 26 runs: no recurrent dropout, and scheme x rate x sampling, each without and with
     forward dropout; recurrent masks with the `paper` scaling."""
-    return [(label, config_class.at_scale(scale, **{**kw, **overrides})) for label, kw in cells()]
+    return [(label, WordLMConfig.at_scale(scale, **{**kw, **overrides})) for label, kw in cells()]
 
 
 def headline_grid(scale: str, **overrides):
@@ -210,17 +210,17 @@ EXTRAS = (("ours, authors' ppl", "{split}_ppl_authors", ("Valid", "Test")),
           ("ours, best-valid model", "best_test_ppl", ("Test",)))
 
 
-def table2(rows, paper_table: int = 2) -> "pd.DataFrame":
+def table2(rows) -> "pd.DataFrame":
     """Long form: one row per cell and split, paper | ours (mean ± sd, n) | delta % | verdict.
 
     ``ours`` is the standard perplexity (exp of the mean token NLL) of the final model, as the
     authors test; the authors' own perplexity and the best-validation model's are beside it."""
-    return lm_table(rows, paper_table, METRIC, EXTRAS)
+    return lm_table(rows, 2, METRIC, EXTRAS)
 
 
-def table2_wide(rows, paper_table: int = 2):
+def table2_wide(rows):
     """The paper's layout, ours beside the paper's, the best of each column and block in bold."""
-    return lm_table_wide(table2(rows, paper_table), METRIC)
+    return lm_table_wide(table2(rows), METRIC)
 
 
 def claims(rows) -> "pd.DataFrame":
