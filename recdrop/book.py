@@ -24,7 +24,7 @@ from .experiments import CHAPTERS, EXPERIMENTS
 from .paths import REPO_ROOT
 from .report import stored_seeds
 from .store import RunStore
-from .sweep import stored_scales
+from .sweep import stored_rows
 
 ROOT = REPO_ROOT
 NOTEBOOKS = {name: c.notebook for name, c in CHAPTERS.items()}  # chapter -> notebook, in book order
@@ -34,11 +34,11 @@ def chapter_scale(name: str, store: RunStore | None = None) -> str | None:
     """The largest scale with stored runs of chapter ``name``'s grids (with enough seeds in a cell),
     or None. Records that match no cell of a grid (a scale since redefined) do not count."""
     chapter = CHAPTERS[name]
-    stored = [dict(stored_scales(experiment, grid, store)) for experiment, grid in chapter.grids]
-    for scale in reversed(SCALE_NAMES):
+    for scale in reversed(SCALE_NAMES):  # largest first: a grid's rows are built only for the scales tried
         if any(scale not in EXPERIMENTS[e].config.SCALES for e, _ in chapter.grids):
             continue  # a chapter drawing on several experiments shows a scale that all of them have
-        for rows in (grids[scale] for grids in stored if scale in grids):
+        for experiment, grid in chapter.grids:
+            rows = stored_rows(experiment, scale, grid, store) or []
             seeds_per_cell = Counter(r["config"] for r in rows if r["record"])
             if seeds_per_cell and max(seeds_per_cell.values()) >= chapter.min_seeds:
                 return scale

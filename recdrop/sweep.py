@@ -184,8 +184,19 @@ def stored_scales(experiment: str, grid: str = "table", store: Optional[RunStore
     store = store or RunStore()
     scales = SCALE_NAMES[:SCALE_NAMES.index(up_to) + 1] if up_to else SCALE_NAMES
     for scale in reversed(scales):
-        if scale in experiments.EXPERIMENTS[experiment].config.SCALES and store.records(experiment, scale):
-            yield scale, grid_rows(experiment, scale, stored_seeds(experiment, scale, store), grid, store=store)
+        rows = stored_rows(experiment, scale, grid, store)
+        if rows is not None:
+            yield scale, rows
+
+
+def stored_rows(experiment: str, scale: str, grid: str = "table",
+                store: Optional[RunStore] = None) -> Optional[List[Dict[str, Any]]]:
+    """``grid_rows`` of ``experiment`` at ``scale`` for every seed stored there; None where no record is
+    stored at that scale or its config no longer has it."""
+    store = store or RunStore()
+    if scale not in experiments.EXPERIMENTS[experiment].config.SCALES or not store.records(experiment, scale):
+        return None
+    return grid_rows(experiment, scale, stored_seeds(experiment, scale, store), grid, store=store)
 
 
 def run_grid(experiment: str, scale: str, seeds: Sequence[int] = (0,), device: str = "cpu", jobs: int = 1,
