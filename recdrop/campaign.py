@@ -41,7 +41,7 @@ from tqdm.auto import tqdm
 from .paths import DATA_DIR
 from .store import (CorruptCheckpointError, DirtyTreeError, RunStore, atomic_write_bytes, git_commit, load_checkpoint,
                     unclean_commits)
-from .sweep import RUN_FIELDS, _check_seeds, grid_rows, run_each
+from .sweep import RUN_FIELDS, check_jobs, check_seeds, grid_rows, run_each, worker_threads
 from .train import DEVICES, BudgetExhausted, check_device
 
 CAMPAIGN = DATA_DIR / "campaign.toml"
@@ -80,7 +80,7 @@ def load_campaign(path: os.PathLike = CAMPAIGN) -> List[Entry]:
         devices = tuple(item.get("devices", DEVICES))
         if not devices or set(devices) - set(DEVICES):
             raise ValueError(f"{path}: entry {i}: devices must be a non-empty list of {DEVICES}, got {devices}")
-        entries.append(Entry(**{**item, "seeds": tuple(_check_seeds(item.get("seeds", [0]))), "devices": devices}))
+        entries.append(Entry(**{**item, "seeds": tuple(check_seeds(item.get("seeds", [0]))), "devices": devices}))
     if not entries:
         raise ValueError(f"campaign file {path} has no [[entry]]")
     return entries
@@ -183,15 +183,14 @@ def run_campaign(entries: Sequence[Entry], device: str = "cpu", jobs: int = 1, b
     ``finished``, ``diverged`` (recorded as such), ``stopped`` (checkpoint saved), ``failed`` (with
     ``error``), ``not_started``."""
     device = check_device(device)
-    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
-        raise ValueError(f"jobs must be a positive int, got {jobs!r}")
+    check_jobs(jobs)
     store = store or RunStore()
     store.refuse_unclean_code(git_commit(), "the campaign is")
     deadline = time.time() + budget_s
     todo = pending_runs(entries, device, store)
     out = {"finished": [], "diverged": [], "stopped": [], "failed": [], "not_started": []}
     bar = tqdm(total=len(todo), desc=f"campaign on {device}", disable=not progress, position=0, dynamic_ncols=True)
-    threads = max(1, (os.cpu_count() or 1) // jobs)
+    threads = worker_threads(jobs)
 
     def settle(row, fn):
         try:

@@ -37,13 +37,27 @@ from .store import RunStore, cache_dir, git_commit
 from .train import NonFiniteLossError, check_device, train_run
 
 
-def _check_seeds(seeds) -> List[int]:
+def check_seeds(seeds) -> List[int]:
+    """``seeds`` as a list: a non-negative int, or a non-empty list of them; else a ValueError."""
     if isinstance(seeds, int) and not isinstance(seeds, bool):
         seeds = [seeds]
     if not isinstance(seeds, (list, tuple)) or not seeds or not all(
             isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds):
         raise ValueError(f"seeds must be a non-negative int or a non-empty list of them, got {seeds!r}")
     return list(seeds)
+
+
+def check_jobs(jobs) -> int:
+    """``jobs``, the number of worker processes: a positive int; else a ValueError."""
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"jobs must be a positive int, got {jobs!r}")
+    return jobs
+
+
+def worker_threads(jobs: int) -> int:
+    """Torch threads for each of ``jobs`` worker processes: the machine's CPUs shared out (one at least);
+    one worker keeps torch's own default."""
+    return max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else torch.get_num_threads()
 
 
 def _run_one(experiment: str, config, seed: int, device: str, store_root: str, threads: int, position: int,
@@ -152,7 +166,7 @@ def grid_rows(experiment: str, scale: str, seeds: Sequence[int] = (0,), grid: st
     (``RunStore.is_done``: a record of a diverged run counts). ``only`` keeps the cells whose labels
     have these values (e.g. ``{"scheme": "moon"}``)."""
     _, grid_cells = experiments.get(experiment, grid)
-    seeds = _check_seeds(seeds)
+    seeds = check_seeds(seeds)
     store = store or RunStore()
     cells = grid_cells(scale, **overrides)
     if only is not None and not isinstance(only, dict):
@@ -211,8 +225,7 @@ def run_grid(experiment: str, scale: str, seeds: Sequence[int] = (0,), device: s
     the rest trained: in a store whose records are committed, that includes a run whose record came
     from uncommitted code. A run that diverges is recorded as such, with a warning.
     """
-    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
-        raise ValueError(f"jobs must be a positive int, got {jobs!r}")
+    check_jobs(jobs)
     if not isinstance(train, bool):
         raise ValueError(f"train must be True or False, got {train!r}")
     if engine not in ENGINES:
@@ -224,7 +237,7 @@ def run_grid(experiment: str, scale: str, seeds: Sequence[int] = (0,), device: s
     if not train or not todo:
         return rows
     store.refuse_unclean_code(git_commit(), f"{len(todo)} runs of {experiment} are")  # before any worker starts
-    threads = max(1, (os.cpu_count() or 1) // jobs) if device == "cpu" and jobs > 1 else torch.get_num_threads()
+    threads = worker_threads(jobs)
     sweep_bar = tqdm(total=len(rows), initial=len(rows) - len(todo), desc=f"sweep {experiment} ({scale})",
                      disable=not progress, position=0, dynamic_ncols=True)
     failures = []

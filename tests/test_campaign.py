@@ -7,6 +7,7 @@ import time
 import types
 
 import pytest
+import torch
 
 from recdrop import campaign, sweep, train
 from recdrop.campaign import Entry, load_campaign, pack, parse_budget, pending_runs, run_campaign, unpack
@@ -436,3 +437,10 @@ def test_a_run_that_diverges_is_recorded_packed_and_not_run_again(store, tmp_pat
     assert pending_runs([CI_ENTRY], "cpu", there) == []
     assert [r["diverged"] is not None for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=there)] \
         == [True, False]
+
+
+def test_the_sweep_and_the_campaign_share_the_cpus_out_alike(monkeypatch):
+    monkeypatch.setattr(sweep.os, "cpu_count", lambda: 8)
+    assert [sweep.worker_threads(jobs) for jobs in (2, 3, 8, 16)] == [4, 2, 1, 1]
+    assert sweep.worker_threads(1) == torch.get_num_threads()  # one worker: torch's own default
+    assert campaign.worker_threads is sweep.worker_threads
