@@ -60,7 +60,7 @@ def test_run_id_is_stable_and_discriminating():
 
 # -- data ----------------------------------------------------------------------------------------
 def test_temporal_order_data_follows_the_definition():
-    x, y = generate(500, 30, 10, 20, torch.Generator().manual_seed(0))
+    x, y = generate(500, 30, torch.Generator().manual_seed(0))
     assert x.shape == (30, 500, 2) and y.shape == (500,)
     for n in range(500):
         marks = torch.nonzero(x[:, n, 1]).flatten().tolist()

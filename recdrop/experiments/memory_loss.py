@@ -48,7 +48,7 @@ def _rounded(t: torch.Tensor) -> List[float]:
 class MemoryLossTask(TemporalOrderTask):
     """Temporal Order training; the probes run once, on the final model."""
     def accuracy_at(self, length: int, gen: torch.Generator) -> float:
-        x, y = generate(self.cfg.test_sequences, length, length // 3, 2 * length // 3, gen)
+        x, y = generate(self.cfg.test_sequences, length, gen)
         correct = 0
         for xs, ys in zip(x.split(1024, dim=1), y.split(1024)):
             logits = self.model(xs.to(self.device))
@@ -57,8 +57,7 @@ class MemoryLossTask(TemporalOrderTask):
 
     def probe(self, training: bool) -> Dict[str, List[float]]:
         gen = torch.Generator().manual_seed(self.seed + 7)
-        x, _ = generate(self.cfg.probe_sequences, self.cfg.probe_steps, self.cfg.probe_steps // 3,
-                        2 * self.cfg.probe_steps // 3, gen)
+        x, _ = generate(self.cfg.probe_sequences, self.cfg.probe_steps, gen)
         x = x.to(self.device)
         rnn = self.model.rnn.train(training)
         try:

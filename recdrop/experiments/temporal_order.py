@@ -60,14 +60,6 @@ class TemporalOrderConfig(ExperimentConfig):
     test_sequences: int = 9984  # authors' code: 10000 // 32 = 312 batches of 32 ("10k" in the paper)
     epochs: int = 5000  # paper Sec. 4.1 says 5k epochs (the authors' code runs 1000)
 
-    @property
-    def low(self) -> int:  # authors' code: low 10, high 20 for length 30
-        return self.length // 3
-
-    @property
-    def high(self) -> int:
-        return 2 * self.length // 3
-
     def validate(self) -> None:
         if self.optimizer not in ("sgd", "adam"):
             raise ValueError(f"optimizer={self.optimizer!r} is not valid; allowed values: 'sgd', 'adam'")
@@ -77,8 +69,16 @@ class TemporalOrderConfig(ExperimentConfig):
             self._check_range(name, 0, low_open=True, finite=True)
 
 
-def generate(n: int, length: int, low: int, high: int, generator: torch.Generator) -> Tuple[torch.Tensor, torch.Tensor]:
-    """``n`` sequences ``(length, n, 2)`` and their labels ``(n,)`` in {0, 1, 2, 3}."""
+def marker_bounds(length: int) -> Tuple[int, int]:
+    """Where the two markers may fall: the first in [0, low], the second in [low, high]; the authors'
+    code has low 10, high 20 for length 30."""
+    return length // 3, 2 * length // 3
+
+
+def generate(n: int, length: int, generator: torch.Generator) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``n`` sequences ``(length, n, 2)`` and their labels ``(n,)`` in {0, 1, 2, 3}: bits and a marker
+    channel; the label is the two marked bits (``marker_bounds``)."""
+    low, high = marker_bounds(length)
     bits = torch.randint(0, 2, (n, length), generator=generator)
     first = torch.randint(0, low + 1, (n,), generator=generator)
     second = torch.randint(low, high + 1, (n,), generator=generator)
@@ -104,9 +104,9 @@ class TemporalOrderTask(Task):
         self.cfg, self.device = cfg, device
         gen = torch.Generator().manual_seed(seed)
         n_train = cfg.train_batches * cfg.batch_size
-        x, y = generate(n_train, cfg.length, cfg.low, cfg.high, gen)
+        x, y = generate(n_train, cfg.length, gen)
         self.train_x, self.train_y = x.to(device), y.to(device)
-        x, y = generate(cfg.test_sequences, cfg.length, cfg.low, cfg.high, gen)
+        x, y = generate(cfg.test_sequences, cfg.length, gen)
         self.test_x, self.test_y = x.to(device), y.to(device)
         self.seed = seed
         self.model = model(cfg).to(device)
