@@ -26,7 +26,6 @@ from .report import stored_seeds
 from .store import RunStore
 from .sweep import stored_rows
 
-ROOT = REPO_ROOT
 NOTEBOOKS = {name: c.notebook for name, c in CHAPTERS.items()}  # chapter -> notebook, in book order
 
 
@@ -58,7 +57,7 @@ def notebook_scale(name: str) -> str:
 def execute_notebooks(scale: str | None = None, train: bool = False) -> None:
     import papermill
 
-    out_dir = ROOT / "book" / "executed"
+    out_dir = REPO_ROOT / "book" / "executed"
     out_dir.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("TQDM_DISABLE", "1")
     for experiment, nb in NOTEBOOKS.items():
@@ -67,8 +66,8 @@ def execute_notebooks(scale: str | None = None, train: bool = False) -> None:
             params["seeds"] = chapter_seeds(experiment, params["scale"])
         print(f"executing {nb} with {params}", flush=True)
         out = out_dir / Path(nb).name
-        papermill.execute_notebook(str(ROOT / nb), str(out), parameters=params, kernel_name="python3",
-                                   cwd=str(ROOT), progress_bar=False)
+        papermill.execute_notebook(str(REPO_ROOT / nb), str(out), parameters=params, kernel_name="python3",
+                                   cwd=str(REPO_ROOT), progress_bar=False)
         hide_injected_parameters(out)
 
 
@@ -85,10 +84,10 @@ def hide_injected_parameters(path: Path) -> None:
 
 
 def build_html() -> Path:
-    build = ROOT / "_build"
+    build = REPO_ROOT / "_build"
     shutil.rmtree(build, ignore_errors=True)  # incremental builds can hide warnings
-    cmd = [str(Path(sys.executable).with_name("jupyter-book")), "build", str(ROOT), "-W", "-n", "--keep-going"]
-    subprocess.run(cmd, check=True, cwd=ROOT)
+    cmd = [str(Path(sys.executable).with_name("jupyter-book")), "build", str(REPO_ROOT), "-W", "-n", "--keep-going"]
+    subprocess.run(cmd, check=True, cwd=REPO_ROOT)
     return build / "html" / "index.html"
 
 

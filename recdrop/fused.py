@@ -96,11 +96,9 @@ def linear(x: Tensor, w: Tensor, b: Optional[Tensor] = None) -> Tensor:
 
 
 def _packed_matmul_usable(w: Tensor) -> bool:
-    """Whether ``_times_transposed`` can pack ``w`` for oneDNN: a float32 CPU tensor, and a torch with
-    oneDNN's prepacked linear (the op Inductor uses on CPUs)."""
-    return (w.device.type == "cpu" and w.dtype == torch.float32 and torch.backends.mkldnn.is_available()
-            and torch._C._get_mkldnn_enabled()
-            and hasattr(torch.ops.mkldnn, "_reorder_linear_weight") and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
+    """Whether ``_times_transposed`` can pack ``w`` for oneDNN: ``_onednn_usable``, and a torch with
+    oneDNN's weight packing."""
+    return _onednn_usable(w) and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
 
 
 def _times_transposed(w: Tensor, batch: int, bias: Optional[Tensor] = None):

@@ -69,12 +69,15 @@ def test_a_study_shows_only_a_scale_all_its_experiments_have(tmp_path, monkeypat
 def test_every_notebook_is_a_chapter_of_the_book():
     import yaml
 
-    toc = yaml.safe_load((book.ROOT / "_toc.yml").read_text())
+    from recdrop.paths import REPO_ROOT
+
+    toc = yaml.safe_load((REPO_ROOT / "_toc.yml").read_text())
     files = {toc["root"]} | {c["file"] for c in toc["chapters"]}
     for name, path in book.NOTEBOOKS.items():
         assert f"book/executed/{name}" in files, name
-        assert (book.ROOT / path).exists(), path
-    assert {p.name for p in (book.ROOT / "notebooks").glob("*.ipynb")} == {p.split("/")[-1] for p in book.NOTEBOOKS.values()}
+        assert (REPO_ROOT / path).exists(), path
+    notebooks = {p.name for p in (REPO_ROOT / "notebooks").glob("*.ipynb")}
+    assert notebooks == {p.split("/")[-1] for p in book.NOTEBOOKS.values()}
     # and in the registry's order
     executed = [toc["root"]] + [c["file"] for c in toc["chapters"] if c["file"].startswith("book/executed/")]
     assert executed == [f"book/executed/{name}" for name in book.NOTEBOOKS]
