@@ -128,3 +128,23 @@ def test_the_training_plot_draws_every_run_of_each_cell_and_marks_the_second_sta
     stage = {line.get_xdata()[0] for line in loss.lines + f1.lines if line.get_linestyle() == ":"}
     assert stage == {2.5}  # between epoch 2 (short spans) and epoch 3 (long spans)
     assert not lstm_loss.lines and lstm_loss.texts[0].get_text() == "not yet run at this scale"
+
+
+def test_the_training_summary_finds_each_runs_lowest_loss_and_best_validation_epoch():
+    from recdrop.experiments.cell_grid import training_summary
+    from recdrop.store import RunStore
+    from recdrop.sweep import grid_rows
+
+    rows = grid_rows("ner", "ci", [0, 1], store=RunStore("/nonexistent"))
+    assert training_summary(rows).empty  # nothing stored: no rows, the columns kept
+    losses, f1s = [3.0, 0.5, 2e9, 0.9], [60.0, 70.0, 65.0, 61.0]  # loss lowest at epoch 2, F1 best at 2, then it blows up
+    for r in rows:
+        if r["cell"] in ("GRU", "RNN") and r["rate"] == 0.25:
+            r["record"] = {"curves": [{"epoch": e + 1, "train_loss": loss + r["seed"], "valid_f1": f1 - r["seed"]}
+                                      for e, (loss, f1) in enumerate(zip(losses, f1s))]}
+    table = training_summary(rows)
+    assert list(zip(table["cell"], table["seed"])) == [("RNN", 0), ("RNN", 1), ("GRU", 0), ("GRU", 1)]  # CELLS order
+    first = table.iloc[0].to_dict()
+    assert first == {"cell": "RNN", "rate": 0.25, "seed": 0, "epochs": 4, "lowest loss": 0.5, "its epoch": 2,
+                     "last loss": 0.9, "best valid F1": 70.0, "epoch of best": 2, "last valid F1": 61.0}
+    assert table.iloc[1]["lowest loss"] == 1.5 and table.iloc[1]["last valid F1"] == 60.0

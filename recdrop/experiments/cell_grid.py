@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Tuple
 
+import pandas as pd
+
 from ..report import curves_frame
 
 CELLS = ("RNN", "LSTM", "GRU")
@@ -53,3 +55,24 @@ def plot_cell_runs(rows):
     fig.legend([Line2D([], [], color=c) for c in RATE_COLOURS.values()], names, loc="upper center", ncol=2, fontsize=8)
     fig.tight_layout(rect=(0, 0, 1, 0.94))
     return fig
+
+
+def training_summary(rows) -> "pd.DataFrame":
+    """One row per stored run: the epoch of its lowest training loss and of its highest validation F1,
+    against the last epoch's (the model that is tested): whether training was still converging at the
+    end, and how far the tested model is from the run's best on validation. Losses to 3 significant
+    digits, F1 to 2 decimals."""
+    df = curves_frame(rows, ["cell", "rate"])
+    out = []
+    for (cell, rate, seed), c in df.groupby(["cell", "rate", "seed"], sort=False):
+        c = c.sort_values("epoch")
+        low, best, last = c.loc[c["train_loss"].idxmin()], c.loc[c["valid_f1"].idxmax()], c.iloc[-1]
+        out.append({"cell": cell, "rate": rate, "seed": seed, "epochs": int(last["epoch"]),
+                    "lowest loss": float(f"{low['train_loss']:.3g}"), "its epoch": int(low["epoch"]),
+                    "last loss": float(f"{last['train_loss']:.3g}"),
+                    "best valid F1": round(best["valid_f1"], 2), "epoch of best": int(best["epoch"]),
+                    "last valid F1": round(last["valid_f1"], 2)})
+    table = pd.DataFrame(out, columns=["cell", "rate", "seed", "epochs", "lowest loss", "its epoch", "last loss",
+                                       "best valid F1", "epoch of best", "last valid F1"])
+    return table.sort_values(["cell", "rate", "seed"], key=lambda col: col.map(CELLS.index) if col.name == "cell" else col,
+                             ignore_index=True)
