@@ -195,7 +195,7 @@ def test_sweep_with_two_workers_equals_one(store, tmp_path):
 
 def test_killed_sweep_loses_no_finished_record(tmp_path):
     env = {**os.environ, "RECDROP_RUNS": str(tmp_path / "runs"), "RECDROP_CACHE": str(tmp_path / "cache"),
-           "TQDM_DISABLE": "1"}
+           "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1"}  # one thread: fast on a busy machine too
     cmd = [sys.executable, "-m", "recdrop.sweep", "temporal_order", "--scale", "ci", "--no-progress",
            "--set", "epochs=30"]
     proc = subprocess.Popen(cmd, cwd=REPO, env=env)
