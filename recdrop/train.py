@@ -55,6 +55,11 @@ class Task:
     def end_epoch(self, epoch: int, metrics: Dict[str, float]) -> None:
         """Learning-rate schedules and the like."""
 
+    def like_epoch(self, epoch: int) -> int:
+        """An epoch whose batch count ``epoch``'s is about, for the progress bar's total and ETA and
+        the segments' epoch fractions: by default epoch 0 (every epoch alike)."""
+        return 0
+
     def final_metrics(self, curves: List[Dict[str, float]]) -> Dict[str, float]:
         """The record's headline metrics; by default the last epoch's."""
         return dict(curves[-1])
@@ -175,11 +180,21 @@ def train_run(make_task: Callable[..., Task], config: ExperimentConfig, seed: in
         segments = ck.get("segments", [])
     segment = {k: env[k] for k in ("hardware", "device", "torch", "commit")}
 
-    def with_this_segment(epoch: int, batch: int, n_batches: int) -> List[Dict[str, Any]]:
+    batch_counts: Dict[int, int] = {}
+
+    def expected_batches(epoch: int) -> int:
+        """About how many batches ``epoch`` has: those of the epoch it is like (``Task.like_epoch``)."""
+        like = task.like_epoch(epoch)
+        if like not in batch_counts:
+            batch_counts[like] = len(task.batches(like))
+        return batch_counts[like]
+
+    def with_this_segment(epoch: int, batch: int) -> List[Dict[str, Any]]:
         """The stretches of training so far: earlier ones, then this process's, in epochs (fractions
         for a stretch that began or ended inside an epoch) and seconds."""
-        return segments + [{**segment, "from_epoch": round(start_epoch + start_batch / max(1, n_batches), 4),
-                            "to_epoch": round(epoch + batch / max(1, n_batches), 4),
+        def at(e: int, b: int) -> float:
+            return round(e + b / max(1, expected_batches(e)), 4) if b else float(e)
+        return segments + [{**segment, "from_epoch": at(start_epoch, start_batch), "to_epoch": at(epoch, batch),
                             "wall_s": round(time.perf_counter() - t_start, 2)}]
 
     def checkpoint(epoch: int, batch: int) -> None:
@@ -188,7 +203,7 @@ def train_run(make_task: Callable[..., Task], config: ExperimentConfig, seed: in
                                     "batch": batch, "curves": curves, "sums": sums,
                                     "elapsed": elapsed + time.perf_counter() - t_start, "run_id": rid,
                                     "commit": env["commit"],
-                                    "segments": with_this_segment(epoch, batch, n_batches)})
+                                    "segments": with_this_segment(epoch, batch)})
 
     def make_record(metrics: Dict[str, Any], epoch: int, batch: int, **extra) -> Dict[str, Any]:
         """The run's record, with its curves so far, as training stands at (epoch, batch)."""
@@ -196,16 +211,16 @@ def train_run(make_task: Callable[..., Task], config: ExperimentConfig, seed: in
                   "metrics": metrics, "curves": curves, **extra,
                   "wall_time_s": round(elapsed + time.perf_counter() - t_start, 2), **env, "finished": utc_now()}
         if segments:  # resumed: say on what hardware and code each stretch of training ran
-            record["segments"] = with_this_segment(epoch, batch, n_batches)
+            record["segments"] = with_this_segment(epoch, batch)
         return record
 
     t_start = time.perf_counter()
     last_ckpt = time.monotonic()
-    n_batches = len(task.batches(0))
-    if n_batches == 0:
+    if expected_batches(0) == 0:
         raise ValueError(f"run {name}/{rid}: its training split gives no batch of {config}; use more data or "
                          "smaller batches")
-    bar = tqdm(total=epochs * n_batches, initial=start_epoch * n_batches + start_batch, disable=not progress,
+    bar = tqdm(total=sum(map(expected_batches, range(epochs))),
+               initial=sum(map(expected_batches, range(start_epoch))) + start_batch, disable=not progress,
                desc=f"{name} {rid}", position=position, leave=position == 0, dynamic_ncols=True)
     try:
         for epoch in range(start_epoch, epochs):

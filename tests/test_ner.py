@@ -71,6 +71,31 @@ def test_training_switches_to_long_spans_and_scores_test_at_each_stage_end(tmp_p
     assert "GloVe" in rec["metrics"]["embeddings"]
 
 
+@needs_conll
+def test_the_progress_bar_counts_each_stages_batches(tmp_path, monkeypatch):
+    """The 15-word stage has about a third of the 5-word stage's batches: the bar's total (and so its
+    ETA) counts each stage's, not the first epoch's times the epochs."""
+    import recdrop.train
+    from recdrop.store import RunStore
+
+    monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "cache"))
+    bars = []
+
+    class Recorded(recdrop.train.tqdm):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            bars.append(self)
+
+    monkeypatch.setattr(recdrop.train, "tqdm", Recorded)
+    cfg = NERConfig.at_scale("ci", short_epochs=1, long_epochs=2)
+    task = ner.NERTask(cfg, "cpu", 0)
+    short, long, longer = (len(task.batches(epoch)) for epoch in range(3))
+    assert long < short / 2
+    recdrop.train.train_run(ner.NERTask, cfg, store=RunStore(tmp_path), progress=False)
+    assert bars[0].total == short + 2 * long
+    assert bars[0].total == pytest.approx(short + long + longer, rel=0.05)  # each epoch cuts its own spans
+
+
 def test_claims_are_not_yet_run_without_records():
     rows = [{**label, "seed": 0, "config": cfg, "record": None} for label, cfg in grid("ci")]
     out = ner.claims(rows)

@@ -188,6 +188,10 @@ class NERTask(Task):
     def span_len(self, epoch: int) -> int:
         return self.cfg.short_len if epoch < self.cfg.short_epochs else self.cfg.long_len
 
+    def like_epoch(self, epoch: int) -> int:
+        """The first epoch of ``epoch``'s stage: its spans are as long, so its batches about as many."""
+        return 0 if epoch < self.cfg.short_epochs else self.cfg.short_epochs
+
     def batches(self, epoch: int) -> List[Tuple[int, torch.Tensor]]:
         """(span length, chunks) per batch: every training token once, in chunks of at most the
         stage's span length (``epoch_chunks``), shuffled (fixed by the seed and the epoch)."""
