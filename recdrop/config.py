@@ -60,6 +60,10 @@ class ExperimentConfig:
     experiment: ClassVar[str] = ""
     SCALES: ClassVar[Dict[str, Dict[str, Any]]] = {"paper": {}}
     POSITIVE: ClassVar[Tuple[str, ...]] = ()  # fields that must be at least 1
+    # Fields added after records were stored, each with the value every earlier record was trained
+    # with: a config holding that value hashes as if the field did not exist (``run_id``), so the
+    # earlier records keep their ids, and ``from_record`` gives their configs that value back.
+    ADDED: ClassVar[Dict[str, Any]] = {}
 
     scale: str = "paper"  # which preset this config came from (part of the run id)
 
@@ -144,8 +148,24 @@ class ExperimentConfig:
     def to_dict(self) -> Dict[str, Any]:
         return {"experiment": self.experiment, **dataclasses.asdict(self)}
 
+    def id_dict(self) -> Dict[str, Any]:
+        """``to_dict`` less the added fields (``ADDED``) that hold the value of the records before them."""
+        return {k: v for k, v in self.to_dict().items() if not (k in self.ADDED and v == self.ADDED[k])}
+
+    @classmethod
+    def from_record(cls, config: Dict[str, Any]):
+        """The config of a stored record's ``config``; a field added after it was stored takes the
+        value it was trained with (``ADDED``), not today's default."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        values = {**cls.ADDED, **{k: v for k, v in config.items() if k != "experiment"}}
+        unknown = sorted(set(values) - names)
+        if unknown:
+            raise ValueError(f"a stored {cls.experiment} config has fields {cls.__name__} does not know: "
+                             f"{', '.join(unknown)}")
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
+
 
 def run_id(config: ExperimentConfig, seed: int) -> str:
     """A short, stable hash of the canonical config and the seed: the key of a run's record."""
-    blob = json.dumps({"config": config.to_dict(), "seed": int(seed)}, sort_keys=True, separators=(",", ":"))
+    blob = json.dumps({"config": config.id_dict(), "seed": int(seed)}, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:12]

@@ -48,6 +48,19 @@ class Task:
         """One optimisation step; returns at least {"loss": ...}, plus sums to average per epoch."""
         raise NotImplementedError
 
+    def optimise(self, loss: torch.Tensor, clip_norm: float = 0.0) -> torch.Tensor:
+        """One step of ``self.optimizer`` on ``loss``: gradients from zero, scaled to a global norm of
+        ``clip_norm`` where it is positive and exceeded (Pascanu et al. 2013; what ``clip_grad_norm_``
+        does), then the update. Returns the global gradient norm before clipping."""
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        norm = torch.nn.utils.get_total_norm(grads)
+        if clip_norm > 0:
+            torch.nn.utils.clip_grads_with_norm_(self.model.parameters(), clip_norm, norm)
+        self.optimizer.step()
+        return norm
+
     def evaluate(self, epoch: int, train_stats: Dict[str, float]) -> Dict[str, float]:
         """The epoch's metrics (``train_stats`` holds the means of train_step's outputs)."""
         raise NotImplementedError

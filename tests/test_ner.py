@@ -55,20 +55,24 @@ def test_grid_is_table_4_and_paper_settings():
 
 
 @needs_conll
-def test_training_switches_to_long_spans_and_scores_test_at_each_stage_end(tmp_path, monkeypatch):
+def test_training_switches_to_long_spans_and_tests_each_stage_end_and_its_best_validation_epoch(tmp_path,
+                                                                                              monkeypatch):
     from recdrop.store import RunStore
     from recdrop.train import train_run
 
     monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "cache"))
-    cfg = NERConfig.at_scale("ci", short_epochs=2, long_epochs=1)
+    cfg = NERConfig.at_scale("ci", short_epochs=3, long_epochs=1)
     rec = train_run(ner.NERTask, cfg, store=RunStore(tmp_path), progress=False)
-    curves = rec["curves"]
-    assert [c["span_len"] for c in curves] == [5, 5, 15]
-    assert [c["test_f1"] is not None for c in curves] == [False, True, True]
-    assert rec["metrics"]["test_f1_short"] == curves[1]["test_f1"]
-    assert rec["metrics"]["test_f1_long"] == curves[2]["test_f1"]
-    assert curves[2]["lr"] == pytest.approx(0.01 * 0.99 ** 2)
-    assert "GloVe" in rec["metrics"]["embeddings"]
+    curves, m = rec["curves"], rec["metrics"]
+    assert [c["span_len"] for c in curves] == [5, 5, 5, 15]
+    assert all(c["test_f1"] is not None and c["grad_norm"] > 0 for c in curves)
+    assert m["test_f1_short"] == curves[2]["test_f1"]
+    assert m["test_f1_long"] == curves[3]["test_f1"]
+    best = max(curves[:3], key=lambda c: c["valid_f1"])  # the 5-word stage's best validation epoch
+    assert (m["best_epoch_short"], m["best_test_f1_short"]) == (best["epoch"], best["test_f1"])
+    assert (m["best_epoch_long"], m["best_test_f1_long"]) == (4, curves[3]["test_f1"])
+    assert curves[3]["lr"] == pytest.approx(0.01 * 0.99 ** 3)
+    assert "GloVe" in m["embeddings"]
 
 
 @needs_conll

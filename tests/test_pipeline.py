@@ -58,6 +58,31 @@ def test_run_id_is_stable_and_discriminating():
     assert out.stdout.strip() == rid  # the same in a fresh process (no hash randomisation)
 
 
+def test_every_stored_record_keeps_the_id_its_config_hashes_to():
+    """A new config field must not orphan the records stored before it (``ExperimentConfig.ADDED``)."""
+    from recdrop.experiments import EXPERIMENTS
+    paths = sorted((REPO / "data" / "runs").rglob("*.json"))
+    assert len(paths) > 300
+    for path in paths:
+        rec = json.loads(path.read_text())
+        cfg = EXPERIMENTS[rec["experiment"]].config.from_record(rec["config"])
+        assert run_id(cfg, rec["seed"]) == rec["run_id"] == path.stem, path
+
+
+def test_an_added_field_at_its_earlier_value_keeps_the_id_and_any_other_value_changes_it():
+    from recdrop.experiments.ner import NERConfig
+    before = {k: v for k, v in NERConfig.at_scale("ci").to_dict().items() if k not in NERConfig.ADDED}
+    old = NERConfig.from_record(before)  # a record stored before issue 34's fields
+    assert (old.optimizer, old.clip_norm) == ("rmsprop-torch", 0.0)
+    assert "optimizer" in old.to_dict() and "optimizer" not in old.id_dict()
+    ids = {run_id(old.replace(**change), 0) for change in
+           ({}, {"optimizer": "rmsprop-lasagne"}, {"optimizer": "rmsprop-tf1"}, {"clip_norm": 5.0})}
+    assert len(ids) == 4
+    assert run_id(NERConfig.at_scale("ci"), 0) == run_id(old.replace(optimizer="rmsprop-lasagne"), 0)
+    with pytest.raises(ValueError, match="fields NERConfig does not know: momentum"):
+        NERConfig.from_record({**before, "momentum": 0.9})
+
+
 # -- data ----------------------------------------------------------------------------------------
 def test_temporal_order_data_follows_the_definition():
     x, y = generate(500, 30, torch.Generator().manual_seed(0))

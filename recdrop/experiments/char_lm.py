@@ -142,10 +142,7 @@ class CharLMTask(Task):
         seqs = self.train_seqs[idx.to(self.train_seqs.device)].t()  # (T + 1, B)
         logits, _ = self.model(seqs[:-1], None)
         nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), seqs[1:].reshape(-1))
-        self.optimizer.zero_grad(set_to_none=True)
-        nll.backward()
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_norm)
-        self.optimizer.step()
+        self.optimise(nll, self.cfg.clip_norm)
         return {"loss": nll.item()}
 
     @torch.no_grad()

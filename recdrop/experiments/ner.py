@@ -16,20 +16,19 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from ..config import ExperimentConfig
 from ..data.conll2003 import entity_f1, load_conll2003
 from ..data.embeddings import GLOVE, PAD, UNK, embedding_table
 from ..models import Dropout, Tagger
 from ..paper import paper_results
 from ..report import Metric, check_claims, compare, plain_label, seed_values
 from ..train import Task, epoch_generator
-from .cell_grid import CELLS, RATES, cell_rate_grid, check_cell
+from .cell_grid import CELLS, RATES, RMSPropConfig, cell_rate_grid, check_cell
 
 CAPS = ("lower", "title", "upper", "mixed", "no letters", "padding")  # capitalisation feature, one-hot
 
 
 @dataclasses.dataclass(frozen=True)
-class NERConfig(ExperimentConfig):
+class NERConfig(RMSPropConfig):
     experiment = "ner"
     SCALES = {
         "paper": {},
@@ -52,9 +51,6 @@ class NERConfig(ExperimentConfig):
     hidden_size: int = 1024  # paper Sec. 4.4
     window: int = 5  # paper Sec. 4.4: the word, two before, two after
     embeddings: str = GLOVE  # paper: GoogleNews word2vec (not available here); or a path to that binary
-    lr: float = 0.01  # paper Sec. 4.4: RMSProp
-    rho: float = 0.9  # paper Sec. 4.4
-    lr_decay: float = 0.99  # paper Sec. 4.4: multiplied after every epoch
     short_len: int = 5  # paper Sec. 4.4: length expansion, stage 1 ...
     short_epochs: int = 25
     long_len: int = 15  # ... stage 2
@@ -64,6 +60,7 @@ class NERConfig(ExperimentConfig):
     eval_sentences: int = 0
 
     def validate(self) -> None:
+        super().validate()
         check_cell(self.cell)
         if self.window < 1 or self.window % 2 == 0:
             raise ValueError(f"window must be a positive odd number, got {self.window}")
@@ -71,9 +68,6 @@ class NERConfig(ExperimentConfig):
             self._check_range(name, 0)
         if self.short_epochs + self.long_epochs < 1:
             raise ValueError("short_epochs + long_epochs must be at least 1")
-        self._check_range("lr", 0, low_open=True, finite=True)
-        self._check_range("rho", 0, 1, high_open=True)  # RMSProp's decay of the squared-gradient average
-        self._check_range("lr_decay", 0, 1, low_open=True)  # multiplies the learning rate after every epoch
         for name in ("train_sentences", "eval_sentences"):  # 0: all; a sentence is enough
             self._check_range(name, 0)
 
@@ -182,8 +176,7 @@ class NERTask(Task):
         self.test = split("test", cfg.eval_sentences)
         self.model = Tagger(cfg.cell, vectors, cfg.window, len(CAPS), cfg.hidden_size, len(self.tag_names),
                             Dropout.of(cfg), cfg.nonlinearity).to(device)
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.RMSprop(params, lr=cfg.lr, alpha=cfg.rho)
+        self.optimizer = cfg.make_optimizer(self.model)
 
     def span_len(self, epoch: int) -> int:
         return self.cfg.short_len if epoch < self.cfg.short_epochs else self.cfg.long_len
@@ -207,10 +200,8 @@ class NERTask(Task):
         logits = self.model(windows.to(self.device), caps.to(self.device))
         mask = mask.to(self.device)
         loss = F.cross_entropy(logits[mask], tags.to(self.device)[mask])
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        self.optimizer.step()
-        return {"loss": loss.item()}
+        grad_norm = self.optimise(loss, self.cfg.clip_norm)
+        return {"loss": loss.item(), "grad_norm": grad_norm.item()}
 
     @torch.no_grad()
     def predict(self, split: Split, batch: int = 256) -> Tuple[List[List[str]], List[List[str]]]:
@@ -235,22 +226,31 @@ class NERTask(Task):
         return entity_f1(*self.predict(split))
 
     def evaluate(self, epoch: int, train_stats: Dict[str, float]) -> Dict[str, Optional[float]]:
-        """Validation F1 every epoch; test F1 at the end of each stage (Table 4's two rows)."""
-        stage_end = epoch in (self.cfg.short_epochs - 1, self.cfg.epochs - 1)
-        return {"train_loss": train_stats["loss"], "span_len": self.span_len(epoch), "valid_f1": self.f1(self.valid),
-                "test_f1": self.f1(self.test) if stage_end else None, "lr": self.optimizer.param_groups[0]["lr"]}
+        """Validation and test F1 every epoch (the stages' last epochs give Table 4's two rows; the
+        others, what choosing the epoch on validation would give); the mean gradient norm before
+        clipping."""
+        return {"train_loss": train_stats["loss"], "grad_norm": train_stats["grad_norm"],
+                "span_len": self.span_len(epoch), "valid_f1": self.f1(self.valid), "test_f1": self.f1(self.test),
+                "lr": self.optimizer.param_groups[0]["lr"]}
 
     def end_epoch(self, epoch: int, metrics: Dict[str, float]) -> None:
         for g in self.optimizer.param_groups:  # paper Sec. 4.4
             g["lr"] *= self.cfg.lr_decay
 
     def final_metrics(self, curves: List[Dict[str, float]]) -> Dict[str, float]:
-        """F1 after the 5-word stage and after the 15-word stage, validation and test."""
+        """F1 after the 5-word stage and after the 15-word stage, validation and test (the model of
+        the stage's last epoch, as the authors test); beside them, the test F1 of the stage's epoch
+        with the best validation F1, and that epoch."""
         out: Dict[str, Any] = {"embeddings": self.embeddings_source}
-        for stage, epoch in (("short", self.cfg.short_epochs - 1), ("long", self.cfg.epochs - 1)):
-            c = curves[epoch] if 0 <= epoch < len(curves) else {}
+        short = self.cfg.short_epochs
+        for stage, epochs in (("short", range(short)), ("long", range(short, self.cfg.epochs))):
+            c = curves[epochs[-1]] if epochs and epochs[-1] < len(curves) else {}
             out[f"valid_f1_{stage}"] = c.get("valid_f1")
             out[f"test_f1_{stage}"] = c.get("test_f1")
+            ran = [curves[e] for e in epochs if e < len(curves)]
+            best = max(ran, key=lambda c: c["valid_f1"]) if ran else {}
+            out[f"best_test_f1_{stage}"] = best.get("test_f1")
+            out[f"best_epoch_{stage}"] = best.get("epoch")
         return out
 
 

@@ -17,18 +17,17 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from ..config import ExperimentConfig
 from ..data.embeddings import GLOVE, PAD, UNK, embedding_table
 from ..data.semeval import LABELS, PARTIAL, TEST_SETS, distant_label, load_semeval, semeval_f1, tokenize
 from ..models import Dropout, SequenceClassifier
 from ..paper import paper_results
 from ..report import Metric, check_claims, compare, plain_label, seed_values
 from ..train import Task, epoch_generator
-from .cell_grid import CELLS, RATES, cell_rate_grid, check_cell
+from .cell_grid import CELLS, RATES, RMSPropConfig, cell_rate_grid, check_cell
 
 
 @dataclasses.dataclass(frozen=True)
-class SentimentConfig(ExperimentConfig):
+class SentimentConfig(RMSPropConfig):
     experiment = "sentiment"
     SCALES = {
         "paper": {},
@@ -48,9 +47,7 @@ class SentimentConfig(ExperimentConfig):
     output_dropout: float = 0.5  # as in NER
     hidden_size: int = 500  # paper Sec. 4.5
     embeddings: str = GLOVE  # as in NER (paper: word2vec, not available here)
-    lr: float = 0.001  # paper Sec. 4.5: RMSProp
-    rho: float = 0.9  # as in NER
-    lr_decay: float = 0.99  # as in NER
+    lr: float = 0.001  # paper Sec. 4.5: RMSProp (rho, its decay, the form and clipping as in NER)
     epochs: int = 20  # not in the paper
     batch_size: int = 32  # not in the paper
     pretrain_corpus: str = ""  # a text file, one tweet per line, labelled by its emoticons; "" = none
@@ -59,12 +56,10 @@ class SentimentConfig(ExperimentConfig):
     eval_messages: int = 0
 
     def validate(self) -> None:
+        super().validate()
         check_cell(self.cell)
         if self.pretrain_corpus and not Path(self.pretrain_corpus).exists():
             raise ValueError(f"pretrain_corpus={self.pretrain_corpus!r} does not exist")
-        self._check_range("lr", 0, low_open=True, finite=True)
-        self._check_range("rho", 0, 1, high_open=True)  # RMSProp's decay of the squared-gradient average
-        self._check_range("lr_decay", 0, 1, low_open=True)  # multiplies the learning rate after every epoch
         for name in ("pretrain_epochs", "train_messages", "eval_messages"):  # messages: 0 is all, one is enough
             self._check_range(name, 0)
 
@@ -130,8 +125,7 @@ class SentimentTask(Task):
         self.valid = encode(tokens["valid"], self.word_row)
         self.tests = {name: encode(tokens[f"test:{name}"], self.word_row) for name in TEST_SETS}
         self.model = classifier(cfg, vectors).to(device)
-        self.optimizer = torch.optim.RMSprop([p for p in self.model.parameters() if p.requires_grad], lr=cfg.lr,
-                                             alpha=cfg.rho)
+        self.optimizer = cfg.make_optimizer(self.model)
         self.pretrained = self.pretrain(tokens["pretrain"]) if cfg.pretrain_corpus else 0
 
     def pretrain(self, weak) -> int:
@@ -150,17 +144,15 @@ class SentimentTask(Task):
         g = epoch_generator(self.seed, epoch)
         return list(torch.randperm(len(self.train[2]), generator=g).split(self.cfg.batch_size))
 
-    def _step(self, rows, lengths, labels, idx) -> float:
+    def _step(self, rows, lengths, labels, idx) -> Dict[str, float]:
         n = int(lengths[idx].max())
         logits = self.model(rows[:n, idx].to(self.device), lengths[idx].to(self.device))
         loss = F.cross_entropy(logits, labels[idx].to(self.device))
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        self.optimizer.step()
-        return loss.item()
+        grad_norm = self.optimise(loss, self.cfg.clip_norm)
+        return {"loss": loss.item(), "grad_norm": grad_norm.item()}
 
     def train_step(self, idx: torch.Tensor) -> Dict[str, float]:
-        return {"loss": self._step(*self.train, idx)}
+        return self._step(*self.train, idx)
 
     @torch.no_grad()
     def f1(self, encoded, batch: int = 256) -> float:
@@ -175,7 +167,8 @@ class SentimentTask(Task):
 
     def evaluate(self, epoch: int, train_stats: Dict[str, float]) -> Dict[str, Optional[float]]:
         """Validation F1 every epoch, and every test set's (cheap: about 11k messages in all)."""
-        return {"train_loss": train_stats["loss"], "valid_f1": self.f1(self.valid),
+        return {"train_loss": train_stats["loss"], "grad_norm": train_stats["grad_norm"],
+                "valid_f1": self.f1(self.valid),
                 **{f"test_f1:{name}": self.f1(enc) for name, enc in self.tests.items()},
                 "lr": self.optimizer.param_groups[0]["lr"]}
 

@@ -124,10 +124,7 @@ class TemporalOrderTask(Task):
         logits, (_, c) = self.model(self.train_x[:, idx], return_state=True)
         y = self.train_y[idx]
         loss = F.cross_entropy(logits, y)
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_norm)
-        self.optimizer.step()
+        self.optimise(loss, self.cfg.clip_norm)
         return {"loss": loss.item(), "train_acc": (logits.argmax(-1) == y).float().mean().item(),
                 "train_cell_norm": c.norm(dim=-1).mean().item()}
 

@@ -128,10 +128,7 @@ class WordLMTask(Task):
         self.state = _detach(state)
         nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
         # Authors' code: cross-entropy summed over the 35 steps and averaged over the batch.
-        self.optimizer.zero_grad(set_to_none=True)
-        (nll * self.cfg.bptt).backward()
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_norm)
-        self.optimizer.step()
+        self.optimise(nll * self.cfg.bptt, self.cfg.clip_norm)
         return {"loss": nll.item()}
 
     def perplexities(self, data) -> Tuple[float, float]:
