@@ -256,7 +256,7 @@ def compare(rows: List[Dict[str, Any]], cells: Iterable[Tuple[Dict[str, Any], Op
     name the setting (columns of the output, in order); those in ``cell_keys`` pick the runs of
     ``rows`` it is about (every seed of that cell). ``factor`` scales the metric (1 -> %: 100).
     ``extras``: (column, labels -> a record metric or None) shown beside, as mean ± sd ("" where
-    None). Columns: the labels, paper,
+    None; "not recorded" where the cell's runs lack it). Columns: the labels, paper,
     ours (mean ± sd, n), delta (ours - paper, in ``metric.delta_unit``), verdict, the extras, and
     the numbers behind ``ours``: mean, sd, n."""
     out = []
@@ -283,10 +283,28 @@ def compare(rows: List[Dict[str, Any]], cells: Iterable[Tuple[Dict[str, Any], Op
                 row[column] = ""
                 continue
             ev = [m[extra] * factor for m in runs if m.get(extra) is not None and not pd.isna(m.get(extra))]
+            if runs and not ev:  # runs whose records predate the metric
+                row[column] = "not recorded"
+                continue
             row[column] = fmt_mean_sd(float(np.mean(ev)) if ev else float("nan"),
                                       float(np.std(ev, ddof=1)) if len(ev) > 1 else float("nan"), len(ev), metric.digits)
         out.append({**row, "mean": mean, "sd": sd, "n": n})
     return pd.DataFrame(out)
+
+
+def side_by_side(comparison: Callable[[List[Dict[str, Any]]], pd.DataFrame],
+                 variants: Dict[str, List[Dict[str, Any]]], digits: int = 2) -> pd.DataFrame:
+    """One paper table's comparison (``comparison``: rows -> ``compare``'s table) for each variant of
+    its runs (name -> rows: another optimiser, say), side by side: setting | paper | ours under each
+    variant (mean ± sd, n) | the first variant's mean less each other's."""
+    tables = {name: comparison(rows).set_index("setting") for name, rows in variants.items()}
+    (first, base), *others = tables.items()
+    out = pd.DataFrame({"setting": base.index, "paper": base["paper"].to_numpy()})
+    for name, t in tables.items():
+        out[f"ours, {name}"] = t.loc[base.index, "ours"].to_numpy()
+    for name, t in others:
+        out[f"{first} − {name}"] = (base["mean"] - t.loc[base.index, "mean"]).round(digits).to_numpy()
+    return out
 
 
 def verdict_rows(table: pd.DataFrame) -> pd.DataFrame:

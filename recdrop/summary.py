@@ -55,11 +55,30 @@ def landing_claims(store: Optional[RunStore] = None) -> pd.DataFrame:
     return pd.DataFrame(out, columns=["table", "claim", "scale", "on ours", "chapter"])
 
 
+def _table_row(e, what: str, scale: Optional[str], rows) -> dict:
+    """A landing-table row: experiment ``e``'s comparison of ``rows`` at ``scale``, at the paper's best cell."""
+    t = verdict_rows(e.comparison(rows))
+    m = e.metric
+    best = (t.index[t["setting"] == e.headline][0] if e.headline else
+            t["paper"].idxmax() if m.higher_is_better else t["paper"].idxmin())
+    ran = t[t["verdict"] != "not yet run"]
+    delta = t.loc[best, "delta"]
+    return {"what": what, "chapter": e.name, "scale": scale or "none stored",
+            "the paper's best cell": t.loc[best, "setting"], "paper": f"{t.loc[best, 'paper']:g} {m.unit}",
+            "ours": t.loc[best, "ours"],
+            "delta": "—" if delta is None or pd.isna(delta) else f"{delta:+g} {m.delta_unit}",
+            "cells within tolerance": f"{int(ran['verdict'].isin(WITHIN).sum())} of {len(t)}"
+                                      + ("" if len(ran) == len(t) else f" ({len(t) - len(ran)} not run)"),
+            "verdict": _verdict(scale, t["verdict"]) + (
+                f" (without {e.paper_scale_lacks}: see Deviations)" if scale == "paper" and e.paper_scale_lacks
+                else "")}
+
+
 def landing_table(store: Optional[RunStore] = None) -> pd.DataFrame:
     """One row per table and figure of the paper: the scale its chapter shows (``book.chapter_scale``),
     the paper's best cell and ours at that cell, the delta, how many cells are within the chapter's
     tolerance, and the verdict (reproduced / partly / not reproduced once every cell ran at `paper` scale; else how
-    many have run there)."""
+    many have run there); beside a table, a row for each of its ablations (``Experiment.ablations``)."""
     store = store or RunStore()
     out = [{"what": "Figure 1: the three schemes", "chapter": "schemes", "scale": "—", "the paper's best cell": "—",
             "paper": "—", "ours": "drawn by code from the scheme definitions", "delta": "—",
@@ -70,21 +89,10 @@ def landing_table(store: Optional[RunStore] = None) -> pd.DataFrame:
         scale = chapter_scale(e.name, store)
         seeds = chapter_seeds(e.name, scale, store) if scale else [0]
         rows = run_grid(e.name, scale or "quick", seeds, train=False, store=store)
-        t = verdict_rows(e.comparison(rows))
-        m = e.metric
-        best = (t.index[t["setting"] == e.headline][0] if e.headline else
-                t["paper"].idxmax() if m.higher_is_better else t["paper"].idxmin())
-        ran = t[t["verdict"] != "not yet run"]
-        delta = t.loc[best, "delta"]
-        out.append({"what": e.title, "chapter": e.name, "scale": scale or "none stored",
-                    "the paper's best cell": t.loc[best, "setting"], "paper": f"{t.loc[best, 'paper']:g} {m.unit}",
-                    "ours": t.loc[best, "ours"],
-                    "delta": "—" if delta is None or pd.isna(delta) else f"{delta:+g} {m.delta_unit}",
-                    "cells within tolerance": f"{int(ran['verdict'].isin(WITHIN).sum())} of {len(t)}"
-                                              + ("" if len(ran) == len(t) else f" ({len(t) - len(ran)} not run)"),
-                    "verdict": _verdict(scale, t["verdict"]) + (
-                        f" (without {e.paper_scale_lacks}: see Deviations)"
-                        if scale == "paper" and e.paper_scale_lacks else "")})
+        out.append(_table_row(e, e.title, scale, rows))
+        for grid, change in e.ablations:  # beside the table, the runs of each of its ablations
+            ablated = run_grid(e.name, scale or "quick", seeds, train=False, store=store, grid=grid)
+            out.append(_table_row(e, f"{e.title}; ablation: {change}", scale, ablated))
         for figure in e.figures:  # the paper's figures drawn from this experiment's runs
             row = figure(rows, scale)
             out.append({"chapter": e.name, "paper": "—", "delta": "—", "cells within tolerance": "—", **row,

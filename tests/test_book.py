@@ -85,7 +85,7 @@ def test_every_notebook_is_a_chapter_of_the_book():
 
 def test_landing_page_says_not_yet_run_below_paper_scale(tmp_path):
     table = landing_table(RunStore(tmp_path))
-    assert len(table) == 7 and table["what"].iloc[0].startswith("Figure 1")
+    assert len(table) == 9 and table["what"].iloc[0].startswith("Figure 1")
     assert set(table["verdict"].iloc[1:]) == {"not yet run at paper scale"}
     assert table.set_index("chapter").loc["word_lm", "paper"].iloc[0] == "87 ppl"  # the paper's best: ours + forward
 
@@ -97,9 +97,38 @@ def test_the_landing_verdict_names_what_a_paper_scale_lacks(tmp_path):
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps({"seed": 0, "config": {"scale": "paper"}, "metrics": {}}))
     verdicts = landing_table(store).set_index("chapter")["verdict"]
-    assert verdicts["sentiment"].endswith("(without the pre-training on 1M weakly labelled tweets, the word2vec "
+    assert verdicts["sentiment"].iloc[0].endswith("(without the pre-training on 1M weakly labelled tweets, the word2vec "
                                           "vectors (GloVe 50d here) and the 2013 test tweets in training: see Deviations)")
     assert verdicts["word_lm"].iloc[0] == "not yet run at paper scale"  # the caveat only where the scale is `paper`
+
+
+def test_an_ablations_runs_show_beside_their_table_on_the_landing_page_and_in_the_chapter(tmp_path, monkeypatch):
+    """Table 4 trained with torch's RMSprop (before issue 34) is an ablation: its stored runs put the
+    chapter at their scale and fill the ablation's row, never the table's."""
+    from recdrop import experiments
+
+    monkeypatch.setenv("RECDROP_RUNS", str(tmp_path))
+    store = RunStore()
+    row = grid_rows("ner", "paper", [0], "torch-rmsprop", store=store)[0]  # RNN without dropout
+    assert row["config"].optimizer == "rmsprop-torch" and row["config"].clip_norm == 0.0
+    path = store.path("ner", "paper", row["run_id"])
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"seed": 0, "config": {"scale": "paper"}, "metrics": {"test_f1_short": 64.1},
+                                "curves": [], "hardware": "cpu", "torch": "2.13.0", "commit": "0123456",
+                                "finished": "2026-11-25T18:00:00Z"}))
+    assert book.chapter_scale("ner") == "paper"
+    table = landing_table(store).set_index("what")
+    ablated = table.loc["Table 4: NER on CoNLL-2003, test F1; ablation: torch's RMSprop, no clipping"]
+    assert ablated["scale"] == "paper" and ablated["cells within tolerance"] == "0 of 12 (11 not run)"
+    assert table.loc["Table 4: NER on CoNLL-2003, test F1", "cells within tolerance"] == "0 of 12 (12 not run)"
+
+    shown = []
+    monkeypatch.setattr("IPython.display.display", lambda obj: shown.append(obj))
+    experiments.show_ablations("ner", "paper", [0], store)
+    assert shown[0].data.startswith("### Ablation: torch's RMSprop, no clipping") and "runs: 1 shown" in shown[0].data
+    side = shown[1].data.set_index("setting")
+    assert side.loc["5 word long sequences, RNN 0.0", "ours, torch's RMSprop, no clipping"] == "64.10"
+    assert side.loc["5 word long sequences, RNN 0.0", "ours, the table's runs"] == "not yet run"
 
 
 def test_landing_verdicts():

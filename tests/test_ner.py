@@ -175,5 +175,19 @@ def test_the_training_summary_finds_each_runs_lowest_loss_and_best_validation_ep
     assert list(zip(table["cell"], table["seed"])) == [("RNN", 0), ("RNN", 1), ("GRU", 0), ("GRU", 1)]  # CELLS order
     first = table.iloc[0].to_dict()
     assert first == {"cell": "RNN", "rate": 0.25, "seed": 0, "epochs": 4, "lowest loss": 0.5, "its epoch": 2,
-                     "last loss": 0.9, "best valid F1": 70.0, "epoch of best": 2, "last valid F1": 61.0}
+                     "last loss": 0.9, "highest loss / first": 6.67e8, "stable": "NO", "best valid F1": 70.0,
+                     "epoch of best": 2, "last valid F1": 61.0}
     assert table.iloc[1]["lowest loss"] == 1.5 and table.iloc[1]["last valid F1"] == 60.0
+
+
+def test_the_training_summary_calls_a_run_unstable_only_past_ten_times_its_first_epochs_loss():
+    from recdrop.experiments.cell_grid import training_summary
+    from recdrop.store import RunStore
+    from recdrop.sweep import grid_rows
+
+    rows = grid_rows("ner", "ci", [0], store=RunStore("/nonexistent"))
+    for r, losses in zip(rows, ([1.0, 0.5, 10.0], [1.0, 0.5, 10.01], [59.0, 0.4, 7.5])):
+        r["record"] = {"curves": [{"epoch": e + 1, "train_loss": x, "valid_f1": 50.0} for e, x in enumerate(losses)]}
+    table = training_summary(rows)
+    assert list(table["stable"]) == ["yes", "NO", "yes"]  # the third blew up in its first epoch: not this test's
+    assert list(table["highest loss / first"]) == [10.0, 10.0, 1.0]

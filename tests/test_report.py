@@ -221,3 +221,21 @@ def test_wide_tables_show_rates_as_labels_not_floats(experiment, wide):
     rows = grid_rows(experiment, "ci", [0], store=RunStore("/nonexistent"))  # nothing run: every cell "not run"
     html = getattr(importlib.import_module(f"recdrop.experiments.{experiment}"), wide)(rows).to_html()
     assert ">0.25<" in html and "0.250000" not in html and "0.000000" not in html
+
+
+def test_side_by_side_puts_each_variants_numbers_beside_the_papers_and_the_differences_after():
+    from recdrop.report import side_by_side
+
+    metric = Metric("F1", digits=2, tolerance=1.0)
+    cells = [({"setting": "a"}, 80.0, "f1"), ({"setting": "b"}, 70.0, "f1")]
+
+    def comparison(rows):
+        return compare(rows, cells, ["setting"], metric)
+
+    def runs(values):  # one seed per value of cell "a"; cell "b" not run
+        return [{"setting": "a", "seed": i, "record": {"metrics": {"f1": v}}} for i, v in enumerate(values)]
+    t = side_by_side(comparison, {"new": runs([78.0, 80.0]), "old": runs([65.0])})
+    assert list(t.columns) == ["setting", "paper", "ours, new", "ours, old", "new − old"]
+    assert t.iloc[0].to_dict() == {"setting": "a", "paper": 80.0, "ours, new": "79.00 ± 1.41 (n=2)",
+                                   "ours, old": "65.00", "new − old": 14.0}
+    assert t.iloc[1]["ours, new"] == "not yet run" and pd.isna(t.iloc[1]["new − old"])

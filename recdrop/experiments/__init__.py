@@ -13,10 +13,10 @@ import dataclasses
 from typing import Callable, Dict, Optional
 
 from ..config import SCALE_NAMES
-from ..report import Metric, claim_verdicts, plot_against_paper, stamp, styled
+from ..report import Metric, claim_verdicts, plot_against_paper, side_by_side, stamp, styled
 from ..store import RunStore
 from . import char_lm, memory_loss, ner, sentiment, temporal_order, word_lm
-from .cell_grid import plot_cell_runs
+from .cell_grid import ABLATIONS, plot_cell_runs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,6 +36,7 @@ class Experiment:
     checks: tuple = ()  # rows -> a table that tests the scale itself (over-fit, converged, pilot, batch size)
     figures: tuple = ()  # (rows, scale) -> the landing page's row of a paper's figure drawn from these runs
     paper_scale_lacks: str = ""  # what its `paper` scale still lacks of the paper's setup (deviations page)
+    ablations: tuple = ()  # (grid, what it changes): runs kept beside the table, in its chapter and on the landing page
 
 
 # In the book's order.
@@ -53,11 +54,11 @@ EXPERIMENTS: Dict[str, Experiment] = {e.name: e for e in [
                checks=(char_lm.fit, char_lm.pilot, char_lm.batch_check)),
     Experiment("ner", "Table 4: NER on CoNLL-2003, test F1", ner.NERConfig, ner.NERTask, ner.GRIDS, ner.table4,
                ner.METRIC, ner.claims, curves=plot_cell_runs,
-               paper_scale_lacks="the word2vec vectors (GloVe 50d here)"),
+               paper_scale_lacks="the word2vec vectors (GloVe 50d here)", ablations=ABLATIONS),
     Experiment("sentiment", "Table 5: Twitter sentiment, test F1", sentiment.SentimentConfig, sentiment.SentimentTask,
                sentiment.GRIDS, sentiment.table5, sentiment.METRIC, sentiment.claims, curves=plot_cell_runs,
                paper_scale_lacks="the pre-training on 1M weakly labelled tweets, the word2vec vectors (GloVe 50d "
-                                 "here) and the 2013 test tweets in training"),
+                                 "here) and the 2013 test tweets in training", ablations=ABLATIONS),
 ]}
 
 
@@ -77,7 +78,8 @@ class Chapter:
 
 
 def _table(name: str) -> Chapter:
-    return Chapter(name, ((name, "table"),))
+    """A table's chapter: its grid, and the ablations shown beside it."""
+    return Chapter(name, ((name, "table"), *((name, grid) for grid, _ in EXPERIMENTS[name].ablations)))
 
 
 # The book's order: the landing page, Figure 1, a chapter per experiment, then the studies that draw
@@ -141,6 +143,27 @@ def show_claims_judged_below(name: str, shown: str, store: Optional[RunStore] = 
     line = claims_judged_below(name, shown, store)
     if line:
         display(Markdown(line))
+
+
+def show_ablations(name: str, scale: str, seeds, store: Optional[RunStore] = None) -> None:
+    """In a chapter rendered at ``scale``: for each ablation of experiment ``name`` (``Experiment.ablations``),
+    its runs' stamp and the table's comparison on its runs beside the table's own (``report.side_by_side``),
+    then its runs' learning curves where the experiment draws them."""
+    import matplotlib.pyplot as plt
+    from IPython.display import Markdown, display
+
+    from ..sweep import run_grid
+
+    e = EXPERIMENTS[name]
+    rows = run_grid(name, scale, seeds, train=False, store=store)
+    for grid, change in e.ablations:
+        ablated = run_grid(name, scale, seeds, train=False, store=store, grid=grid)
+        display(Markdown(f"### Ablation: {change}\n\n{stamp(ablated)}"))
+        display(styled(side_by_side(e.comparison, {"the table's runs": rows, change: ablated}), e.metric.digits))
+        if e.curves is not None and any(r["record"] for r in ablated):
+            fig = e.curves(ablated)
+            display(fig)
+            plt.close(fig)  # shown once, not again at the end of the cell
 
 
 def show_other_scales(name: str, shown: str, store: Optional[RunStore] = None) -> None:

@@ -59,6 +59,16 @@ def cell_rate_grid(scale: str, config_class, **overrides) -> List[Tuple[Dict[str
             for cell in CELLS for rate in RATES]
 
 
+def with_torch_rmsprop(grid):
+    """``grid`` trained with torch's RMSprop and no clipping: how Tables 4 and 5 were trained before
+    issue 34, kept as an ablation of the optimiser (those runs' records keep their ids)."""
+    def ablation(scale: str, **overrides):
+        return grid(scale, **{**RMSPropConfig.ADDED, **overrides})
+    return ablation
+
+
+ABLATIONS = (("torch-rmsprop", "torch's RMSprop, no clipping"),)  # (grid, what it changes), the chapters' order
+
 RATE_COLOURS = {0.0: "tab:blue", 0.25: "tab:red"}
 
 
@@ -92,22 +102,30 @@ def plot_cell_runs(rows):
     return fig
 
 
+UNSTABLE_RATIO = 10.0  # issue 34: no epoch's mean training loss may be over 10 times the first epoch's
+
+
 def training_summary(rows) -> "pd.DataFrame":
     """One row per stored run: the epoch of its lowest training loss and of its highest validation F1,
     against the last epoch's (the model that is tested): whether training was still converging at the
-    end, and how far the tested model is from the run's best on validation. Losses to 3 significant
-    digits, F1 to 2 decimals."""
+    end, and how far the tested model is from the run's best on validation. *stable* says whether every
+    epoch's mean training loss stayed within ``UNSTABLE_RATIO`` times the first epoch's (its highest
+    ratio beside). Losses to 3 significant digits, F1 to 2 decimals."""
     df = curves_frame(rows, ["cell", "rate"])
     out = []
     for (cell, rate, seed), c in df.groupby(["cell", "rate", "seed"], sort=False):
         c = c.sort_values("epoch")
         low, best, last = c.loc[c["train_loss"].idxmin()], c.loc[c["valid_f1"].idxmax()], c.iloc[-1]
+        ratio = c["train_loss"].max() / c["train_loss"].iloc[0]
         out.append({"cell": cell, "rate": rate, "seed": seed, "epochs": int(last["epoch"]),
                     "lowest loss": float(f"{low['train_loss']:.3g}"), "its epoch": int(low["epoch"]),
                     "last loss": float(f"{last['train_loss']:.3g}"),
+                    "highest loss / first": float(f"{ratio:.3g}"),
+                    "stable": "yes" if ratio <= UNSTABLE_RATIO else "NO",
                     "best valid F1": round(best["valid_f1"], 2), "epoch of best": int(best["epoch"]),
                     "last valid F1": round(last["valid_f1"], 2)})
     table = pd.DataFrame(out, columns=["cell", "rate", "seed", "epochs", "lowest loss", "its epoch", "last loss",
-                                       "best valid F1", "epoch of best", "last valid F1"])
+                                       "highest loss / first", "stable", "best valid F1", "epoch of best",
+                                       "last valid F1"])
     return table.sort_values(["cell", "rate", "seed"], key=lambda col: col.map(CELLS.index) if col.name == "cell" else col,
                              ignore_index=True)

@@ -23,7 +23,7 @@ from ..models import Dropout, SequenceClassifier
 from ..paper import paper_results
 from ..report import Metric, check_claims, compare, plain_label, seed_values
 from ..train import Task, epoch_generator
-from .cell_grid import CELLS, RATES, RMSPropConfig, cell_rate_grid, check_cell
+from .cell_grid import CELLS, RATES, RMSPropConfig, cell_rate_grid, check_cell, with_torch_rmsprop
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,8 +148,8 @@ class SentimentTask(Task):
         n = int(lengths[idx].max())
         logits = self.model(rows[:n, idx].to(self.device), lengths[idx].to(self.device))
         loss = F.cross_entropy(logits, labels[idx].to(self.device))
-        grad_norm = self.optimise(loss, self.cfg.clip_norm)
-        return {"loss": loss.item(), "grad_norm": grad_norm.item()}
+        grad_norm = self.optimise(loss, self.cfg.clip_norm).item()
+        return {"loss": loss.item(), "grad_norm": grad_norm, "clipped": float(grad_norm > self.cfg.clip_norm > 0)}
 
     def train_step(self, idx: torch.Tensor) -> Dict[str, float]:
         return self._step(*self.train, idx)
@@ -166,9 +166,10 @@ class SentimentTask(Task):
         return semeval_f1([LABELS[i] for i in labels.tolist()], [LABELS[i] for i in torch.cat(pred).tolist()])
 
     def evaluate(self, epoch: int, train_stats: Dict[str, float]) -> Dict[str, Optional[float]]:
-        """Validation F1 every epoch, and every test set's (cheap: about 11k messages in all)."""
+        """Validation F1 every epoch, and every test set's (cheap: about 11k messages in all); the mean
+        gradient norm before clipping, and the fraction of the epoch's steps that were clipped."""
         return {"train_loss": train_stats["loss"], "grad_norm": train_stats["grad_norm"],
-                "valid_f1": self.f1(self.valid),
+                "clipped": train_stats["clipped"], "valid_f1": self.f1(self.valid),
                 **{f"test_f1:{name}": self.f1(enc) for name, enc in self.tests.items()},
                 "lr": self.optimizer.param_groups[0]["lr"]}
 
@@ -190,7 +191,7 @@ def grid(scale: str, **overrides):
     return cell_rate_grid(scale, SentimentConfig, **overrides)
 
 
-GRIDS = {"table": grid}
+GRIDS = {"table": grid, "torch-rmsprop": with_torch_rmsprop(grid)}
 
 
 # -- Table 5 and the claims of Sec. 4.5 --------------------------------------------------------------
