@@ -102,3 +102,39 @@ def test_bad_arguments_are_clear_errors():
     sparse(torch.tensor([1])).sum().backward()
     with pytest.raises(RuntimeError, match="sparse"):
         opt.step()
+
+
+def test_the_trainer_step_clips_to_the_global_norm_and_reports_the_norm_before_clipping():
+    from recdrop.train import Task
+
+    task = Task()
+    task.model = torch.nn.Linear(3, 2)
+    before = [p.detach().clone() for p in task.model.parameters()]
+    task.optimizer = torch.optim.SGD(task.model.parameters(), lr=1.0)
+    loss = (task.model(torch.ones(4, 3)) * 100).sum()
+    norm = task.optimise(loss, clip_norm=0.5)
+    assert norm > 100  # before clipping
+    moved = float(torch.sqrt(sum(((p.detach() - b) ** 2).sum() for p, b in zip(task.model.parameters(), before))))
+    assert moved == pytest.approx(0.5, rel=1e-5)  # one SGD step of lr 1 on gradients scaled to norm 0.5
+    task.optimise((task.model(torch.ones(1, 3)) * 1e-3).sum(), clip_norm=0.5)  # under the threshold: untouched
+    g = torch.cat([p.grad.flatten() for p in task.model.parameters()])
+    torch.testing.assert_close(g, torch.cat([torch.full((6,), 1e-3), torch.full((2,), 1e-3)]))
+
+
+@pytest.mark.parametrize("experiment", ["ner", "sentiment"])
+def test_tables_4_and_5_train_with_lasagnes_rmsprop_and_clip_at_5_recording_how_often(experiment, tmp_path,
+                                                                                   monkeypatch):
+    from recdrop.experiments import EXPERIMENTS
+    from recdrop.store import RunStore
+    from recdrop.train import train_run
+
+    pytest.importorskip("seqeval")
+    monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "cache"))
+    e = EXPERIMENTS[experiment]
+    cfg = e.config.at_scale("ci")
+    assert (cfg.optimizer, cfg.clip_norm) == ("rmsprop-lasagne", 5.0)
+    try:
+        rec = train_run(e.task, cfg.replace(clip_norm=1e-6), store=RunStore(tmp_path), progress=False)
+    except FileNotFoundError as err:
+        pytest.skip(f"dataset missing: {err}")
+    assert all(c["clipped"] == 1.0 and c["grad_norm"] > 1e-6 for c in rec["curves"])  # every step clipped
