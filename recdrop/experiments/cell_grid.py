@@ -3,6 +3,8 @@ with 0.25 recurrent dropout (the layers themselves are built in ``recdrop.models
 from __future__ import annotations
 
 import dataclasses
+import json
+from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
 import pandas as pd
@@ -11,6 +13,7 @@ import torch
 from ..config import ExperimentConfig
 from ..masks import _check_choice
 from ..optim import OPTIMIZERS, rmsprop
+from ..paths import DATA_DIR
 from ..report import curves_frame
 
 CELLS = ("RNN", "LSTM", "GRU")
@@ -106,6 +109,38 @@ def plot_cell_runs(rows):
 
 
 UNSTABLE_RATIO = 10.0  # issue 34: no epoch's mean training loss may be over 10 times the first epoch's
+
+
+PROBES = DATA_DIR / "probes" / "issue-34"  # the shortened runs that chose the optimiser and the clipping
+
+
+def optimiser_probes(experiment: str, folder: Path = PROBES) -> "pd.DataFrame":
+    """The probes of issue 34 (records of shortened runs at the paper's settings, kept outside the
+    store, each from a clean commit): per run, its optimiser's form and clipping threshold, how its
+    training went (first epoch's loss, the highest epoch loss over it, the largest ratio of an epoch's
+    loss to the epoch's before, the highest epoch-mean gradient norm, the most steps of an epoch that were clipped) and its last epoch's validation and test F1
+    (sentiment: the mean over the six test sets)."""
+    out = []
+    for path in sorted(folder.glob("*.json")):
+        rec = json.loads(path.read_text())
+        if rec["experiment"] != experiment:
+            continue
+        cfg, curves = rec["config"], rec["curves"]
+        last = curves[-1]
+        tests = [v for k, v in last.items() if k.startswith("test_f1") and v is not None]
+        losses = [c["train_loss"] for c in curves]
+        rise = max([b / a for a, b in zip(losses, losses[1:])], default=float("nan"))
+        out.append({"cell": cfg["cell"], "optimizer": cfg["optimizer"], "clip_norm": cfg["clip_norm"],
+                    "epochs": len(curves), "first loss": float(f"{losses[0]:.3g}"),
+                    "highest loss / first": float(f"{max(losses) / losses[0]:.3g}"),
+                    "largest rise of the loss": float(f"{rise:.3g}"),
+                    "highest grad norm": float(f"{max(c['grad_norm'] for c in curves):.3g}"),
+                    "most clipped": round(max(c.get("clipped", 0.0) for c in curves), 3),
+                    "last valid F1": round(last["valid_f1"], 2), "last test F1": round(sum(tests) / len(tests), 2),
+                    "seed": rec["seed"], "commit": rec["commit"][:7]})
+    return pd.DataFrame(out, columns=["cell", "optimizer", "clip_norm", "epochs", "first loss", "highest loss / first",
+                                      "largest rise of the loss", "highest grad norm", "most clipped", "last valid F1", "last test F1", "seed",
+                                      "commit"])
 
 
 def training_summary(rows) -> "pd.DataFrame":
