@@ -38,6 +38,21 @@ def _mul(x: Tensor, factor) -> Tensor:
     return x if factor is None else x * factor
 
 
+def recurrent_product(h: Tensor, w_hh: Tensor, b_hh: Optional[Tensor]) -> Tensor:
+    """W_hh h_{t-1} + b_hh, the recurrent half of every gate's pre-activation (Eqs. 1, 4, 10-11): for
+    one run, ``h`` ``(B, H)`` and ``w_hh`` ``(G H, H)`` through ``F.linear``; for a group of runs stacked
+    on a leading dimension, ``h`` ``(R, B, H)``, ``w_hh`` ``(R, G H, H)`` and ``b_hh`` ``(R, G H)``, one
+    batched product (``baddbmm``) in which each run meets only its own weights."""
+    if w_hh.dim() == 2:
+        return F.linear(h, w_hh, b_hh)
+    if h.dim() != 3 or h.shape[0] != w_hh.shape[0]:
+        raise ValueError(f"a group's recurrent weights {tuple(w_hh.shape)} need states of shape (R, B, H) with "
+                         f"R = {w_hh.shape[0]}, got {tuple(h.shape)}")
+    if b_hh is None:
+        return torch.bmm(h, w_hh.transpose(1, 2))
+    return torch.baddbmm(b_hh.unsqueeze(1), h, w_hh.transpose(1, 2))
+
+
 def lstm_step(gx: Tensor, h: Tensor, c: Tensor, w_hh: Tensor, b_hh: Optional[Tensor],
               gal, sem, moon, act: Callable[[Tensor], Tensor] = torch.tanh) -> Tuple[Tensor, Tensor]:
     """LSTM step, Eqs. 4-6, with the recurrent dropout of Gal (Eq. 7), Moon (Eq. 8) and ours (Eq. 9).
@@ -52,8 +67,10 @@ def lstm_step(gx: Tensor, h: Tensor, c: Tensor, w_hh: Tensor, b_hh: Optional[Ten
     ours: c_t = f_t ⊙ c_{t-1} + i_t ⊙ d(g_t)                        (Eq. 9)
 
     ``gal``, ``sem``, ``moon``: the step's factors of each d(.). torch.nn gate order: i, f, g, o.
+    Every step function also takes a group of runs on a leading dimension (``recurrent_product``),
+    with factors that broadcast against ``(R, B, H)``.
     """
-    gates = gx + F.linear(_mul(h, gal), w_hh, b_hh)  # Eq. 7: d(h_{t-1}) enters every gate
+    gates = gx + recurrent_product(_mul(h, gal), w_hh, b_hh)  # Eq. 7: d(h_{t-1}) enters every gate
     i, f, g, o = gates.chunk(4, dim=-1)
     i, f, o = torch.sigmoid(i), torch.sigmoid(f), torch.sigmoid(o)
     g = _mul(act(g), sem)  # Eq. 9: c_t = f * c_{t-1} + i * d(g_t)
@@ -76,7 +93,7 @@ def gru_step(gx: Tensor, h: Tensor, w_hh: Tensor, b_hh: Optional[Tensor],
 
     torch.nn gate order: r, z, n. Deviation: r_t applies after the recurrent matmul (module docstring).
     """
-    gh = F.linear(_mul(h, gal), w_hh, b_hh)
+    gh = recurrent_product(_mul(h, gal), w_hh, b_hh)
     xr, xz, xn = gx.chunk(3, dim=-1)
     hr, hz, hn = gh.chunk(3, dim=-1)
     r = torch.sigmoid(xr + hr)
@@ -103,7 +120,7 @@ def rnn_step(gx: Tensor, h: Tensor, w_hh: Tensor, b_hh: Optional[Tensor],
     W_h [x_t, h_{t-1}] + b_h is torch's W_ih x_t + b_ih + W_hh h_{t-1} + b_hh.
     """
     drop_in = rnn_recurrent_factor(gal, sem)
-    return _mul(act(gx + F.linear(_mul(h, drop_in), w_hh, b_hh)), moon)
+    return _mul(act(gx + recurrent_product(_mul(h, drop_in), w_hh, b_hh)), moon)
 
 
 def check_activation(nonlinearity: str) -> Callable[[Tensor], Tensor]:

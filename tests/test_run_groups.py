@@ -1,0 +1,64 @@
+"""A group of runs on a leading dimension (issue 35): the step functions of ``cells.py`` take stacked
+weights, states and factors, and each run of the group computes what it computes alone."""
+import zlib
+
+import pytest
+import torch
+
+from recdrop.cells import GATES, gru_step, lstm_step, recurrent_product, rnn_step
+
+R, B, H = 3, 4, 5
+STEPS = {"LSTM": lstm_step, "GRU": gru_step, "RNN": rnn_step}
+
+
+def factors_of(scheme, g):
+    """(gal, sem, moon) of a group: each run its own 0/1 mask, scaled as Eq. 18 by its own rate, or
+    None where the scheme does not drop there."""
+    rates = torch.tensor([0.25, 0.5, 0.0], dtype=torch.float64).view(R, 1, 1)
+    mask = (torch.rand(R, B, H, generator=g, dtype=torch.float64) >= rates).double() / (1 - rates)
+    return tuple(mask if scheme == name else None for name in ("gal", "semeniuta", "moon"))
+
+
+@pytest.mark.parametrize("cell", list(STEPS))
+@pytest.mark.parametrize("scheme", ["gal", "semeniuta", "moon", None])
+@pytest.mark.parametrize("bias", [True, False])
+def test_a_stacked_step_is_each_runs_own_step_forward_and_backward(cell, scheme, bias):
+    g = torch.Generator().manual_seed(zlib.crc32(repr((cell, scheme, bias)).encode()))
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=g, dtype=torch.float64, requires_grad=True)
+    gx, h = rand(R, B, GATES[cell] * H), rand(R, B, H)
+    c = rand(R, B, H)
+    w_hh = rand(R, GATES[cell] * H, H)
+    b_hh = rand(R, GATES[cell] * H) if bias else None
+    gal, sem, moon = factors_of(scheme, g)
+    act = torch.relu if cell == "RNN" else torch.tanh
+
+    def step(r=None):
+        at = (lambda t: t if r is None or t is None else t[r])
+        args = (at(gx), at(h)) + ((at(c),) if cell == "LSTM" else ()) + (at(w_hh), at(b_hh))
+        out = STEPS[cell](*args, at(gal), at(sem), at(moon), act)
+        return out if isinstance(out, tuple) else (out,)
+
+    group = step()
+    alone = [step(r) for r in range(R)]
+    for k, out in enumerate(group):
+        torch.testing.assert_close(out, torch.stack([a[k] for a in alone]), rtol=1e-12, atol=1e-12)
+    leaves = [t for t in (gx, h, c, w_hh, b_hh) if t is not None]
+    weights = torch.randn(group[0].shape, generator=g, dtype=torch.float64)  # a loss that mixes every output
+    grads_group = torch.autograd.grad(sum((o * weights).sum() for o in group), leaves, allow_unused=True)
+    grads_alone = torch.autograd.grad(sum((a[k] * weights[r]).sum() for r, a in enumerate(alone)
+                                          for k in range(len(group))), leaves, allow_unused=True)
+    for ga, gb in zip(grads_group, grads_alone):
+        if ga is None:
+            assert gb is None
+            continue
+        torch.testing.assert_close(ga, gb, rtol=1e-12, atol=1e-12)
+
+
+def test_a_group_of_one_is_the_run_alone_and_bad_shapes_are_clear_errors():
+    g = torch.Generator().manual_seed(0)
+    h, w, b = torch.randn(B, H, generator=g), torch.randn(4 * H, H, generator=g), torch.randn(4 * H, generator=g)
+    torch.testing.assert_close(recurrent_product(h[None], w[None], b[None])[0], torch.nn.functional.linear(h, w, b))
+    with pytest.raises(ValueError, match=r"need states of shape \(R, B, H\) with R = 2, got \(3, 4, 5\)"):
+        recurrent_product(torch.zeros(3, B, H), torch.zeros(2, 4 * H, H), None)
