@@ -15,7 +15,7 @@ Scaling:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Optional, Tuple, Union
+from typing import Dict, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -159,3 +159,31 @@ class StepFactors:
 
     def at(self, t: int) -> Tuple[Factor, Factor, Factor]:
         return tuple(factor_at(f, t, self.per_step) for f in (self.gal, self.semeniuta, self.moon))
+
+
+TARGETS = ("gal", "semeniuta", "moon")  # StepFactors' order
+
+
+def stack_factors(runs: Sequence[StepFactors], steps: int, batch: int, hidden: int, like: torch.Tensor) -> StepFactors:
+    """The factors of a group of runs stacked on a leading run dimension (issue 35), so that one step
+    of the group applies each run's own d(.): per target, ``(T, R, B, H)`` where some run draws a
+    mask per step, else ``(R, B, H)`` where some run has a mask, else ``(R, 1, 1)`` of constants
+    (each run's (1 - p) at test, Eq. 3); a run that does not drop a target multiplies it by 1. A
+    target no run drops stays None. ``like`` gives the dtype and device."""
+    stacked: Dict[str, Factor] = {}
+    per_step = any(f.per_step and isinstance(getattr(f, t), torch.Tensor) for f in runs for t in TARGETS)
+    for t in TARGETS:
+        factors = [getattr(f, t) for f in runs]
+        if all(f is None for f in factors):
+            continue
+        masks = [f for f in factors if isinstance(f, torch.Tensor)]
+        shape = (steps, 1, batch, hidden) if per_step else (1, batch, hidden) if masks else (1, 1, 1)
+
+        def one(run: StepFactors, factor: Factor) -> torch.Tensor:
+            if not isinstance(factor, torch.Tensor):  # None (not dropped) or a test-time constant
+                return like.new_full((1,) * len(shape), 1.0 if factor is None else float(factor)).expand(shape)
+            if per_step and not run.per_step:  # a per-sequence mask, the same at every step
+                return factor.to(like).reshape(1, 1, batch, hidden).expand(shape)
+            return factor.to(like).reshape(shape)
+        stacked[t] = torch.cat([one(run, f) for run, f in zip(runs, factors)], dim=1 if per_step else 0)
+    return StepFactors(stacked, per_step=per_step)

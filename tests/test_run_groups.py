@@ -62,3 +62,45 @@ def test_a_group_of_one_is_the_run_alone_and_bad_shapes_are_clear_errors():
     torch.testing.assert_close(recurrent_product(h[None], w[None], b[None])[0], torch.nn.functional.linear(h, w, b))
     with pytest.raises(ValueError, match=r"need states of shape \(R, B, H\) with R = 2, got \(3, 4, 5\)"):
         recurrent_product(torch.zeros(3, B, H), torch.zeros(2, 4 * H, H), None)
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_stacked_factors_apply_each_runs_own_dropout_at_every_step(training):
+    """A group mixing schemes, samplings, scalings and rates (and a run without dropout): each run's
+    slice of every stacked step is its own step with its own masks, drawn from its own generator."""
+    from recdrop.masks import RecurrentDropout, stack_factors
+
+    T = 6
+    runs = [RecurrentDropout(0.25, "semeniuta", "per-step", "paper"), RecurrentDropout(0.5, "gal", "per-sequence"),
+            RecurrentDropout(0.5, "moon", "per-sequence", "paper"), RecurrentDropout(0.0),
+            RecurrentDropout(0.25, "gal+semeniuta", "per-step")]
+    n = len(runs)
+    alone = [r.factors(r.draw(r.mask_shape(T, B, H), dtype=torch.float64,
+                              generator=torch.Generator().manual_seed(seed)) if training and r.targets else None,
+                       training, per_step=r.sampling == "per-step") for seed, r in enumerate(runs)]
+    like = torch.zeros((), dtype=torch.float64)
+    group = stack_factors(alone, T, B, H, like)
+    assert group.per_step == training
+    assert group.semeniuta.shape == ((T, n, B, H) if training else (n, 1, 1))  # at test: the paper-scaled (1 - p)
+    assert group.moon is not None and (group.gal is not None) == training  # Gal runs here scale inverted: none at test
+    g = torch.Generator().manual_seed(1)
+    gx = torch.randn(T, n, B, 4 * H, generator=g, dtype=torch.float64)
+    w_hh = torch.randn(n, 4 * H, H, generator=g, dtype=torch.float64)
+    h = c = torch.zeros(n, B, H, dtype=torch.float64)
+    mine = [(torch.zeros(B, H, dtype=torch.float64),) * 2 for _ in runs]
+    for t in range(T):
+        h, c = lstm_step(gx[t], h, c, w_hh, None, *group.at(t))
+        mine = [lstm_step(gx[t, r], *mine[r], w_hh[r], None, *alone[r].at(t)) for r in range(n)]
+        for r in range(n):
+            torch.testing.assert_close(h[r], mine[r][0], rtol=1e-12, atol=1e-12)
+            torch.testing.assert_close(c[r], mine[r][1], rtol=1e-12, atol=1e-12)
+
+
+def test_a_target_no_run_drops_stays_none_and_test_time_constants_stack_per_run():
+    from recdrop.masks import RecurrentDropout, stack_factors
+
+    runs = [RecurrentDropout(0.25, "semeniuta", scaling="paper"), RecurrentDropout(0.5, "semeniuta", scaling="paper"),
+            RecurrentDropout(0.5, "semeniuta")]  # inverted: identity at test
+    group = stack_factors([r.factors(None, False, per_step=False) for r in runs], 4, B, H, torch.zeros(()))
+    assert group.gal is None and group.moon is None and not group.per_step
+    assert group.semeniuta.shape == (3, 1, 1) and group.semeniuta.flatten().tolist() == [0.75, 0.5, 1.0]
