@@ -124,7 +124,8 @@ RECENT_RUNS = 4  # the estimate reads this many of the newest stored runs like i
 def expected_seconds(row: Dict[str, Any], store: RunStore) -> Optional[float]:
     """What a pending run should take: the mean wall time of the newest ``RECENT_RUNS`` stored runs (not
     diverged) of its experiment at its scale whose configs differ from its own only in the dropout
-    fields and the fields added since some were stored (``ExperimentConfig.ADDED``) and, where some of those ran, that use recurrent dropout as it does (without it the layers
+    fields and the fields added since some were stored (``ExperimentConfig.ADDED``: the optimiser's
+    form) and, where some of those ran, that use recurrent dropout as it does (without it the layers
     run torch.nn's kernels, up to twice as fast on a CPU); for a run that resumes, the part of it
     left (``checkpoint_progress``), at its own pace so far where no run like it is stored. None where
     neither tells."""

@@ -117,9 +117,10 @@ PROBES = DATA_DIR / "probes" / "issue-34"  # the shortened runs that chose the o
 def optimiser_probes(experiment: str, folder: Path = PROBES) -> "pd.DataFrame":
     """The probes of issue 34 (records of shortened runs at the paper's settings, kept outside the
     store, each from a clean commit): per run, its optimiser's form and clipping threshold, how its
-    training went (first epoch's loss, the highest epoch loss over it, the largest ratio of an epoch's
-    loss to the epoch's before, the highest epoch-mean gradient norm, the most steps of an epoch that were clipped) and its last epoch's validation and test F1
-    (sentiment: the mean over the six test sets)."""
+    training went (first epoch's loss, the highest epoch loss over it, the largest ratio of an
+    epoch's loss to the epoch's before, the highest epoch-mean gradient norm, the most steps of an
+    epoch that were clipped) and its last epoch's validation and test F1 (sentiment: the mean over
+    the six test sets)."""
     out = []
     for path in sorted(folder.glob("*.json")):
         rec = json.loads(path.read_text())
@@ -139,8 +140,8 @@ def optimiser_probes(experiment: str, folder: Path = PROBES) -> "pd.DataFrame":
                     "last valid F1": round(last["valid_f1"], 2), "last test F1": round(sum(tests) / len(tests), 2),
                     "seed": rec["seed"], "commit": rec["commit"][:7]})
     return pd.DataFrame(out, columns=["cell", "optimizer", "clip_norm", "epochs", "first loss", "highest loss / first",
-                                      "largest rise of the loss", "highest grad norm", "most clipped", "last valid F1", "last test F1", "seed",
-                                      "commit"])
+                                      "largest rise of the loss", "highest grad norm", "most clipped", "last valid F1",
+                                      "last test F1", "seed", "commit"])
 
 
 def training_summary(rows) -> "pd.DataFrame":
