@@ -22,17 +22,40 @@ from pathlib import Path
 from .config import SCALE_NAMES
 from .experiments import CHAPTERS, EXPERIMENTS
 from .paths import REPO_ROOT
-from .report import stored_seeds
+from .report import stored_seeds, verdict_rows
 from .store import RunStore
 from .sweep import stored_rows
 
 NOTEBOOKS = {name: c.notebook for name, c in CHAPTERS.items()}  # chapter -> notebook, in book order
 
 
+def complete_scale(experiment: str, grid: str = "table", store: RunStore | None = None) -> str | None:
+    """The largest scale at which every cell of the paper's table has run (``report.verdict_rows`` of
+    the experiment's comparison: the checks beyond the paper, like Table 3's batch size, not needed),
+    or every cell of ``grid`` for an experiment without one; None where no scale is complete."""
+    e = EXPERIMENTS[experiment]
+    for scale in reversed(SCALE_NAMES):
+        rows = stored_rows(experiment, scale, grid, store)
+        if not rows:
+            continue
+        if e.comparison is not None:
+            if (verdict_rows(e.comparison(rows))["verdict"] != "not yet run").all():
+                return scale
+        elif {r["config"] for r in rows} == {r["config"] for r in rows if r["done"]}:
+            return scale
+    return None
+
+
 def chapter_scale(name: str, store: RunStore | None = None) -> str | None:
-    """The largest scale with stored runs of chapter ``name``'s grids (with enough seeds in a cell),
-    or None. Records that match no cell of a grid (a scale since redefined) do not count."""
+    """The scale chapter ``name`` shows: for a table's chapter (``Chapter.complete``) the largest scale
+    where every cell of its table has run (``complete_scale``), where there is one; else the largest
+    scale with stored runs of its grids (with enough seeds in a cell), or None. Records that match no
+    cell of a grid (a scale since redefined) do not count."""
     chapter = CHAPTERS[name]
+    if chapter.complete and chapter.grids:
+        full = complete_scale(*chapter.grids[0], store=store)
+        if full:
+            return full
     for scale in reversed(SCALE_NAMES):  # largest first: a grid's rows are built only for the scales tried
         if any(scale not in EXPERIMENTS[e].config.SCALES for e, _ in chapter.grids):
             continue  # a chapter drawing on several experiments shows a scale that all of them have

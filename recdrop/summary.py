@@ -12,7 +12,7 @@ from .book import chapter_scale, chapter_seeds
 from .experiments import EXPERIMENTS, judged_claims
 from .report import claim_verdicts, stamp, verdict_rows
 from .store import RunStore
-from .sweep import run_grid, stored_scales
+from .sweep import run_grid, stored_rows, stored_scales
 
 WITHIN = ("reproduced", "within seed noise")  # a cell within its chapter's tolerance
 QUICK_CAVEAT = "; at quick, a smoke test whose models under-fit: not a test of the claim (see Deviations)"
@@ -55,12 +55,37 @@ def landing_claims(store: Optional[RunStore] = None) -> pd.DataFrame:
     return pd.DataFrame(out, columns=["table", "claim", "scale", "on ours", "chapter"])
 
 
-def _table_row(e, what: str, scale: Optional[str], rows) -> dict:
-    """A landing-table row: experiment ``e``'s comparison of ``rows`` at ``scale``, at the paper's best cell."""
+def _best_cell(e, t: pd.DataFrame):
+    """The index of the paper's best cell (or the experiment's headline) in comparison ``t``."""
+    if e.headline:
+        return t.index[t["setting"] == e.headline][0]
+    return t["paper"].idxmax() if e.metric.higher_is_better else t["paper"].idxmin()
+
+
+SO_FAR_LISTED = 4  # up to this many paper-scale cells are listed with their numbers; past it, the best cell
+
+
+def paper_so_far(e, grid: str = "table", store: Optional[RunStore] = None) -> str:
+    """What of experiment ``e``'s ``grid`` has run at ``paper`` scale: how many of the table's cells, and
+    ours beside the paper's for each of them (up to ``SO_FAR_LISTED``; past it, the paper's best cell
+    where it ran); "none run" where none has."""
+    rows = stored_rows(e.name, "paper", grid, store)
+    t = verdict_rows(e.comparison(rows)) if rows else None
+    ran = t[t["verdict"] != "not yet run"] if t is not None else ()
+    if not len(ran):
+        return "none run"
+    listed = ran if len(ran) <= SO_FAR_LISTED else ran.loc[[i for i in (_best_cell(e, t),) if i in ran.index]]
+    cells = "; ".join(f"{r['setting']}: ours {r['ours']}, paper {r['paper']:g} {e.metric.unit}"
+                      for _, r in listed.iterrows())
+    return f"{len(ran)} of {len(t)} cells run" + (f" ({cells})" if cells else "")
+
+
+def _table_row(e, what: str, scale: Optional[str], rows, so_far: str) -> dict:
+    """A landing-table row: experiment ``e``'s comparison of ``rows`` at ``scale``, at the paper's best
+    cell; ``so_far``, what has run at ``paper`` scale where that is not the scale shown."""
     t = verdict_rows(e.comparison(rows))
     m = e.metric
-    best = (t.index[t["setting"] == e.headline][0] if e.headline else
-            t["paper"].idxmax() if m.higher_is_better else t["paper"].idxmin())
+    best = _best_cell(e, t)
     ran = t[t["verdict"] != "not yet run"]
     delta = t.loc[best, "delta"]
     return {"what": what, "chapter": e.name, "scale": scale or "none stored",
@@ -71,34 +96,36 @@ def _table_row(e, what: str, scale: Optional[str], rows) -> dict:
                                       + ("" if len(ran) == len(t) else f" ({len(t) - len(ran)} not run)"),
             "verdict": _verdict(scale, t["verdict"]) + (
                 f" (without {e.paper_scale_lacks}: see Deviations)" if scale == "paper" and e.paper_scale_lacks
-                else "")}
+                else ""),
+            "at paper scale so far": "shown" if scale == "paper" else so_far}
 
 
 def landing_table(store: Optional[RunStore] = None) -> pd.DataFrame:
     """One row per table and figure of the paper: the scale its chapter shows (``book.chapter_scale``),
     the paper's best cell and ours at that cell, the delta, how many cells are within the chapter's
     tolerance, and the verdict (reproduced / partly / not reproduced once every cell ran at `paper` scale; else how
-    many have run there); beside a table, a row for each of its ablations (``Experiment.ablations``)."""
+    many have run there), and what has run at `paper` scale where the chapter shows a smaller one
+    (``paper_so_far``); beside a table, a row for each of its ablations (``Experiment.ablations``)."""
     store = store or RunStore()
     out = [{"what": "Figure 1: the three schemes", "chapter": "schemes", "scale": "—", "the paper's best cell": "—",
             "paper": "—", "ours": "drawn by code from the scheme definitions", "delta": "—",
-            "cells within tolerance": "—", "verdict": "drawn (no numbers)"}]
+            "cells within tolerance": "—", "verdict": "drawn (no numbers)", "at paper scale so far": "—"}]
     for e in EXPERIMENTS.values():
         if e.comparison is None:
             continue
         scale = chapter_scale(e.name, store)
         seeds = chapter_seeds(e.name, scale, store) if scale else [0]
         rows = run_grid(e.name, scale or "quick", seeds, train=False, store=store)
-        out.append(_table_row(e, e.title, scale, rows))
+        out.append(_table_row(e, e.title, scale, rows, paper_so_far(e, store=store)))
         for grid, change in e.ablations:  # beside the table, the runs of each of its ablations
             ablated = run_grid(e.name, scale or "quick", seeds, train=False, store=store, grid=grid)
-            out.append(_table_row(e, f"{e.title}; ablation: {change}", scale, ablated))
+            out.append(_table_row(e, f"{e.title}; ablation: {change}", scale, ablated, paper_so_far(e, grid, store)))
         for figure in e.figures:  # the paper's figures drawn from this experiment's runs
             row = figure(rows, scale)
             out.append({"chapter": e.name, "paper": "—", "delta": "—", "cells within tolerance": "—", **row,
-                        "verdict": _verdict(scale, pd.Series([row["verdict"]]))})
+                        "verdict": _verdict(scale, pd.Series([row["verdict"]])), "at paper scale so far": "—"})
     cols = ["what", "scale", "the paper's best cell", "paper", "ours", "delta", "cells within tolerance", "verdict",
-            "chapter"]
+            "at paper scale so far", "chapter"]
     return pd.DataFrame(out)[cols]
 
 
@@ -112,6 +139,8 @@ def landing_stamps(store: Optional[RunStore] = None) -> pd.DataFrame:
         if e.comparison is None:
             continue
         shown = {chapter_scale(e.name, store)} | {scale for scale, _ in judged_claims(e.name, store).values()}
+        if any(paper_so_far(e, grid, store) != "none run" for grid in ("table", *(g for g, _ in e.ablations))):
+            shown.add("paper")  # the cells run there so far are beside the table
         for scale, rows in stored_scales(e.name, store=store):
             if scale in shown:
                 out.append({"table": e.title.split(":")[0], "scale": scale,

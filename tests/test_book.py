@@ -10,7 +10,7 @@ from recdrop.sweep import grid_rows
 def fake_record(store, experiment, scale, name="r1", seed=0):
     path = store.root / experiment / scale / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"experiment": experiment, "seed": seed}))
+    path.write_text(json.dumps({"experiment": experiment, "seed": seed, "metrics": {}}))
 
 
 def grid_record(store, experiment, scale, grid="table", cell=0, seed=0):
@@ -97,8 +97,9 @@ def test_the_landing_verdict_names_what_a_paper_scale_lacks(tmp_path):
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps({"seed": 0, "config": {"scale": "paper"}, "metrics": {}}))
     verdicts = landing_table(store).set_index("chapter")["verdict"]
-    assert verdicts["sentiment"].iloc[0].endswith("(without the pre-training on 1M weakly labelled tweets, the word2vec "
-                                          "vectors (GloVe 50d here) and the 2013 test tweets in training: see Deviations)")
+    assert verdicts["sentiment"].iloc[0].endswith(
+        "(without the pre-training on 1M weakly labelled tweets, the word2vec vectors (GloVe 50d here) and the 2013 "
+        "test tweets in training: see Deviations)")
     assert verdicts["word_lm"].iloc[0] == "not yet run at paper scale"  # the caveat only where the scale is `paper`
 
 
@@ -218,3 +219,39 @@ def test_every_claims_table_names_its_claims_first_and_our_verdicts_in_on_ours(t
             verdicts = claim_verdicts(t)
             assert len(verdicts) == len(t) and all(isinstance(c, str) and len(c) > 20 for c in verdicts)
             assert set(verdicts.values()) == {"not yet run"}  # nothing stored
+
+
+def test_a_table_is_shown_at_the_largest_scale_where_every_cell_ran_with_the_paper_cells_so_far_beside(
+        tmp_path, monkeypatch):
+    from recdrop import experiments
+    from recdrop.summary import paper_so_far
+
+    monkeypatch.setenv("RECDROP_RUNS", str(tmp_path))
+    store = RunStore()
+    n_cells = len(grid_rows("temporal_order", "quick", [0], store=store))
+    for cell in range(n_cells):  # every cell of Table 1 at quick
+        row = grid_rows("temporal_order", "quick", [0], store=store)[cell]
+        path = store.path("temporal_order", "quick", row["run_id"])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"seed": 0, "metrics": {"train_acc": 1.0, "test_acc": 0.5}}))
+    assert book.complete_scale("temporal_order") == "quick" and book.chapter_scale("temporal_order") == "quick"
+    row = grid_rows("temporal_order", "paper", [0], store=store)[0]  # one cell at paper
+    path = store.path("temporal_order", "paper", row["run_id"])
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"seed": 0, "config": {"scale": "paper"}, "metrics": {"train_acc": 1.0, "test_acc": 1.0},
+                                "curves": [], "hardware": "cpu", "torch": "2.13.0", "commit": "0123456",
+                                "finished": "2026-11-25T18:00:00Z"}))
+    assert book.complete_scale("temporal_order") == "quick"  # paper has one cell: the chapter stays at quick
+    assert book.chapter_scale("temporal_order") == "quick"
+    so_far = paper_so_far(experiments.EXPERIMENTS["temporal_order"], store=store)
+    assert so_far.startswith("1 of 12 cells run (short") and "ours 100.0, paper 100" in so_far
+    table = landing_table(store).set_index("chapter")
+    assert table.loc["temporal_order", "scale"] == "quick"
+    assert table.loc["temporal_order", "at paper scale so far"] == so_far
+    assert table.loc["word_lm", "at paper scale so far"].iloc[0] == "none run"
+
+    shown = []
+    monkeypatch.setattr("IPython.display.display", lambda obj: shown.append(obj))
+    experiments.show_paper_so_far("temporal_order", "quick", store)
+    experiments.show_paper_so_far("temporal_order", "paper", store)  # the chapter shows paper: nothing to add
+    assert len(shown) == 1 and shown[0].data.startswith("At `paper` scale so far: 1 of 12 cells run")

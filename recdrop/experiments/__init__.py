@@ -66,11 +66,14 @@ EXPERIMENTS: Dict[str, Experiment] = {e.name: e for e in [
 class Chapter:
     """A page of the book built from ``notebooks/<name>.ipynb``. It is rendered at the largest scale
     with stored runs of ``grids`` ((experiment, grid) pairs) that have ``min_seeds`` seeds in some
-    cell; a chapter without grids at ``quick`` (the landing page picks each table's scale itself)."""
+    cell; with ``complete`` (a paper table's chapter), at the largest scale where every cell of its
+    first grid has run, where there is one, the cells of larger scales that ran shown below it. A
+    chapter without grids is rendered at ``quick`` (the landing page picks each table's scale itself)."""
 
     name: str
     grids: tuple = ()
     min_seeds: int = 1
+    complete: bool = False
 
     @property
     def notebook(self) -> str:
@@ -79,7 +82,7 @@ class Chapter:
 
 def _table(name: str) -> Chapter:
     """A table's chapter: its grid, and the ablations shown beside it."""
-    return Chapter(name, ((name, "table"), *((name, grid) for grid, _ in EXPERIMENTS[name].ablations)))
+    return Chapter(name, ((name, "table"), *((name, grid) for grid, _ in EXPERIMENTS[name].ablations)), complete=True)
 
 
 # The book's order: the landing page, Figure 1, a chapter per experiment, then the studies that draw
@@ -143,6 +146,19 @@ def show_claims_judged_below(name: str, shown: str, store: Optional[RunStore] = 
     line = claims_judged_below(name, shown, store)
     if line:
         display(Markdown(line))
+
+
+def show_paper_so_far(name: str, shown: str, store: Optional[RunStore] = None) -> None:
+    """In a table's chapter rendered below ``paper`` scale: a line saying which of its cells have run at
+    the paper's settings so far (``summary.paper_so_far``), shown under *Other scales*; nothing where
+    the chapter shows ``paper`` or none has run there."""
+    from IPython.display import Markdown, display
+
+    from ..summary import paper_so_far
+
+    so_far = paper_so_far(EXPERIMENTS[name], store=store) if shown != "paper" else "none run"
+    if so_far != "none run":
+        display(Markdown(f"At `paper` scale so far: {so_far}; *Other scales* below shows them."))
 
 
 def show_ablations(name: str, scale: str, seeds, store: Optional[RunStore] = None) -> None:
