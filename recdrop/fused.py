@@ -106,7 +106,16 @@ def _times_transposed(w: Tensor, batch: int, bias: Optional[Tensor] = None):
     per-step matmuls of one sequence. On a CPU in float32 the weight is packed once per sequence for
     oneDNN: measured on this project's CPU (one thread, batch 16, 512 units), 1.8x faster than
     ``torch.mm`` for the forward's product and 3x for the backward's. The results agree with
-    ``torch.mm`` to float32 rounding (another summation order)."""
+    ``torch.mm`` to float32 rounding (another summation order). For a group of runs (issue 35), ``w``
+    ``(R, G, H)`` and ``x`` ``(R, B, H)``: one batched product, each run with its own weight."""
+    if w.dim() == 3:
+        w_t = w.transpose(1, 2).contiguous()
+
+        def group_times(x, add=None, out=None):
+            if add is not None:
+                return torch.baddbmm(add, x, w_t, out=out)
+            return torch.bmm(x, w_t) if bias is None else torch.baddbmm(bias.unsqueeze(1), x, w_t)
+        return group_times
     if _packed_matmul_usable(w):
         packed = torch.ops.mkldnn._reorder_linear_weight(w, batch)
         bias = None if bias is None else bias.contiguous()  # oneDNN reads it as dense
@@ -122,6 +131,33 @@ def _times_transposed(w: Tensor, batch: int, bias: Optional[Tensor] = None):
             return torch.addmm(add, x, w_t, out=out)
         return torch.mm(x, w_t) if bias is None else torch.addmm(bias, x, w_t)
     return times
+
+
+def _transposed(w: Tensor) -> Tensor:
+    """``w.T`` of a weight, or of each run's in a group's stacked ``(R, G, H)``, contiguous."""
+    return w.transpose(-2, -1).contiguous()
+
+
+def _weight_grad(d_pre: Tensor, inputs: Tensor) -> Tensor:
+    """The gradient of a recurrent weight, the sum over every step and example of d_pre^T inputs: one
+    run's ``(T, B, G)`` and ``(T, B, H)`` give ``(G, H)`` (``matmul``); a group's ``(T, R, B, G)`` and
+    ``(T, R, B, H)`` give each run's own, ``(R, G, H)``."""
+    if d_pre.dim() == 3:
+        return matmul(d_pre.reshape(-1, d_pre.shape[-1]).t(), inputs.reshape(-1, inputs.shape[-1]))
+    runs = d_pre.shape[1]
+    a = d_pre.transpose(0, 1).reshape(runs, -1, d_pre.shape[-1])
+    return torch.bmm(a.transpose(1, 2), inputs.transpose(0, 1).reshape(runs, -1, inputs.shape[-1]))
+
+
+def _bias_grad(d_pre: Tensor) -> Tensor:
+    """The gradient of a recurrent bias: ``d_pre`` summed over steps and examples, per run in a group."""
+    return d_pre.sum((0, 1)) if d_pre.dim() == 3 else d_pre.sum((0, 2))
+
+
+def _triton_for(gx: Tensor, w_hh: Tensor) -> bool:
+    """Whether a sequence runs its pointwise parts in Triton: ``triton_kernels.usable``, for one run
+    (the kernels read a factor as one run's; a group runs on torch ops)."""
+    return w_hh.dim() == 2 and triton_kernels.usable(gx)
 
 
 def _steps(factor, steps: int, per_step: bool) -> list:
@@ -202,7 +238,7 @@ class _LSTMSequence(torch.autograd.Function):
             gx = gx.flip(0)
         steps, hidden = gx.shape[0], h0.shape[-1]
         act_ = torch.relu_ if relu else torch.tanh_
-        times_w = _times_transposed(w_hh, h0.shape[0])  # h @ w_hh.T
+        times_w = _times_transposed(w_hh, h0.shape[-2])  # h @ w_hh.T
         gates_all = torch.empty_like(gx)  # i, f, g, o after their activations
         c_all = gx.new_empty(steps + 1, *h0.shape)  # c_0 .. c_T
         c_all[0] = c0
@@ -210,7 +246,7 @@ class _LSTMSequence(torch.autograd.Function):
         ys = gx.new_empty(steps, *h0.shape)
         hin_all = None if gal is None else gx.new_empty(steps, *h0.shape)  # d(h_{t-1}) entering the gates
         gsem_all = None if sem is None else gx.new_empty(steps, *h0.shape)  # d(g_t)
-        use_triton = triton_kernels.usable(gx)
+        use_triton = _triton_for(gx, w_hh)
         # Per-step views made once (unbind), not indexed inside the loop: on small layers the
         # loop's Python and dispatch overhead is a good part of the time.
         gals, sems, moons = (_steps(f, steps, per_step) for f in (gal, sem, moon))
@@ -252,7 +288,7 @@ class _LSTMSequence(torch.autograd.Function):
             return _replay_backward(ctx, _lstm_replay_step, (gx, h0, c0, w_hh), 2, (d_ys, d_hn, d_cn))
         gal, sem, moon = ctx.factors
         per_step, relu, reverse, use_triton = ctx.flags
-        steps, batch, hidden = tc_all.shape
+        hidden = tc_all.shape[-1]
         if reverse:
             d_ys = d_ys.flip(0)
         i, f, g, o = gates_all.chunk(4, dim=-1)  # after their activations
@@ -272,28 +308,28 @@ class _LSTMSequence(torch.autograd.Function):
         loop = _lstm_backward_triton if use_triton else _lstm_backward_torch
         dh, dc = loop(dh, dc, d_ys, o_dtc, local, gates_all, d_gates, w_hh, gal, moon, per_step)
         hin = hin_all if hin_all is not None else torch.cat([h0.unsqueeze(0), ys[:-1]])
-        d_w_hh = matmul(d_gates.view(-1, 4 * hidden).t(), hin.view(-1, hidden))
+        d_w_hh = _weight_grad(d_gates, hin)
         return (d_gates.flip(0) if reverse else d_gates), dh, dc, d_w_hh, None, None, None, None, None, None
 
 
 def _lstm_backward_torch(dh, dc, d_ys, o_dtc, local, gates_all, d_gates, w_hh, gal, moon, per_step):
     """The backward loop over the steps, 7 kernels a step (the gradient of ``cells.lstm_step``, step by
     step); fills ``d_gates``, returns (dh_0, dc_0)."""
-    steps, batch, four_h = gates_all.shape
-    hidden = four_h // 4
+    steps, hidden = gates_all.shape[0], gates_all.shape[-1] // 4
     gals, moons = _steps(gal, steps, per_step), _steps(moon, steps, per_step)
     f_k = gates_all[..., hidden:2 * hidden].unbind(0)
-    local_ifg_k = local.view(steps, batch, 4, hidden)[:, :, :3].unbind(0)
-    d_ifg_k = d_gates.view(steps, batch, 4, hidden)[:, :, :3].unbind(0)
+    by_gate = (*gates_all.shape[:-1], 4, hidden)  # (T, [R,] B, 4, H)
+    local_ifg_k = local.view(by_gate)[..., :3, :].unbind(0)
+    d_ifg_k = d_gates.view(by_gate)[..., :3, :].unbind(0)
     local_o_k, d_o_k = local[..., 3 * hidden:].unbind(0), d_gates[..., 3 * hidden:].unbind(0)
     d_ys_k, o_dtc_k, d_gates_k = d_ys.unbind(0), o_dtc.unbind(0), d_gates.unbind(0)
-    times_w = _times_transposed(w_hh.t().contiguous(), batch)  # d_gates @ w_hh
+    times_w = _times_transposed(_transposed(w_hh), gates_all.shape[-2])  # d_gates @ w_hh
     for k in range(steps - 1, -1, -1):
         dh = dh + d_ys_k[k]
         dc = torch.addcmul(dc, dh, o_dtc_k[k])  # through h_t = o * act(c_t)
         if moon is not None:
             dc = dc * moons[k]  # c_t = d(f * c_{t-1} + i * d(g_t))
-        torch.mul(dc.unsqueeze(1), local_ifg_k[k], out=d_ifg_k[k])
+        torch.mul(dc.unsqueeze(-2), local_ifg_k[k], out=d_ifg_k[k])
         torch.mul(dh, local_o_k[k], out=d_o_k[k])
         dc = dc * f_k[k]
         dh = times_w(d_gates_k[k])
@@ -342,8 +378,8 @@ class _GRUSequence(torch.autograd.Function):
         hn_all = gx.new_empty(steps, *h0.shape)  # W_hn d(h_{t-1}) + b_hn
         hin_all = gx.new_empty(steps, *h0.shape)
         h_prev_all = gx.new_empty(steps, *h0.shape)
-        use_triton = triton_kernels.usable(gx)
-        times_w = _times_transposed(w_hh, h0.shape[0], b_hh)  # hin @ w_hh.T + b_hh
+        use_triton = _triton_for(gx, w_hh)
+        times_w = _times_transposed(w_hh, h0.shape[-2], b_hh)  # hin @ w_hh.T + b_hh
         h = h0
         for k, t in enumerate(order):
             hin = _mul(h, _at(gal, k, per_step))
@@ -355,13 +391,13 @@ class _GRUSequence(torch.autograd.Function):
                                              _at(moon, k, per_step), rzn_all[t], hn_all[t], ys[t], relu)
                 h = ys[t]
                 continue
-            rz = torch.sigmoid(gx[t, :, :2 * hidden] + gh[:, :2 * hidden])
-            r, z = rz[:, :hidden], rz[:, hidden:]
-            hn = gh[:, 2 * hidden:]
-            n = act(torch.addcmul(gx[t, :, 2 * hidden:], r, hn))
+            rz = torch.sigmoid(gx[t, ..., :2 * hidden] + gh[..., :2 * hidden])
+            r, z = rz[..., :hidden], rz[..., hidden:]
+            hn = gh[..., 2 * hidden:]
+            n = act(torch.addcmul(gx[t, ..., 2 * hidden:], r, hn))
             h = _mul(torch.lerp(_mul(n, _at(sem, k, per_step)), h, z), _at(moon, k, per_step))  # (1-z) n + z h
             ys[t], hn_all[t] = h, hn
-            rzn_all[t, :, :2 * hidden], rzn_all[t, :, 2 * hidden:] = rz, n
+            rzn_all[t, ..., :2 * hidden], rzn_all[t, ..., 2 * hidden:] = rz, n
         ctx.save_for_backward(w_hh, rzn_all, hn_all, hin_all, h_prev_all, h, gx, h0, b_hh)
         ctx.factors = (gal, sem, moon)
         ctx.flags = (per_step, relu, reverse, b_hh is not None, use_triton)
@@ -374,7 +410,7 @@ class _GRUSequence(torch.autograd.Function):
             return _replay_backward(ctx, _gru_replay_step, (gx, h0, w_hh, b_hh), 1, (d_ys, d_hn_out))
         gal, sem, moon = ctx.factors
         per_step, relu, reverse, has_bias, use_triton = ctx.flags
-        steps, hidden = rzn_all.shape[0], w_hh.shape[1]
+        steps = rzn_all.shape[0]
         order = range(steps - 1, -1, -1) if reverse else range(steps)
         d_gx_all = torch.empty_like(rzn_all)
         d_gh_all = torch.empty_like(rzn_all)
@@ -382,9 +418,8 @@ class _GRUSequence(torch.autograd.Function):
         loop = _gru_backward_triton if use_triton else _gru_backward_torch
         dh = loop(dh, d_ys, order, rzn_all, hn_all, h_prev_all, d_gx_all, d_gh_all, w_hh, gal, sem, moon, per_step,
                   relu)
-        flat = d_gh_all.reshape(-1, d_gh_all.shape[-1])
-        d_w_hh = matmul(flat.t(), hin_all.reshape(-1, hidden))
-        d_b_hh = flat.sum(0) if has_bias else None
+        d_w_hh = _weight_grad(d_gh_all, hin_all)
+        d_b_hh = _bias_grad(d_gh_all) if has_bias else None
         return d_gx_all, dh, d_w_hh, d_b_hh, None, None, None, None, None, None
 
 
@@ -392,20 +427,20 @@ def _gru_backward_torch(dh, d_ys, order, rzn_all, hn_all, h_prev_all, d_gx_all, 
                         per_step, relu):
     """The GRU's backward loop over the steps (the gradient of ``cells.gru_step``, step by step); fills
     ``d_gx_all`` and ``d_gh_all``, returns dh_0."""
-    hidden = w_hh.shape[1]
-    times_w = _times_transposed(w_hh.t().contiguous(), dh.shape[0])  # d_gh @ w_hh
+    hidden = w_hh.shape[-1]
+    times_w = _times_transposed(_transposed(w_hh), dh.shape[-2])  # d_gh @ w_hh
     for k, t in reversed(list(enumerate(order))):
         rzn = rzn_all[t]
-        r, z, n = rzn[:, :hidden], rzn[:, hidden:2 * hidden], rzn[:, 2 * hidden:]
+        r, z, n = rzn[..., :hidden], rzn[..., hidden:2 * hidden], rzn[..., 2 * hidden:]
         sem_t = _at(sem, k, per_step)
         dh = _mul(dh + d_ys[t], _at(moon, k, per_step))
         d_pre_n = _mul(dh * (1 - z), sem_t) * ((n > 0).to(n.dtype) if relu else 1 - n * n)
         d_pre_z = dh * (h_prev_all[t] - _mul(n, sem_t)) * z * (1 - z)
         d_pre_r = d_pre_n * hn_all[t] * r * (1 - r)
         d_gx, d_gh = d_gx_all[t], d_gh_all[t]
-        d_gx[:, :hidden], d_gx[:, hidden:2 * hidden], d_gx[:, 2 * hidden:] = d_pre_r, d_pre_z, d_pre_n
-        d_gh[:, :2 * hidden] = d_gx[:, :2 * hidden]
-        d_gh[:, 2 * hidden:] = d_pre_n * r
+        d_gx[..., :hidden], d_gx[..., hidden:2 * hidden], d_gx[..., 2 * hidden:] = d_pre_r, d_pre_z, d_pre_n
+        d_gh[..., :2 * hidden] = d_gx[..., :2 * hidden]
+        d_gh[..., 2 * hidden:] = d_pre_n * r
         dh = dh * z + _mul(times_w(d_gh), _at(gal, k, per_step))
     return dh
 
@@ -435,7 +470,7 @@ class _RNNSequence(torch.autograd.Function):
         ys = gx.new_empty(steps, *h0.shape)
         a_all = gx.new_empty(steps, *h0.shape)  # act(pre-activation), before Moon's d(.)
         hin_all = gx.new_empty(steps, *h0.shape)
-        times_w = _times_transposed(w_hh, h0.shape[0])  # hin @ w_hh.T
+        times_w = _times_transposed(w_hh, h0.shape[-2])  # hin @ w_hh.T
         h = h0
         for k, t in enumerate(order):
             hin = _mul(h, _at(drop_in, k, per_step))
@@ -454,17 +489,17 @@ class _RNNSequence(torch.autograd.Function):
             return _replay_backward(ctx, _rnn_replay_step, (gx, h0, w_hh), 1, (d_ys, d_hn_out))
         drop_in, _, moon = ctx.factors
         per_step, relu, reverse = ctx.flags
-        steps, hidden = a_all.shape[0], w_hh.shape[1]
+        steps = a_all.shape[0]
         order = range(steps - 1, -1, -1) if reverse else range(steps)
         d_pre_all = torch.empty_like(a_all)
         dh = torch.zeros_like(h_last) if d_hn_out is None else d_hn_out.clone()
-        times_w = _times_transposed(w_hh.t().contiguous(), dh.shape[0])  # d_pre @ w_hh
+        times_w = _times_transposed(_transposed(w_hh), dh.shape[-2])  # d_pre @ w_hh
         for k, t in reversed(list(enumerate(order))):
             a = a_all[t]
             d_pre = _mul(dh + d_ys[t], _at(moon, k, per_step)) * ((a > 0).to(a.dtype) if relu else 1 - a * a)
             d_pre_all[t] = d_pre
             dh = _mul(times_w(d_pre), _at(drop_in, k, per_step))
-        d_w_hh = matmul(d_pre_all.reshape(-1, hidden).t(), hin_all.reshape(-1, hidden))
+        d_w_hh = _weight_grad(d_pre_all, hin_all)
         return d_pre_all, dh, d_w_hh, None, None, None, None, None
 
 

@@ -104,3 +104,70 @@ def test_a_target_no_run_drops_stays_none_and_test_time_constants_stack_per_run(
     group = stack_factors([r.factors(None, False, per_step=False) for r in runs], 4, B, H, torch.zeros(()))
     assert group.gal is None and group.moon is None and not group.per_step
     assert group.semeniuta.shape == (3, 1, 1) and group.semeniuta.flatten().tolist() == [0.75, 0.5, 1.0]
+
+
+def _group_and_alone_sequences(cell, scheme, sampling, reverse, relu, T=5, runs=3, batch=2, hidden=4):
+    """The fast path's sequence Function for a group of ``runs`` stacked, and for each run alone: the
+    inputs (float64, requiring grad) and both results."""
+    from recdrop import fused
+    from recdrop.masks import RecurrentDropout, stack_factors
+
+    g = torch.Generator().manual_seed(zlib.crc32(repr((cell, scheme, sampling, reverse, relu)).encode()))
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=g, dtype=torch.float64).requires_grad_()
+    gates = GATES[cell] * hidden
+    gx, h0, c0 = rand(T, runs, batch, gates), rand(runs, batch, hidden), rand(runs, batch, hidden)
+    w_hh, b_hh = rand(runs, gates, hidden), rand(runs, gates)
+    rates = (0.25, 0.5, 0.0)
+    alone_factors = []
+    for r in range(runs):
+        rd = RecurrentDropout(rates[r] if scheme else 0.0, scheme or "semeniuta", sampling, "paper",
+                              ("semeniuta", "gal", "moon") if cell == "RNN" else
+                              ("semeniuta", "gal", "moon", "gal+semeniuta"))
+        masks = rd.draw(rd.mask_shape(T, batch, hidden), dtype=torch.float64,
+                        generator=torch.Generator().manual_seed(r)) if rd.targets else None
+        alone_factors.append(rd.factors(masks, True, per_step=sampling == "per-step"))
+    group_factors = stack_factors(alone_factors, T, batch, hidden, gx)
+    act = "relu" if relu else "tanh"
+
+    def run(gx_, h0_, c0_, w_, b_, f):
+        if cell == "LSTM":
+            ys, (h, c) = fused.lstm_sequence(gx_, h0_, c0_, w_, f, act, reverse)
+            return ys, h, c
+        if cell == "GRU":
+            ys, (h,) = fused.gru_sequence(gx_, h0_, w_, b_, f, act, reverse)
+            return ys, h
+        ys, (h,) = fused.rnn_sequence(gx_, h0_, w_, f, act, reverse)
+        return ys, h
+    group = run(gx, h0, c0, w_hh, b_hh, group_factors)
+    alone = [run(gx[:, r], h0[r], c0[r], w_hh[r], b_hh[r], alone_factors[r]) for r in range(runs)]
+    inputs = [gx, h0, c0, w_hh] + ([b_hh] if cell == "GRU" else [])
+    return inputs, group, alone
+
+
+@pytest.mark.parametrize("cell", ["LSTM", "GRU", "RNN"])
+@pytest.mark.parametrize("scheme, sampling", [(None, "per-step"), ("semeniuta", "per-step"), ("gal", "per-sequence"),
+                                              ("moon", "per-step"), ("gal+semeniuta", "per-sequence")])
+@pytest.mark.parametrize("reverse, relu", [(False, False), (True, True)])
+def test_the_fast_path_runs_a_group_as_each_run_alone_forward_and_backward(cell, scheme, sampling, reverse, relu):
+    """Each run's slice of the group's outputs and of every gradient (inputs, states, weights, biases)
+    equals that run's own fast path, in float64: the hand-written backward takes the leading run
+    dimension too."""
+    if cell == "RNN" and scheme == "gal+semeniuta":
+        pytest.skip("the vanilla RNN has no gal+semeniuta")
+    inputs, group, alone = _group_and_alone_sequences(cell, scheme, sampling, reverse, relu)
+    # ys is (T, R, B, H), a final state (R, B, H)
+    outs_alone = [torch.stack([a[0] for a in alone], 1)] + [torch.stack([a[k] for a in alone]) for k in
+                                                            range(1, len(group))]
+    for got, want in zip(group, outs_alone):
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+    g = torch.Generator().manual_seed(7)
+    weights = [torch.randn(o.shape, generator=g, dtype=torch.float64) for o in group]
+    grads_group = torch.autograd.grad(sum((o * w).sum() for o, w in zip(group, weights)), inputs, allow_unused=True)
+    grads_alone = torch.autograd.grad(sum((o * w).sum() for o, w in zip(outs_alone, weights)), inputs,
+                                      allow_unused=True)
+    for name, ga, gb in zip(("gx", "h0", "c0", "w_hh", "b_hh"), grads_group, grads_alone):
+        assert (ga is None) == (gb is None), name
+        if ga is not None:
+            torch.testing.assert_close(ga, gb, rtol=1e-10, atol=1e-12, msg=name)
