@@ -104,8 +104,11 @@ def gru_step(gx: Tensor, h: Tensor, w_hh: Tensor, b_hh: Optional[Tensor],
 
 def rnn_recurrent_factor(gal, sem):
     """For the vanilla RNN "semeniuta" and "gal" mean the same thing, Eq. 2: the factor on h_{t-1}
-    where it re-enters. Whichever of the two is set."""
-    return gal if sem is None else sem
+    where it re-enters. Whichever of the two is set; in a group mixing the two names both are, each
+    run's other factor being 1, so their product is each run's own."""
+    if gal is None or sem is None:
+        return gal if sem is None else sem
+    return gal * sem
 
 
 def rnn_step(gx: Tensor, h: Tensor, w_hh: Tensor, b_hh: Optional[Tensor],

@@ -87,9 +87,24 @@ class _OneDNNLinear(torch.autograd.Function):
         return dx, dw, db
 
 
+def group_linear(x: Tensor, w: Tensor, b: Optional[Tensor] = None) -> Tensor:
+    """``x W^T + b`` for a group of runs (issue 35), each with its own weight: ``x`` ``(T, R, B, I)``,
+    ``w`` ``(R, G, I)``, ``b`` ``(R, G)`` -> ``(T, R, B, G)``, in one batched product."""
+    if x.dim() != 4 or x.shape[1] != w.shape[0]:
+        raise ValueError(f"a group's weights {tuple(w.shape)} need inputs of shape (T, R, B, I) with R = {w.shape[0]}, "
+                         f"got {tuple(x.shape)}")
+    steps, runs, batch, _ = x.shape
+    xr = x.transpose(0, 1).reshape(runs, steps * batch, x.shape[-1])
+    y = torch.bmm(xr, w.transpose(1, 2)) if b is None else torch.baddbmm(b.unsqueeze(1), xr, w.transpose(1, 2))
+    return y.view(runs, steps, batch, -1).transpose(0, 1).contiguous()
+
+
 def linear(x: Tensor, w: Tensor, b: Optional[Tensor] = None) -> Tensor:
     """``F.linear(x, w, b)``, through oneDNN on a CPU in float32 (``matmul``), forward and backward;
-    ``F.linear`` itself where the fast path may not run (``plain_ops_needed``) or elsewhere."""
+    ``F.linear`` itself where the fast path may not run (``plain_ops_needed``) or elsewhere; for a
+    group's stacked weights ``(R, G, I)``, ``group_linear``."""
+    if w.dim() == 3:
+        return group_linear(x, w, b)
     if x.dim() < 2 or plain_ops_needed(x, w, b) or not _onednn_usable(x, w, *([] if b is None else [b])):
         return F.linear(x, w, b)
     return _OneDNNLinear.apply(x.contiguous(), w, None if b is None else b.contiguous())  # oneDNN reads b as dense

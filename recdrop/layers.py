@@ -24,7 +24,7 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_
 
 from .cells import ACTIVATIONS, CELL_SCHEMES, check_activation, gru_step, lstm_step, rnn_step, states_of
 from .fused import gru_sequence, linear, lstm_sequence, plain_ops_needed, rnn_sequence, transformed
-from .masks import RecurrentDropout, StepFactors
+from .masks import RecurrentDropout, StepFactors, stack_factors
 
 Masks = List[Dict[str, Tensor]]
 
@@ -47,6 +47,7 @@ class _RecurrentLayer(nn.RNNBase):
     n_states = 1  # h_t; the LSTM carries (h_t, c_t)
     fused = True  # the fast path of recdrop.fused where it can run (plain_ops_needed); False: always the loop
     torch_kernels = True  # where no recurrent dropout acts, torch.nn's forward; False: recdrop's own there too
+    generator: Optional[torch.Generator] = None  # draws the masks; None: torch's global one (a run's own: issue 35)
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
@@ -143,7 +144,7 @@ class _RecurrentLayer(nn.RNNBase):
         drawn when training with recurrent dropout; None otherwise."""
         steps, batch = x.shape[0], x.shape[1]
         if masks is None and self.training and self.rdrop.targets:
-            masks = self.draw_masks(steps, batch, x.device, x.dtype)
+            masks = self.draw_masks(steps, batch, x.device, x.dtype, self.generator)
         if masks is not None:
             self._check_masks(masks, steps, batch)
         return masks
@@ -220,18 +221,26 @@ class _RecurrentLayer(nn.RNNBase):
                        masks: Optional[Dict[str, Tensor]], in_order: bool = False):
         """One direction of ``layer`` (its reverse weights if ``reverse``) over ``x``, last step first if
         ``reverse``, or in the given order with ``in_order`` (``x`` already reversed, as for packed input)."""
+        factors = self.rdrop.factors(masks, self.training, per_step=self.rdrop.sampling == "per-step")
+        return self._run_weights(x, state, self._weights(layer, reverse), factors, reverse and not in_order)
+
+    def _weights(self, layer: int, reverse: bool) -> Tuple[Optional[Tensor], ...]:
+        """(w_ih, w_hh, b_ih, b_hh, w_hr) of one direction of ``layer``, None where the layer has none."""
         sfx = "_reverse" if reverse else ""
-        w_ih = getattr(self, f"weight_ih_l{layer}{sfx}")
-        w_hh = getattr(self, f"weight_hh_l{layer}{sfx}")
-        b_ih = getattr(self, f"bias_ih_l{layer}{sfx}") if self.bias else None
-        b_hh = getattr(self, f"bias_hh_l{layer}{sfx}") if self.bias else None
-        w_hr = getattr(self, f"weight_hr_l{layer}{sfx}") if self.proj_size else None
-        per_step = self.rdrop.sampling == "per-step"
-        factors = self.rdrop.factors(masks, self.training, per_step=per_step)
-        backwards = reverse and not in_order
+        return (getattr(self, f"weight_ih_l{layer}{sfx}"), getattr(self, f"weight_hh_l{layer}{sfx}"),
+                getattr(self, f"bias_ih_l{layer}{sfx}") if self.bias else None,
+                getattr(self, f"bias_hh_l{layer}{sfx}") if self.bias else None,
+                getattr(self, f"weight_hr_l{layer}{sfx}") if self.proj_size else None)
+
+    def _run_weights(self, x: Tensor, state: Tuple[Tensor, ...], weights: Tuple[Optional[Tensor], ...],
+                     factors: StepFactors, backwards: bool):
+        """One direction over ``x`` with ``weights`` (``_weights``: one run's, or a group's stacked on a
+        leading run dimension, ``run_group``) and the step ``factors``; last step first if
+        ``backwards``. The fast path where it can run, else the reference loop."""
+        w_ih, w_hh, b_ih, b_hh, w_hr = weights
         if self.fused and w_hr is None and not plain_ops_needed(x, w_ih, w_hh, b_ih, b_hh, *state):
             return self._sequence(x, state, w_ih, w_hh, b_ih, b_hh, factors, backwards)
-        gx = F.linear(x, w_ih, b_ih)  # (T, B, G*H): all input projections in one matmul
+        gx = F.linear(x, w_ih, b_ih) if w_ih.dim() == 2 else linear(x, w_ih, b_ih)  # (T, B, G*H): one matmul
         steps = x.shape[0]
         order = range(steps - 1, -1, -1) if backwards else range(steps)
         outs: List[Optional[Tensor]] = [None] * steps
@@ -360,3 +369,33 @@ class RNN(_RecurrentLayer, nn.RNN):
     def _sequence(self, x, state, w_ih, w_hh, b_ih, b_hh, factors, reverse):
         gx = _input_projection_with_both_biases(x, w_ih, b_ih, b_hh)
         return rnn_sequence(gx, *state, w_hh, factors, self.nonlinearity, reverse)
+
+
+def run_group(layers: List[_RecurrentLayer], x: Tensor, hx: Tuple[Tensor, ...]):
+    """The forward of each of ``layers`` on its own slice of ``x``, as one group (issue 35): ``x``
+    ``(T, R, B, input_size)`` time-major with a run dimension, ``hx`` the initial states ``(R, B, H)``
+    (h_0, and c_0 for the LSTM) -> outputs ``(T, R, B, H)`` and the final states ``(R, B, H)``.
+
+    The layers are one run's each: one unidirectional layer without projection, all of one kind,
+    sizes, nonlinearity and mode (training or eval); each draws its own masks from its own
+    ``generator`` as it does alone, and its weights are stacked at the call (autograd gives each its
+    own gradient). Each run's slice is what its layer computes alone on its slice (``tests/test_run_groups.py``)."""
+    first = layers[0]
+    for m in layers:
+        if (type(m), m.input_size, m.hidden_size, m.bias, m.nonlinearity, m.training) != (
+                type(first), first.input_size, first.hidden_size, first.bias, first.nonlinearity, first.training):
+            raise ValueError("a group's layers must share their kind, sizes, bias, nonlinearity and mode; got "
+                             f"{m!r} beside {first!r}")
+        if m.num_layers != 1 or m.num_directions != 1 or m.proj_size:
+            raise ValueError(f"a group runs one-layer, one-direction layers without projection, got {m!r}")
+    if x.dim() != 4 or x.shape[1] != len(layers):
+        raise ValueError(f"a group of {len(layers)} layers needs inputs of shape (T, R, B, I) with R = {len(layers)}, "
+                         f"got {tuple(x.shape)}")
+    steps, batch = x.shape[0], x.shape[2]
+    masks = [m._masks_for(x[:, r], None) for r, m in enumerate(layers)]  # one layer, one direction each
+    factors = stack_factors([m.rdrop.factors(None if k is None else k[0], m.training,
+                                             per_step=m.rdrop.sampling == "per-step") for m, k in zip(layers, masks)],
+                            steps, batch, first.hidden_size, x)
+    weights = tuple(None if w is None else torch.stack([m._weights(0, False)[i] for m in layers])
+                    for i, w in enumerate(first._weights(0, False)))
+    return first._run_weights(x, tuple(hx), weights, factors, False)

@@ -171,3 +171,63 @@ def test_the_fast_path_runs_a_group_as_each_run_alone_forward_and_backward(cell,
         assert (ga is None) == (gb is None), name
         if ga is not None:
             torch.testing.assert_close(ga, gb, rtol=1e-10, atol=1e-12, msg=name)
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU", "RNN"])
+@pytest.mark.parametrize("training", [True, False])
+@pytest.mark.parametrize("fused", [True, False])
+def test_a_group_of_layers_computes_what_each_layer_computes_alone(kind, training, fused, monkeypatch):
+    """``layers.run_group``: layers of different recurrent dropouts, each drawing from its own
+    generator, on the fast path and on the reference loop; outputs, final states and every weight's
+    gradient per run equal the layer's own forward on its slice, in float64."""
+    import recdrop
+    from recdrop.layers import run_group
+
+    T, I = 6, 3
+    dropouts = [dict(recurrent_dropout=0.25, scheme="semeniuta", sampling="per-step", scaling="paper"),
+                dict(recurrent_dropout=0.5, scheme="gal", sampling="per-sequence"),
+                dict(recurrent_dropout=0.0),
+                dict(recurrent_dropout=0.5, scheme="moon", sampling="per-step", scaling="paper")]
+    torch.manual_seed(0)
+    layers = [getattr(recdrop, kind)(I, H, **d).double().train(training) for d in dropouts]
+    for m in layers:
+        monkeypatch.setattr(m, "fused", fused)
+    n_states = 2 if kind == "LSTM" else 1
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(T, len(layers), B, I, generator=g, dtype=torch.float64)
+    hx = tuple(torch.randn(len(layers), B, H, generator=g, dtype=torch.float64) for _ in range(n_states))
+
+    def seed_generators():
+        for r, m in enumerate(layers):
+            m.generator = torch.Generator().manual_seed(100 + r)
+    seed_generators()
+    ys, states = run_group(layers, x, hx)
+    seed_generators()
+    alone = []
+    for r, m in enumerate(layers):
+        h = tuple(s[r].unsqueeze(0) for s in hx)
+        y, st = m(x[:, r], h if n_states == 2 else h[0])
+        alone.append((y, st if n_states == 2 else (st,)))
+    torch.testing.assert_close(ys, torch.stack([a[0] for a in alone], 1), rtol=1e-10, atol=1e-12)
+    for k in range(n_states):
+        torch.testing.assert_close(states[k], torch.stack([a[1][k][0] for a in alone]), rtol=1e-10, atol=1e-12)
+    params = [p for m in layers for p in m.parameters()]
+    w = torch.randn(ys.shape, generator=g, dtype=torch.float64)
+    grads_group = torch.autograd.grad((ys * w).sum() + states[0].sum(), params)
+    grads_alone = torch.autograd.grad(sum((a[0] * w[:, r]).sum() + a[1][0].sum() for r, a in enumerate(alone)),
+                                      params)
+    for ga, gb in zip(grads_group, grads_alone):
+        torch.testing.assert_close(ga, gb, rtol=1e-10, atol=1e-12)
+
+
+def test_a_group_refuses_layers_that_cannot_share_a_model():
+    import recdrop
+    from recdrop.layers import run_group
+
+    x = torch.zeros(2, 2, 1, 3)
+    with pytest.raises(ValueError, match="must share their kind, sizes"):
+        run_group([recdrop.LSTM(3, 4), recdrop.LSTM(3, 5)], x, (torch.zeros(2, 1, 4),) * 2)
+    with pytest.raises(ValueError, match="one-layer, one-direction layers"):
+        run_group([recdrop.LSTM(3, 4, num_layers=2)] * 2, x, (torch.zeros(2, 1, 4),) * 2)
+    with pytest.raises(ValueError, match=r"needs inputs of shape \(T, R, B, I\) with R = 3"):
+        run_group([recdrop.GRU(3, 4)] * 3, x, (torch.zeros(3, 1, 4),))
