@@ -13,13 +13,13 @@ The experiments build their models here and never from each other.
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from typing import Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
 
 from . import layers
-from .fused import linear
+from .fused import group_linear, linear
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,6 +59,27 @@ def init_uniform_(module: torch.nn.Module, scale: float) -> torch.nn.Module:
     return module
 
 
+class ForwardDropout(torch.nn.Dropout):
+    """``torch.nn.Dropout`` (inverted: mask / (1 - p) while training, identity at test) that draws its
+    mask from ``generator`` where one is set (a run's own, issue 35), else as ``torch.nn.Dropout``."""
+
+    generator: Optional[torch.Generator] = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.p == 0 or self.generator is None:
+            return super().forward(x)
+        return x * torch.empty_like(x).bernoulli_(1 - self.p, generator=self.generator) / (1 - self.p)
+
+
+def set_generator(model: torch.nn.Module, generator: Optional[torch.Generator]) -> torch.nn.Module:
+    """Draw every mask of ``model`` (its recurrent layers' and its forward dropouts') from ``generator``,
+    a run's own: then what a run draws does not depend on the runs it trains beside (issue 35)."""
+    for m in model.modules():
+        if isinstance(m, (ForwardDropout, layers._RecurrentLayer)):
+            m.generator = generator
+    return model
+
+
 class Linear(torch.nn.Linear):
     """``torch.nn.Linear`` (the same parameters, state_dict and hooks) whose product runs on oneDNN on a
     CPU in float32 (``fused.linear``): a language model's decoder is most of its training step."""
@@ -73,15 +94,27 @@ class LanguageModel(torch.nn.Module):
     def __init__(self, vocab_size: int, embedding_size: int, hidden_size: int, dropout: Dropout, init_scale: float):
         super().__init__()
         self.embed = torch.nn.Embedding(vocab_size, embedding_size)
-        self.input_drop = torch.nn.Dropout(dropout.input)
+        self.input_drop = ForwardDropout(dropout.input)
         self.rnn = layers.LSTM(embedding_size, hidden_size, **dropout.layer_kwargs())
-        self.output_drop = torch.nn.Dropout(dropout.output)
+        self.output_drop = ForwardDropout(dropout.output)
         self.out = Linear(hidden_size, vocab_size)
         init_uniform_(self, init_scale)
 
     def forward(self, tokens, state):
         y, state = self.rnn(self.input_drop(self.embed(tokens)), state)
         return self.out(self.output_drop(y)), state
+
+
+def language_models_forward(models: Sequence[LanguageModel], tokens: torch.Tensor, states: Tuple[torch.Tensor, ...]):
+    """``LanguageModel.forward`` of each of ``models`` (one run's each: one size and mode, any dropout)
+    on the same ``tokens`` ``(T, B)``, as one group (issue 35): each run's own embedding and forward
+    dropouts, the recurrent layers through ``layers.run_group``, the decoders in one batched product.
+    ``states``: (h, c), each ``(R, B, H)``. Returns logits ``(T, R, B, vocab)`` and the new states."""
+    x = torch.stack([m.input_drop(m.embed(tokens)) for m in models], 1)  # (T, R, B, E)
+    y, states = layers.run_group([m.rnn for m in models], x, states)
+    y = torch.stack([m.output_drop(y[:, r]) for r, m in enumerate(models)], 1)
+    logits = group_linear(y, torch.stack([m.out.weight for m in models]), torch.stack([m.out.bias for m in models]))
+    return logits, states
 
 
 class SequenceClassifier(torch.nn.Module):
@@ -94,9 +127,9 @@ class SequenceClassifier(torch.nn.Module):
         if vectors is not None:
             self.embed = torch.nn.Embedding.from_pretrained(vectors, freeze=True)  # kept static
             input_size = vectors.shape[1]
-        self.input_drop = torch.nn.Dropout(dropout.input)
+        self.input_drop = ForwardDropout(dropout.input)
         self.rnn = recurrent_layer(cell, input_size, hidden_size, dropout, nonlinearity)
-        self.output_drop = torch.nn.Dropout(dropout.output)
+        self.output_drop = ForwardDropout(dropout.output)
         self.out = torch.nn.Linear(hidden_size, n_classes)
 
     def forward(self, x: torch.Tensor, lengths: Optional[torch.Tensor] = None, return_state: bool = False):
@@ -118,9 +151,9 @@ class Tagger(torch.nn.Module):
         super().__init__()
         self.n_caps = n_caps
         self.embed = torch.nn.Embedding.from_pretrained(vectors, freeze=True)  # paper: kept static
-        self.input_drop = torch.nn.Dropout(dropout.input)
+        self.input_drop = ForwardDropout(dropout.input)
         self.rnn = recurrent_layer(cell, window * (vectors.shape[1] + n_caps), hidden_size, dropout, nonlinearity)
-        self.output_drop = torch.nn.Dropout(dropout.output)
+        self.output_drop = ForwardDropout(dropout.output)
         self.out = torch.nn.Linear(hidden_size, n_tags)
 
     def forward(self, windows: torch.Tensor, caps: torch.Tensor) -> torch.Tensor:

@@ -103,7 +103,7 @@ def test_an_experiment_model_saved_whole_loads_with_its_classes_allowlisted():
     model = LanguageModel(11, 4, 5, Dropout(0.25, "semeniuta", "per-sequence", "paper", 0.2, 0.5), init_scale=0.1)
     buf = io.BytesIO()
     torch.save(model, buf)
-    allow = PUBLIC + [LanguageModel, torch.nn.Embedding, torch.nn.Dropout, recdrop.models.Linear]
+    allow = PUBLIC + [LanguageModel, torch.nn.Embedding, recdrop.models.ForwardDropout, recdrop.models.Linear]
     with torch.serialization.safe_globals(allow):
         loaded = torch.load(io.BytesIO(buf.getvalue()), weights_only=True)
     tokens = torch.randint(11, (7, 2))
