@@ -107,8 +107,8 @@ def test_higher_order_gradients_on_the_fast_path_equal_the_loop(kind, scheme, sa
     hx = initial_state(kind, (4, 2, 4))
     masks = m.draw_masks(5, 2, dtype=torch.float64)
     fast, ref = second_order(m, x, hx, masks, True), second_order(m, x, hx, masks, False)
-    for a, b in zip(fast, ref):
-        assert (a - b).abs().max() < 1e-10
+    for a, b in zip(fast, ref):  # second-order gradients reach 1e4 here: float64 rounding is relative
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
     assert sum(g.abs().sum() for g in fast[len(hx) + 1:]) > 0  # the second-order gradients are not all zero
 
 
