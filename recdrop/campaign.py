@@ -34,14 +34,14 @@ import tarfile
 import time
 import tomllib
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from tqdm.auto import tqdm
 
 from .paths import DATA_DIR
 from .store import (CorruptCheckpointError, DirtyTreeError, RunStore, atomic_write_bytes, git_commit, load_checkpoint,
                     unclean_commits)
-from .sweep import RUN_FIELDS, check_jobs, check_seeds, grid_rows, run_each, worker_threads
+from .sweep import RUN_FIELDS, check_jobs, check_seeds, fuse_groups, grid_rows, run_each, worker_threads
 from .train import DEVICES, BudgetExhausted, check_device
 
 CAMPAIGN = DATA_DIR / "campaign.toml"
@@ -178,9 +178,12 @@ def _label(row: Dict[str, Any]) -> str:
 
 
 def run_campaign(entries: Sequence[Entry], device: str = "cpu", jobs: int = 1, budget_s: float = 3600.0,
-                 store: Optional[RunStore] = None, progress: bool = True) -> Dict[str, List[Dict[str, Any]]]:
+                 store: Optional[RunStore] = None, progress: bool = True,
+                 fuse: Union[bool, int] = False) -> Dict[str, List[Dict[str, Any]]]:
     """Run the pending runs in order with ``jobs`` worker processes until all are done or ``budget_s``
-    seconds have passed; then every running run checkpoints and stops. Returns the rows by outcome:
+    seconds have passed; then every running run checkpoints and stops. With ``fuse`` (True, or a cap
+    on a group's size) the runs of an experiment that can share one model train as one group
+    (``sweep.fuse_groups``), groups in the order of their first run. Returns the rows by outcome:
     ``finished``, ``diverged`` (recorded as such), ``stopped`` (checkpoint saved), ``failed`` (with
     ``error``), ``not_started``."""
     device = check_device(device)
@@ -189,32 +192,49 @@ def run_campaign(entries: Sequence[Entry], device: str = "cpu", jobs: int = 1, b
     store.refuse_unclean_code(git_commit(), "the campaign is")
     deadline = time.time() + budget_s
     todo = pending_runs(entries, device, store)
+    groups = campaign_groups(todo, fuse, device)
     out = {"finished": [], "diverged": [], "stopped": [], "failed": [], "not_started": []}
     bar = tqdm(total=len(todo), desc=f"campaign on {device}", disable=not progress, position=0, dynamic_ncols=True)
     threads = worker_threads(jobs)
 
-    def settle(row, fn):
+    def settle(group, fn):
         try:
-            row["record"] = fn()
-            out["diverged" if row["record"].get("diverged") else "finished"].append(row)
+            for row, record in zip(group, fn()):
+                row["record"] = record
+                out["diverged" if record.get("diverged") else "finished"].append(row)
         except BudgetExhausted as e:
-            started = store.checkpoint_path(row["entry"].experiment, row["run_id"]).exists()
-            out["stopped" if started else "not_started"].append({**row, "error": str(e)})
+            for row in group:
+                if store.has(row["entry"].experiment, row["config"].scale, row["run_id"]) and store.is_done(
+                        store.load(row["entry"].experiment, row["config"].scale, row["run_id"])):
+                    row["record"] = store.load(row["entry"].experiment, row["config"].scale, row["run_id"])
+                    out["diverged" if row["record"].get("diverged") else "finished"].append(row)
+                    continue
+                started = store.checkpoint_path(row["entry"].experiment, row["run_id"]).exists()
+                out["stopped" if started else "not_started"].append({**row, "error": str(e)})
         except Exception as e:  # keep going: the other runs are worth having
-            out["failed"].append({**row, "error": f"{type(e).__name__}: {e}"})
-        bar.update(1)
+            out["failed"].extend({**row, "error": f"{type(e).__name__}: {e}"} for row in group)
+        bar.update(len(group))
 
-    def args(i, row):
-        return (row["entry"].experiment, row["config"], row["seed"], device, str(store.root), threads,
-                1 + i % jobs, progress, deadline, row["rerun"])
+    def args(i, group):
+        return (group[0]["entry"].experiment, [(r["config"], r["seed"]) for r in group], device, str(store.root),
+                threads, 1 + i % jobs, progress, deadline, any(r["rerun"] for r in group))
     try:
-        run_each(todo, jobs, args, settle)
+        run_each(groups, jobs, args, settle)
     finally:
         bar.close()
     return out
 
 
-# -- packing for a lent GPU ---------------------------------------------------------------------------
+def campaign_groups(todo: Sequence[Dict[str, Any]], fuse: Union[bool, int], device: str) -> List[List[Dict[str, Any]]]:
+    """The pending rows as the groups that train together (``sweep.fuse_groups`` per experiment; each
+    alone without ``fuse``), in the order of each group's first row."""
+    experiments_in_order = list(dict.fromkeys(r["entry"].experiment for r in todo))
+    groups = [g for e in experiments_in_order
+              for g in fuse_groups(e, [r for r in todo if r["entry"].experiment == e], fuse, device)]
+    order = {id(r): i for i, r in enumerate(todo)}
+    return sorted(groups, key=lambda g: order[id(g[0])])
+
+
 def _tar_size(sizes: Sequence[int]) -> int:
     """Bytes of an uncompressed tar of files of these sizes: a 512-byte header and whole 512-byte
     blocks per file, two zero blocks at the end, padded to tarfile's 10240-byte records."""
@@ -365,6 +385,8 @@ def main(argv=None) -> int:
     ap.add_argument("--list", action="store_true", help="print the pending runs in order and exit")
     ap.add_argument("--pack", type=Path, metavar="DIR", help="afterwards, pack records and checkpoints into DIR")
     ap.add_argument("--unpack", type=Path, metavar="DIR", help="put a pack's checkpoints and records in place, first")
+    ap.add_argument("--fuse", nargs="?", type=int, const=True, default=False, metavar="N",
+                    help="train the runs that can share one model as one (issue 35), at most N to a group")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
     refused = []  # what of the pack did not go in (``unpack``): reported, and the exit status is 1
@@ -390,7 +412,8 @@ def main(argv=None) -> int:
             return 1 if refused else 0
         budget = parse_budget(args.budget)
         started = time.time()
-        out = run_campaign(entries, args.device, args.jobs, budget, store, progress=not args.no_progress)
+        out = run_campaign(entries, args.device, args.jobs, budget, store, progress=not args.no_progress,
+                           fuse=args.fuse)
     except (ValueError, RuntimeError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

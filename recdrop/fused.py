@@ -94,6 +94,9 @@ def group_linear(x: Tensor, w: Tensor, b: Optional[Tensor] = None) -> Tensor:
         raise ValueError(f"a group's weights {tuple(w.shape)} need inputs of shape (T, R, B, I) with R = {w.shape[0]}, "
                          f"got {tuple(x.shape)}")
     steps, runs, batch, _ = x.shape
+    if _onednn_usable(x, w) and not plain_ops_needed(x, w, b):
+        # On a CPU in float32 one oneDNN product per run (``linear``) beats one MKL ``bmm`` (``matmul``)
+        return torch.stack([linear(x[:, r], w[r], None if b is None else b[r]) for r in range(runs)], 1)
     xr = x.transpose(0, 1).reshape(runs, steps * batch, x.shape[-1])
     y = torch.bmm(xr, w.transpose(1, 2)) if b is None else torch.baddbmm(b.unsqueeze(1), xr, w.transpose(1, 2))
     return y.view(runs, steps, batch, -1).transpose(0, 1).contiguous()

@@ -110,11 +110,34 @@ def language_models_forward(models: Sequence[LanguageModel], tokens: torch.Tenso
     on the same ``tokens`` ``(T, B)``, as one group (issue 35): each run's own embedding and forward
     dropouts, the recurrent layers through ``layers.run_group``, the decoders in one batched product.
     ``states``: (h, c), each ``(R, B, H)``. Returns logits ``(T, R, B, vocab)`` and the new states."""
+    if len(models) == 1:  # a run alone: its own forward (torch.nn's kernels where no dropout acts)
+        logits, states = models[0](tokens, tuple(states))
+        return logits.unsqueeze(1), states
     x = torch.stack([m.input_drop(m.embed(tokens)) for m in models], 1)  # (T, R, B, E)
     y, states = layers.run_group([m.rnn for m in models], x, states)
     y = torch.stack([m.output_drop(y[:, r]) for r, m in enumerate(models)], 1)
     logits = group_linear(y, torch.stack([m.out.weight for m in models]), torch.stack([m.out.bias for m in models]))
     return logits, states
+
+
+def language_models_bytes(runs: int, vocab: int, embedding: int, hidden: int, steps: int, batch: int,
+                          optimizer_slots: int, dtype_bytes: int = 4) -> int:
+    """About how many bytes ``runs`` language models take to train as one group: per run, its parameters
+    four times (weights, gradients, the stacked copy and its gradient) plus the optimiser's
+    ``optimizer_slots`` per parameter, and the step's activations (embeddings and their dropout, the
+    LSTM's gates, cells and outputs, the logits, their log-softmax and its gradient)."""
+    params = vocab * embedding + 4 * hidden * (embedding + hidden + 2) + vocab * (hidden + 1)
+    activations = steps * batch * (2 * embedding + 10 * hidden + 3 * vocab)
+    return runs * dtype_bytes * (params * (4 + optimizer_slots) + activations)
+
+
+def token_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Each run's mean negative log-likelihood of ``targets`` ``(T, B)`` under its ``logits``
+    ``(T, R, B, vocab)`` (``language_models_forward``): ``(R,)``."""
+    if logits.shape[1] == 1:
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1)).reshape(1)
+    index = targets.unsqueeze(1).unsqueeze(-1).expand(-1, logits.shape[1], -1, 1)
+    return -logits.log_softmax(-1).gather(-1, index).squeeze(-1).mean((0, 2))
 
 
 class SequenceClassifier(torch.nn.Module):

@@ -17,7 +17,7 @@ import platform
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -49,9 +49,31 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 
 
 def save_checkpoint(path: Path, state: Dict[str, Any]) -> None:
-    buf = io.BytesIO()
-    torch.save(state, buf)
-    atomic_write_bytes(path, buf.getvalue())
+    save_checkpoints([(path, state)])
+
+
+def save_checkpoints(items: List[Tuple[Path, Dict[str, Any]]]) -> None:
+    """Write each (path, state) checkpoint: every file whole in a temp file first, then all renamed in
+    place, so that a group's checkpoints (issue 35) all move on together but for the instant of the
+    renames."""
+    temps = []
+    try:
+        for path, state in items:
+            buf = io.BytesIO()
+            torch.save(state, buf)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+            temps.append((tmp, path))
+            with os.fdopen(fd, "wb") as f:
+                f.write(buf.getvalue())
+                f.flush()
+                os.fsync(f.fileno())
+        for tmp, path in temps:
+            os.replace(tmp, path)
+    finally:
+        for tmp, _ in temps:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
 
 
 class CorruptCheckpointError(RuntimeError):

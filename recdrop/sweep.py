@@ -25,7 +25,7 @@ import os
 import sys
 import warnings
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import torch
 from tqdm.auto import tqdm
@@ -34,7 +34,7 @@ from . import experiments
 from .config import SCALE_NAMES, run_id
 from .report import stored_seeds
 from .store import RunStore, cache_dir, git_commit
-from .train import NonFiniteLossError, check_device, train_run
+from .train import check_device, group_key, train_group
 
 
 def check_seeds(seeds) -> List[int]:
@@ -60,18 +60,66 @@ def worker_threads(jobs: int) -> int:
     return max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else torch.get_num_threads()
 
 
-def _run_one(experiment: str, config, seed: int, device: str, store_root: str, threads: int, position: int,
-             progress: bool, deadline: Optional[float] = None, rerun: bool = False) -> Dict[str, Any]:
-    """Train one run in this process; a run that diverges gives its stored "diverged" record, with a warning."""
+def _run_one(experiment: str, members: Sequence[Tuple[Any, int]], device: str, store_root: str, threads: int,
+             position: int, progress: bool, deadline: Optional[float] = None,
+             rerun: bool = False) -> List[Dict[str, Any]]:
+    """Train the runs ``members`` ((config, seed) each) in this process, as one group
+    (``train.train_group``; one run alone is a group of one); each one's record. A run that diverges
+    gives its stored "diverged" record, with a warning."""
     torch.set_num_threads(threads)
     make_task, _ = experiments.get(experiment)
-    store = RunStore(store_root)
+    errors: Dict[str, str] = {}
+    records = train_group(make_task, members, device, RunStore(store_root), progress=progress, position=position,
+                          deadline=deadline, rerun=rerun, errors=errors)
+    for message in errors.values():  # a result: its record says where
+        warnings.warn(message, RuntimeWarning)
+    return records
+
+
+def fuse_groups(experiment: str, rows: Sequence[Dict[str, Any]], fuse: Union[bool, int] = False,
+                device: str = "cpu") -> List[List[Dict[str, Any]]]:
+    """``rows`` (``grid_rows``) as the groups that train together: each alone where ``fuse`` is False;
+    else the runs that can share one model (``Task.group_key``: one model shape and batch order), in
+    groups of at most ``fuse`` runs (True: no cap), in the order of their first run. A ValueError
+    where ``fuse`` is not True, False or a positive int, where the experiment's runs cannot share a
+    model, or where a group would not fit the device's memory (``Task.group_bytes``, estimated
+    before any run starts)."""
+    if fuse is False:
+        return [[r] for r in rows]
+    if isinstance(fuse, bool):
+        cap = len(rows) or 1
+    elif isinstance(fuse, int) and fuse >= 1:
+        cap = fuse
+    else:
+        raise ValueError(f"fuse must be True, False or a group size of at least 1, got {fuse!r}")
+    make_task, _ = experiments.get(experiment)
+    keys = [group_key(make_task, r["config"], r["seed"]) for r in rows]
+    if rows and None in keys:
+        raise ValueError(f"--fuse: the runs of {experiment} cannot share one model (its task trains one run at a "
+                         "time); run them without --fuse")
+    by_key: Dict[Any, List[Dict[str, Any]]] = {}
+    for key, row in zip(keys, rows):
+        by_key.setdefault(key, []).append(row)
+    groups = [members[i:i + cap] for members in by_key.values() for i in range(0, len(members), cap)]
+    for members in groups:
+        need = make_task.group_bytes(members[0]["config"], len(members))
+        free = free_memory(device)
+        if need is not None and free is not None and need > 0.9 * free:
+            per_run = need / len(members)
+            raise ValueError(f"--fuse: a group of {len(members)} runs of {experiment} needs about {need / 2**30:.1f} GiB "
+                             f"(estimated) where {device} has {free / 2**30:.1f} GiB free; cap the groups at "
+                             f"{max(1, int(0.9 * free // per_run))} runs (--fuse N)")
+    return groups
+
+
+def free_memory(device: str) -> Optional[int]:
+    """Bytes free on ``device`` now (a GPU's, or this machine's available memory); None where unknown."""
+    if str(device).startswith("cuda"):
+        return torch.cuda.mem_get_info(torch.device(device))[0] if torch.cuda.is_available() else None
     try:
-        return train_run(make_task, config, seed, device, store, progress=progress, position=position,
-                         deadline=deadline, rerun=rerun)
-    except NonFiniteLossError as e:  # a result: its record says where
-        warnings.warn(str(e), RuntimeWarning)
-        return store.load(experiment, config.scale, run_id(config, seed))
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
 def _run_remote(experiment: str, config, seed: int, device: str, threads: int) -> Dict[str, Any]:
@@ -82,7 +130,7 @@ def _run_remote(experiment: str, config, seed: int, device: str, threads: int) -
     rid = run_id(config, seed)
     stale = store.has(experiment, config.scale, rid) and (
         store.load(experiment, config.scale, rid).get("commit") != git_commit())
-    return _run_one(experiment, config, seed, device, str(store.root), threads, 0, False, rerun=stale)
+    return _run_one(experiment, [(config, seed)], device, str(store.root), threads, 0, False, rerun=stale)[0]
 
 
 def _run_with_ray(todo, experiment: str, device: str, jobs: int, store: RunStore, bar, failures) -> None:
@@ -130,17 +178,18 @@ def _run_with_submitit(todo, experiment: str, device: str, jobs: int, store: Run
         bar.update(1)
 
 
-def run_each(todo: Sequence[Dict[str, Any]], jobs: int, args_of: Callable[[int, Dict[str, Any]], tuple],
-             settle: Callable[[Dict[str, Any], Callable[[], Dict[str, Any]]], None]) -> None:
-    """Train each row of ``todo`` (``_run_one(*args_of(i, row))``), ``jobs`` at a time in spawned worker
-    processes (in this one where ``jobs`` is 1). ``settle(row, result)`` takes each as it ends;
-    ``result()`` gives its record or raises what the run raised."""
+def run_each(todo: Sequence[Sequence[Dict[str, Any]]], jobs: int, args_of: Callable[[int, Sequence[Dict[str, Any]]], tuple],
+             settle: Callable[[Sequence[Dict[str, Any]], Callable[[], List[Dict[str, Any]]]], None]) -> None:
+    """Train each group of rows in ``todo`` (``_run_one(*args_of(i, group))``; a run alone is a group of
+    one), ``jobs`` groups at a time in spawned worker processes (in this one where ``jobs`` is 1).
+    ``settle(group, result)`` takes each as it ends; ``result()`` gives its records or raises what the
+    group raised."""
     if jobs == 1:
-        for i, row in enumerate(todo):
-            settle(row, lambda: _run_one(*args_of(i, row)))
+        for i, group in enumerate(todo):
+            settle(group, lambda: _run_one(*args_of(i, group)))
         return
     with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
-        futures = {pool.submit(_run_one, *args_of(i, row)): row for i, row in enumerate(todo)}
+        futures = {pool.submit(_run_one, *args_of(i, group)): group for i, group in enumerate(todo)}
         for fut in as_completed(futures):
             settle(futures[fut], fut.result)
 
@@ -215,11 +264,14 @@ def stored_rows(experiment: str, scale: str, grid: str = "table",
 
 def run_grid(experiment: str, scale: str, seeds: Sequence[int] = (0,), device: str = "cpu", jobs: int = 1,
              train: bool = True, store: Optional[RunStore] = None, progress: bool = True, engine: str = "local",
-             only: Optional[Dict[str, Any]] = None, grid: str = "table", **overrides) -> List[Dict[str, Any]]:
+             only: Optional[Dict[str, Any]] = None, grid: str = "table", fuse: Union[bool, int] = False,
+             **overrides) -> List[Dict[str, Any]]:
     """Every cell of ``experiment``'s grid at ``scale`` for every seed: one row per run, as ``grid_rows``
     gives them (``record`` None where not run and ``train`` is False, or where the run diverged).
     ``only`` keeps the cells whose labels have these values (e.g. ``{"scheme": "moon"}``). ``grid``
-    names which of the experiment's grids: "table" (the paper's), "headline" or "conjecture".
+    names which of the experiment's grids: "table" (the paper's), "headline" or "conjecture". With
+    ``fuse`` (True, or a cap on a group's size), the runs that can share one model train as one
+    (``fuse_groups``; each still ends as its own record), ``jobs`` groups at a time.
 
     Runs that are done (``RunStore.is_done``) are loaded, unfinished ones resumed from their checkpoint,
     the rest trained: in a store whose records are committed, that includes a run whose record came
@@ -236,26 +288,31 @@ def run_grid(experiment: str, scale: str, seeds: Sequence[int] = (0,), device: s
     todo = [r for r in rows if not r["done"]]
     if not train or not todo:
         return rows
+    if fuse is not False and engine != "local":
+        raise ValueError(f"fuse trains a group in one process; it runs with engine='local', not {engine!r}")
+    groups = fuse_groups(experiment, todo, fuse, device)  # its errors come before any run starts
     store.refuse_unclean_code(git_commit(), f"{len(todo)} runs of {experiment} are")  # before any worker starts
     threads = worker_threads(jobs)
     sweep_bar = tqdm(total=len(rows), initial=len(rows) - len(todo), desc=f"sweep {experiment} ({scale})",
                      disable=not progress, position=0, dynamic_ncols=True)
     failures = []
 
-    def settle(r, result):
+    def settle(group, result):
         try:
-            r.update(run_fields(store, result()))
+            for r, record in zip(group, result()):
+                r.update(run_fields(store, record))
         except Exception as e:  # keep going: the other runs' records are worth having
-            failures.append((r, e))
-        sweep_bar.update(1)
+            failures.extend((r, e) for r in group if not r["done"])
+        sweep_bar.update(len(group))
     try:
         if engine == "ray":
             _run_with_ray(todo, experiment, device, jobs, store, sweep_bar, failures)
         elif engine == "submitit":
             _run_with_submitit(todo, experiment, device, jobs, store, sweep_bar, failures)
         else:
-            run_each(todo, jobs, lambda i, r: (experiment, r["config"], r["seed"], device, str(store.root), threads,
-                                               1 + i % jobs, progress, None, bool(r["record"] or r["diverged"])), settle)
+            run_each(groups, jobs, lambda i, g: (experiment, [(r["config"], r["seed"]) for r in g], device,
+                                                 str(store.root), threads, 1 + i % jobs, progress, None,
+                                                 any(r["record"] or r["diverged"] for r in g)), settle)
     finally:
         sweep_bar.close()
     if failures:
@@ -291,6 +348,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="override config fields")
     ap.add_argument("--only", nargs="*", default=[], metavar="LABEL=VALUE", help="run only the cells with these labels")
+    ap.add_argument("--fuse", nargs="?", type=int, const=True, default=False, metavar="N",
+                    help="train the runs that can share one model as one (issue 35), at most N to a group")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
     overrides = _parse_overrides(args.set)
@@ -302,7 +361,8 @@ def main(argv=None) -> int:
     try:
         rows = run_grid(args.experiment, args.scale, args.seeds, args.device, args.jobs,
                         progress=not args.no_progress, engine=args.engine,
-                        only=_parse_overrides(args.only) or None, grid=args.grid, **overrides)
+                        only=_parse_overrides(args.only) or None, grid=args.grid, fuse=args.fuse,
+                        **overrides)
     except (ValueError, RuntimeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

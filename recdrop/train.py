@@ -12,14 +12,15 @@ import math
 import random
 import time
 import warnings
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
 from .config import ExperimentConfig, run_id
-from .store import CorruptCheckpointError, RunStore, environment, load_checkpoint, save_checkpoint, utc_now
+from .models import set_generator
+from .store import CorruptCheckpointError, RunStore, environment, load_checkpoint, save_checkpoints, utc_now
 
 DEVICES = ("cpu", "cuda")
 
@@ -39,6 +40,34 @@ class Task:
     model: torch.nn.Module
     optimizer: torch.optim.Optimizer
     progress_metric: str = ""  # the metric shown on the progress bar
+    # The config fields that may differ among the runs of one fused group (``group_step``); none: the
+    # task's runs train one at a time. Where ``batches`` depends on the seed, a group has one seed.
+    FUSABLE_FIELDS: Tuple[str, ...] = ()
+    batches_depend_on_seed: bool = True
+
+    @classmethod
+    def group_key(cls, config: ExperimentConfig, seed: int):
+        """What the runs of one group share: the config less ``FUSABLE_FIELDS`` (and the seed where it
+        orders the batches); None where the task trains one run at a time."""
+        if not cls.FUSABLE_FIELDS:
+            return None
+        shared = {k: v for k, v in config.to_dict().items() if k not in cls.FUSABLE_FIELDS}
+        return repr(sorted(shared.items())), (seed if cls.batches_depend_on_seed else None)
+
+    @classmethod
+    def group_bytes(cls, config: ExperimentConfig, runs: int) -> Optional[int]:
+        """About how many bytes a group of ``runs`` runs of ``config`` takes to train; None where not
+        estimated (a task that trains one run at a time)."""
+        return None
+
+    @classmethod
+    def group_step(cls, tasks: Sequence["Task"], batch) -> List[Dict[str, Any]]:
+        """One optimisation step of each of ``tasks`` (one run's each, all of one ``group_key``) on
+        ``batch``; each run's outputs as ``train_step``'s (floats or 0-d tensors). By default a group
+        of one: its ``train_step``; a task whose runs fuse computes them as one model."""
+        if len(tasks) != 1:
+            raise ValueError(f"{cls.__name__} trains one run at a time, got a group of {len(tasks)}")
+        return [tasks[0].train_step(batch)]
 
     def batches(self, epoch: int) -> Sequence[Any]:
         """The training batches of ``epoch``: deterministic given the seed and the epoch."""
@@ -52,14 +81,7 @@ class Task:
         """One step of ``self.optimizer`` on ``loss``: gradients from zero, scaled to a global norm of
         ``clip_norm`` where it is positive and exceeded (Pascanu et al. 2013; what ``clip_grad_norm_``
         does), then the update. Returns the global gradient norm before clipping."""
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
-        norm = torch.nn.utils.get_total_norm(grads)
-        if clip_norm > 0:
-            torch.nn.utils.clip_grads_with_norm_(self.model.parameters(), clip_norm, norm)
-        self.optimizer.step()
-        return norm
+        return optimise_group([self], loss.reshape(1), [clip_norm])[0]
 
     def evaluate(self, epoch: int, train_stats: Dict[str, float]) -> Dict[str, float]:
         """The epoch's metrics (``train_stats`` holds the means of train_step's outputs)."""
@@ -83,6 +105,33 @@ class Task:
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         pass
+
+
+def optimise_group(tasks: Sequence[Task], losses: torch.Tensor, clip_norms: Sequence[float]) -> List[torch.Tensor]:
+    """``Task.optimise`` for each of ``tasks`` (one run's each), ``losses[r]`` the loss of run r: one
+    backward of their sum (each run's parameters get its own loss's gradient), then each run clips by
+    its own global norm where ``clip_norms[r]`` is positive (Pascanu et al. 2013; ``clip_grad_norm_``)
+    and steps its own optimiser. Returns each run's global gradient norm before clipping."""
+    for t in tasks:
+        t.optimizer.zero_grad(set_to_none=True)
+    losses.sum().backward()
+    shared = set()  # a group's b_ih and b_hh enter as one sum, and their gradients can share one storage:
+    for t in tasks:  # clipping in place would scale it twice, so each gradient gets its own
+        for p in t.model.parameters():
+            if p.grad is not None:
+                storage = p.grad.untyped_storage().data_ptr()
+                if storage in shared:
+                    p.grad = p.grad.clone()
+                else:
+                    shared.add(storage)
+    norms = []
+    for t, clip in zip(tasks, clip_norms):
+        norm = torch.nn.utils.get_total_norm([p.grad for p in t.model.parameters() if p.grad is not None])
+        if clip > 0:
+            torch.nn.utils.clip_grads_with_norm_(t.model.parameters(), clip, norm)
+        t.optimizer.step()
+        norms.append(norm)
+    return norms
 
 
 def check_device(device: str, available: bool = True) -> str:
@@ -152,136 +201,268 @@ def _restore(task, ck: Dict[str, Any], path) -> None:
                                      "delete it to restart that run from scratch") from e
 
 
+def mask_generator(seed: int, device: str) -> torch.Generator:
+    """A run's own generator of its dropout masks, recurrent and forward (issue 35): seeded from its seed
+    (apart from the stream that initialises its weights), so that what it draws does not depend on the
+    runs it trains beside."""
+    return torch.Generator(device=torch.device(device)).manual_seed(MASK_SEED_OFFSET + seed)
+
+
+MASK_SEED_OFFSET = 2**32  # the masks' stream, apart from torch.manual_seed(seed)'s, which initialises
+
+
+class Run:
+    """One run of a group: its config, seed, task, generator, checkpoint and curves so far. A run trained
+    alone is a group of one; each run of a group checkpoints and records as it would alone."""
+
+    def __init__(self, make_task: Callable[..., Task], config: ExperimentConfig, seed: int, device: str,
+                 store: RunStore, resume: bool, env: Dict[str, str]):
+        self.config, self.seed, self.store = config, seed, store
+        self.rid = run_id(config, seed)
+        self.name = config.experiment
+        self.ckpt_path = store.checkpoint_path(self.name, self.rid)
+        self.env = dict(env)
+        seed_everything(seed)  # the run's initialisation, as alone
+        self.task = make_task(config, device, seed)
+        self.generator = mask_generator(seed, device)
+        set_generator(self.task.model, self.generator)
+        self.epoch, self.batch, self.curves, self.sums, self.elapsed, self.segments = 0, 0, [], {}, 0.0, []
+        self.rng: Optional[Dict[str, Any]] = None  # the global RNG state its checkpoint holds
+        ck = load_checkpoint(self.ckpt_path) if resume and self.ckpt_path.exists() else None
+        if ck is not None and not store.accepts_checkpoint(ck):
+            warnings.warn(f"checkpoint {self.ckpt_path} holds training by uncommitted code, whose record {store.root} "
+                          f"would refuse: run {self.name}/{self.rid} starts from scratch, and its new checkpoints "
+                          "replace that one")
+            ck = None
+        if ck is not None:
+            _restore(self.task, ck, self.ckpt_path)
+            if "generator" in ck:  # absent from checkpoints of the code before per-run generators
+                self.generator.set_state(ck["generator"])
+            self.rng = ck["rng"]
+            self.epoch, self.batch, self.curves, self.sums, self.elapsed = (ck["epoch"], ck["batch"], ck["curves"],
+                                                                            ck["sums"], ck["elapsed"])
+            self.env["resumed_from_commit"] = ck.get("commit", "unknown")
+            self.segments = ck.get("segments", [])
+        self.start = (self.epoch, self.batch)
+        self.diverged: Optional[str] = None  # the error message, where its training loss stopped being finite
+
+    @property
+    def position(self) -> Tuple[int, int]:
+        return self.epoch, self.batch
+
+
+def group_key(make_task: Callable[..., Task], config: ExperimentConfig, seed: int):
+    """What the runs of one fused group share (``Task.group_key``); None where ``make_task``'s runs
+    train one at a time."""
+    return getattr(make_task, "group_key", Task.group_key)(config, seed)
+
+
 def train_run(make_task: Callable[..., Task], config: ExperimentConfig, seed: int = 0, device: str = "cpu",
               store: Optional[RunStore] = None, resume: bool = True, progress: bool = True,
               checkpoint_every_s: float = 180.0, callback: Optional[Callable[[str, int, int], None]] = None,
               position: int = 0, deadline: Optional[float] = None, rerun: bool = False) -> Dict[str, Any]:
-    """Train one run of ``config`` with ``seed`` (or load its record if it is finished).
+    """Train one run of ``config`` with ``seed`` (or load its record if it is finished): a group of one
+    (``train_group``). A run whose training loss stops being finite is recorded as diverged, and
+    ``NonFiniteLossError`` says where."""
+    errors: Dict[str, str] = {}
+    (record,) = train_group(make_task, [(config, seed)], device, store, resume, progress, checkpoint_every_s,
+                            callback, position, deadline, rerun, errors)
+    if errors:
+        raise NonFiniteLossError(errors[record["run_id"]])
+    return record
 
-    ``callback(event, epoch, batch)`` is called after every batch ("batch") and epoch ("epoch");
-    tests use it to interrupt a run. At ``deadline`` (a ``time.time()`` value) the run saves its
-    checkpoint and raises ``BudgetExhausted``; the next call resumes it where it stopped. A run
-    resumed on other hardware or code lists each stretch in its record's ``segments``. With
-    ``rerun``, a stored record (one from uncommitted code, say) is trained again and replaced when
-    the new one is finished.
+
+def train_group(make_task: Callable[..., Task], members: Sequence[Tuple[ExperimentConfig, int]], device: str = "cpu",
+                store: Optional[RunStore] = None, resume: bool = True, progress: bool = True,
+                checkpoint_every_s: float = 180.0, callback: Optional[Callable[[str, int, int], None]] = None,
+                position: int = 0, deadline: Optional[float] = None, rerun: bool = False,
+                errors: Optional[Dict[str, str]] = None) -> List[Dict[str, Any]]:
+    """Train the runs ``members`` ((config, seed) each) as one group, one model with a leading run
+    dimension where there are several (``Task.group_step``), and return each one's record in order.
+
+    Each run keeps everything its own: initialisation and masks from its own seed, optimiser,
+    schedule, clipping, checkpoint and record (the same run id and format as alone, plus ``group``,
+    the run ids it trained beside). Finished runs are loaded; a run that diverges is recorded as it
+    would be alone and leaves the group, and the others go on. Runs whose checkpoints stand at
+    different places train as separate groups, one after the other.
+
+    ``callback(event, epoch, batch)`` is called after every batch ("batch") and epoch ("epoch"); tests
+    use it to interrupt a run. At ``deadline`` (a ``time.time()`` value) every run saves its
+    checkpoint and ``BudgetExhausted`` is raised; the next call resumes them. A run resumed on other
+    hardware or code lists each stretch in its record's ``segments``. With ``rerun``, stored records
+    (from uncommitted code, say) are trained again and replaced when the new ones are finished.
+    ``errors``, where given, gets run id -> message for each run that diverged in this call.
     """
     device = check_device(device)
     store = store or RunStore()
-    rid = run_id(config, seed)
-    name = config.experiment
-    if store.has(name, config.scale, rid) and not rerun:
-        return store.load(name, config.scale, rid)
-    ckpt_path = store.checkpoint_path(name, rid)
-    if deadline is not None and time.time() >= deadline:
-        raise BudgetExhausted(f"run {name}/{rid}: the time budget ended before it started")
-    env = environment(device)  # taken at the start: the commit of the code that runs
-    store.refuse_unclean_code(env["commit"], f"run {name}/{rid} is")
-    seed_everything(seed)
-    task = make_task(config, device, seed)
-    epochs = config.epochs
-    start_epoch, start_batch, curves, sums, elapsed, segments = 0, 0, [], {}, 0.0, []
-    ck = load_checkpoint(ckpt_path) if resume and ckpt_path.exists() else None
-    if ck is not None and not store.accepts_checkpoint(ck):
-        warnings.warn(f"checkpoint {ckpt_path} holds training by uncommitted code, whose record {store.root} would "
-                      f"refuse: run {name}/{rid} starts from scratch, and its new checkpoints replace that one")
-        ck = None
-    if ck is not None:
-        _restore(task, ck, ckpt_path)
-        start_epoch, start_batch, curves, sums, elapsed = (ck["epoch"], ck["batch"], ck["curves"], ck["sums"],
-                                                           ck["elapsed"])
-        env["resumed_from_commit"] = ck.get("commit", "unknown")
-        segments = ck.get("segments", [])
-    segment = {k: env[k] for k in ("hardware", "device", "torch", "commit")}
+    members = [(c, int(s)) for c, s in members]
+    if not members:
+        raise ValueError("a group needs at least one run")
+    rids = [run_id(c, s) for c, s in members]
+    if len(set(rids)) < len(rids):
+        raise ValueError(f"a group holds the same run twice: {sorted(r for r in rids if rids.count(r) > 1)}")
+    keys = {group_key(make_task, c, s) for c, s in members}
+    if len(members) > 1 and (None in keys or len(keys) > 1):
+        raise ValueError(f"these {len(members)} runs cannot train as one group: "
+                         + ("their task trains one run at a time" if None in keys else
+                            "they differ in more than the fields a group lets differ (Task.FUSABLE_FIELDS) or in a "
+                            "seed that orders their batches"))
+    records: Dict[str, Dict[str, Any]] = {}
+    todo = []
+    for (config, seed), rid in zip(members, rids):
+        if store.has(config.experiment, config.scale, rid) and not rerun:
+            records[rid] = store.load(config.experiment, config.scale, rid)
+        else:
+            todo.append((config, seed))
+    if todo:
+        first = run_id(*todo[0])
+        if deadline is not None and time.time() >= deadline:
+            raise BudgetExhausted(f"run {todo[0][0].experiment}/{first}"
+                                  + (f" and {len(todo) - 1} more" if len(todo) > 1 else "")
+                                  + ": the time budget ended before it started")
+        env = environment(device)  # taken at the start: the commit of the code that runs
+        store.refuse_unclean_code(env["commit"], f"run {todo[0][0].experiment}/{first} is")
+        runs = [Run(make_task, c, s, device, store, resume, env) for c, s in todo]
+        for where in sorted({r.position for r in runs}):
+            together = [r for r in runs if r.position == where]
+            for record in _train_together(together, store, progress, checkpoint_every_s, callback, position, deadline):
+                records[record["run_id"]] = record
+        if errors is not None:
+            errors.update({r.rid: r.diverged for r in runs if r.diverged})
+    return [records[rid] for rid in rids]
 
+
+def _train_together(runs: List[Run], store: RunStore, progress: bool, checkpoint_every_s: float, callback,
+                    position: int, deadline: Optional[float]) -> List[Dict[str, Any]]:
+    """The loop of ``train_group`` over ``runs``, which stand at one place (epoch, batch)."""
+    lead = runs[0]
+    task_type = type(lead.task)
+    epochs = lead.config.epochs
+    start_epoch, start_batch = lead.position
+    group = [r.rid for r in runs] if len(runs) > 1 else None
+    if len(runs) == 1 and lead.rng is not None:
+        _set_rng_state(lead.rng)  # a run alone resumes the global RNG too (nothing of a group draws from it)
     batch_counts: Dict[int, int] = {}
 
     def expected_batches(epoch: int) -> int:
         """About how many batches ``epoch`` has: those of the epoch it is like (``Task.like_epoch``)."""
-        like = task.like_epoch(epoch)
+        like = lead.task.like_epoch(epoch)
         if like not in batch_counts:
-            batch_counts[like] = len(task.batches(like))
+            batch_counts[like] = len(lead.task.batches(like))
         return batch_counts[like]
 
-    def with_this_segment(epoch: int, batch: int) -> List[Dict[str, Any]]:
+    def with_this_segment(run: Run, epoch: int, batch: int) -> List[Dict[str, Any]]:
         """The stretches of training so far: earlier ones, then this process's, in epochs (fractions
         for a stretch that began or ended inside an epoch) and seconds."""
         def at(e: int, b: int) -> float:
             return round(e + b / max(1, expected_batches(e)), 4) if b else float(e)
-        return segments + [{**segment, "from_epoch": at(start_epoch, start_batch), "to_epoch": at(epoch, batch),
-                            "wall_s": round(time.perf_counter() - t_start, 2)}]
+        segment = {k: run.env[k] for k in ("hardware", "device", "torch", "commit")}
+        if group:
+            segment["group"] = group
+        return run.segments + [{**segment, "from_epoch": at(start_epoch, start_batch), "to_epoch": at(epoch, batch),
+                                "wall_s": round(time.perf_counter() - t_start, 2)}]
 
-    def checkpoint(epoch: int, batch: int) -> None:
-        save_checkpoint(ckpt_path, {"model": task.model.state_dict(), "optimizer": task.optimizer.state_dict(),
-                                    "task": task.state_dict(), "rng": _rng_state(), "epoch": epoch,
-                                    "batch": batch, "curves": curves, "sums": sums,
-                                    "elapsed": elapsed + time.perf_counter() - t_start, "run_id": rid,
-                                    "commit": env["commit"],
-                                    "segments": with_this_segment(epoch, batch)})
+    def share(run: Run) -> float:
+        """The run's share of the wall time since this process began training it."""
+        return (time.perf_counter() - t_start) / len(runs)
 
-    def make_record(metrics: Dict[str, Any], epoch: int, batch: int, **extra) -> Dict[str, Any]:
+    def checkpoint(members: List[Run], epoch: int, batch: int) -> None:
+        """Each of ``members``' checkpoints at (epoch, batch), the files renamed in place together."""
+        save_checkpoints([(run.ckpt_path, {
+            "model": run.task.model.state_dict(), "optimizer": run.task.optimizer.state_dict(),
+            "task": run.task.state_dict(), "rng": _rng_state(), "generator": run.generator.get_state(),
+            "epoch": epoch, "batch": batch, "curves": run.curves, "sums": run.sums,
+            "elapsed": run.elapsed + share(run), "run_id": run.rid, "commit": run.env["commit"],
+            "segments": with_this_segment(run, epoch, batch)}) for run in members])
+
+    def make_record(run: Run, metrics: Dict[str, Any], epoch: int, batch: int, **extra) -> Dict[str, Any]:
         """The run's record, with its curves so far, as training stands at (epoch, batch)."""
-        record = {"experiment": name, "run_id": rid, "seed": seed, "config": config.to_dict(),
-                  "metrics": metrics, "curves": curves, **extra,
-                  "wall_time_s": round(elapsed + time.perf_counter() - t_start, 2), **env, "finished": utc_now()}
-        if segments:  # resumed: say on what hardware and code each stretch of training ran
-            record["segments"] = with_this_segment(epoch, batch)
+        record = {"experiment": run.name, "run_id": run.rid, "seed": run.seed, "config": run.config.to_dict(),
+                  "metrics": metrics, "curves": run.curves, **extra,
+                  "wall_time_s": round(run.elapsed + share(run), 2), **run.env, "finished": utc_now()}
+        if group:
+            record["group"] = group
+        if run.segments:  # resumed: say on what hardware and code each stretch of training ran
+            record["segments"] = with_this_segment(run, epoch, batch)
         return record
 
     t_start = time.perf_counter()
     last_ckpt = time.monotonic()
     if expected_batches(0) == 0:
-        raise ValueError(f"run {name}/{rid}: its training split gives no batch of {config}; use more data or "
-                         "smaller batches")
+        raise ValueError(f"run {lead.name}/{lead.rid}: its training split gives no batch of {lead.config}; use more "
+                         "data or smaller batches")
+    what = lead.rid if len(runs) == 1 else f"{lead.rid} +{len(runs) - 1}"
     bar = tqdm(total=sum(map(expected_batches, range(epochs))),
                initial=sum(map(expected_batches, range(start_epoch))) + start_batch, disable=not progress,
-               desc=f"{name} {rid}", position=position, leave=position == 0, dynamic_ncols=True)
+               desc=f"{lead.name} {what}", position=position, leave=position == 0, dynamic_ncols=True)
+    live = list(runs)
+    finished: List[Dict[str, Any]] = []
     try:
         for epoch in range(start_epoch, epochs):
-            task.model.train()
-            batches = task.batches(epoch)
+            for r in live:
+                r.task.model.train()
+            batches = lead.task.batches(epoch)
             first = start_batch if epoch == start_epoch else 0
             if first == 0:
-                sums = {}
+                for r in live:
+                    r.sums = {}
             for b in range(first, len(batches)):
-                out = task.train_step(batches[b])
-                loss = float(out["loss"])
-                if not math.isfinite(loss):  # a result too: recorded, so that it is not retried forever
-                    where = {"epoch": epoch + 1, "batch": b + 1, "loss": str(loss)}
-                    path = store.save(make_record({}, epoch, b, diverged=where))
-                    raise NonFiniteLossError(f"run {name}/{rid} (seed {seed}): training loss is {loss} at epoch "
-                                             f"{epoch + 1}, batch {b + 1}; it is recorded as diverged in {path}, "
-                                             f"and its last good checkpoint is kept at {ckpt_path}")
-                for k, v in out.items():
-                    sums[k] = sums.get(k, 0.0) + float(v)
-                sums["_n"] = sums.get("_n", 0) + 1
+                outs = task_type.group_step([r.task for r in live], batches[b])
+                values = _to_floats(outs)  # one host synchronisation a step for the whole group
+                for r, out in zip(list(live), values):
+                    loss = out["loss"]
+                    if not math.isfinite(loss):  # a result too: recorded, so that it is not retried forever
+                        where = {"epoch": epoch + 1, "batch": b + 1, "loss": str(loss)}
+                        path = store.save(make_record(r, {}, epoch, b, diverged=where))
+                        r.diverged = (f"run {r.name}/{r.rid} (seed {r.seed}): training loss is {loss} at epoch "
+                                      f"{epoch + 1}, batch {b + 1}; it is recorded as diverged in {path}, and its last "
+                                      f"good checkpoint is kept at {r.ckpt_path}")
+                        finished.append(store.load(r.name, r.config.scale, r.rid))
+                        live.remove(r)
+                        continue
+                    for k, v in out.items():
+                        r.sums[k] = r.sums.get(k, 0.0) + v
+                    r.sums["_n"] = r.sums.get("_n", 0) + 1
+                if not live:
+                    return finished
                 bar.update(1)
                 if callback:
                     callback("batch", epoch, b)
                 if deadline is not None and time.time() >= deadline:
-                    checkpoint(epoch, b + 1)
-                    raise BudgetExhausted(f"run {name}/{rid}: stopped at the time budget in epoch {epoch + 1}, "
-                                          f"batch {b + 1}; its checkpoint {ckpt_path} resumes it")
+                    checkpoint(live, epoch, b + 1)
+                    raise BudgetExhausted(f"run {lead.name}/{what}: stopped at the time budget in epoch {epoch + 1}, "
+                                          f"batch {b + 1}; its checkpoint in {lead.ckpt_path.parent} resumes it")
                 if time.monotonic() - last_ckpt > checkpoint_every_s and b + 1 < len(batches):
-                    checkpoint(epoch, b + 1)
+                    checkpoint(live, epoch, b + 1)
                     last_ckpt = time.monotonic()
-            n = sums.pop("_n")
-            train_stats = {k: v / n for k, v in sums.items()}
-            task.model.eval()
-            with torch.no_grad():
-                metrics = {"epoch": epoch + 1, **task.evaluate(epoch, train_stats)}
-            curves.append(metrics)
-            task.end_epoch(epoch, metrics)
-            if task.progress_metric:
-                bar.set_postfix(epoch=epoch + 1, loss=f"{train_stats['loss']:.4g}",
-                                **{task.progress_metric: f"{metrics.get(task.progress_metric, float('nan')):.4g}"})
-            sums = {}
-            checkpoint(epoch + 1, 0)
+            for r in live:
+                n = r.sums.pop("_n")
+                train_stats = {k: v / n for k, v in r.sums.items()}
+                r.task.model.eval()
+                with torch.no_grad():
+                    metrics = {"epoch": epoch + 1, **r.task.evaluate(epoch, train_stats)}
+                r.curves.append(metrics)
+                r.task.end_epoch(epoch, metrics)
+                if r is lead and lead.task.progress_metric:
+                    bar.set_postfix(epoch=epoch + 1, loss=f"{train_stats['loss']:.4g}", **{
+                        lead.task.progress_metric: f"{metrics.get(lead.task.progress_metric, float('nan')):.4g}"})
+                r.sums = {}
+            checkpoint(live, epoch + 1, 0)
             last_ckpt = time.monotonic()
             if callback:
                 callback("epoch", epoch, len(batches))
     finally:
         bar.close()
-    record = make_record(task.final_metrics(curves), epochs, 0)
-    store.save(record)
-    ckpt_path.unlink(missing_ok=True)
-    return record
+    for r in live:
+        record = make_record(r, r.task.final_metrics(r.curves), epochs, 0)
+        store.save(record)
+        r.ckpt_path.unlink(missing_ok=True)
+        finished.append(record)
+    return finished
+
+
+def _to_floats(outs: Sequence[Dict[str, Any]]) -> List[Dict[str, float]]:
+    """Each run's step outputs as floats, the tensors among them read in one transfer."""
+    tensors = [v for out in outs for v in out.values() if isinstance(v, torch.Tensor)]
+    read = iter(torch.stack([t.detach().reshape(()).double() for t in tensors]).tolist() if tensors else ())
+    return [{k: next(read) if isinstance(v, torch.Tensor) else float(v) for k, v in out.items()} for out in outs]

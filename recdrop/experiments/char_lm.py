@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 import pandas as pd
 import torch
@@ -18,9 +18,9 @@ import torch.nn.functional as F
 
 from ..config import ExperimentConfig
 from ..data.ptb import load_ptb_char
-from ..models import Dropout, LanguageModel
+from ..models import Dropout, LanguageModel, language_models_bytes, language_models_forward, token_nll
 from ..report import Metric, check_claims, fmt_mean_sd, summarize
-from ..train import Task, epoch_generator
+from ..train import Task, epoch_generator, optimise_group
 from .lm_tables import (FORWARD, all_cells, best, best_epoch, conjecture_cells, fit_table, headline_cells, lm_table,
                         lm_table_wide, paper_values, pilot_cells, pilot_table, plot_learning_curves, plot_run_curves,
                         seed_cell_values, table_cells)
@@ -119,6 +119,10 @@ class CharLMTask(Task):
     score validation and test the same way), shuffled every epoch; bits per character are the
     mean NLL over every predicted character, in bits."""
     progress_metric = "valid_bpc"
+    # A group's runs share the corpus, the model's sizes, the batch size and the schedule's length, and
+    # one seed: it orders the sequences of each epoch (``batches``).
+    FUSABLE_FIELDS = ("scheme", "sampling", "recurrent_dropout", "scaling", "input_dropout", "output_dropout",
+                      "init_scale", "lr", "lr_decay", "decay_from_epoch", "clip_norm")
 
     def __init__(self, cfg: CharLMConfig, device: str, seed: int):
         self.cfg, self.device, self.seed = cfg, device, seed
@@ -138,12 +142,25 @@ class CharLMTask(Task):
         order = torch.randperm(self.train_seqs.shape[0], generator=g)
         return list(order.split(self.cfg.batch_size))
 
+    @classmethod
+    def group_bytes(cls, cfg, runs: int) -> int:
+        return language_models_bytes(runs, len(corpus().vocab), cfg.embedding_size, cfg.hidden_size, cfg.seq_len,
+                                     cfg.batch_size, optimizer_slots=2)
+
+    @classmethod
+    def group_step(cls, tasks: Sequence["CharLMTask"], idx: torch.Tensor) -> List[Dict[str, torch.Tensor]]:
+        """One Adam step of each run on the sequences ``idx``, the runs as one model
+        (``models.language_models_forward``), each sequence from a zero state."""
+        seqs = tasks[0].train_seqs[idx.to(tasks[0].train_seqs.device)].t()  # (T + 1, B)
+        weight = tasks[0].model.out.weight
+        zero = weight.new_zeros(len(tasks), seqs.shape[1], tasks[0].cfg.hidden_size)
+        logits, _ = language_models_forward([t.model for t in tasks], seqs[:-1], (zero, zero))
+        nll = token_nll(logits, seqs[1:])
+        optimise_group(tasks, nll, [t.cfg.clip_norm for t in tasks])
+        return [{"loss": v} for v in nll.detach()]
+
     def train_step(self, idx: torch.Tensor) -> Dict[str, float]:
-        seqs = self.train_seqs[idx.to(self.train_seqs.device)].t()  # (T + 1, B)
-        logits, _ = self.model(seqs[:-1], None)
-        nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), seqs[1:].reshape(-1))
-        self.optimise(nll, self.cfg.clip_norm)
-        return {"loss": nll.item()}
+        return {k: float(v) for k, v in self.group_step([self], idx)[0].items()}
 
     @torch.no_grad()
     def bpc(self, seqs: torch.Tensor, batch: int = 256) -> float:

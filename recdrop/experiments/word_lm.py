@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import pandas as pd
 import torch
@@ -18,9 +18,9 @@ import torch.nn.functional as F
 
 from ..config import ExperimentConfig
 from ..data.ptb import batchify, load_ptb
-from ..models import Dropout, LanguageModel
+from ..models import Dropout, LanguageModel, language_models_bytes, language_models_forward, token_nll
 from ..report import Metric, check_claims, claim_verdict, means_over, seed_values
-from ..train import Task
+from ..train import Task, optimise_group
 from .lm_tables import (CELL_KEYS, FORWARD, RATES, SAMPLINGS, SCHEMES, best, best_epoch, conjecture_cells, fit_table,
                         headline_cells, lm_table, lm_table_wide, paper_values, pilot_cells, pilot_table,
                         plot_learning_curves, plot_run_curves, seed_cell_values, table_cells)
@@ -91,12 +91,22 @@ def corpus():
     return load_ptb()
 
 
+def _exp(nll: float) -> float:
+    """A perplexity: exp(nll), infinite where it overflows (a model blown up by its training)."""
+    return math.exp(nll) if nll < 709.78 else math.inf
+
+
 def _detach(state):
     return tuple(s.detach() for s in state)
 
 
 class WordLMTask(Task):
     progress_metric = "valid_ppl"
+    # A group's runs share the corpus, the model's sizes and the schedule's length; every run reads the
+    # windows in the same order whatever its seed.
+    FUSABLE_FIELDS = ("scheme", "sampling", "recurrent_dropout", "scaling", "input_dropout", "output_dropout",
+                      "init_scale", "lr", "lr_decay", "clip_norm")
+    batches_depend_on_seed = False
 
     def __init__(self, cfg: WordLMConfig, device: str, seed: int):
         self.cfg, self.device = cfg, device
@@ -121,15 +131,29 @@ class WordLMTask(Task):
         """Start rows of the BPTT windows; the tail shorter than a window is dropped (authors' code)."""
         return list(range(0, self.train_data.shape[0] - self.cfg.bptt, self.cfg.bptt))
 
-    def train_step(self, start: int) -> Dict[str, float]:
-        x = self.train_data[start:start + self.cfg.bptt]
-        y = self.train_data[start + 1:start + 1 + self.cfg.bptt]
-        logits, state = self.model(x, self.state)
-        self.state = _detach(state)
-        nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+    @classmethod
+    def group_bytes(cls, cfg, runs: int) -> int:
+        return language_models_bytes(runs, len(corpus().vocab), cfg.embedding_size, cfg.hidden_size, cfg.bptt,
+                                     cfg.batch_size, optimizer_slots=0)
+
+    @classmethod
+    def group_step(cls, tasks: Sequence["WordLMTask"], start: int) -> List[Dict[str, torch.Tensor]]:
+        """One SGD step of each run on the BPTT window at row ``start``, the runs as one model
+        (``models.language_models_forward``), each from its own carried state."""
+        cfg = tasks[0].cfg
+        x = tasks[0].train_data[start:start + cfg.bptt]
+        y = tasks[0].train_data[start + 1:start + 1 + cfg.bptt]
+        states = tuple(torch.cat([t.state[i] for t in tasks]) for i in range(2))  # (R, B, H) each
+        logits, states = language_models_forward([t.model for t in tasks], x, states)
+        for r, t in enumerate(tasks):
+            t.state = tuple(s[r:r + 1].detach() for s in states)
+        nll = token_nll(logits, y)
         # Authors' code: cross-entropy summed over the 35 steps and averaged over the batch.
-        self.optimise(nll * self.cfg.bptt, self.cfg.clip_norm)
-        return {"loss": nll.item()}
+        optimise_group(tasks, nll * cfg.bptt, [t.cfg.clip_norm for t in tasks])
+        return [{"loss": v} for v in nll.detach()]
+
+    def train_step(self, start: int) -> Dict[str, float]:
+        return {k: float(v) for k, v in self.group_step([self], start)[0].items()}
 
     def perplexities(self, data) -> Tuple[float, float]:
         """(exp of the mean token NLL over the split, the authors' mean over windows of exp(window NLL)),
@@ -142,8 +166,8 @@ class WordLMTask(Task):
             logits, state = self.model(x, state)
             nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), reduction="sum").item()
             total, count = total + nll, count + y.numel()
-            per_window.append(math.exp(nll / y.numel()))
-        return math.exp(total / count), sum(per_window) / len(per_window)
+            per_window.append(_exp(nll / y.numel()))
+        return _exp(total / count), sum(per_window) / len(per_window)
 
     def evaluate(self, epoch: int, train_stats: Dict[str, float]) -> Dict[str, Optional[float]]:
         """Validation perplexity every epoch; test perplexity only where the table needs it: when
@@ -152,7 +176,7 @@ class WordLMTask(Task):
         test = test_authors = None
         if valid < self.best_valid or epoch == self.cfg.epochs - 1:
             test, test_authors = self.perplexities(self.test_data)
-        return {"train_ppl": math.exp(train_stats["loss"]), "valid_ppl": valid, "test_ppl": test,
+        return {"train_ppl": _exp(train_stats["loss"]), "valid_ppl": valid, "test_ppl": test,
                 "valid_ppl_authors": valid_authors, "test_ppl_authors": test_authors,
                 "lr": self.optimizer.param_groups[0]["lr"]}
 
@@ -170,7 +194,7 @@ class WordLMTask(Task):
                 "best_test_ppl": at_best["test_ppl"], "best_test_ppl_authors": at_best["test_ppl_authors"]}
 
     def state_dict(self) -> Dict[str, Any]:
-        return {"state": self.state, "best_valid": self.best_valid}
+        return {"state": tuple(s.clone() for s in self.state), "best_valid": self.best_valid}  # not a group's views
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         self.state = tuple(s.to(self.device) for s in state["state"])
