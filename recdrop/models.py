@@ -105,6 +105,15 @@ class LanguageModel(torch.nn.Module):
         return self.out(self.output_drop(y)), state
 
 
+def _group_outputs(models: Sequence[LanguageModel], tokens: torch.Tensor, states: Tuple[torch.Tensor, ...]):
+    """Each run's recurrent outputs after its output dropout (a list of ``(T, B, H)``), and the new
+    states ``(R, B, H)``: each run's own embedding and forward dropouts, the recurrent layers as one
+    group (``layers.run_group``)."""
+    x = torch.stack([m.input_drop(m.embed(tokens)) for m in models], 1)  # (T, R, B, E)
+    y, states = layers.run_group([m.rnn for m in models], x, states)
+    return [m.output_drop(y[:, r]) for r, m in enumerate(models)], states
+
+
 def language_models_forward(models: Sequence[LanguageModel], tokens: torch.Tensor, states: Tuple[torch.Tensor, ...]):
     """``LanguageModel.forward`` of each of ``models`` (one run's each: one size and mode, any dropout)
     on the same ``tokens`` ``(T, B)``, as one group (issue 35): each run's own embedding and forward
@@ -113,11 +122,23 @@ def language_models_forward(models: Sequence[LanguageModel], tokens: torch.Tenso
     if len(models) == 1:  # a run alone: its own forward (torch.nn's kernels where no dropout acts)
         logits, states = models[0](tokens, tuple(states))
         return logits.unsqueeze(1), states
-    x = torch.stack([m.input_drop(m.embed(tokens)) for m in models], 1)  # (T, R, B, E)
-    y, states = layers.run_group([m.rnn for m in models], x, states)
-    y = torch.stack([m.output_drop(y[:, r]) for r, m in enumerate(models)], 1)
-    logits = group_linear(y, torch.stack([m.out.weight for m in models]), torch.stack([m.out.bias for m in models]))
-    return logits, states
+    ys, states = _group_outputs(models, tokens, states)
+    w, b = torch.stack([m.out.weight for m in models]), torch.stack([m.out.bias for m in models])
+    return group_linear(torch.stack(ys, 1), w, b), states
+
+
+def language_models_nll(models: Sequence[LanguageModel], tokens: torch.Tensor, states: Tuple[torch.Tensor, ...],
+                        targets: torch.Tensor):
+    """Each run's mean negative log-likelihood of ``targets`` ``(T, B)`` after ``tokens``, ``(R,)``, and
+    the new states: ``language_models_forward`` and ``token_nll`` in one. On a CPU each run's decoder
+    and loss run on its own (the products are compute-bound there, and the group's logits need not be
+    stacked: measured by ``benchmarks/bench_groups.py``); elsewhere the decoders are one batched product."""
+    if len(models) == 1 or tokens.device.type != "cpu":
+        logits, states = language_models_forward(models, tokens, states)
+        return token_nll(logits, targets), states
+    ys, states = _group_outputs(models, tokens, states)
+    flat = targets.reshape(-1)
+    return torch.stack([F.cross_entropy(m.out(y).reshape(flat.numel(), -1), flat) for m, y in zip(models, ys)]), states
 
 
 def language_models_bytes(runs: int, vocab: int, embedding: int, hidden: int, steps: int, batch: int,

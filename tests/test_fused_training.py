@@ -21,6 +21,7 @@ from recdrop.config import run_id
 from recdrop.experiments.char_lm import CharLMConfig, CharLMTask
 from recdrop.experiments.temporal_order import TemporalOrderConfig
 from recdrop.experiments.word_lm import WordLMConfig, WordLMTask
+from recdrop.models import token_nll
 from recdrop.store import RunStore
 from recdrop.sweep import fuse_groups, grid_rows, run_grid
 from recdrop.train import train_group, train_run
@@ -250,3 +251,15 @@ def test_the_sweep_command_line_takes_fuse_with_and_without_a_cap(capsys, store)
     assert "at least 1" in capsys.readouterr().err
     assert sweep.main(["temporal_order", "--scale", "ci", "--fuse", "--no-progress"]) == 1
     assert "cannot share one model" in capsys.readouterr().err
+
+
+def test_the_batched_loss_of_a_group_is_each_runs_own_cross_entropy():
+    """``token_nll`` (the loss of a group's batched decoders, off the CPU) against torch's cross-entropy of
+    each run's own logits."""
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(5, 3, 4, 7, generator=g, dtype=torch.float64)
+    targets = torch.randint(7, (5, 4), generator=g)
+    expected = torch.stack([torch.nn.functional.cross_entropy(logits[:, r].reshape(-1, 7), targets.reshape(-1))
+                            for r in range(3)])
+    torch.testing.assert_close(token_nll(logits, targets), expected, rtol=1e-12, atol=0)
+    torch.testing.assert_close(token_nll(logits[:, :1], targets), expected[:1], rtol=1e-12, atol=0)

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from ..config import ExperimentConfig
 from ..data.ptb import load_ptb_char
-from ..models import Dropout, LanguageModel, language_models_bytes, language_models_forward, token_nll
+from ..models import Dropout, LanguageModel, language_models_bytes, language_models_nll
 from ..report import Metric, check_claims, fmt_mean_sd, summarize
 from ..train import Task, epoch_generator, optimise_group
 from .lm_tables import (FORWARD, all_cells, best, best_epoch, conjecture_cells, fit_table, headline_cells, lm_table,
@@ -150,12 +150,11 @@ class CharLMTask(Task):
     @classmethod
     def group_step(cls, tasks: Sequence["CharLMTask"], idx: torch.Tensor) -> List[Dict[str, torch.Tensor]]:
         """One Adam step of each run on the sequences ``idx``, the runs as one model
-        (``models.language_models_forward``), each sequence from a zero state."""
+        (``models.language_models_nll``), each sequence from a zero state."""
         seqs = tasks[0].train_seqs[idx.to(tasks[0].train_seqs.device)].t()  # (T + 1, B)
         weight = tasks[0].model.out.weight
         zero = weight.new_zeros(len(tasks), seqs.shape[1], tasks[0].cfg.hidden_size)
-        logits, _ = language_models_forward([t.model for t in tasks], seqs[:-1], (zero, zero))
-        nll = token_nll(logits, seqs[1:])
+        nll, _ = language_models_nll([t.model for t in tasks], seqs[:-1], (zero, zero), seqs[1:])
         optimise_group(tasks, nll, [t.cfg.clip_norm for t in tasks])
         return [{"loss": v} for v in nll.detach()]
 

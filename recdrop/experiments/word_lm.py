@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from ..config import ExperimentConfig
 from ..data.ptb import batchify, load_ptb
-from ..models import Dropout, LanguageModel, language_models_bytes, language_models_forward, token_nll
+from ..models import Dropout, LanguageModel, language_models_bytes, language_models_nll
 from ..report import Metric, check_claims, claim_verdict, means_over, seed_values
 from ..train import Task, optimise_group
 from .lm_tables import (CELL_KEYS, FORWARD, RATES, SAMPLINGS, SCHEMES, best, best_epoch, conjecture_cells, fit_table,
@@ -139,15 +139,14 @@ class WordLMTask(Task):
     @classmethod
     def group_step(cls, tasks: Sequence["WordLMTask"], start: int) -> List[Dict[str, torch.Tensor]]:
         """One SGD step of each run on the BPTT window at row ``start``, the runs as one model
-        (``models.language_models_forward``), each from its own carried state."""
+        (``models.language_models_nll``), each from its own carried state."""
         cfg = tasks[0].cfg
         x = tasks[0].train_data[start:start + cfg.bptt]
         y = tasks[0].train_data[start + 1:start + 1 + cfg.bptt]
         states = tuple(torch.cat([t.state[i] for t in tasks]) for i in range(2))  # (R, B, H) each
-        logits, states = language_models_forward([t.model for t in tasks], x, states)
+        nll, states = language_models_nll([t.model for t in tasks], x, states, y)
         for r, t in enumerate(tasks):
             t.state = tuple(s[r:r + 1].detach() for s in states)
-        nll = token_nll(logits, y)
         # Authors' code: cross-entropy summed over the 35 steps and averaged over the batch.
         optimise_group(tasks, nll * cfg.bptt, [t.cfg.clip_norm for t in tasks])
         return [{"loss": v} for v in nll.detach()]

@@ -1,0 +1,106 @@
+"""Runs per hour of a fused group of language models (issue 35), against the same runs one at a time.
+
+One training step of R runs of a table's grid at the paper's shapes (word LM: vocabulary 10k,
+256 + 256 units, batch 32, 35 steps; char LM: 50 symbols, 256 + 1024 units, batch 64, 100 steps),
+the first R cells of Table 2 or 3 (each its own scheme, rate, sampling, forward dropout and
+generator), through the trainer's own step (``Task.group_step``: the forward as one model, one
+backward, each run's clipping and optimiser step), against the same R runs' steps one after the
+other (``group_step`` of one run each). The two are timed in turn, repeat after repeat, in one
+process on one machine; the ratio is the group's runs per hour over one-at-a-time's. Prints a table
+and, with --out, writes it as CSV for the Performance page.
+
+    python benchmarks/bench_groups.py --out data/benchmarks/groups/cpu-amd-epyc.csv      # CPU
+    python benchmarks/bench_groups.py --device cuda --models word char --sizes 1 2 4 8 13 26 \
+        --out data/benchmarks/groups/gpu-nvidia-h100.csv
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from recdrop.experiments import char_lm, word_lm
+from recdrop.models import set_generator
+from recdrop.perf import require_clean_commit, write_benchmark
+from recdrop.store import git_commit, hardware
+from recdrop.train import mask_generator, seed_everything
+
+MODELS = {"word": (word_lm.WordLMTask, lambda: word_lm.grid("paper")),
+          "char": (char_lm.CharLMTask, lambda: char_lm.grid("paper"))}
+
+
+def make_tasks(name: str, n: int, device: str):
+    """The first ``n`` cells of the model's paper grid, seed 0, each built as the trainer builds it."""
+    task_type, cells = MODELS[name]
+    tasks = []
+    for _, cfg in cells()[:n]:
+        seed_everything(0)
+        task = task_type(cfg, device, 0)
+        set_generator(task.model, mask_generator(0, device))
+        task.model.train()
+        tasks.append(task)
+    return task_type, tasks
+
+
+def timed(step, sync) -> float:
+    sync()
+    t0 = time.perf_counter()
+    step()
+    sync()
+    return time.perf_counter() - t0
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--threads", type=int, default=2, help="CPU threads (torch.set_num_threads)")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--models", nargs="+", default=["word"], choices=sorted(MODELS))
+    ap.add_argument("--sizes", type=int, nargs="+", default=[1, 2, 4, 8, 13, 26])
+    ap.add_argument("--tf32", action="store_true", help="allow TF32 matmuls on the GPU")
+    ap.add_argument("--out", type=Path, help="write the table as CSV here (with hardware, torch and commit per row)")
+    args = ap.parse_args(argv)
+    if any(n < 1 or n > 26 for n in args.sizes):
+        ap.error(f"--sizes must be between 1 and 26 (a table's cells), got {args.sizes}")
+    require_clean_commit(args.out)
+    torch.set_num_threads(args.threads)
+    torch.backends.cuda.matmul.allow_tf32 = args.tf32
+    torch.backends.cudnn.allow_tf32 = args.tf32
+    sync = torch.cuda.synchronize if args.device.startswith("cuda") else (lambda: None)
+    rows = []
+    for name in args.models:
+        for n in args.sizes:
+            task_type, tasks = make_tasks(name, n, args.device)
+            batches = tasks[0].batches(0)
+
+            def alone(b):
+                for t in tasks:
+                    task_type.group_step([t], b)
+
+            def group(b):
+                task_type.group_step(tasks, b)
+            alone(batches[0]), group(batches[0])  # warm-up
+            times = {"alone": [], "group": []}
+            for k in range(args.repeats):  # in turn, so that a busy machine slows both alike
+                times["alone"].append(timed(lambda: alone(batches[1 + k]), sync))
+                times["group"].append(timed(lambda: group(batches[1 + k]), sync))
+            a, g = statistics.median(times["alone"]), statistics.median(times["group"])
+            rows.append({"model": name, "runs": n, "alone_s": round(a, 4), "group_s": round(g, 4),
+                         "alone_runs_per_hour_of_steps": round(n * 3600 / a, 1),
+                         "group_runs_per_hour_of_steps": round(n * 3600 / g, 1), "speedup": round(a / g, 2),
+                         "hardware": hardware(args.device), "device": args.device, "threads": args.threads,
+                         "torch": torch.__version__, "commit": git_commit(),
+                         "batch": tasks[0].cfg.batch_size, "tf32": args.tf32})
+            print(f"{name} R={n:2d}: one at a time {a:.3f} s, as a group {g:.3f} s a step of all {n} runs: "
+                  f"{a / g:.2f}x", flush=True)
+            del tasks
+    if args.out:
+        write_benchmark(args.out, rows)
+        print(f"written {args.out}")
+
+
+if __name__ == "__main__":
+    main()
