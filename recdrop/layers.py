@@ -371,6 +371,14 @@ class RNN(_RecurrentLayer, nn.RNN):
         return rnn_sequence(gx, *state, w_hh, factors, self.nonlinearity, reverse)
 
 
+# Whether a group's runs are stacked on a CPU too. There the products are compute-bound and each run's
+# weights stay in cache over its own steps, so a group runs each layer on its own weights: measured by
+# benchmarks/bench_groups.py (word LM, paper shapes, 1 thread), stacking 13 runs took 1.4x the time of
+# the 13 one after the other. Elsewhere (a GPU, where one step of one run is launch-bound) they are
+# stacked. Tests set it to check the stacked path here.
+STACK_ON_CPU = False
+
+
 def run_group(layers: List[_RecurrentLayer], x: Tensor, hx: Tuple[Tensor, ...]):
     """The forward of each of ``layers`` on its own slice of ``x``, as one group (issue 35): ``x``
     ``(T, R, B, input_size)`` time-major with a run dimension, ``hx`` the initial states ``(R, B, H)``
@@ -379,7 +387,8 @@ def run_group(layers: List[_RecurrentLayer], x: Tensor, hx: Tuple[Tensor, ...]):
     The layers are one run's each: one unidirectional layer without projection, all of one kind,
     sizes, nonlinearity and mode (training or eval); each draws its own masks from its own
     ``generator`` as it does alone, and its weights are stacked at the call (autograd gives each its
-    own gradient). Each run's slice is what its layer computes alone on its slice (``tests/test_run_groups.py``)."""
+    own gradient); on a CPU each runs on its own weights (``STACK_ON_CPU``). Each run's slice is what its
+    layer computes alone on its slice (``tests/test_run_groups.py``)."""
     first = layers[0]
     for m in layers:
         if (type(m), m.input_size, m.hidden_size, m.bias, m.nonlinearity, m.training) != (
@@ -393,6 +402,12 @@ def run_group(layers: List[_RecurrentLayer], x: Tensor, hx: Tuple[Tensor, ...]):
                          f"got {tuple(x.shape)}")
     steps, batch = x.shape[0], x.shape[2]
     masks = [m._masks_for(x[:, r], None) for r, m in enumerate(layers)]  # one layer, one direction each
+    if x.device.type == "cpu" and not STACK_ON_CPU:  # each run's own weights, the run's own kernels
+        outs = [m._run_weights(x[:, r], tuple(s[r] for s in hx), m._weights(0, False),
+                               m.rdrop.factors(None if k is None else k[0], m.training,
+                                               per_step=m.rdrop.sampling == "per-step"), False)
+                for r, (m, k) in enumerate(zip(layers, masks))]
+        return torch.stack([y for y, _ in outs], 1), tuple(torch.stack(s) for s in zip(*(st for _, st in outs)))
     factors = stack_factors([m.rdrop.factors(None if k is None else k[0], m.training,
                                              per_step=m.rdrop.sampling == "per-step") for m, k in zip(layers, masks)],
                             steps, batch, first.hidden_size, x)

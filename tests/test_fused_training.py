@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from recdrop import campaign, sweep, train
+from recdrop import campaign, layers, sweep, train
 from recdrop.campaign import Entry, pack, run_campaign, unpack
 from recdrop.config import run_id
 from recdrop.experiments.char_lm import CharLMConfig, CharLMTask
@@ -68,7 +68,11 @@ def float64():
 
 
 @pytest.mark.parametrize("experiment", list(TASKS))
-def test_each_member_of_a_fused_group_ends_with_the_record_it_has_alone(experiment, tmp_path, monkeypatch, float64):
+@pytest.mark.parametrize("stacked", [True, False])
+def test_each_member_of_a_fused_group_ends_with_the_record_it_has_alone(experiment, stacked, tmp_path, monkeypatch,
+                                                                        float64):
+    """On a GPU's path (the runs' weights stacked, ``layers.STACK_ON_CPU``) and on the CPU's."""
+    monkeypatch.setattr(layers, "STACK_ON_CPU", stacked)
     monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "cache"))
     _, task = TASKS[experiment]
     runs = members(experiment)
@@ -85,6 +89,7 @@ def test_each_member_of_a_fused_group_ends_with_the_record_it_has_alone(experime
 @pytest.mark.parametrize("experiment", list(TASKS))
 def test_in_float32_a_member_agrees_with_its_run_alone_to_the_rounding_of_batched_products(experiment, tmp_path,
                                                                                          monkeypatch):
+    monkeypatch.setattr(layers, "STACK_ON_CPU", True)  # the batched products of a GPU's path
     monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "cache"))
     _, task = TASKS[experiment]
     runs = members(experiment)
