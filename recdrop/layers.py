@@ -372,9 +372,10 @@ class RNN(_RecurrentLayer, nn.RNN):
 
 
 # Whether a group's runs are stacked on a CPU too. There the products are compute-bound and each run's
-# weights stay in cache over its own steps, so a group runs each layer on its own weights: measured by
-# benchmarks/bench_groups.py (word LM, paper shapes, 1 thread), stacking 13 runs took 1.4x the time of
-# the 13 one after the other. Elsewhere (a GPU, where one step of one run is launch-bound) they are
+# weights stay in cache over its own steps, so a group runs each layer's own forward on its slice (torch.nn's
+# oneDNN kernels where no dropout acts): measured by benchmarks/bench_groups.py (paper shapes, 1 thread),
+# stacked groups of 13 and 26 word LMs took 1.4x and 1.8x the time of the runs one after the other, and 2
+# char LMs (one without dropout) 1.5x. Elsewhere (a GPU, where one step of one run is launch-bound) they are
 # stacked. Tests set it to check the stacked path here.
 STACK_ON_CPU = False
 
@@ -387,7 +388,7 @@ def run_group(layers: List[_RecurrentLayer], x: Tensor, hx: Tuple[Tensor, ...]):
     The layers are one run's each: one unidirectional layer without projection, all of one kind,
     sizes, nonlinearity and mode (training or eval); each draws its own masks from its own
     ``generator`` as it does alone, and its weights are stacked at the call (autograd gives each its
-    own gradient); on a CPU each runs on its own weights (``STACK_ON_CPU``). Each run's slice is what its
+    own gradient); on a CPU each runs its own forward (``STACK_ON_CPU``). Each run's slice is what its
     layer computes alone on its slice (``tests/test_run_groups.py``)."""
     first = layers[0]
     for m in layers:
@@ -401,13 +402,12 @@ def run_group(layers: List[_RecurrentLayer], x: Tensor, hx: Tuple[Tensor, ...]):
         raise ValueError(f"a group of {len(layers)} layers needs inputs of shape (T, R, B, I) with R = {len(layers)}, "
                          f"got {tuple(x.shape)}")
     steps, batch = x.shape[0], x.shape[2]
+    if x.device.type == "cpu" and not STACK_ON_CPU:  # each layer's own forward: its weights, its kernels
+        outs = [m(x[:, r], tuple(s[r:r + 1] for s in hx) if len(hx) == 2 else hx[0][r:r + 1])
+                for r, m in enumerate(layers)]
+        states = [st if isinstance(st, tuple) else (st,) for _, st in outs]
+        return torch.stack([y for y, _ in outs], 1), tuple(torch.cat(s) for s in zip(*states))
     masks = [m._masks_for(x[:, r], None) for r, m in enumerate(layers)]  # one layer, one direction each
-    if x.device.type == "cpu" and not STACK_ON_CPU:  # each run's own weights, the run's own kernels
-        outs = [m._run_weights(x[:, r], tuple(s[r] for s in hx), m._weights(0, False),
-                               m.rdrop.factors(None if k is None else k[0], m.training,
-                                               per_step=m.rdrop.sampling == "per-step"), False)
-                for r, (m, k) in enumerate(zip(layers, masks))]
-        return torch.stack([y for y, _ in outs], 1), tuple(torch.stack(s) for s in zip(*(st for _, st in outs)))
     factors = stack_factors([m.rdrop.factors(None if k is None else k[0], m.training,
                                              per_step=m.rdrop.sampling == "per-step") for m, k in zip(layers, masks)],
                             steps, batch, first.hidden_size, x)

@@ -1,6 +1,7 @@
 """The Performance page: benchmark results from ``data/benchmarks/*.csv`` (written by
-``benchmarks/bench_layers.py --out`` and ``benchmarks/bench_matmul.py --out``), as ratio tables and a plot of
-time per step; and the helpers those scripts write them with."""
+``benchmarks/bench_layers.py --out`` and ``benchmarks/bench_matmul.py --out``) and
+``data/benchmarks/groups/*.csv`` (``benchmarks/bench_groups.py --out``), as ratio tables and plots;
+and the helpers those scripts write them with."""
 from __future__ import annotations
 
 import csv
@@ -15,6 +16,7 @@ from .paths import DATA_DIR
 from .store import atomic_write_bytes, git_commit, is_clean_commit
 
 BENCH_DIR = DATA_DIR / "benchmarks"
+GROUP_DIR = BENCH_DIR / "groups"  # fused groups of runs against one run at a time (issue 35)
 IMPLEMENTATIONS = {"torch_nn_ms": "torch.nn, no dropout", "recdrop_ms": "recdrop fast path, dropout 0.25",
                    "loop_ms": "recdrop plain loop, dropout 0.25"}
 
@@ -135,4 +137,32 @@ def plot_time_per_step(df: pd.DataFrame):
         if (hardware, kind) not in measured:
             ax.text(0.5, 0.5, f"{kind}: not benchmarked\non this hardware", transform=ax.transAxes, ha="center",
                     va="center", color="grey")
+    return g
+
+
+def group_table(df: pd.DataFrame) -> pd.DataFrame:
+    """A fused group's speed-up over its runs one at a time (``bench_groups.py``: one training step of
+    R runs of a table's paper grid), one row per machine, model and thread count, one column per
+    group size R; above 1 the group is faster per run."""
+    if df.empty:
+        return pd.DataFrame()
+    out = df.pivot_table(index=["hardware", "model", "threads"], columns="runs", values="speedup", aggfunc="first")
+    out.columns = [f"R = {r}" for r in out.columns]
+    return out.reset_index().rename_axis(columns=None)
+
+
+def plot_group_throughput(df: pd.DataFrame):
+    """Runs per hour of training steps against the group size R, fused and one at a time, per model
+    and machine (log-log)."""
+    import seaborn as sns
+
+    if df.empty:
+        return None
+    long = df.melt(id_vars=["hardware", "model", "runs"], value_name="runs per hour of steps",
+                   value_vars=["alone_runs_per_hour_of_steps", "group_runs_per_hour_of_steps"], var_name="how")
+    long["how"] = long["how"].map({"alone_runs_per_hour_of_steps": "one run at a time",
+                                   "group_runs_per_hour_of_steps": "one fused group"})
+    g = sns.relplot(data=long, x="runs", y="runs per hour of steps", hue="how", col="model", row="hardware",
+                    kind="line", marker="o", height=3.2, aspect=1.2, facet_kws={"sharey": False})
+    g.set(xscale="log", yscale="log", xlabel="runs R")
     return g

@@ -63,8 +63,9 @@ def test_bad_budgets_are_refused(text):
         parse_budget(text)
 
 
-def test_the_committed_campaign_names_real_grids(store):
-    entries = load_campaign()
+@pytest.mark.parametrize("path", [campaign.CAMPAIGN, campaign.CAMPAIGN.with_name("campaign-gpu.toml")])
+def test_the_committed_campaign_names_real_grids(store, path):
+    entries = load_campaign(path)
     assert entries and all(e.why for e in entries)
     for e in entries:
         assert grid_rows(e.experiment, e.scale, e.seeds, e.grid, e.only, store)

@@ -80,3 +80,18 @@ def test_a_panel_without_measurements_says_so():
     empty = (df["hardware"].iloc[0], "RNN")
     assert (empty, "RNN: not benchmarked\non this hardware") in texts
     assert all(text == "" for key, text in texts if key != empty and key in set(zip(some["hardware"], some["kind"])))
+
+
+def test_the_group_table_gives_each_group_sizes_speedup_per_machine_and_model(tmp_path):
+    rows = [{"model": m, "runs": r, "alone_s": 1.0 * r, "group_s": r / s, "alone_runs_per_hour_of_steps": 3600.0,
+             "group_runs_per_hour_of_steps": 3600.0 * s, "speedup": s, "hardware": "cpu", "device": "cpu",
+             "threads": 1, "torch": "2.13", "commit": "abc", "batch": 32, "tf32": False}
+            for m, r, s in [("word", 1, 1.0), ("word", 26, 0.9), ("char", 1, 1.1)]]
+    pd.DataFrame(rows).to_csv(tmp_path / "g.csv", index=False)
+    table = perf.group_table(perf.load_benchmarks(tmp_path))
+    assert list(table.columns) == ["hardware", "model", "threads", "R = 1", "R = 26"]
+    by_model = table.set_index("model")
+    assert by_model.loc["word", "R = 26"] == 0.9 and by_model.loc["char", "R = 1"] == 1.1
+    assert pd.isna(by_model.loc["char", "R = 26"])  # not measured: no number
+    assert perf.plot_group_throughput(perf.load_benchmarks(tmp_path)) is not None
+    assert perf.group_table(perf.load_benchmarks(tmp_path / "none")).empty
