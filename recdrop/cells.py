@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .masks import SCHEMES, RecurrentDropout, StepFactors
+from .masks import SCHEMES, DropoutSettings, RecurrentDropout, StepFactors
 
 ACTIVATIONS: Dict[str, Callable[[Tensor], Tensor]] = {"tanh": torch.tanh, "relu": torch.relu}
 
@@ -133,7 +133,7 @@ def check_activation(nonlinearity: str) -> Callable[[Tensor], Tensor]:
     return ACTIVATIONS[nonlinearity]
 
 
-class _CellBase(nn.RNNCellBase):
+class _CellBase(DropoutSettings, nn.RNNCellBase):
     """A single-step cell, drop-in for torch.nn.{LSTM,GRU,RNN}Cell, with recurrent dropout: a subclass
     of its torch.nn twin, built by torch.nn's constructor. Where no recurrent dropout acts and the
     nonlinearity is one torch.nn has, ``forward`` is torch.nn's own.

@@ -24,7 +24,7 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_
 
 from .cells import ACTIVATIONS, CELL_SCHEMES, check_activation, gru_step, lstm_step, rnn_step, states_of
 from .fused import gru_sequence, linear, lstm_sequence, plain_ops_needed, rnn_sequence, transformed
-from .masks import RecurrentDropout, StepFactors, stack_factors
+from .masks import DropoutSettings, RecurrentDropout, StepFactors, stack_factors
 
 Masks = List[Dict[str, Tensor]]
 
@@ -35,7 +35,7 @@ def _input_projection_with_both_biases(x: Tensor, w_ih: Tensor, b_ih: Optional[T
     return linear(x, w_ih, b_ih if b_hh is None else b_ih + b_hh)
 
 
-class _RecurrentLayer(nn.RNNBase):
+class _RecurrentLayer(DropoutSettings, nn.RNNBase):
     """The layers' shared body. Each layer is a subclass of its torch.nn twin (``isinstance(m,
     nn.LSTM)``), built by torch.nn's own constructor: the same parameters, names, init, attributes
     (``mode``, ``_flat_weights``, ``all_weights``) and checks. Where no recurrent dropout acts

@@ -14,6 +14,7 @@ Scaling:
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Dict, Optional, Sequence, Tuple, Union
 
@@ -104,8 +105,11 @@ class RecurrentDropout:
         A unit is kept where a uniform draw in [0, 1) falls below 1 - p: Bernoulli(1 - p), drawn
         with the vectorised uniform generator (about twice as fast on CPU as ``torch.bernoulli``)."""
         dtype = dtype or torch.get_default_dtype()
-        return {t: (torch.rand(_shape_of(shape, t), generator=generator, device=device, dtype=dtype) < 1.0 - self.p)
-                .to(dtype) for t in self.targets}
+        # generator=None is left out, not passed: Dynamo refuses it with symbolic shapes (torch.compile with
+        # dynamic lengths), and without it torch.rand draws from the global generator all the same
+        own = {} if generator is None else {"generator": generator}
+        return {t: (torch.rand(_shape_of(shape, t), device=device, dtype=dtype, **own) < 1.0 - self.p).to(dtype)
+                for t in self.targets}
 
     def check_masks(self, masks: Dict[str, torch.Tensor], shape: Shapes) -> None:
         """Raise ValueError unless ``masks`` has exactly this scheme's targets, each of ``shape``
@@ -187,3 +191,49 @@ def stack_factors(runs: Sequence[StepFactors], steps: int, batch: int, hidden: i
             return factor.to(like).reshape(shape)
         stacked[t] = torch.cat([one(run, f) for run, f in zip(runs, factors)], dim=1 if per_step else 0)
     return StepFactors(stacked, per_step=per_step)
+
+
+class DropoutSettings:
+    """The recurrent dropout's settings as attributes of a layer or cell that holds a ``RecurrentDropout``
+    in ``rdrop``: ``recurrent_dropout`` (p), ``scheme``, ``sampling`` and ``scaling`` read it, and set
+    after construction they are checked as at construction and act from the next call, as
+    ``torch.nn.LSTM``'s ``dropout`` does (``lstm.recurrent_dropout = 0`` switches it off)."""
+
+    rdrop: RecurrentDropout
+
+    def _set_dropout(self, **change) -> None:
+        self.rdrop = dataclasses.replace(self.rdrop, **change)  # RecurrentDropout checks it
+        if hasattr(self, "reset_masks"):  # a cell's per-sequence mask was drawn under the old settings
+            self.reset_masks()
+
+    @property
+    def recurrent_dropout(self) -> float:
+        return self.rdrop.p
+
+    @recurrent_dropout.setter
+    def recurrent_dropout(self, p: float) -> None:
+        self._set_dropout(p=p)
+
+    @property
+    def scheme(self) -> str:
+        return self.rdrop.scheme
+
+    @scheme.setter
+    def scheme(self, scheme: str) -> None:
+        self._set_dropout(scheme=scheme)
+
+    @property
+    def sampling(self) -> str:
+        return self.rdrop.sampling
+
+    @sampling.setter
+    def sampling(self, sampling: str) -> None:
+        self._set_dropout(sampling=sampling)
+
+    @property
+    def scaling(self) -> str:
+        return self.rdrop.scaling
+
+    @scaling.setter
+    def scaling(self, scaling: str) -> None:
+        self._set_dropout(scaling=scaling)

@@ -76,6 +76,20 @@ def test_compile_has_no_graph_break_and_matches_eager(kind, training):
 
 
 @pytest.mark.parametrize("kind", KINDS)
+@dynamo.config.patch(allow_rnn=True)
+def test_compile_trains_over_batches_of_varying_length_with_dropout_on(kind):
+    """Issue 36: with dynamic shapes Dynamo refused ``torch.rand(..., generator=None)`` (a training
+    batch of a new length crashed); each length now trains, and its gradients are finite."""
+    m = layer(kind, True)
+    dynamo.reset()
+    compiled = torch.compile(lambda x: m(x)[0].pow(2).sum(), dynamic=True, backend="eager")
+    for steps in (5, 7, 9):
+        m.zero_grad()
+        compiled(torch.randn(steps, 2, 3)).backward()
+        assert torch.isfinite(m.weight_hh_l0.grad).all() and m.weight_hh_l0.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("kind", KINDS)
 def test_functorch_transforms_and_forward_ad(kind):
     m = layer(kind, False, torch.float64)
     x = torch.randn(5, 2, 3, dtype=torch.float64)

@@ -1,0 +1,57 @@
+"""The recurrent dropout's settings can be changed after construction (issue 36): checked as at
+construction, acting from the next call, as torch.nn.LSTM's ``dropout`` does."""
+import pytest
+import torch
+
+import recdrop
+
+LAYERS = {"LSTM": torch.nn.LSTM, "GRU": torch.nn.GRU, "RNN": torch.nn.RNN}
+CELLS = {"LSTMCell": torch.nn.LSTMCell, "GRUCell": torch.nn.GRUCell, "RNNCell": torch.nn.RNNCell}
+
+
+@pytest.mark.parametrize("kind", list(LAYERS))
+def test_setting_the_rate_to_zero_after_construction_gives_torch_nns_output_in_training(kind):
+    torch.manual_seed(0)
+    ours = getattr(recdrop, kind)(3, 5, recurrent_dropout=0.5).train()
+    ref = LAYERS[kind](3, 5).train()
+    ref.load_state_dict(ours.state_dict())
+    x = torch.randn(7, 2, 3)
+    assert not torch.allclose(ours(x)[0], ref(x)[0])  # dropout acts
+    ours.recurrent_dropout = 0
+    assert ours.recurrent_dropout == 0.0 and ours.rdrop.p == 0.0
+    torch.testing.assert_close(ours(x)[0], ref(x)[0])
+    ours.recurrent_dropout = 0.25  # and back on, from the next call
+    assert not torch.allclose(ours(x)[0], ref(x)[0])
+
+
+@pytest.mark.parametrize("kind", list(CELLS))
+def test_a_cells_settings_are_settable_too_and_a_per_sequence_mask_is_drawn_anew(kind):
+    torch.manual_seed(0)
+    cell = getattr(recdrop, kind)(3, 4, recurrent_dropout=0.5, sampling="per-sequence").train()
+    ref = CELLS[kind](3, 4)
+    ref.load_state_dict(cell.state_dict())
+    x = torch.randn(2, 3)
+    cell(x)
+    assert cell._sequence_masks is not None
+    cell.recurrent_dropout = 0.0
+    assert cell._sequence_masks is None  # drawn under the old settings: forgotten
+    out, expected = cell(x), ref(x)
+    torch.testing.assert_close(out[0] if isinstance(out, tuple) else out,
+                               expected[0] if isinstance(expected, tuple) else expected)
+
+
+def test_each_setting_is_checked_as_at_construction_and_a_refused_one_changes_nothing():
+    lstm = recdrop.LSTM(3, 4, recurrent_dropout=0.25)
+    for name, bad, message in [("recurrent_dropout", 1.0, "recurrent_dropout"), ("recurrent_dropout", -0.1, "recurrent_dropout"),
+                               ("scheme", "bogus", "scheme"), ("sampling", "per-batch", "sampling"),
+                               ("scaling", "none", "scaling")]:
+        with pytest.raises(ValueError, match=message):
+            setattr(lstm, name, bad)
+    assert (lstm.recurrent_dropout, lstm.scheme, lstm.sampling, lstm.scaling) == (0.25, "semeniuta", "per-step",
+                                                                                 "inverted")
+    with pytest.raises(ValueError, match="scheme"):
+        recdrop.RNN(3, 4).scheme = "gal+semeniuta"  # the vanilla RNN refuses it at construction too
+    lstm.scheme, lstm.sampling, lstm.scaling = "moon", "per-sequence", "paper"
+    assert "scheme='moon', sampling='per-sequence', scaling='paper'" in repr(lstm)
+    masks = lstm.draw_masks(5, 2)
+    assert set(masks[0]) == {"moon"} and masks[0]["moon"].shape == (2, 4)  # per sequence, Moon's target
