@@ -42,7 +42,7 @@ from .paths import DATA_DIR
 from .store import (CorruptCheckpointError, DirtyTreeError, RunStore, atomic_write_bytes, git_commit, load_checkpoint,
                     unclean_commits)
 from .sweep import RUN_FIELDS, check_jobs, check_seeds, fuse_groups, grid_rows, run_each, worker_threads
-from .train import DEVICES, BudgetExhausted, check_device
+from .train import DEVICES, BudgetExhausted, check_device, set_precision
 
 CAMPAIGN = DATA_DIR / "campaign.toml"
 PACK_NAME = "campaign-pack.tar"
@@ -179,7 +179,7 @@ def _label(row: Dict[str, Any]) -> str:
 
 def run_campaign(entries: Sequence[Entry], device: str = "cpu", jobs: int = 1, budget_s: float = 3600.0,
                  store: Optional[RunStore] = None, progress: bool = True,
-                 fuse: Union[bool, int] = False) -> Dict[str, List[Dict[str, Any]]]:
+                 fuse: Union[bool, int] = False, precision: str = "float32") -> Dict[str, List[Dict[str, Any]]]:
     """Run the pending runs in order with ``jobs`` worker processes until all are done or ``budget_s``
     seconds have passed; then every running run checkpoints and stops. With ``fuse`` (True, or a cap
     on a group's size) the runs of an experiment that can share one model train as one group
@@ -188,6 +188,7 @@ def run_campaign(entries: Sequence[Entry], device: str = "cpu", jobs: int = 1, b
     ``error``), ``not_started``."""
     device = check_device(device)
     check_jobs(jobs)
+    set_precision(precision, device)
     store = store or RunStore()
     store.refuse_unclean_code(git_commit(), "the campaign is")
     deadline = time.time() + budget_s
@@ -217,7 +218,7 @@ def run_campaign(entries: Sequence[Entry], device: str = "cpu", jobs: int = 1, b
 
     def args(i, group):
         return (group[0]["entry"].experiment, [(r["config"], r["seed"]) for r in group], device, str(store.root),
-                threads, 1 + i % jobs, progress, deadline, any(r["rerun"] for r in group))
+                threads, 1 + i % jobs, progress, deadline, any(r["rerun"] for r in group), precision)
     try:
         run_each(groups, jobs, args, settle)
     finally:
@@ -387,6 +388,7 @@ def main(argv=None) -> int:
     ap.add_argument("--unpack", type=Path, metavar="DIR", help="put a pack's checkpoints and records in place, first")
     ap.add_argument("--fuse", nargs="?", type=int, const=True, default=False, metavar="N",
                     help="train the runs that can share one model as one (issue 35), at most N to a group")
+    ap.add_argument("--tf32", action="store_true", help="let a GPU's products run in TF32 (recorded in each record)")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
     refused = []  # what of the pack did not go in (``unpack``): reported, and the exit status is 1
@@ -413,7 +415,7 @@ def main(argv=None) -> int:
         budget = parse_budget(args.budget)
         started = time.time()
         out = run_campaign(entries, args.device, args.jobs, budget, store, progress=not args.no_progress,
-                           fuse=args.fuse)
+                           fuse=args.fuse, precision="tf32" if args.tf32 else "float32")
     except (ValueError, RuntimeError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -34,7 +34,7 @@ from . import experiments
 from .config import SCALE_NAMES, run_id
 from .report import stored_seeds
 from .store import RunStore, cache_dir, git_commit
-from .train import check_device, group_key, train_group
+from .train import check_device, group_key, set_precision, train_group
 
 
 def check_seeds(seeds) -> List[int]:
@@ -62,7 +62,7 @@ def worker_threads(jobs: int) -> int:
 
 def _run_one(experiment: str, members: Sequence[Tuple[Any, int]], device: str, store_root: str, threads: int,
              position: int, progress: bool, deadline: Optional[float] = None,
-             rerun: bool = False) -> List[Dict[str, Any]]:
+             rerun: bool = False, precision: str = "float32") -> List[Dict[str, Any]]:
     """Train the runs ``members`` ((config, seed) each) in this process, as one group
     (``train.train_group``; one run alone is a group of one); each one's record. A run that diverges
     gives its stored "diverged" record, with a warning."""
@@ -70,7 +70,7 @@ def _run_one(experiment: str, members: Sequence[Tuple[Any, int]], device: str, s
     make_task, _ = experiments.get(experiment)
     errors: Dict[str, str] = {}
     records = train_group(make_task, members, device, RunStore(store_root), progress=progress, position=position,
-                          deadline=deadline, rerun=rerun, errors=errors)
+                          deadline=deadline, rerun=rerun, errors=errors, precision=precision)
     for message in errors.values():  # a result: its record says where
         warnings.warn(message, RuntimeWarning)
     return records
@@ -265,13 +265,14 @@ def stored_rows(experiment: str, scale: str, grid: str = "table",
 def run_grid(experiment: str, scale: str, seeds: Sequence[int] = (0,), device: str = "cpu", jobs: int = 1,
              train: bool = True, store: Optional[RunStore] = None, progress: bool = True, engine: str = "local",
              only: Optional[Dict[str, Any]] = None, grid: str = "table", fuse: Union[bool, int] = False,
-             **overrides) -> List[Dict[str, Any]]:
+             precision: str = "float32", **overrides) -> List[Dict[str, Any]]:
     """Every cell of ``experiment``'s grid at ``scale`` for every seed: one row per run, as ``grid_rows``
     gives them (``record`` None where not run and ``train`` is False, or where the run diverged).
     ``only`` keeps the cells whose labels have these values (e.g. ``{"scheme": "moon"}``). ``grid``
     names which of the experiment's grids: "table" (the paper's), "headline" or "conjecture". With
     ``fuse`` (True, or a cap on a group's size), the runs that can share one model train as one
-    (``fuse_groups``; each still ends as its own record), ``jobs`` groups at a time.
+    (``fuse_groups``; each still ends as its own record), ``jobs`` groups at a time. ``precision``
+    "tf32" lets a GPU's products run in TF32 (``train.set_precision``; each record says so).
 
     Runs that are done (``RunStore.is_done``) are loaded, unfinished ones resumed from their checkpoint,
     the rest trained: in a store whose records are committed, that includes a run whose record came
@@ -283,13 +284,15 @@ def run_grid(experiment: str, scale: str, seeds: Sequence[int] = (0,), device: s
     if engine not in ENGINES:
         raise ValueError(f"engine={engine!r} is not valid; allowed values: {', '.join(map(repr, ENGINES))}")
     device = check_device(device, available=train)  # rendering stored runs needs no device
+    if train:
+        set_precision(precision, device)  # its errors before any run starts
     store = store or RunStore()
     rows = grid_rows(experiment, scale, seeds, grid, only, store, **overrides)
     todo = [r for r in rows if not r["done"]]
     if not train or not todo:
         return rows
-    if fuse is not False and engine != "local":
-        raise ValueError(f"fuse trains a group in one process; it runs with engine='local', not {engine!r}")
+    if (fuse is not False or precision != "float32") and engine != "local":
+        raise ValueError(f"fuse and precision are the local engine's; they run with engine='local', not {engine!r}")
     groups = fuse_groups(experiment, todo, fuse, device)  # its errors come before any run starts
     store.refuse_unclean_code(git_commit(), f"{len(todo)} runs of {experiment} are")  # before any worker starts
     threads = worker_threads(jobs)
@@ -312,7 +315,7 @@ def run_grid(experiment: str, scale: str, seeds: Sequence[int] = (0,), device: s
         else:
             run_each(groups, jobs, lambda i, g: (experiment, [(r["config"], r["seed"]) for r in g], device,
                                                  str(store.root), threads, 1 + i % jobs, progress, None,
-                                                 any(r["record"] or r["diverged"] for r in g)), settle)
+                                                 any(r["record"] or r["diverged"] for r in g), precision), settle)
     finally:
         sweep_bar.close()
     if failures:
@@ -350,6 +353,7 @@ def main(argv=None) -> int:
     ap.add_argument("--only", nargs="*", default=[], metavar="LABEL=VALUE", help="run only the cells with these labels")
     ap.add_argument("--fuse", nargs="?", type=int, const=True, default=False, metavar="N",
                     help="train the runs that can share one model as one (issue 35), at most N to a group")
+    ap.add_argument("--tf32", action="store_true", help="let a GPU's products run in TF32 (recorded in each record)")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
     overrides = _parse_overrides(args.set)
@@ -362,7 +366,7 @@ def main(argv=None) -> int:
         rows = run_grid(args.experiment, args.scale, args.seeds, args.device, args.jobs,
                         progress=not args.no_progress, engine=args.engine,
                         only=_parse_overrides(args.only) or None, grid=args.grid, fuse=args.fuse,
-                        **overrides)
+                        precision="tf32" if args.tf32 else "float32", **overrides)
     except (ValueError, RuntimeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -23,6 +23,18 @@ from .models import set_generator
 from .store import CorruptCheckpointError, RunStore, environment, load_checkpoint, save_checkpoints, utc_now
 
 DEVICES = ("cpu", "cuda")
+PRECISIONS = ("float32", "tf32")  # float32 products throughout; or TF32 tensor-core products on a GPU
+
+
+def set_precision(precision: str, device: str) -> None:
+    """Float32 products everywhere (cuDNN's TF32, on by torch's default, off too), or TF32 on a GPU:
+    an option, recorded in each record (``precision``) where it is used."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision={precision!r} is not valid; allowed values: {', '.join(map(repr, PRECISIONS))}")
+    if precision == "tf32" and not str(device).startswith("cuda"):
+        raise ValueError(f"precision='tf32' is a GPU's tensor-core format; device={device!r} computes in float32")
+    if str(device).startswith("cuda"):
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = precision == "tf32"
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -260,13 +272,14 @@ def group_key(make_task: Callable[..., Task], config: ExperimentConfig, seed: in
 def train_run(make_task: Callable[..., Task], config: ExperimentConfig, seed: int = 0, device: str = "cpu",
               store: Optional[RunStore] = None, resume: bool = True, progress: bool = True,
               checkpoint_every_s: float = 180.0, callback: Optional[Callable[[str, int, int], None]] = None,
-              position: int = 0, deadline: Optional[float] = None, rerun: bool = False) -> Dict[str, Any]:
+              position: int = 0, deadline: Optional[float] = None, rerun: bool = False,
+              precision: str = "float32") -> Dict[str, Any]:
     """Train one run of ``config`` with ``seed`` (or load its record if it is finished): a group of one
     (``train_group``). A run whose training loss stops being finite is recorded as diverged, and
     ``NonFiniteLossError`` says where."""
     errors: Dict[str, str] = {}
     (record,) = train_group(make_task, [(config, seed)], device, store, resume, progress, checkpoint_every_s,
-                            callback, position, deadline, rerun, errors)
+                            callback, position, deadline, rerun, errors, precision)
     if errors:
         raise NonFiniteLossError(errors[record["run_id"]])
     return record
@@ -276,7 +289,7 @@ def train_group(make_task: Callable[..., Task], members: Sequence[Tuple[Experime
                 store: Optional[RunStore] = None, resume: bool = True, progress: bool = True,
                 checkpoint_every_s: float = 180.0, callback: Optional[Callable[[str, int, int], None]] = None,
                 position: int = 0, deadline: Optional[float] = None, rerun: bool = False,
-                errors: Optional[Dict[str, str]] = None) -> List[Dict[str, Any]]:
+                errors: Optional[Dict[str, str]] = None, precision: str = "float32") -> List[Dict[str, Any]]:
     """Train the runs ``members`` ((config, seed) each) as one group, one model with a leading run
     dimension where there are several (``Task.group_step``), and return each one's record in order.
 
@@ -292,8 +305,10 @@ def train_group(make_task: Callable[..., Task], members: Sequence[Tuple[Experime
     hardware or code lists each stretch in its record's ``segments``. With ``rerun``, stored records
     (from uncommitted code, say) are trained again and replaced when the new ones are finished.
     ``errors``, where given, gets run id -> message for each run that diverged in this call.
+    ``precision`` "tf32" lets a GPU's products run in TF32 (``set_precision``), and the records say so.
     """
     device = check_device(device)
+    set_precision(precision, device)
     store = store or RunStore()
     members = [(c, int(s)) for c, s in members]
     if not members:
@@ -321,6 +336,8 @@ def train_group(make_task: Callable[..., Task], members: Sequence[Tuple[Experime
                                   + (f" and {len(todo) - 1} more" if len(todo) > 1 else "")
                                   + ": the time budget ended before it started")
         env = environment(device)  # taken at the start: the commit of the code that runs
+        if precision != "float32":
+            env["precision"] = precision
         store.refuse_unclean_code(env["commit"], f"run {todo[0][0].experiment}/{first} is")
         runs = [Run(make_task, c, s, device, store, resume, env) for c, s in todo]
         for where in sorted({r.position for r in runs}):
@@ -356,7 +373,7 @@ def _train_together(runs: List[Run], store: RunStore, progress: bool, checkpoint
         for a stretch that began or ended inside an epoch) and seconds."""
         def at(e: int, b: int) -> float:
             return round(e + b / max(1, expected_batches(e)), 4) if b else float(e)
-        segment = {k: run.env[k] for k in ("hardware", "device", "torch", "commit")}
+        segment = {k: run.env[k] for k in ("hardware", "device", "torch", "commit", "precision") if k in run.env}
         if group:
             segment["group"] = group
         return run.segments + [{**segment, "from_epoch": at(start_epoch, start_batch), "to_epoch": at(epoch, batch),
