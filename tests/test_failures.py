@@ -3,11 +3,8 @@ the metrics of an uninterrupted one; corrupt checkpoints, records and data files
 every parameter a notebook passes is checked."""
 import json
 import os
-import random
 import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -21,49 +18,28 @@ from recdrop.store import (CorruptCheckpointError, DirtyTreeError, RunStore, loa
 from recdrop.sweep import run_grid
 from recdrop.train import train_run
 
-REPO = Path(__file__).resolve().parents[1]
+from kills import REPO, kill_repeatedly, sweep_command
+
 KILLS = 20
 SWEEP = ["temporal_order", "--scale", "ci", "--no-progress", "--seeds", "0", "1", "--set", "epochs=30",
          "--only", "length=short", "scheme=moon"]  # 4 cells x 2 seeds = 8 runs of 30 epochs
 
 
-def sweep(tmp_path, name):
-    env = {**os.environ, "RECDROP_RUNS": str(tmp_path / name / "runs"), "RECDROP_CACHE": str(tmp_path / name / "cache"),
-           "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1"}
-    return [sys.executable, "-m", "recdrop.sweep", *SWEEP], env, tmp_path / name
-
-
-def progress_marks(root: Path):
-    """What changes as the sweep advances: the records, and each checkpoint's modification time."""
-    return ({p.name for p in (root / "runs").rglob("*.json")},
-            {p.name: p.stat().st_mtime_ns for p in (root / "cache").rglob("*.pt")})
-
-
 def test_twenty_random_kills_lose_nothing_and_end_where_an_uninterrupted_sweep_ends(tmp_path):
-    cmd, env, ref_root = sweep(tmp_path, "uninterrupted")
+    cmd, env, ref_root = sweep_command(tmp_path, "uninterrupted", SWEEP)
     subprocess.run(cmd, cwd=REPO, env=env, check=True)
     reference = {p.name: json.loads(p.read_text()) for p in (ref_root / "runs").rglob("*.json")}
     assert len(reference) == 8
 
-    cmd, env, root = sweep(tmp_path, "killed")
-    rng = random.Random(0)
-    seen, kills = {}, 0
-    while kills < KILLS:
-        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        before = progress_marks(root)
-        deadline = time.time() + 60
-        while progress_marks(root) == before and proc.poll() is None and time.time() < deadline:
-            time.sleep(0.02)  # wait for some progress (a checkpoint or a record), then kill at random
-        time.sleep(rng.uniform(0.0, 0.1))
-        if proc.poll() is not None:
-            break  # the sweep finished before this kill
-        proc.send_signal(signal.SIGKILL if kills % 2 == 0 else signal.SIGTERM)
-        proc.wait()
-        kills += 1
+    cmd, env, root = sweep_command(tmp_path, "killed", SWEEP)
+    seen = {}
+
+    def records_are_whole_and_final(kills):
         for p in (root / "runs").rglob("*.json"):
             text = p.read_text()
             json.loads(text)  # every record is whole ...
             assert seen.setdefault(p.name, text) == text, f"record {p.name} changed after kill {kills}"  # ... and final
+    kills = kill_repeatedly(cmd, env, root, KILLS, (signal.SIGKILL, signal.SIGTERM), after_each=records_are_whole_and_final)
     assert kills == KILLS, f"the sweep finished after {kills} kills: make the runs longer"
     assert len(seen) < 8, "the kills must land before the sweep is done"
     subprocess.run(cmd, cwd=REPO, env=env, check=True)  # resume to the end

@@ -3,19 +3,14 @@ with the record it has when trained alone; a member that diverges stops alone; a
 at random moments resumes every member; bad arguments are clear errors."""
 import json
 import math
-import os
-import random
-import signal
 import subprocess
-import sys
 import time
 import types
-from pathlib import Path
 
 import pytest
 import torch
 
-from recdrop import campaign, layers, sweep, train
+from recdrop import layers, sweep, train
 from recdrop.campaign import Entry, pack, run_campaign, unpack
 from recdrop.config import run_id
 from recdrop.experiments.char_lm import CharLMConfig, CharLMTask
@@ -26,9 +21,10 @@ from recdrop.store import RunStore
 from recdrop.sweep import fuse_groups, grid_rows, run_grid
 from recdrop.train import train_group, train_run
 
-REPO = Path(__file__).resolve().parents[1]
+from kills import REPO, kill_repeatedly, sweep_command
+
 TASKS = {"word_lm": (WordLMConfig, WordLMTask), "char_lm": (CharLMConfig, CharLMTask)}
-# Measured at ci scale on this project's 2-core AMD EPYC (torch 2.13.0+cpu): the largest relative
+# Measured at ci scale on this session's 2-core Intel Xeon (torch 2.13.0+cpu): the largest relative
 # difference between a member's metrics and curves in float32 and the same run's alone was 1.4e-6
 # (word LM) and 6.8e-8 (char LM), from the order of the batched products' sums; the bound keeps a
 # margin of about 70x for other CPUs' kernels.
@@ -133,38 +129,14 @@ SWEEP = ["word_lm", "--scale", "ci", "--no-progress", "--fuse", "--set", "epochs
 KILLS = 6
 
 
-def _sweep(tmp_path, name):
-    env = {**os.environ, "RECDROP_RUNS": str(tmp_path / name / "runs"), "RECDROP_CACHE": str(tmp_path / name / "cache"),
-           "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1"}
-    return [sys.executable, "-m", "recdrop.sweep", *SWEEP], env, tmp_path / name
-
-
-def _marks(root: Path):
-    return ({p.name for p in (root / "runs").rglob("*.json")},
-            {p.name: p.stat().st_mtime_ns for p in (root / "cache").rglob("*.pt")})
-
-
 def test_a_fused_group_killed_at_random_moments_resumes_every_member_to_the_uninterrupted_records(tmp_path):
-    cmd, env, ref_root = _sweep(tmp_path, "uninterrupted")
+    cmd, env, ref_root = sweep_command(tmp_path, "uninterrupted", SWEEP)
     subprocess.run(cmd, cwd=REPO, env=env, check=True)
     reference = {p.name: json.loads(p.read_text()) for p in (ref_root / "runs").rglob("*.json")}
     assert len(reference) == 3 and all(len(r["group"]) == 3 for r in reference.values())
 
-    cmd, env, root = _sweep(tmp_path, "killed")
-    rng = random.Random(0)
-    kills = 0
-    while kills < KILLS:
-        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        before = _marks(root)
-        deadline = time.time() + 120
-        while _marks(root) == before and proc.poll() is None and time.time() < deadline:
-            time.sleep(0.02)  # some progress (an epoch's checkpoints), then a kill at a random moment
-        time.sleep(rng.uniform(0.0, 0.3))
-        if proc.poll() is not None:
-            break
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-        kills += 1
+    cmd, env, root = sweep_command(tmp_path, "killed", SWEEP)
+    kills = kill_repeatedly(cmd, env, root, KILLS, max_pause=0.3)
     assert kills == KILLS, f"the group finished after {kills} kills: make it longer"
     assert len(list((root / "runs").rglob("*.json"))) < 3
     subprocess.run(cmd, cwd=REPO, env=env, check=True)  # resume to the end

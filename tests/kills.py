@@ -1,0 +1,49 @@
+"""Killing a sweep at random moments, for the failure tests: a sweep subprocess, what shows its progress,
+and the loop that kills it after each bit of progress."""
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def sweep_command(tmp_path: Path, name: str, args):
+    """``python -m recdrop.sweep *args`` with its own store and cache under ``tmp_path / name``: the command,
+    its environment and that folder."""
+    env = {**os.environ, "RECDROP_RUNS": str(tmp_path / name / "runs"), "RECDROP_CACHE": str(tmp_path / name / "cache"),
+           "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1"}
+    return [sys.executable, "-m", "recdrop.sweep", *args], env, tmp_path / name
+
+
+def progress_marks(root: Path):
+    """What changes as the sweep advances: the records, and each checkpoint's modification time."""
+    return ({p.name for p in (root / "runs").rglob("*.json")},
+            {p.name: p.stat().st_mtime_ns for p in (root / "cache").rglob("*.pt")})
+
+
+def kill_repeatedly(cmd, env, root: Path, kills: int, signals=(signal.SIGKILL,), max_pause: float = 0.1,
+                    after_each=None) -> int:
+    """Start the sweep ``kills`` times, each time killing it (with ``signals`` in turn) at a random moment
+    after it made some progress; ``after_each(k)`` checks the store after kill k. Returns the kills made
+    (fewer where the sweep finished first)."""
+    rng = random.Random(0)
+    made = 0
+    while made < kills:
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        before = progress_marks(root)
+        deadline = time.time() + 120
+        while progress_marks(root) == before and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.02)  # wait for some progress (a checkpoint or a record), then kill at random
+        time.sleep(rng.uniform(0.0, max_pause))
+        if proc.poll() is not None:
+            break  # the sweep finished before this kill
+        proc.send_signal(signals[made % len(signals)])
+        proc.wait()
+        made += 1
+        if after_each:
+            after_each(made)
+    return made
