@@ -52,7 +52,60 @@ def landing_claims(store: Optional[RunStore] = None) -> pd.DataFrame:
                 verdict += QUICK_CAVEAT
             out.append({"table": e.title.split(":")[0], "claim": claim, "scale": scale, "on ours": verdict,
                         "chapter": e.name})
-    return pd.DataFrame(out, columns=["table", "claim", "scale", "on ours", "chapter"])
+    return pd.DataFrame(out + study_claims(store), columns=["table", "claim", "scale", "on ours", "chapter"])
+
+
+BEYOND = "Beyond the paper"
+STUDIED = (("word_lm", "Table 2"), ("char_lm", "Table 3"))  # the conjecture's tables
+
+
+def study_claims(store: Optional[RunStore] = None) -> list:
+    """The landing claims table's rows for the studies beyond the paper, judged as their chapters judge
+    them at the scale each chapter shows (``book.chapter_scale``), labelled as beyond the paper:
+    Sec. 3's predictions on memory loss (``memory_loss.claims``), the conjecture that Gal's scheme with
+    ours beats both (``conjecture.conjecture_summary``, per table and forward block), and whether the
+    paper's orderings of its best cells survive the seed noise (``seeds.orderings``, per table)."""
+    from .experiments import conjecture, seeds as seeds_study
+
+    store = store or RunStore()
+    out = []
+
+    def row(chapter: str, claim: str, scale: Optional[str], verdict: str) -> dict:
+        verdict = verdict if scale else "not yet run"
+        if scale == "quick" and verdict != "not yet run":
+            verdict += QUICK_CAVEAT
+        return {"table": f"{BEYOND}: {chapter.replace('_', ' ')}", "claim": claim, "scale": scale or "none stored",
+                "on ours": verdict, "chapter": chapter}
+
+    judged = judged_claims("memory_loss", store) or {  # none stored: each prediction, not yet run
+        claim: (None, "") for claim in claim_verdicts(EXPERIMENTS["memory_loss"].claims(
+            run_grid("memory_loss", "quick", train=False, store=store)))}
+    for claim, (scale, verdict) in judged.items():
+        out.append(row("memory_loss", claim, scale, verdict))
+    scale = chapter_scale("conjecture", store)
+    for experiment, table in STUDIED:
+        if scale:
+            runs = [run_grid(experiment, scale, seeds, train=False, store=store, grid=grid)
+                    for grid, seeds in (("table", chapter_seeds("conjecture", scale, store)),
+                                        ("conjecture", chapter_seeds("conjecture", scale, store)),
+                                        ("headline", [0, 1, 2]))]
+            verdicts = conjecture.conjecture_summary(experiment, *runs).set_index("forward")["verdict"]
+        for forward in ("without forward dropout", "with forward dropout"):
+            out.append(row("conjecture", f"{table}, {forward}: Gal's scheme with ours beats the best single scheme",
+                           scale, str(verdicts[forward]) if scale else ""))
+    scale = chapter_scale("seeds", store)
+    for experiment, table in (("temporal_order", "Table 1"), *STUDIED):
+        verdict = ""
+        if scale:
+            rows = run_grid(experiment, scale, [0, 1, 2], train=False, store=store, grid="headline")
+            o = seeds_study.orderings(experiment, rows)
+            judged = o[o["ours"].isin(("survives", "holds on the means only", "reversed"))] if len(o) else o
+            verdict = (f"{int((judged['ours'] == 'survives').sum())} of {len(judged)} survive, "
+                       f"{int((judged['ours'] == 'reversed').sum())} reversed" if len(judged)
+                       else "fewer than 3 seeds of its cells")
+        out.append(row("seeds", f"{table}: the paper's orderings of its best cells survive the seed noise", scale,
+                       verdict))
+    return out
 
 
 def _best_cell(e, t: pd.DataFrame):

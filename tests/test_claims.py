@@ -2,12 +2,13 @@
 list of claims, each at the largest scale where it ran."""
 import json
 
+import pandas as pd
 import pytest
 
 from recdrop.experiments import temporal_order
 from recdrop.report import claim_verdict, seed_values, stored_seeds
 from recdrop.store import RunStore
-from recdrop.summary import QUICK_CAVEAT, landing_claims
+from recdrop.summary import BEYOND, QUICK_CAVEAT, landing_claims, study_claims
 from recdrop.sweep import grid_rows
 
 
@@ -133,7 +134,8 @@ def test_landing_claims_show_each_claim_at_the_largest_scale_where_it_ran(tmp_pa
     store = RunStore(tmp_path)
     claims = landing_claims(store)
     assert set(claims["on ours"]) == {"not yet run"} and set(claims["scale"]) == {"none stored"}
-    assert set(claims["table"]) == {f"Table {i}" for i in range(1, 6)}
+    paper = ~claims["table"].str.startswith(BEYOND)
+    assert set(claims[paper]["table"]) == {f"Table {i}" for i in range(1, 6)}
     orphan = grid_rows("sentiment", "paper", [0], store=store)[0]
     store_record(store, {**orphan, "run_id": "0123456789ab"}, {})  # a record of no cell (a scale since redefined)
     assert set(landing_claims(store).set_index("table").loc["Table 5", "scale"]) == {"none stored"}
@@ -254,3 +256,17 @@ def test_the_landing_page_stamps_each_table_at_each_scale_it_shows(tmp_path):
     paper, quick = stamps["where the numbers came from"]
     assert "Scale: paper" in paper and "hardware: AMD EPYC" in paper and "commit: def5678" in paper
     assert "Scale: quick" in quick and "commit: abc1234" in quick and "cells: 2 of 6 run" in quick
+
+
+def test_the_studies_beyond_the_paper_reach_the_claims_table_labelled_as_such(tmp_path):
+    from recdrop.experiments import CHAPTERS
+
+    empty = pd.DataFrame(study_claims(RunStore(tmp_path)))
+    assert set(empty["on ours"]) == {"not yet run"} and set(empty["scale"]) == {"none stored"}
+    assert set(empty["chapter"]) == {"memory_loss", "conjecture", "seeds"} <= set(CHAPTERS)
+    assert empty["table"].str.startswith(f"{BEYOND}: ").all()
+    assert len(empty[empty["chapter"] == "conjecture"]) == 4 and len(empty[empty["chapter"] == "seeds"]) == 3
+    stored = pd.DataFrame(study_claims())  # the committed records
+    judged = stored[stored["on ours"] != "not yet run"]
+    assert len(judged) and (judged["on ours"].str.len() > 0).all()
+    assert judged[judged["scale"] == "quick"]["on ours"].str.endswith(QUICK_CAVEAT).all()

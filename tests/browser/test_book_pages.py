@@ -87,7 +87,8 @@ def test_the_landing_page_links_every_table_to_its_chapter(browser):
     tab.close()
     assert len(links) == 7, links  # Figure 1, Tables 1-5, Figure 2
     assert len(claims) == len(landing_claims())  # each claim links to its table's chapter
-    assert {Path(h).stem for h in claims} == {"temporal_order", "word_lm", "char_lm", "ner", "sentiment"}
+    assert {Path(h).stem for h in claims} == {"temporal_order", "word_lm", "char_lm", "ner", "sentiment",
+                                              "memory_loss", "conjecture", "seeds"}  # and the studies beyond the paper
     assert len(stamps) == len(landing_stamps())  # each stamp links to the chapter its runs are shown in
     for href in links + claims + stamps:
         assert Path(href.removeprefix("file://")).exists(), href
