@@ -128,17 +128,23 @@ def language_models_forward(models: Sequence[LanguageModel], tokens: torch.Tenso
 
 
 def language_models_nll(models: Sequence[LanguageModel], tokens: torch.Tensor, states: Tuple[torch.Tensor, ...],
-                        targets: torch.Tensor):
-    """Each run's mean negative log-likelihood of ``targets`` ``(T, B)`` after ``tokens``, ``(R,)``, and
-    the new states: ``language_models_forward`` and ``token_nll`` in one. On a CPU each run's decoder
-    and loss run on its own (the products are compute-bound there, and the group's logits need not be
-    stacked: measured by ``benchmarks/bench_groups.py``); elsewhere the decoders are one batched product."""
-    if len(models) == 1 or tokens.device.type != "cpu":
-        logits, states = language_models_forward(models, tokens, states)
-        return token_nll(logits, targets), states
-    ys, states = _group_outputs(models, tokens, states)
+                        targets: torch.Tensor, reduction: str = "mean"):
+    """Each run's negative log-likelihood of ``targets`` ``(T, B)`` after ``tokens``, its mean over the
+    tokens (or its sum, ``reduction="sum"``), ``(R,)``, and the new states: ``language_models_forward``
+    and ``token_nll`` in one. On a CPU each run's decoder and loss run on their own (the products are
+    compute-bound there, and the group's logits need not be stacked: measured by
+    ``benchmarks/bench_groups.py``); elsewhere the decoders are one batched product."""
     flat = targets.reshape(-1)
-    return torch.stack([F.cross_entropy(m.out(y).reshape(flat.numel(), -1), flat) for m, y in zip(models, ys)]), states
+    if len(models) == 1:
+        logits, states = models[0](tokens, tuple(states))
+        return F.cross_entropy(logits.reshape(flat.numel(), -1), flat, reduction=reduction).reshape(1), states
+    if tokens.device.type != "cpu":
+        logits, states = language_models_forward(models, tokens, states)
+        nll = token_nll(logits, targets)
+        return (nll * flat.numel() if reduction == "sum" else nll), states
+    ys, states = _group_outputs(models, tokens, states)
+    return torch.stack([F.cross_entropy(m.out(y).reshape(flat.numel(), -1), flat, reduction=reduction)
+                        for m, y in zip(models, ys)]), states
 
 
 def language_models_bytes(runs: int, vocab: int, embedding: int, hidden: int, steps: int, batch: int,

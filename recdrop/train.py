@@ -99,6 +99,13 @@ class Task:
         """The epoch's metrics (``train_stats`` holds the means of train_step's outputs)."""
         raise NotImplementedError
 
+    @classmethod
+    def group_evaluate(cls, tasks: Sequence["Task"], epoch: int,
+                       train_stats: Sequence[Dict[str, float]]) -> List[Dict[str, Any]]:
+        """``evaluate`` of each of ``tasks`` (a group's, in eval mode, under no_grad); a task whose runs
+        fuse may evaluate them as one model."""
+        return [t.evaluate(epoch, s) for t, s in zip(tasks, train_stats)]
+
     def end_epoch(self, epoch: int, metrics: Dict[str, float]) -> None:
         """Learning-rate schedules and the like."""
 
@@ -452,12 +459,15 @@ def _train_together(runs: List[Run], store: RunStore, progress: bool, checkpoint
                 if time.monotonic() - last_ckpt > checkpoint_every_s and b + 1 < len(batches):
                     checkpoint(live, epoch, b + 1)
                     last_ckpt = time.monotonic()
+            stats = []
             for r in live:
                 n = r.sums.pop("_n")
-                train_stats = {k: v / n for k, v in r.sums.items()}
+                stats.append({k: v / n for k, v in r.sums.items()})
                 r.task.model.eval()
-                with torch.no_grad():
-                    metrics = {"epoch": epoch + 1, **r.task.evaluate(epoch, train_stats)}
+            with torch.no_grad():
+                evaluated = task_type.group_evaluate([r.task for r in live], epoch, stats)
+            for r, train_stats, metrics in zip(live, stats, evaluated):
+                metrics = {"epoch": epoch + 1, **metrics}
                 r.curves.append(metrics)
                 r.task.end_epoch(epoch, metrics)
                 if r is lead and lead.task.progress_metric:

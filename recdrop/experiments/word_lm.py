@@ -157,27 +157,41 @@ class WordLMTask(Task):
     def perplexities(self, data) -> Tuple[float, float]:
         """(exp of the mean token NLL over the split, the authors' mean over windows of exp(window NLL)),
         from a zero state carried across the split's windows."""
-        state, total, count, per_window = self._zero_state(), 0.0, 0, []
-        for start in range(0, data.shape[0] - 1, self.cfg.bptt):
-            x = data[start:start + self.cfg.bptt]
-            y = data[start + 1:start + 1 + self.cfg.bptt]
+        return self.group_perplexities([self], data)[0]
+
+    @classmethod
+    def group_perplexities(cls, tasks: Sequence["WordLMTask"], data) -> List[Tuple[float, float]]:
+        """``perplexities`` of each of ``tasks`` on ``data``, the runs as one model (in eval mode)."""
+        cfg = tasks[0].cfg
+        states = tuple(torch.cat(s) for s in zip(*(t._zero_state() for t in tasks)))
+        totals, count, per_window = [0.0] * len(tasks), 0, [[] for _ in tasks]
+        for start in range(0, data.shape[0] - 1, cfg.bptt):
+            x = data[start:start + cfg.bptt]
+            y = data[start + 1:start + 1 + cfg.bptt]
             x = x[:y.shape[0]]
-            logits, state = self.model(x, state)
-            nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), reduction="sum").item()
-            total, count = total + nll, count + y.numel()
-            per_window.append(_exp(nll / y.numel()))
-        return _exp(total / count), sum(per_window) / len(per_window)
+            nll, states = language_models_nll([t.model for t in tasks], x, states, y, reduction="sum")
+            count += y.numel()
+            for r, v in enumerate(nll.tolist()):  # one transfer a window for the group
+                totals[r] += v
+                per_window[r].append(_exp(v / y.numel()))
+        return [(_exp(total / count), sum(w) / len(w)) for total, w in zip(totals, per_window)]
 
     def evaluate(self, epoch: int, train_stats: Dict[str, float]) -> Dict[str, Optional[float]]:
         """Validation perplexity every epoch; test perplexity only where the table needs it: when
         validation improves (the best-validation model) and at the last epoch (the final model)."""
-        valid, valid_authors = self.perplexities(self.valid_data)
-        test = test_authors = None
-        if valid < self.best_valid or epoch == self.cfg.epochs - 1:
-            test, test_authors = self.perplexities(self.test_data)
-        return {"train_ppl": _exp(train_stats["loss"]), "valid_ppl": valid, "test_ppl": test,
-                "valid_ppl_authors": valid_authors, "test_ppl_authors": test_authors,
-                "lr": self.optimizer.param_groups[0]["lr"]}
+        return self.group_evaluate([self], epoch, [train_stats])[0]
+
+    @classmethod
+    def group_evaluate(cls, tasks, epoch: int, train_stats) -> List[Dict[str, Optional[float]]]:
+        """``evaluate`` of each run, the group's validation and then the test of the runs that need it
+        each as one model."""
+        valid = cls.group_perplexities(tasks, tasks[0].valid_data)
+        tested = [t for t, (v, _) in zip(tasks, valid) if v < t.best_valid or epoch == t.cfg.epochs - 1]
+        test = dict(zip(map(id, tested), cls.group_perplexities(tested, tested[0].test_data))) if tested else {}
+        return [{"train_ppl": _exp(s["loss"]), "valid_ppl": v, "test_ppl": test.get(id(t), (None, None))[0],
+                 "valid_ppl_authors": va, "test_ppl_authors": test.get(id(t), (None, None))[1],
+                 "lr": t.optimizer.param_groups[0]["lr"]}
+                for t, s, (v, va) in zip(tasks, train_stats, valid)]
 
     def end_epoch(self, epoch: int, metrics: Dict[str, float]) -> None:
         if metrics["valid_ppl"] < self.best_valid:
