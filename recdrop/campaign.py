@@ -14,8 +14,8 @@ devices (the paper-scale language models to ``cuda``); a run with a checkpoint m
 and its record's ``segments`` say which stretch ran where.
 
 A lent GPU returns only a few files from each command, so ``--pack DIR`` writes the records this
-call finished and as many unfinished checkpoints as fit (campaign order) into at most 8 parts of
-16 MiB, with a manifest of SHA-256 sums; ``--unpack DIR`` checks them and puts
+call finished and as many unfinished checkpoints as fit (campaign order) into at most 6 parts of
+10 MiB (a lent GPU returns at most 64 MiB), with a manifest of SHA-256 sums; ``--unpack DIR`` checks them and puts
 checkpoints in the cache and records in the store (which refuses records from unclean code: those
 are reported, and the call exits non-zero). A local checkpoint further on than the pack's, or one
 of a run with a clean record, is kept.
@@ -243,8 +243,13 @@ def _tar_size(sizes: Sequence[int]) -> int:
     return -(-raw // tarfile.RECORDSIZE) * tarfile.RECORDSIZE
 
 
+# What a lent GPU's command brings back: at most 8 files of 16 MiB, 64 MiB together (the device tool's
+# limits). A pack takes 6 files of 10 MiB, leaving room for two more (a log, say) within both limits.
+PART_BYTES, MAX_PARTS = 10 * 2**20, 6
+
+
 def pack(out_dir: os.PathLike, rows: Sequence[Dict[str, Any]], records: Sequence[Dict[str, Any]],
-         store: RunStore, part_bytes: int = 16 * 2**20, max_parts: int = 8) -> List[Path]:
+         store: RunStore, part_bytes: int = PART_BYTES, max_parts: int = MAX_PARTS) -> List[Path]:
     """Write ``records`` and the checkpoints of ``rows`` (in order, as many as fit) into a tar split
     into at most ``max_parts`` files of ``part_bytes``, with a manifest of SHA-256 sums."""
     room = part_bytes * max_parts
