@@ -63,17 +63,22 @@ def float64():
     torch.set_default_dtype(before)
 
 
+# Where: the CPU's path (each run's own forward), a GPU's path on the CPU (the runs' weights stacked,
+# ``layers.STACK_ON_CPU``), and a GPU itself where there is one (skipped here: the lent GPU's first check).
+WHERE = [("cpu", False), ("cpu", True),
+         pytest.param("cuda", True, marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU"))]
+
+
 @pytest.mark.parametrize("experiment", list(TASKS))
-@pytest.mark.parametrize("stacked", [True, False])
-def test_each_member_of_a_fused_group_ends_with_the_record_it_has_alone(experiment, stacked, tmp_path, monkeypatch,
-                                                                        float64):
-    """On a GPU's path (the runs' weights stacked, ``layers.STACK_ON_CPU``) and on the CPU's."""
+@pytest.mark.parametrize("device,stacked", WHERE)
+def test_each_member_of_a_fused_group_ends_with_the_record_it_has_alone(experiment, device, stacked, tmp_path,
+                                                                        monkeypatch, float64):
     monkeypatch.setattr(layers, "STACK_ON_CPU", stacked)
     monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "cache"))
     _, task = TASKS[experiment]
     runs = members(experiment)
-    group = train_group(task, runs, store=RunStore(tmp_path / "group"), progress=False)
-    alone = [train_run(task, c, s, store=RunStore(tmp_path / "alone"), progress=False) for c, s in runs]
+    group = train_group(task, runs, device, store=RunStore(tmp_path / "group"), progress=False)
+    alone = [train_run(task, c, s, device, store=RunStore(tmp_path / "alone"), progress=False) for c, s in runs]
     ids = [run_id(c, s) for c, s in runs]
     for g, a, rid in zip(group, alone, ids):
         assert g["run_id"] == a["run_id"] == rid  # how a run was trained is not in its id
