@@ -38,6 +38,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from tqdm.auto import tqdm
 
+from . import experiments
 from .paths import DATA_DIR
 from .store import (CorruptCheckpointError, DirtyTreeError, RunStore, atomic_write_bytes, git_commit, load_checkpoint,
                     unclean_commits)
@@ -203,17 +204,18 @@ def run_campaign(entries: Sequence[Entry], device: str = "cpu", jobs: int = 1, b
             for row, record in zip(group, fn()):
                 row["record"] = record
                 out["diverged" if record.get("diverged") else "finished"].append(row)
-        except BudgetExhausted as e:
+        except Exception as e:  # at the budget, or a failure: the group's finished members keep their records
             for row in group:
-                if store.has(row["entry"].experiment, row["config"].scale, row["run_id"]) and store.is_done(
-                        store.load(row["entry"].experiment, row["config"].scale, row["run_id"])):
-                    row["record"] = store.load(row["entry"].experiment, row["config"].scale, row["run_id"])
-                    out["diverged" if row["record"].get("diverged") else "finished"].append(row)
-                    continue
-                started = store.checkpoint_path(row["entry"].experiment, row["run_id"]).exists()
-                out["stopped" if started else "not_started"].append({**row, "error": str(e)})
-        except Exception as e:  # keep going: the other runs are worth having
-            out["failed"].extend({**row, "error": f"{type(e).__name__}: {e}"} for row in group)
+                e_, scale, rid = row["entry"].experiment, row["config"].scale, row["run_id"]
+                record = store.load(e_, scale, rid) if store.has(e_, scale, rid) else None
+                if store.is_done(record):
+                    row["record"] = record
+                    out["diverged" if record.get("diverged") else "finished"].append(row)
+                elif isinstance(e, BudgetExhausted):
+                    started = store.checkpoint_path(e_, rid).exists()
+                    out["stopped" if started else "not_started"].append({**row, "error": str(e)})
+                else:  # keep going: the other runs are worth having
+                    out["failed"].append({**row, "error": f"{type(e).__name__}: {e}"})
         bar.update(len(group))
 
     def args(i, group):
@@ -228,10 +230,12 @@ def run_campaign(entries: Sequence[Entry], device: str = "cpu", jobs: int = 1, b
 
 def campaign_groups(todo: Sequence[Dict[str, Any]], fuse: Union[bool, int], device: str) -> List[List[Dict[str, Any]]]:
     """The pending rows as the groups that train together (``sweep.fuse_groups`` per experiment; each
-    alone without ``fuse``), in the order of each group's first row."""
+    alone without ``fuse``, and those of an experiment whose runs cannot share a model), in the order of
+    each group's first row."""
     experiments_in_order = list(dict.fromkeys(r["entry"].experiment for r in todo))
-    groups = [g for e in experiments_in_order
-              for g in fuse_groups(e, [r for r in todo if r["entry"].experiment == e], fuse, device)]
+    groups = [g for e in experiments_in_order  # an experiment whose runs cannot share a model: one at a time
+              for g in fuse_groups(e, [r for r in todo if r["entry"].experiment == e],
+                                   fuse if experiments.EXPERIMENTS[e].task.FUSABLE_FIELDS else False, device)]
     order = {id(r): i for i, r in enumerate(todo)}
     return sorted(groups, key=lambda g: order[id(g[0])])
 

@@ -305,7 +305,13 @@ def run_grid(experiment: str, scale: str, seeds: Sequence[int] = (0,), device: s
             for r, record in zip(group, result()):
                 r.update(run_fields(store, record))
         except Exception as e:  # keep going: the other runs' records are worth having
-            failures.extend((r, e) for r in group if not r["done"])
+            for r in group:  # a group's members that finished before the error keep their records
+                record = store.load(experiment, r["config"].scale, r["run_id"]) if store.has(
+                    experiment, r["config"].scale, r["run_id"]) else None
+                if store.is_done(record):
+                    r.update(run_fields(store, record))
+                else:
+                    failures.append((r, e))
         sweep_bar.update(len(group))
     try:
         if engine == "ray":

@@ -41,6 +41,10 @@ class NonFiniteLossError(FloatingPointError):
     """A NaN or infinite training loss; the last good checkpoint is kept."""
 
 
+class GroupMemberError(RuntimeError):
+    """Some runs of a group could not start (a checkpoint that does not load, say); the others trained."""
+
+
 class BudgetExhausted(RuntimeError):
     """The run reached its deadline: its checkpoint is saved, and the next call resumes it."""
 
@@ -255,14 +259,21 @@ class Run:
             ck = None
         if ck is not None:
             _restore(self.task, ck, self.ckpt_path)
-            if "generator" in ck:  # absent from checkpoints of the code before per-run generators
+            kind = torch.device(device).type
+            if "generator" in ck and ck.get("generator_device", "cpu") == kind:
                 self.generator.set_state(ck["generator"])
+            else:  # before per-run generators, or trained on another kind of device: its state does not fit
+                self.generator.manual_seed(MASK_SEED_OFFSET + seed + 1_000_003 * (1 + ck["epoch"] * 100_003 + ck["batch"]))
+                if "generator" in ck:
+                    warnings.warn(f"run {self.name}/{self.rid} resumes on a {kind} from a checkpoint of a "
+                                  f"{ck.get('generator_device', 'cpu')}: its masks go on from a generator seeded "
+                                  "from its seed and position (its segments say where it moved)")
             self.rng = ck["rng"]
             self.epoch, self.batch, self.curves, self.sums, self.elapsed = (ck["epoch"], ck["batch"], ck["curves"],
                                                                             ck["sums"], ck["elapsed"])
             self.env["resumed_from_commit"] = ck.get("commit", "unknown")
             self.segments = ck.get("segments", [])
-        self.start = (self.epoch, self.batch)
+        self.spent = 0.0  # this process's share of the wall time, in seconds
         self.diverged: Optional[str] = None  # the error message, where its training loss stopped being finite
 
     @property
@@ -343,22 +354,49 @@ def train_group(make_task: Callable[..., Task], members: Sequence[Tuple[Experime
                                   + (f" and {len(todo) - 1} more" if len(todo) > 1 else "")
                                   + ": the time budget ended before it started")
         env = environment(device)  # taken at the start: the commit of the code that runs
+        diverged: Dict[str, str] = {}  # run id -> message, for ``errors``
         if precision != "float32":
             env["precision"] = precision
         store.refuse_unclean_code(env["commit"], f"run {todo[0][0].experiment}/{first} is")
-        runs = [Run(make_task, c, s, device, store, resume, env) for c, s in todo]
-        for where in sorted({r.position for r in runs}):
-            together = [r for r in runs if r.position == where]
-            for record in _train_together(together, store, progress, checkpoint_every_s, callback, position, deadline):
-                records[record["run_id"]] = record
-        if errors is not None:
-            errors.update({r.rid: r.diverged for r in runs if r.diverged})
+        failed: Dict[str, str] = {}
+
+        def build(config, seed) -> Optional[Run]:
+            try:
+                return Run(make_task, config, seed, device, store, resume, env)
+            except CorruptCheckpointError as e:  # this run's fault, not the group's: the others go on
+                if len(todo) == 1:
+                    raise  # a run alone: its own error, as it is
+                failed[run_id(config, seed)] = str(e)
+                return None
+        runs = [r for r in (build(c, s) for c, s in todo) if r is not None]
+        try:
+            while runs:  # the runs furthest behind train until they reach the next ones, then on together
+                first = min(r.position for r in runs)
+                behind = [r for r in runs if r.position == first]
+                ahead = [r.position for r in runs if r.position != first]
+                until = min(ahead) if ahead else None
+                for record in _train_together(behind, store, progress, checkpoint_every_s, callback, position,
+                                              deadline, until, diverged):
+                    records[record["run_id"]] = record
+                done = {r.rid for r in behind if r.rid in records}
+                caught_up = [build(r.config, r.seed) for r in behind if r.rid not in done]  # from their checkpoints
+                runs = sorted([r for r in runs if r not in behind] + [r for r in caught_up if r is not None],
+                              key=lambda r: rids.index(r.rid))  # the members' order, as given
+        finally:
+            if errors is not None:
+                errors.update(diverged)
+        if failed:
+            raise GroupMemberError(f"{len(failed)} of {len(todo)} runs could not start (the others went on):\n"
+                                   + "\n".join(f"  {rid}: {why}" for rid, why in failed.items()))
     return [records[rid] for rid in rids]
 
 
 def _train_together(runs: List[Run], store: RunStore, progress: bool, checkpoint_every_s: float, callback,
-                    position: int, deadline: Optional[float]) -> List[Dict[str, Any]]:
-    """The loop of ``train_group`` over ``runs``, which stand at one place (epoch, batch)."""
+                    position: int, deadline: Optional[float], until: Optional[Tuple[int, int]] = None,
+                    diverged: Optional[Dict[str, str]] = None) -> List[Dict[str, Any]]:
+    """The loop of ``train_group`` over ``runs``, which stand at one place (epoch, batch): to the end, or
+    to ``until`` (epoch, batch), where they checkpoint and stop (to go on with the runs already there).
+    Returns the records of the runs that finished or diverged; ``diverged`` gets each divergence's message."""
     lead = runs[0]
     task_type = type(lead.task)
     epochs = lead.config.epochs
@@ -386,24 +424,32 @@ def _train_together(runs: List[Run], store: RunStore, progress: bool, checkpoint
         return run.segments + [{**segment, "from_epoch": at(start_epoch, start_batch), "to_epoch": at(epoch, batch),
                                 "wall_s": round(time.perf_counter() - t_start, 2)}]
 
-    def share(run: Run) -> float:
-        """The run's share of the wall time since this process began training it."""
-        return (time.perf_counter() - t_start) / len(runs)
+    clock = {"t": time.perf_counter()}
+
+    def tick() -> None:
+        """Share the wall time since the last tick among the runs training now."""
+        now = time.perf_counter()
+        for r in live:
+            r.spent += (now - clock["t"]) / len(live)
+        clock["t"] = now
 
     def checkpoint(members: List[Run], epoch: int, batch: int) -> None:
         """Each of ``members``' checkpoints at (epoch, batch), the files renamed in place together."""
+        tick()
         save_checkpoints([(run.ckpt_path, {
             "model": run.task.model.state_dict(), "optimizer": run.task.optimizer.state_dict(),
             "task": run.task.state_dict(), "rng": _rng_state(), "generator": run.generator.get_state(),
+            "generator_device": run.generator.device.type,
             "epoch": epoch, "batch": batch, "curves": run.curves, "sums": run.sums,
-            "elapsed": run.elapsed + share(run), "run_id": run.rid, "commit": run.env["commit"],
+            "elapsed": run.elapsed + run.spent, "run_id": run.rid, "commit": run.env["commit"],
             "segments": with_this_segment(run, epoch, batch)}) for run in members])
 
     def make_record(run: Run, metrics: Dict[str, Any], epoch: int, batch: int, **extra) -> Dict[str, Any]:
         """The run's record, with its curves so far, as training stands at (epoch, batch)."""
+        tick()
         record = {"experiment": run.name, "run_id": run.rid, "seed": run.seed, "config": run.config.to_dict(),
                   "metrics": metrics, "curves": run.curves, **extra,
-                  "wall_time_s": round(run.elapsed + share(run), 2), **run.env, "finished": utc_now()}
+                  "wall_time_s": round(run.elapsed + run.spent, 2), **run.env, "finished": utc_now()}
         if group:
             record["group"] = group
         if run.segments:  # resumed: say on what hardware and code each stretch of training ran
@@ -441,6 +487,8 @@ def _train_together(runs: List[Run], store: RunStore, progress: bool, checkpoint
                         r.diverged = (f"run {r.name}/{r.rid} (seed {r.seed}): training loss is {loss} at epoch "
                                       f"{epoch + 1}, batch {b + 1}; it is recorded as diverged in {path}, and its last "
                                       f"good checkpoint is kept at {r.ckpt_path}")
+                        if diverged is not None:
+                            diverged[r.rid] = r.diverged
                         finished.append(store.load(r.name, r.config.scale, r.rid))
                         live.remove(r)
                         continue
@@ -456,6 +504,9 @@ def _train_together(runs: List[Run], store: RunStore, progress: bool, checkpoint
                     checkpoint(live, epoch, b + 1)
                     raise BudgetExhausted(f"run {lead.name}/{what}: stopped at the time budget in epoch {epoch + 1}, "
                                           f"batch {b + 1}; its checkpoint in {lead.ckpt_path.parent} resumes it")
+                if until == (epoch, b + 1):  # where the runs ahead stand: go on with them
+                    checkpoint(live, epoch, b + 1)
+                    return finished
                 if time.monotonic() - last_ckpt > checkpoint_every_s and b + 1 < len(batches):
                     checkpoint(live, epoch, b + 1)
                     last_ckpt = time.monotonic()
@@ -478,6 +529,8 @@ def _train_together(runs: List[Run], store: RunStore, progress: bool, checkpoint
             last_ckpt = time.monotonic()
             if callback:
                 callback("epoch", epoch, len(batches))
+            if until == (epoch + 1, 0):
+                return finished
     finally:
         bar.close()
     for r in live:

@@ -258,3 +258,81 @@ def test_the_batched_loss_of_a_group_is_each_runs_own_cross_entropy():
                             for r in range(3)])
     torch.testing.assert_close(token_nll(logits, targets), expected, rtol=1e-12, atol=0)
     torch.testing.assert_close(token_nll(logits[:, :1], targets), expected[:1], rtol=1e-12, atol=0)
+
+
+def _stop_after_steps(monkeypatch, n):
+    """The trainer's clock passes any deadline after ``n`` more group steps of the word LM."""
+    steps = {"n": 0}
+    monkeypatch.setattr(train, "time", types.SimpleNamespace(
+        perf_counter=time.perf_counter, monotonic=time.monotonic,
+        time=lambda: float("inf") if steps["n"] >= n else 0.0))
+    real_step = WordLMTask.group_step.__func__
+    monkeypatch.setattr(WordLMTask, "group_step", classmethod(
+        lambda cls, tasks, start: (steps.__setitem__("n", steps["n"] + 1), real_step(cls, tasks, start))[1]))
+
+
+def test_members_checkpointed_at_different_places_catch_up_and_finish_as_one_group(tmp_path, monkeypatch, float64):
+    """A kill between the renames of a group's checkpoints leaves its members at different places: the
+    runs behind train alone until they reach the others, then all go on as the one group."""
+    monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "cache-ref"))
+    runs = members("word_lm")[:3]
+    reference = train_group(WordLMTask, runs, store=RunStore(tmp_path / "ref"), progress=False)
+    monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "cache"))
+    store = RunStore(tmp_path / "runs")
+    with monkeypatch.context() as m:
+        _stop_after_steps(m, 1)  # the first run stops after its first step (epoch 1, batch 1) ...
+        with pytest.raises(train.BudgetExhausted):
+            train_group(WordLMTask, runs[:1], store=store, progress=False, deadline=1.0)
+    with monkeypatch.context() as m:
+        _stop_after_steps(m, 3)  # ... the two others after three (epoch 2, batch 1)
+        with pytest.raises(train.BudgetExhausted):
+            train_group(WordLMTask, runs[1:], store=store, progress=False, deadline=1.0)
+    resumed = train_group(WordLMTask, runs, store=store, progress=False)
+    for r, ref in zip(resumed, reference):
+        assert close(r, ref, rtol=1e-9)
+        assert r["group"] == ref["group"] == [run_id(c, s) for c, s in runs]  # one group at the end
+        assert r["segments"][-1]["group"] == r["group"] and r["segments"][-1]["from_epoch"] == 1.5
+
+
+def test_a_member_whose_checkpoint_does_not_load_fails_alone_and_the_others_finish(tmp_path, monkeypatch):
+    monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "cache"))
+    store = RunStore(tmp_path / "runs")
+    runs = members("word_lm")[:3]
+    bad = store.checkpoint_path("word_lm", run_id(*runs[1]))
+    bad.parent.mkdir(parents=True)
+    bad.write_bytes(b"not a checkpoint")
+    with pytest.raises(train.GroupMemberError, match=f"(?s)1 of 3 runs could not start.*{run_id(*runs[1])}: checkpoint"):
+        train_group(WordLMTask, runs, store=store, progress=False)
+    assert [store.has("word_lm", "ci", run_id(c, s)) for c, s in runs] == [True, False, True]
+
+
+def test_a_checkpoint_from_another_kind_of_device_resumes_with_a_warning(tmp_path, monkeypatch):
+    monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "cache"))
+    store = RunStore(tmp_path / "runs")
+    config, seed = members("word_lm")[2]
+    with monkeypatch.context() as m:
+        _stop_after_steps(m, 1)
+        with pytest.raises(train.BudgetExhausted):
+            train_run(WordLMTask, config, seed, store=store, progress=False, deadline=1.0)
+    path = store.checkpoint_path("word_lm", run_id(config, seed))
+    ck = torch.load(path, weights_only=True)
+    assert ck["generator_device"] == "cpu"
+    ck.update(generator=torch.zeros(16, dtype=torch.uint8), generator_device="cuda")  # a GPU generator's state
+    torch.save(ck, path)
+    with pytest.warns(UserWarning, match="resumes on a cpu from a checkpoint of a cuda"):
+        record = train_run(WordLMTask, config, seed, store=store, progress=False)
+    assert record["metrics"]["epoch"] == config.epochs and record["segments"]
+
+
+def test_a_fused_campaign_trains_the_experiments_that_cannot_fuse_one_run_at_a_time(tmp_path, monkeypatch):
+    real_env = train.environment
+    monkeypatch.setattr(train, "environment", lambda device: {**real_env(device), "commit": "0123456789"})
+    monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "cache"))
+    entries = [Entry(experiment="temporal_order", scale="ci", why="test", only={"length": "short", "scheme": "moon"}),
+               Entry(experiment="word_lm", scale="ci", why="test", only={"forward": "without forward dropout",
+                                                                         "rate": 0.25, "sampling": "per-step"})]
+    out = run_campaign(entries, "cpu", 1, 3600, RunStore(tmp_path / "runs"), False, fuse=True)
+    records = [r["record"] for r in out["finished"]]
+    assert len(records) == 4 + 3 and not out["failed"]
+    assert [len(r.get("group", [r["run_id"]])) for r in records if r["experiment"] == "temporal_order"] == [1] * 4
+    assert [len(r["group"]) for r in records if r["experiment"] == "word_lm"] == [3] * 3
