@@ -212,12 +212,12 @@ def _replay_backward(ctx, step, inputs: tuple, n_states: int, grads: tuple) -> t
     steps = gx.shape[0]
     order = range(steps - 1, -1, -1) if reverse else range(steps)
     with torch.enable_grad():
-        outs = [None] * steps
+        outs, cs = [None] * steps, [None] * steps
         for k, t in enumerate(order):
             states = step(gx[t], states, *weights, _at(gal, k, per_step), _at(sem, k, per_step),
                           _at(moon, k, per_step), act)
-            outs[t] = states[0]
-        outputs = (torch.stack(outs), *states)
+            outs[t], cs[t] = states[0], states[-1]
+        outputs = (torch.stack(outs), *states, *((torch.stack(cs),) if len(grads) > 1 + n_states else ()))
     wanted = [i for i, need in enumerate(ctx.needs_input_grad[:len(inputs)]) if need]
     pairs = [(o, g) for o, g in zip(outputs, grads) if g is not None]
     found = torch.autograd.grad([o for o, _ in pairs], [inputs[i] for i in wanted], [g for _, g in pairs],
@@ -250,7 +250,7 @@ class _LSTMSequence(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, gx: Tensor, h0: Tensor, c0: Tensor, w_hh: Tensor, gal, sem, moon, per_step: bool,
-                relu: bool, reverse: bool):
+                relu: bool, reverse: bool, cells: bool = False):
         gx_in = gx  # saved for a higher-order backward (its replay)
         if reverse:
             gx = gx.flip(0)
@@ -264,7 +264,7 @@ class _LSTMSequence(torch.autograd.Function):
         ys = gx.new_empty(steps, *h0.shape)
         hin_all = None if gal is None else gx.new_empty(steps, *h0.shape)  # d(h_{t-1}) entering the gates
         gsem_all = None if sem is None else gx.new_empty(steps, *h0.shape)  # d(g_t)
-        use_triton = _triton_for(gx, w_hh)
+        use_triton = _triton_for(gx, w_hh) and not cells  # the kernels take no gradient of every c_t
         # Per-step views made once (unbind), not indexed inside the loop: on small layers the
         # loop's Python and dispatch overhead is a good part of the time.
         gals, sems, moons = (_steps(f, steps, per_step) for f in (gal, sem, moon))
@@ -296,19 +296,22 @@ class _LSTMSequence(torch.autograd.Function):
             h = torch.mul(o_k[k], tc, out=ys_k[k])
         ctx.save_for_backward(w_hh, h0, gates_all, c_all, tc_all, ys, hin_all, gsem_all, gx_in, c0)
         ctx.factors = (gal, sem, moon)
-        ctx.flags = (per_step, relu, reverse, use_triton)
-        return (ys.flip(0) if reverse else ys), h.clone(), c_all[-1].clone()
+        ctx.flags = (per_step, relu, reverse, use_triton, cells)
+        cs = c_all[1:].clone() if cells else gx.new_empty(0)  # with ``cells``: c_t of every step, as the ys
+        return (ys.flip(0) if reverse else ys), h.clone(), c_all[-1].clone(), (cs.flip(0) if reverse and cells else cs)
 
     @staticmethod
-    def backward(ctx, d_ys: Tensor, d_hn: Optional[Tensor], d_cn: Optional[Tensor]):
+    def backward(ctx, d_ys: Tensor, d_hn: Optional[Tensor], d_cn: Optional[Tensor], d_cs: Optional[Tensor]):
         w_hh, h0, gates_all, c_all, tc_all, ys, hin_all, gsem_all, gx, c0 = ctx.saved_tensors
-        if _differentiable_backward_needed(d_ys, d_hn, d_cn):
-            return _replay_backward(ctx, _lstm_replay_step, (gx, h0, c0, w_hh), 2, (d_ys, d_hn, d_cn))
+        per_step, relu, reverse, use_triton, cells = ctx.flags
+        d_cs = d_cs if cells else None
+        if _differentiable_backward_needed(d_ys, d_hn, d_cn, d_cs):
+            return _replay_backward(ctx, _lstm_replay_step, (gx, h0, c0, w_hh), 2, (d_ys, d_hn, d_cn, d_cs))
         gal, sem, moon = ctx.factors
-        per_step, relu, reverse, use_triton = ctx.flags
         hidden = tc_all.shape[-1]
         if reverse:
             d_ys = d_ys.flip(0)
+            d_cs = None if d_cs is None else d_cs.flip(0)
         i, f, g, o = gates_all.chunk(4, dim=-1)  # after their activations
         # Local derivatives for all steps at once: d pre-activation = (dc or dh) * local[k].
         local = torch.addcmul(gates_all, gates_all, gates_all, value=-1.0)  # s (1 - s) for the sigmoid gates
@@ -323,16 +326,19 @@ class _LSTMSequence(torch.autograd.Function):
         d_gates = torch.empty_like(gates_all)
         dh = torch.zeros_like(h0) if d_hn is None else d_hn
         dc = torch.zeros_like(h0) if d_cn is None else d_cn
-        loop = _lstm_backward_triton if use_triton else _lstm_backward_torch
-        dh, dc = loop(dh, dc, d_ys, o_dtc, local, gates_all, d_gates, w_hh, gal, moon, per_step)
+        if use_triton:
+            dh, dc = _lstm_backward_triton(dh, dc, d_ys, o_dtc, local, gates_all, d_gates, w_hh, gal, moon, per_step)
+        else:
+            dh, dc = _lstm_backward_torch(dh, dc, d_ys, o_dtc, local, gates_all, d_gates, w_hh, gal, moon, per_step,
+                                          d_cs)
         hin = hin_all if hin_all is not None else torch.cat([h0.unsqueeze(0), ys[:-1]])
         d_w_hh = _weight_grad(d_gates, hin)
-        return (d_gates.flip(0) if reverse else d_gates), dh, dc, d_w_hh, None, None, None, None, None, None
+        return (d_gates.flip(0) if reverse else d_gates), dh, dc, d_w_hh, None, None, None, None, None, None, None
 
 
-def _lstm_backward_torch(dh, dc, d_ys, o_dtc, local, gates_all, d_gates, w_hh, gal, moon, per_step):
+def _lstm_backward_torch(dh, dc, d_ys, o_dtc, local, gates_all, d_gates, w_hh, gal, moon, per_step, d_cs=None):
     """The backward loop over the steps, 7 kernels a step (the gradient of ``cells.lstm_step``, step by
-    step); fills ``d_gates``, returns (dh_0, dc_0)."""
+    step; ``d_cs``, where given, the gradient of every step's c_t); fills ``d_gates``, returns (dh_0, dc_0)."""
     steps, hidden = gates_all.shape[0], gates_all.shape[-1] // 4
     gals, moons = _steps(gal, steps, per_step), _steps(moon, steps, per_step)
     f_k = gates_all[..., hidden:2 * hidden].unbind(0)
@@ -342,8 +348,11 @@ def _lstm_backward_torch(dh, dc, d_ys, o_dtc, local, gates_all, d_gates, w_hh, g
     local_o_k, d_o_k = local[..., 3 * hidden:].unbind(0), d_gates[..., 3 * hidden:].unbind(0)
     d_ys_k, o_dtc_k, d_gates_k = d_ys.unbind(0), o_dtc.unbind(0), d_gates.unbind(0)
     times_w = _times_transposed(_transposed(w_hh), gates_all.shape[-2])  # d_gates @ w_hh
+    d_cs_k = None if d_cs is None else d_cs.unbind(0)
     for k in range(steps - 1, -1, -1):
         dh = dh + d_ys_k[k]
+        if d_cs_k is not None:
+            dc = dc + d_cs_k[k]
         dc = torch.addcmul(dc, dh, o_dtc_k[k])  # through h_t = o * act(c_t)
         if moon is not None:
             dc = dc * moons[k]  # c_t = d(f * c_{t-1} + i * d(g_t))
@@ -372,13 +381,14 @@ def _lstm_backward_triton(dh, dc, d_ys, o_dtc, local, gates_all, d_gates, w_hh, 
 
 
 def lstm_sequence(gx: Tensor, h0: Tensor, c0: Tensor, w_hh: Tensor, factors: StepFactors,
-                  nonlinearity: str, reverse: bool) -> Tuple[Tensor, Tuple[Tensor, Tensor]]:
-    """The LSTM over all steps of ``gx = W_ih x + b_ih + b_hh`` ``(T, B, 4H)``: outputs ``(T, B, H)`` and (h_T, c_T).
+                  nonlinearity: str, reverse: bool, cells: bool = False):
+    """The LSTM over all steps of ``gx = W_ih x + b_ih + b_hh`` ``(T, B, 4H)``: outputs ``(T, B, H)`` and (h_T, c_T),
+    and with ``cells`` the cell state c_t of every step ``(T, B, H)`` too.
 
     Computes what the reference loop over ``recdrop.cells.lstm_step`` computes."""
-    ys, h, c = _LSTMSequence.apply(gx, h0, c0, w_hh, factors.gal, factors.semeniuta, factors.moon,
-                                   factors.per_step, nonlinearity == "relu", reverse)
-    return ys, (h, c)
+    ys, h, c, cs = _LSTMSequence.apply(gx, h0, c0, w_hh, factors.gal, factors.semeniuta, factors.moon,
+                                       factors.per_step, nonlinearity == "relu", reverse, cells)
+    return (ys, (h, c), cs) if cells else (ys, (h, c))
 
 
 class _GRUSequence(torch.autograd.Function):

@@ -169,9 +169,10 @@ class _RecurrentLayer(DropoutSettings, nn.RNNBase):
     # -- packed sequences -------------------------------------------------------------------------
     def _forward_packed(self, packed: PackedSequence, hx, masks: Optional[Masks]):
         """A PackedSequence in and out, as torch.nn. Sequences are run in the pack's order (longest
-        first); each step runs only the sequences still going, so padding takes no part: no mask
-        acts on it, the reverse direction starts at each sequence's own end, and h_n is each
-        sequence's state at its own end. Masks (given or drawn) are laid out as for a padded batch
+        first), each direction in one call over the padded batch (``_run_packed_direction``), so that
+        padding takes no part: nothing past a sequence's end reaches an output, a state or a gradient,
+        the reverse direction starts at each sequence's own end, and h_n is each sequence's state at
+        its own end. Masks (given or drawn) are laid out as for a padded batch
         of the original order, ``draw_masks(T, B)``, and a sequence uses its first ``length`` steps."""
         sorted_idx, unsorted_idx = packed.sorted_indices, packed.unsorted_indices
         x, lengths = pad_packed_sequence(PackedSequence(packed.data, packed.batch_sizes))  # (T, B, in), sorted
@@ -196,10 +197,22 @@ class _RecurrentLayer(DropoutSettings, nn.RNNBase):
     def _run_packed_direction(self, x: Tensor, state: Tuple[Tensor, ...], layer: int, reverse: bool,
                               masks: Optional[Dict[str, Tensor]], *, lengths: Tensor, sizes: List[int]):
         """One direction over sequences sorted longest first: ``x`` is reversed within each sequence for
-        the reverse direction, then run in stretches of steps over which the same sequences go on;
-        a sequence's final state is taken where it ends."""
+        the reverse direction (so that every sequence starts at its own end), then run in one call over
+        the padded batch (issue 36); a sequence's outputs are kept up to its end and its final state is
+        taken there (h_t from the outputs, the LSTM's c_t from every step's). The steps past an end
+        compute on padding and take no part: nothing of them reaches an output, a final state or a
+        gradient. Where the nonlinearity is unbounded (relu) they could overflow, so there it runs in
+        stretches of steps over which the same sequences go on."""
         if reverse:
             x = _reverse_within(x, lengths)
+        if self.nonlinearity == "tanh":
+            out, _, cs = self._run_direction(x, state, layer, reverse, masks, in_order=True, cells=True)
+            ends = (lengths.to(x.device) - 1).view(1, -1, 1)
+            final = tuple(s.gather(0, ends.expand(1, -1, s.shape[-1]))[0]
+                          for s in (out, cs)[:self.n_states])
+            steps = torch.arange(x.shape[0], device=x.device).view(-1, 1, 1)
+            out = torch.where(steps < ends + 1, out, out.new_zeros(()))  # padding stays padding
+            return (_reverse_within(out, lengths) if reverse else out), final
         steps, batch = x.shape[0], x.shape[1]
         pieces, ends, k0 = [], [], 0
         while k0 < steps:
@@ -218,11 +231,12 @@ class _RecurrentLayer(DropoutSettings, nn.RNNBase):
         return (_reverse_within(out, lengths) if reverse else out), final
 
     def _run_direction(self, x: Tensor, state: Tuple[Tensor, ...], layer: int, reverse: bool,
-                       masks: Optional[Dict[str, Tensor]], in_order: bool = False):
+                       masks: Optional[Dict[str, Tensor]], in_order: bool = False, cells: bool = False):
         """One direction of ``layer`` (its reverse weights if ``reverse``) over ``x``, last step first if
-        ``reverse``, or in the given order with ``in_order`` (``x`` already reversed, as for packed input)."""
+        ``reverse``, or in the given order with ``in_order`` (``x`` already reversed, as for packed input);
+        with ``cells``, the LSTM's cell state of every step as well (``_run_weights``)."""
         factors = self.rdrop.factors(masks, self.training, per_step=self.rdrop.sampling == "per-step")
-        return self._run_weights(x, state, self._weights(layer, reverse), factors, reverse and not in_order)
+        return self._run_weights(x, state, self._weights(layer, reverse), factors, reverse and not in_order, cells)
 
     def _weights(self, layer: int, reverse: bool) -> Tuple[Optional[Tensor], ...]:
         """(w_ih, w_hh, b_ih, b_hh, w_hr) of one direction of ``layer``, None where the layer has none."""
@@ -233,23 +247,28 @@ class _RecurrentLayer(DropoutSettings, nn.RNNBase):
                 getattr(self, f"weight_hr_l{layer}{sfx}") if self.proj_size else None)
 
     def _run_weights(self, x: Tensor, state: Tuple[Tensor, ...], weights: Tuple[Optional[Tensor], ...],
-                     factors: StepFactors, backwards: bool):
+                     factors: StepFactors, backwards: bool, cells: bool = False):
         """One direction over ``x`` with ``weights`` (``_weights``: one run's, or a group's stacked on a
         leading run dimension, ``run_group``) and the step ``factors``; last step first if
-        ``backwards``. The fast path where it can run, else the reference loop."""
+        ``backwards``. The fast path where it can run, else the reference loop. Returns the outputs
+        and the final state, and with ``cells`` the LSTM's cell state of every step (else None)."""
         w_ih, w_hh, b_ih, b_hh, w_hr = weights
         if self.fused and w_hr is None and not plain_ops_needed(x, w_ih, w_hh, b_ih, b_hh, *state):
-            return self._sequence(x, state, w_ih, w_hh, b_ih, b_hh, factors, backwards)
+            out = self._sequence(x, state, w_ih, w_hh, b_ih, b_hh, factors, backwards, cells=cells)
+            return out if not cells else out if len(out) == 3 else (*out, None)
         gx = F.linear(x, w_ih, b_ih) if w_ih.dim() == 2 else linear(x, w_ih, b_ih)  # (T, B, G*H): one matmul
         steps = x.shape[0]
         order = range(steps - 1, -1, -1) if backwards else range(steps)
         outs: List[Optional[Tensor]] = [None] * steps
+        cs: List[Optional[Tensor]] = [None] * steps
         for k, t in enumerate(order):  # masks are indexed by processing step k
             state = self._step(gx[t], state, w_hh, b_hh, factors.at(k))
             if w_hr is not None:  # the LSTM's projection (proj_size): h_t = W_hr (o_t * f(c_t))
                 state = (F.linear(state[0], w_hr), *state[1:])
-            outs[t] = state[0]
-        return torch.stack(outs), state
+            outs[t], cs[t] = state[0], state[-1]
+        if not cells:
+            return torch.stack(outs), state
+        return torch.stack(outs), state, (torch.stack(cs) if self.n_states == 2 else None)
 
     def _step(self, gx: Tensor, state: Tuple[Tensor, ...], w_hh: Tensor, b_hh: Optional[Tensor],
               factors) -> Tuple[Tensor, ...]:
@@ -257,8 +276,9 @@ class _RecurrentLayer(DropoutSettings, nn.RNNBase):
         raise NotImplementedError
 
     def _sequence(self, x: Tensor, state: Tuple[Tensor, ...], w_ih: Tensor, w_hh: Tensor, b_ih: Optional[Tensor],
-                  b_hh: Optional[Tensor], factors: StepFactors, reverse: bool):
-        """The fast path: the whole direction through ``recdrop.fused``; outputs and final state."""
+                  b_hh: Optional[Tensor], factors: StepFactors, reverse: bool, cells: bool = False):
+        """The fast path: the whole direction through ``recdrop.fused``; outputs and final state (and with
+        ``cells``, the LSTM's cell state of every step)."""
         raise NotImplementedError
 
     # -- input checks -----------------------------------------------------------------------------
@@ -318,9 +338,9 @@ class LSTM(_RecurrentLayer, nn.LSTM):
     def _step(self, gx, state, w_hh, b_hh, factors):
         return lstm_step(gx, *state, w_hh, b_hh, *factors, ACTIVATIONS[self.nonlinearity])
 
-    def _sequence(self, x, state, w_ih, w_hh, b_ih, b_hh, factors, reverse):
+    def _sequence(self, x, state, w_ih, w_hh, b_ih, b_hh, factors, reverse, cells=False):
         gx = _input_projection_with_both_biases(x, w_ih, b_ih, b_hh)
-        return lstm_sequence(gx, *state, w_hh, factors, self.nonlinearity, reverse)
+        return lstm_sequence(gx, *state, w_hh, factors, self.nonlinearity, reverse, cells)
 
 
 class GRU(_RecurrentLayer, nn.GRU):
@@ -342,7 +362,7 @@ class GRU(_RecurrentLayer, nn.GRU):
     def _step(self, gx, state, w_hh, b_hh, factors):
         return (gru_step(gx, *state, w_hh, b_hh, *factors, ACTIVATIONS[self.nonlinearity]),)
 
-    def _sequence(self, x, state, w_ih, w_hh, b_ih, b_hh, factors, reverse):
+    def _sequence(self, x, state, w_ih, w_hh, b_ih, b_hh, factors, reverse, cells=False):
         # b_hn sits inside r * (W_hn h + b_hn): b_hh stays with the recurrence
         return gru_sequence(linear(x, w_ih, b_ih), *state, w_hh, b_hh, factors, self.nonlinearity, reverse)
 
@@ -366,7 +386,7 @@ class RNN(_RecurrentLayer, nn.RNN):
     def _step(self, gx, state, w_hh, b_hh, factors):
         return (rnn_step(gx, *state, w_hh, b_hh, *factors, ACTIVATIONS[self.nonlinearity]),)
 
-    def _sequence(self, x, state, w_ih, w_hh, b_ih, b_hh, factors, reverse):
+    def _sequence(self, x, state, w_ih, w_hh, b_ih, b_hh, factors, reverse, cells=False):
         gx = _input_projection_with_both_biases(x, w_ih, b_ih, b_hh)
         return rnn_sequence(gx, *state, w_hh, factors, self.nonlinearity, reverse)
 
