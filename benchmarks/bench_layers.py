@@ -55,6 +55,8 @@ def main(argv=None):
     ap.add_argument("--seq", type=int, default=35)
     ap.add_argument("--packed", action="store_true",
                     help="a PackedSequence in, of lengths spread evenly from half the sequence length to all of it")
+    ap.add_argument("--input", type=int, help="input size (default: the hidden size)")
+    ap.add_argument("--bidirectional", action="store_true", help="both directions, as a tagger's BiLSTM")
     ap.add_argument("--tf32", action="store_true", help="allow TF32 matmuls on the GPU (both torch.nn and recdrop)")
     ap.add_argument("--out", type=Path, help="write the table as CSV here (with hardware, torch and commit per row)")
     args = ap.parse_args(argv)
@@ -67,34 +69,35 @@ def main(argv=None):
     rows = []
     env = {"hardware": hardware(args.device), "device": args.device, "threads": torch.get_num_threads(),
            "torch": torch.__version__, "commit": git_commit(), "batch": args.batch, "tf32": args.tf32,
-           "packed": args.packed}
+           "packed": args.packed, "bidirectional": args.bidirectional}
     peak = peak_tflops(env["hardware"], args.tf32)
     shapes = [(h, args.seq) for h in args.hidden] if args.hidden else SHAPES
     for kind in args.kinds:
         for hidden, steps in shapes:
-            x = torch.randn(steps, args.batch, hidden, device=args.device)
+            size = args.input or hidden
+            x = torch.randn(steps, args.batch, size, device=args.device)
             if args.packed:
                 lengths = torch.linspace(steps, steps // 2, args.batch).round().long()
                 x = pack_padded_sequence(x, lengths, enforce_sorted=False)
-            ref = getattr(torch.nn, kind)(hidden, hidden).to(args.device)
+            ref = getattr(torch.nn, kind)(size, hidden, bidirectional=args.bidirectional).to(args.device)
             t_ref = time_fwd_bwd(ref, x, args.repeats, args.device)
             for scheme in args.schemes:
-                ours = getattr(recdrop, kind)(hidden, hidden, recurrent_dropout=0.25, scheme=scheme,
-                                              sampling="per-step").to(args.device)
+                ours = getattr(recdrop, kind)(size, hidden, bidirectional=args.bidirectional, recurrent_dropout=0.25,
+                                              scheme=scheme, sampling="per-step").to(args.device)
                 fused = ours.fused
                 t_ours = time_fwd_bwd(ours, x, args.repeats, args.device)
                 ours.fused = False  # the plain per-step loop, for comparison
                 t_loop = time_fwd_bwd(ours, x, args.repeats, args.device) if fused else t_ours
-                rows.append({"kind": kind, "hidden": hidden, "seq": steps, "scheme": scheme,
+                rows.append({"kind": kind, "hidden": hidden, "input_size": size, "seq": steps, "scheme": scheme,
                              "torch_nn_ms": round(t_ref * 1e3, 2), "recdrop_ms": round(t_ours * 1e3, 2),
                              "loop_ms": round(t_loop * 1e3, 2), "ratio": round(t_ours / t_ref, 2),
                              "loop_over_recdrop": round(t_loop / t_ours, 2), **env})
                 r = rows[-1]
-                flops = flops_per_step(kind, args.batch, hidden, hidden)
+                flops = flops_per_step(kind, args.batch, size, hidden) * (2 if args.bidirectional else 1)
                 r["gflop_per_step"] = round(flops / 1e9, 4)
                 r["recdrop_tflops"] = round(flops * steps / t_ours / 1e12, 4)
                 r["peak_fraction"] = round(r["recdrop_tflops"] / peak, 4) if peak else None
-                print(f"{kind:4s} hidden {hidden:5d} seq {steps:4d} {scheme:14s} torch.nn {r['torch_nn_ms']:9.2f} ms"
+                print(f"{'Bi' if args.bidirectional else ''}{kind:4s} input {size:5d} hidden {hidden:5d} seq {steps:4d} {scheme:14s} torch.nn {r['torch_nn_ms']:9.2f} ms"
                       f"   recdrop {r['recdrop_ms']:9.2f} ms ({'fused' if fused else 'loop'})"
                       f"   ratio {r['ratio']:.2f}x   plain loop {r['loop_ms']:9.2f} ms"
                       f"   {r['gflop_per_step']:.3f} GFLOP/step, {r['recdrop_tflops']:.3f} TFLOP/s"

@@ -185,9 +185,8 @@ class _RecurrentLayer(DropoutSettings, nn.RNNBase):
         masks = self._masks_for(x, masks)
         if masks is not None and sorted_idx is not None:  # into the pack's order
             masks = [{t: m.index_select(m.dim() - 2, sorted_idx) for t, m in d.items()} for d in masks]
-        sizes = packed.batch_sizes.tolist()
         x, state = self._run_layers(x, hx, masks, functools.partial(self._run_packed_direction, lengths=lengths,
-                                                                    sizes=sizes))
+                                                                    sizes=packed.batch_sizes))
         data = pack_padded_sequence(x, lengths).data
         if unsorted_idx is not None:
             state = tuple(st.index_select(1, unsorted_idx) for st in state)
@@ -195,7 +194,7 @@ class _RecurrentLayer(DropoutSettings, nn.RNNBase):
         return output, (state if self.n_states == 2 else state[0])
 
     def _run_packed_direction(self, x: Tensor, state: Tuple[Tensor, ...], layer: int, reverse: bool,
-                              masks: Optional[Dict[str, Tensor]], *, lengths: Tensor, sizes: List[int]):
+                              masks: Optional[Dict[str, Tensor]], *, lengths: Tensor, sizes: Tensor):
         """One direction over sequences sorted longest first: ``x`` is reversed within each sequence for
         the reverse direction (so that every sequence starts at its own end), then run in one call over
         the padded batch (issue 36); a sequence's outputs are kept up to its end and its final state is
@@ -213,7 +212,7 @@ class _RecurrentLayer(DropoutSettings, nn.RNNBase):
             steps = torch.arange(x.shape[0], device=x.device).view(-1, 1, 1)
             out = torch.where(steps < ends + 1, out, out.new_zeros(()))  # padding stays padding
             return (_reverse_within(out, lengths) if reverse else out), final
-        steps, batch = x.shape[0], x.shape[1]
+        steps, batch, sizes = x.shape[0], x.shape[1], sizes.tolist()  # the pack's batch sizes, on the host
         pieces, ends, k0 = [], [], 0
         while k0 < steps:
             n = sizes[k0]

@@ -84,17 +84,23 @@ def provenance(df: pd.DataFrame) -> pd.DataFrame:
 
 def ratio_table(df: pd.DataFrame) -> pd.DataFrame:
     """recdrop's fast path with dropout 0.25 over torch.nn without dropout (forward + backward, same
-    machine, same run): one row per machine, input (a padded tensor or a PackedSequence), cell and
-    shape, one column per scheme."""
+    machine, same run): one row per machine, input (a padded tensor or a PackedSequence), cell (Bi- for
+    both directions) and shape (with the input size where it is not the hidden size), one column per
+    scheme."""
     if df.empty:
         return pd.DataFrame()
-    packed = df["packed"].fillna(False).astype(bool) if "packed" in df else pd.Series(False, index=df.index)
-    t = df.assign(shape=df["hidden"].astype(str) + " x " + df["seq"].astype(str),
-                  input=packed.map({True: "packed", False: "padded"}))
-    keys = ["hardware", "input", "kind", "hidden", "seq"]
-    out = t.pivot_table(index=keys, columns="scheme", values="ratio", aggfunc="first")
-    out = out.reset_index().drop(columns=["seq"]).assign(
-        **{"hidden x steps": t.groupby(keys)["shape"].first().values})
+
+    def flag(name):
+        return df[name].fillna(False).astype(bool) if name in df else pd.Series(False, index=df.index)
+    packed, both = flag("packed"), flag("bidirectional")
+    size = df["input_size"].fillna(df["hidden"]) if "input_size" in df else df["hidden"]
+    shape = df["hidden"].astype(str) + " x " + df["seq"].astype(str)
+    shape = shape.where(size == df["hidden"], shape + ", input " + size.astype(int).astype(str))
+    t = df.assign(shape=shape, input=packed.map({True: "packed", False: "padded"}),
+                  kind=both.map({True: "Bi", False: ""}) + df["kind"])
+    keys = ["hardware", "input", "kind", "hidden", "seq", "shape"]
+    out = t.pivot_table(index=keys, columns="scheme", values="ratio", aggfunc="first").reset_index()
+    out = out.rename(columns={"shape": "hidden x steps"})
     schemes = [c for c in ("semeniuta", "gal", "moon") if c in out]
     return out[["hardware", "input", "kind", "hidden x steps", *schemes]].rename_axis(columns=None)
 

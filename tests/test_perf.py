@@ -95,3 +95,11 @@ def test_the_group_table_gives_each_group_sizes_speedup_per_machine_and_model(tm
     assert pd.isna(by_model.loc["char", "R = 26"])  # not measured: no number
     assert perf.plot_group_throughput(perf.load_benchmarks(tmp_path)) is not None
     assert perf.group_table(perf.load_benchmarks(tmp_path / "none")).empty
+
+
+def test_a_bidirectional_row_with_its_own_input_size_is_a_row_of_its_own(tmp_path):
+    pd.DataFrame([bench_row(), bench_row(hidden=100, seq=30, batch=10, bidirectional=True, input_size=150, ratio=1.3),
+                  bench_row(bidirectional=False, input_size=256, ratio=1.4)]).to_csv(tmp_path / "m.csv", index=False)
+    table = perf.ratio_table(perf.load_benchmarks(tmp_path)).set_index(["kind", "hidden x steps"])
+    assert table.loc[("BiLSTM", "100 x 30, input 150"), "semeniuta"] == 1.3
+    assert table.loc[("LSTM", "256 x 35"), "semeniuta"] in (1.5, 1.4) and len(table) == 2  # a missing flag: False
