@@ -75,14 +75,30 @@ def test_compile_has_no_graph_break_and_matches_eager(kind, training):
     assert m.weight_hh_l0.grad is not None
 
 
+def _padded_loss(m, x):
+    return m(x)[0].pow(2).sum()
+
+
+def _packed_loss(m, x):
+    lengths = torch.arange(x.shape[0], x.shape[0] - x.shape[1], -1).clamp(min=1)
+    out, _ = m(torch.nn.utils.rnn.pack_padded_sequence(x, lengths, enforce_sorted=False))
+    return torch.nn.utils.rnn.pad_packed_sequence(out)[0].pow(2).sum()
+
+
 @pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("loss,breaks", [(_padded_loss, 0), (_packed_loss, 3)], ids=["padded", "packed"])
 @dynamo.config.patch(allow_rnn=True)
-def test_compile_trains_over_batches_of_varying_length_with_dropout_on(kind):
+def test_compile_trains_over_batches_of_varying_length_with_dropout_on(kind, loss, breaks):
     """Issue 36: with dynamic shapes Dynamo refused ``torch.rand(..., generator=None)`` (a training
-    batch of a new length crashed); each length now trains, and its gradients are finite."""
+    batch of a new length crashed); each length now trains, padded and packed, and its gradients are
+    finite. Graph breaks: none padded; packed, at most the functions of torch.nn.utils.rnn that Dynamo
+    skips: the caller's packing, and the layer's own unpacking and packing (before, a Tensor.item() in
+    torch.nn's check of the pack's sizes broke it too)."""
     m = layer(kind, True)
     dynamo.reset()
-    compiled = torch.compile(lambda x: m(x)[0].pow(2).sum(), dynamic=True, backend="eager")
+    assert dynamo.explain(lambda x: loss(m, x))(torch.randn(5, 2, 3)).graph_break_count <= breaks
+    dynamo.reset()
+    compiled = torch.compile(lambda x: loss(m, x), dynamic=True, backend="eager")
     for steps in (5, 7, 9):
         m.zero_grad()
         compiled(torch.randn(steps, 2, 3)).backward()
