@@ -182,7 +182,7 @@ class _RecurrentLayer(DropoutSettings, nn.RNNBase):
         else:
             hx = tuple(s if sorted_idx is None else s.index_select(1, sorted_idx) for s in states_of(hx, self.n_states))
         # torch.nn's checks, on the padded batch: the pack's would read its batch size on the host (Tensor.item)
-        self.check_forward_args(x, hx if self.n_states == 2 else hx[0], None)
+        self.check_forward_args(x.transpose(0, 1) if self.batch_first else x, hx if self.n_states == 2 else hx[0], None)
         masks = self._masks_for(x, masks)
         if masks is not None and sorted_idx is not None:  # into the pack's order
             masks = [{t: m.index_select(m.dim() - 2, sorted_idx) for t, m in d.items()} for d in masks]

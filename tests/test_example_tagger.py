@@ -61,3 +61,12 @@ def test_recdrop_tagger_equals_torch_tagger_on_a_packed_batch(example, p, torch_
         out_new.square().sum().backward()
         for (name, a), b in zip(ref.named_parameters(), new.parameters()):
             torch.testing.assert_close(b.grad, a.grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+@needs_conll
+def test_the_example_trains_compiled(example, capsys):
+    """``--compile``: the tagger compiled with dynamic shapes trains on CoNLL's batches of varying length
+    (Dynamo's tracing only, backend 'eager', to keep it short)."""
+    example.main(["--epochs", "1", "--batches", "4", "--batch-size", "8", "--hidden", "16", "--compile", "eager"])
+    out = capsys.readouterr().out
+    assert "epoch 1: train loss" in out and "dev token accuracy" in out

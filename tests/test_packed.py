@@ -95,3 +95,19 @@ def test_a_packed_batchs_gradients_are_its_sequences_gradients_alone(kind, nonli
     packed = torch.autograd.grad(loss(pad_packed_sequence(out)[0], state), seqs + list(m.parameters()))
     each = sum(loss(*m(x.unsqueeze(1), masks=alone(masks, b, n))) for b, (x, n) in enumerate(zip(seqs, LENGTHS)))
     torch.testing.assert_close(packed, torch.autograd.grad(each, seqs + list(m.parameters())), rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("batch_first", [False, True])
+def test_packed_input_with_an_initial_state_is_checked_as_torch_nn_checks_it(batch_first):
+    """torch.nn's checks of the initial state's shape run on the padded batch (not on the pack, whose size
+    they read on the host), batch-first or not: a right state is taken, a wrong one is torch.nn's error."""
+    m = recdrop.LSTM(3, 4, batch_first=batch_first, recurrent_dropout=0.25)
+    ref = torch.nn.LSTM(3, 4, batch_first=batch_first)
+    packed = pack_sequence([torch.randn(n, 3) for n in (5, 2, 4)], enforce_sorted=False)
+    right, wrong = (torch.zeros(1, 3, 4),) * 2, (torch.zeros(1, 2, 4),) * 2
+    assert m(packed, right)[1][0].shape == (1, 3, 4)
+    with pytest.raises(RuntimeError) as ours:
+        m(packed, wrong)
+    with pytest.raises(RuntimeError) as theirs:
+        ref(packed, wrong)
+    assert str(ours.value) == str(theirs.value)
