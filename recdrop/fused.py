@@ -119,11 +119,20 @@ def _packed_matmul_usable(w: Tensor) -> bool:
     return _onednn_usable(w) and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
 
 
+# Multiply-adds of a per-step product at or below which it runs on MKL's addmm, not oneDNN's packed call:
+# measured on an Intel Xeon (one thread), oneDNN's fixed cost is about 15 us a call, so MKL was 3.4x
+# faster at batch 10 x 400 x 100 (6 against 21 us) and still ahead at 64 x 2048 x 512, while oneDNN was
+# 1.8x ahead at 16 x 2048 x 512 on the AMD EPYC of earlier sessions; a BiLSTM of 100 units at batch 10
+# went from 2.17x to 1.50x torch.nn's time. Below this size both vendors' overheads dominate.
+SMALL_PRODUCT = 2**19
+
+
 def _times_transposed(w: Tensor, batch: int, bias: Optional[Tensor] = None):
     """``(x, add=None, out=None) -> add + x @ w.T`` (``+ bias`` where given, without ``add``), for the
     per-step matmuls of one sequence. On a CPU in float32 the weight is packed once per sequence for
-    oneDNN: measured on this project's CPU (one thread, batch 16, 512 units), 1.8x faster than
-    ``torch.mm`` for the forward's product and 3x for the backward's. The results agree with
+    oneDNN where the product is larger than ``SMALL_PRODUCT``: measured on the AMD EPYC of earlier
+    sessions (one thread, batch 16, 512 units), 1.8x faster than ``torch.mm`` for the forward's product
+    and 3x for the backward's; smaller products run on ``torch.addmm``. The results agree with
     ``torch.mm`` to float32 rounding (another summation order). For a group of runs (issue 35), ``w``
     ``(R, G, H)`` and ``x`` ``(R, B, H)``: one batched product, each run with its own weight."""
     if w.dim() == 3:
@@ -134,7 +143,7 @@ def _times_transposed(w: Tensor, batch: int, bias: Optional[Tensor] = None):
                 return torch.baddbmm(add, x, w_t, out=out)
             return torch.bmm(x, w_t) if bias is None else torch.baddbmm(bias.unsqueeze(1), x, w_t)
         return group_times
-    if _packed_matmul_usable(w):
+    if _packed_matmul_usable(w) and batch * w.shape[0] * w.shape[1] > SMALL_PRODUCT:  # else MKL (below)
         packed = torch.ops.mkldnn._reorder_linear_weight(w, batch)
         bias = None if bias is None else bias.contiguous()  # oneDNN reads it as dense
 
