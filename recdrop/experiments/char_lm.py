@@ -163,25 +163,42 @@ class CharLMTask(Task):
 
     @torch.no_grad()
     def bpc(self, seqs: torch.Tensor, batch: int = 256) -> float:
-        total = 0.0
+        return self.group_bpc([self], seqs, batch)[0]
+
+    @classmethod
+    @torch.no_grad()
+    def group_bpc(cls, tasks: Sequence["CharLMTask"], seqs: torch.Tensor, batch: int = 256) -> List[float]:
+        """Each run's bits per character on ``seqs``, the runs as one model, each sequence from a zero state."""
+        totals = [0.0] * len(tasks)
+        weight = tasks[0].model.out.weight
         for chunk in seqs.split(batch):
             chunk = chunk.t()
-            logits, _ = self.model(chunk[:-1], None)
-            total += F.cross_entropy(logits.reshape(-1, logits.shape[-1]), chunk[1:].reshape(-1),
-                                     reduction="sum").item()
-        return total / (seqs.shape[0] * (seqs.shape[1] - 1)) / LN2
+            zero = weight.new_zeros(len(tasks), chunk.shape[1], tasks[0].cfg.hidden_size)
+            nll, _ = language_models_nll([t.model for t in tasks], chunk[:-1], (zero, zero), chunk[1:],
+                                         reduction="sum")
+            totals = [a + b for a, b in zip(totals, nll.tolist())]
+        return [total / (seqs.shape[0] * (seqs.shape[1] - 1)) / LN2 for total in totals]
 
     def evaluate(self, epoch: int, train_stats: Dict[str, float]) -> Dict[str, Optional[float]]:
         """Validation bpc every epoch; test bpc at the last epoch (the final model). Where validation
         improves, the weights are kept (``best_state``), to be tested once, at the end
         (``final_metrics``): with dropout validation improves in most epochs, and testing at each
         improvement doubled the evaluation."""
-        valid = self.bpc(self.valid_seqs)
-        if valid < self.best_valid:
-            self.best_state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
-        test = self.bpc(self.test_seqs) if epoch == self.cfg.epochs - 1 else None
-        return {"train_bpc": train_stats["loss"] / LN2, "valid_bpc": valid, "test_bpc": test,
-                "lr": self.optimizer.param_groups[0]["lr"]}
+        return self.group_evaluate([self], epoch, [train_stats])[0]
+
+    @classmethod
+    def group_evaluate(cls, tasks, epoch: int, train_stats) -> List[Dict[str, Optional[float]]]:
+        """``evaluate`` of each run, the group's validation and (at the last epoch) test each as one model."""
+        valid = cls.group_bpc(tasks, tasks[0].valid_seqs)
+        last = epoch == tasks[0].cfg.epochs - 1
+        test = cls.group_bpc(tasks, tasks[0].test_seqs) if last else [None] * len(tasks)
+        out = []
+        for t, s, v, te in zip(tasks, train_stats, valid, test):
+            if v < t.best_valid:
+                t.best_state = {k: w.detach().clone() for k, w in t.model.state_dict().items()}
+            out.append({"train_bpc": s["loss"] / LN2, "valid_bpc": v, "test_bpc": te,
+                        "lr": t.optimizer.param_groups[0]["lr"]})
+        return out
 
     def end_epoch(self, epoch: int, metrics: Dict[str, float]) -> None:
         self.best_valid = min(self.best_valid, metrics["valid_bpc"])
