@@ -1,5 +1,6 @@
 """Killing a sweep at random moments, for the failure tests: a sweep subprocess, what shows its progress,
 and the loop that kills it after each bit of progress."""
+import json
 import os
 import random
 import signal
@@ -47,3 +48,20 @@ def kill_repeatedly(cmd, env, root: Path, kills: int, signals=(signal.SIGKILL,),
         if after_each:
             after_each(made)
     return made
+
+
+def stored_records(root: Path) -> dict:
+    """The records of the sweep under ``root``, by file name."""
+    return {p.name: json.loads(p.read_text()) for p in (root / "runs").rglob("*.json")}
+
+
+def resume_to_the_end(cmd, env, root: Path, reference: dict) -> dict:
+    """Run the sweep to its end; its records must be those of ``reference`` (an uninterrupted sweep's),
+    metrics and curves alike. Returns them."""
+    subprocess.run(cmd, cwd=REPO, env=env, check=True)
+    final = stored_records(root)
+    assert sorted(final) == sorted(reference)
+    for name, rec in final.items():
+        assert rec["metrics"] == reference[name]["metrics"], name
+        assert rec["curves"] == reference[name]["curves"], name
+    return final

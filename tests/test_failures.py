@@ -18,7 +18,7 @@ from recdrop.store import (CorruptCheckpointError, DirtyTreeError, RunStore, loa
 from recdrop.sweep import run_grid
 from recdrop.train import train_run
 
-from kills import REPO, kill_repeatedly, sweep_command
+from kills import REPO, kill_repeatedly, resume_to_the_end, stored_records, sweep_command
 
 KILLS = 20
 SWEEP = ["temporal_order", "--scale", "ci", "--no-progress", "--seeds", "0", "1", "--set", "epochs=30",
@@ -28,7 +28,7 @@ SWEEP = ["temporal_order", "--scale", "ci", "--no-progress", "--seeds", "0", "1"
 def test_twenty_random_kills_lose_nothing_and_end_where_an_uninterrupted_sweep_ends(tmp_path):
     cmd, env, ref_root = sweep_command(tmp_path, "uninterrupted", SWEEP)
     subprocess.run(cmd, cwd=REPO, env=env, check=True)
-    reference = {p.name: json.loads(p.read_text()) for p in (ref_root / "runs").rglob("*.json")}
+    reference = stored_records(ref_root)
     assert len(reference) == 8
 
     cmd, env, root = sweep_command(tmp_path, "killed", SWEEP)
@@ -42,12 +42,7 @@ def test_twenty_random_kills_lose_nothing_and_end_where_an_uninterrupted_sweep_e
     kills = kill_repeatedly(cmd, env, root, KILLS, (signal.SIGKILL, signal.SIGTERM), after_each=records_are_whole_and_final)
     assert kills == KILLS, f"the sweep finished after {kills} kills: make the runs longer"
     assert len(seen) < 8, "the kills must land before the sweep is done"
-    subprocess.run(cmd, cwd=REPO, env=env, check=True)  # resume to the end
-    final = {p.name: json.loads(p.read_text()) for p in (root / "runs").rglob("*.json")}
-    assert sorted(final) == sorted(reference)
-    for name, rec in final.items():
-        assert rec["metrics"] == reference[name]["metrics"], name
-        assert rec["curves"] == reference[name]["curves"], name
+    for name, rec in resume_to_the_end(cmd, env, root, reference).items():
         if name in seen:
             assert json.loads(seen[name]) == rec
 

@@ -21,7 +21,7 @@ from recdrop.store import RunStore
 from recdrop.sweep import fuse_groups, grid_rows, run_grid
 from recdrop.train import train_group, train_run
 
-from kills import REPO, kill_repeatedly, sweep_command
+from kills import REPO, kill_repeatedly, resume_to_the_end, stored_records, sweep_command
 
 TASKS = {"word_lm": (WordLMConfig, WordLMTask), "char_lm": (CharLMConfig, CharLMTask)}
 # Measured at ci scale on this session's 2-core Intel Xeon (torch 2.13.0+cpu), the runs' weights stacked
@@ -137,19 +137,14 @@ KILLS = 6
 def test_a_fused_group_killed_at_random_moments_resumes_every_member_to_the_uninterrupted_records(tmp_path):
     cmd, env, ref_root = sweep_command(tmp_path, "uninterrupted", SWEEP)
     subprocess.run(cmd, cwd=REPO, env=env, check=True)
-    reference = {p.name: json.loads(p.read_text()) for p in (ref_root / "runs").rglob("*.json")}
+    reference = stored_records(ref_root)
     assert len(reference) == 3 and all(len(r["group"]) == 3 for r in reference.values())
 
     cmd, env, root = sweep_command(tmp_path, "killed", SWEEP)
     kills = kill_repeatedly(cmd, env, root, KILLS, max_pause=0.3)
     assert kills == KILLS, f"the group finished after {kills} kills: make it longer"
     assert len(list((root / "runs").rglob("*.json"))) < 3
-    subprocess.run(cmd, cwd=REPO, env=env, check=True)  # resume to the end
-    final = {p.name: json.loads(p.read_text()) for p in (root / "runs").rglob("*.json")}
-    assert sorted(final) == sorted(reference)
-    for name, rec in final.items():
-        assert rec["metrics"] == reference[name]["metrics"], name
-        assert rec["curves"] == reference[name]["curves"], name
+    for rec in resume_to_the_end(cmd, env, root, reference).values():
         assert rec["segments"][-1]["group"] == rec["group"]
 
 
