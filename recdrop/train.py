@@ -314,8 +314,8 @@ def train_group(make_task: Callable[..., Task], members: Sequence[Tuple[Experime
     Each run keeps everything its own: initialisation and masks from its own seed, optimiser,
     schedule, clipping, checkpoint and record (the same run id and format as alone, plus ``group``,
     the run ids it trained beside). Finished runs are loaded; a run that diverges is recorded as it
-    would be alone and leaves the group, and the others go on. Runs whose checkpoints stand at
-    different places train as separate groups, one after the other.
+    would be alone and leaves the group, and the others go on. Where the runs' checkpoints stand at
+    different places, the runs behind train until they reach the next ones, then on together.
 
     ``callback(event, epoch, batch)`` is called after every batch ("batch") and epoch ("epoch"); tests
     use it to interrupt a run. At ``deadline`` (a ``time.time()`` value) every run saves its
@@ -360,9 +360,9 @@ def train_group(make_task: Callable[..., Task], members: Sequence[Tuple[Experime
         store.refuse_unclean_code(env["commit"], f"run {todo[0][0].experiment}/{first} is")
         failed: Dict[str, str] = {}
 
-        def build(config, seed) -> Optional[Run]:
+        def build(config, seed, from_checkpoint: bool = resume) -> Optional[Run]:
             try:
-                return Run(make_task, config, seed, device, store, resume, env)
+                return Run(make_task, config, seed, device, store, from_checkpoint, env)
             except CorruptCheckpointError as e:  # this run's fault, not the group's: the others go on
                 if len(todo) == 1:
                     raise  # a run alone: its own error, as it is
@@ -379,7 +379,7 @@ def train_group(make_task: Callable[..., Task], members: Sequence[Tuple[Experime
                                               deadline, until, diverged):
                     records[record["run_id"]] = record
                 done = {r.rid for r in behind if r.rid in records}
-                caught_up = [build(r.config, r.seed) for r in behind if r.rid not in done]  # from their checkpoints
+                caught_up = [build(r.config, r.seed, True) for r in behind if r.rid not in done]  # their checkpoints
                 runs = sorted([r for r in runs if r not in behind] + [r for r in caught_up if r is not None],
                               key=lambda r: rids.index(r.rid))  # the members' order, as given
         finally:
