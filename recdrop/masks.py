@@ -193,6 +193,12 @@ def stack_factors(runs: Sequence[StepFactors], steps: int, batch: int, hidden: i
     return StepFactors(stacked, per_step=per_step)
 
 
+def _setting(field: str) -> property:
+    """A layer's attribute that reads ``rdrop.<field>`` and, set, replaces ``rdrop`` (``DropoutSettings``)."""
+    return property(lambda self: getattr(self.rdrop, field), lambda self, value: self._set_dropout(**{field: value}),
+                    doc=f"The recurrent dropout's ``{field}``, settable (checked as at construction).")
+
+
 class DropoutSettings:
     """The recurrent dropout's settings as attributes of a layer or cell that holds a ``RecurrentDropout``
     in ``rdrop``: ``recurrent_dropout`` (p), ``scheme``, ``sampling`` and ``scaling`` read it, and set
@@ -206,34 +212,7 @@ class DropoutSettings:
         if hasattr(self, "reset_masks"):  # a cell's per-sequence mask was drawn under the old settings
             self.reset_masks()
 
-    @property
-    def recurrent_dropout(self) -> float:
-        return self.rdrop.p
-
-    @recurrent_dropout.setter
-    def recurrent_dropout(self, p: float) -> None:
-        self._set_dropout(p=p)
-
-    @property
-    def scheme(self) -> str:
-        return self.rdrop.scheme
-
-    @scheme.setter
-    def scheme(self, scheme: str) -> None:
-        self._set_dropout(scheme=scheme)
-
-    @property
-    def sampling(self) -> str:
-        return self.rdrop.sampling
-
-    @sampling.setter
-    def sampling(self, sampling: str) -> None:
-        self._set_dropout(sampling=sampling)
-
-    @property
-    def scaling(self) -> str:
-        return self.rdrop.scaling
-
-    @scaling.setter
-    def scaling(self, scaling: str) -> None:
-        self._set_dropout(scaling=scaling)
+    recurrent_dropout = _setting("p")
+    scheme = _setting("scheme")
+    sampling = _setting("sampling")
+    scaling = _setting("scaling")

@@ -101,9 +101,9 @@ def fuse_groups(experiment: str, rows: Sequence[Dict[str, Any]], fuse: Union[boo
     for key, row in zip(keys, rows):
         by_key.setdefault(key, []).append(row)
     groups = [members[i:i + cap] for members in by_key.values() for i in range(0, len(members), cap)]
+    free = free_memory(device)
     for members in groups:
         need = make_task.group_bytes(members[0]["config"], len(members))
-        free = free_memory(device)
         if need is not None and free is not None and need > 0.9 * free:
             per_run = need / len(members)
             raise ValueError(f"--fuse: a group of {len(members)} runs of {experiment} needs about {need / 2**30:.1f} GiB "
