@@ -7,7 +7,8 @@ the gradients by hand; the recurrent weight's gradient is one matmul over all st
 Same numbers as the reference path (tested to 1e-10 in float64), fewer kernels and no per-step
 graph. Higher-order gradients (``create_graph=True``: double backward, gradgradcheck) replay the
 sequence through the reference steps and let autograd differentiate that, so the gradient is itself
-differentiable; first-order backward never records anything.
+differentiable; first-order backward never records anything. On a CUDA device each forward and
+backward loop runs as a CUDA graph (``recdrop.graphs``).
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from . import triton_kernels
+from .graphs import run_loop
 from .cells import ACTIVATIONS, _mul, gru_step, lstm_step, rnn_recurrent_factor, rnn_step
 from .masks import StepFactors
 from .masks import factor_at as _at
@@ -260,54 +262,15 @@ class _LSTMSequence(torch.autograd.Function):
     @staticmethod
     def forward(ctx, gx: Tensor, h0: Tensor, c0: Tensor, w_hh: Tensor, gal, sem, moon, per_step: bool,
                 relu: bool, reverse: bool, cells: bool = False):
-        gx_in = gx  # saved for a higher-order backward (its replay)
-        if reverse:
-            gx = gx.flip(0)
-        steps, hidden = gx.shape[0], h0.shape[-1]
-        act_ = torch.relu_ if relu else torch.tanh_
-        times_w = _times_transposed(w_hh, h0.shape[-2])  # h @ w_hh.T
-        gates_all = torch.empty_like(gx)  # i, f, g, o after their activations
-        c_all = gx.new_empty(steps + 1, *h0.shape)  # c_0 .. c_T
-        c_all[0] = c0
-        tc_all = gx.new_empty(steps, *h0.shape)  # act(c_t)
-        ys = gx.new_empty(steps, *h0.shape)
-        hin_all = None if gal is None else gx.new_empty(steps, *h0.shape)  # d(h_{t-1}) entering the gates
-        gsem_all = None if sem is None else gx.new_empty(steps, *h0.shape)  # d(g_t)
         use_triton = _triton_for(gx, w_hh) and not cells  # the kernels take no gradient of every c_t
-        # Per-step views made once (unbind), not indexed inside the loop: on small layers the
-        # loop's Python and dispatch overhead is a good part of the time.
-        gals, sems, moons = (_steps(f, steps, per_step) for f in (gal, sem, moon))
-        gx_k, gates_k, c_k, tc_k, ys_k = (t.unbind(0) for t in (gx, gates_all, c_all, tc_all, ys))
-        hin_k = _steps_of(hin_all, steps)
-        gsem_k = _steps_of(gsem_all, steps)
-        if_k, g_k, o_k = (gates_all[..., a * hidden:b * hidden].unbind(0) for a, b in ((0, 2), (2, 3), (3, 4)))
-        i_k, f_k = (gates_all[..., a * hidden:(a + 1) * hidden].unbind(0) for a in (0, 1))
-        h = h0
-        for k in range(steps):
-            if gal is not None:
-                h = torch.mul(h, gals[k], out=hin_k[k])  # Eq. 7
-            gates = times_w(h, add=gx_k[k], out=gates_k[k])
-            if use_triton:  # the rest of the step in one kernel
-                triton_kernels.lstm_forward_step(gates, c_k[k], sems[k], moons[k], gsem_k[k], c_k[k + 1], tc_k[k],
-                                              ys_k[k], relu)
-                h = ys_k[k]
-                continue
-            torch.sigmoid_(if_k[k])
-            g = act_(g_k[k])
-            torch.sigmoid_(o_k[k])
-            if sem is not None:
-                g = torch.mul(g, sems[k], out=gsem_k[k])  # Eq. 9
-            c = torch.mul(f_k[k], c_k[k], out=c_k[k + 1])
-            c.addcmul_(i_k[k], g)
-            if moon is not None:
-                c.mul_(moons[k])  # Eq. 8
-            tc = torch.clamp_min(c, 0.0, out=tc_k[k]) if relu else torch.tanh(c, out=tc_k[k])
-            h = torch.mul(o_k[k], tc, out=ys_k[k])
-        ctx.save_for_backward(w_hh, h0, gates_all, c_all, tc_all, ys, hin_all, gsem_all, gx_in, c0)
+        saved = run_loop(_lstm_forward, (gx, h0, c0, w_hh, gal, sem, moon), (per_step, relu, reverse, use_triton))
+        gates_all, c_all, tc_all, ys, hin_all, gsem_all = saved  # in processing order
+        ctx.save_for_backward(w_hh, h0, *saved, gx, c0)  # gx and c0 for a higher-order backward (its replay)
         ctx.factors = (gal, sem, moon)
         ctx.flags = (per_step, relu, reverse, use_triton, cells)
         cs = c_all[1:].clone() if cells else gx.new_empty(0)  # with ``cells``: c_t of every step, as the ys
-        return (ys.flip(0) if reverse else ys), h.clone(), c_all[-1].clone(), (cs.flip(0) if reverse and cells else cs)
+        h, c = ys[-1].clone(), c_all[-1].clone()
+        return (ys.flip(0) if reverse else ys), h, c, (cs.flip(0) if reverse and cells else cs)
 
     @staticmethod
     def backward(ctx, d_ys: Tensor, d_hn: Optional[Tensor], d_cn: Optional[Tensor], d_cs: Optional[Tensor]):
@@ -316,33 +279,86 @@ class _LSTMSequence(torch.autograd.Function):
         d_cs = d_cs if cells else None
         if _differentiable_backward_needed(d_ys, d_hn, d_cn, d_cs):
             return _replay_backward(ctx, _lstm_replay_step, (gx, h0, c0, w_hh), 2, (d_ys, d_hn, d_cn, d_cs))
-        gal, sem, moon = ctx.factors
-        hidden = tc_all.shape[-1]
-        if reverse:
-            d_ys = d_ys.flip(0)
-            d_cs = None if d_cs is None else d_cs.flip(0)
-        i, f, g, o = gates_all.chunk(4, dim=-1)  # after their activations
-        # Local derivatives for all steps at once: d pre-activation = (dc or dh) * local[k].
-        local = torch.addcmul(gates_all, gates_all, gates_all, value=-1.0)  # s (1 - s) for the sigmoid gates
-        l_i, l_f, l_g, l_o = local.chunk(4, dim=-1)
-        l_i.mul_(g if gsem_all is None else gsem_all)
-        l_f.mul_(c_all[:-1])
-        l_o.mul_(tc_all)
-        torch.mul(i, (g > 0).to(g.dtype) if relu else 1 - g * g, out=l_g)
+        grads = run_loop(_lstm_backward, (d_ys, d_hn, d_cn, d_cs, w_hh, h0, gates_all, c_all, tc_all, ys, hin_all,
+                                          gsem_all, *ctx.factors), (per_step, relu, reverse, use_triton))
+        return (*grads, None, None, None, None, None, None, None)
+
+
+def _lstm_forward(gx, h0, c0, w_hh, gal, sem, moon, per_step, relu, reverse, use_triton):
+    """The LSTM's forward loop (``_LSTMSequence``): every buffer the backward reads, in processing order:
+    the gates after their activations, c_0 .. c_T, act(c_t), h_t, d(h_{t-1}) (Gal) and d(g_t)
+    (Semeniuta), or None where no factor makes them differ from the others."""
+    if reverse:
+        gx = gx.flip(0)
+    steps, hidden = gx.shape[0], h0.shape[-1]
+    act_ = torch.relu_ if relu else torch.tanh_
+    times_w = _times_transposed(w_hh, h0.shape[-2])  # h @ w_hh.T
+    gates_all = torch.empty_like(gx)  # i, f, g, o after their activations
+    c_all = gx.new_empty(steps + 1, *h0.shape)  # c_0 .. c_T
+    c_all[0] = c0
+    tc_all = gx.new_empty(steps, *h0.shape)  # act(c_t)
+    ys = gx.new_empty(steps, *h0.shape)
+    hin_all = None if gal is None else gx.new_empty(steps, *h0.shape)  # d(h_{t-1}) entering the gates
+    gsem_all = None if sem is None else gx.new_empty(steps, *h0.shape)  # d(g_t)
+    # Per-step views made once (unbind), not indexed inside the loop: on small layers the
+    # loop's Python and dispatch overhead is a good part of the time.
+    gals, sems, moons = (_steps(f, steps, per_step) for f in (gal, sem, moon))
+    gx_k, gates_k, c_k, tc_k, ys_k = (t.unbind(0) for t in (gx, gates_all, c_all, tc_all, ys))
+    hin_k = _steps_of(hin_all, steps)
+    gsem_k = _steps_of(gsem_all, steps)
+    if_k, g_k, o_k = (gates_all[..., a * hidden:b * hidden].unbind(0) for a, b in ((0, 2), (2, 3), (3, 4)))
+    i_k, f_k = (gates_all[..., a * hidden:(a + 1) * hidden].unbind(0) for a in (0, 1))
+    h = h0
+    for k in range(steps):
+        if gal is not None:
+            h = torch.mul(h, gals[k], out=hin_k[k])  # Eq. 7
+        gates = times_w(h, add=gx_k[k], out=gates_k[k])
+        if use_triton:  # the rest of the step in one kernel
+            triton_kernels.lstm_forward_step(gates, c_k[k], sems[k], moons[k], gsem_k[k], c_k[k + 1], tc_k[k],
+                                             ys_k[k], relu)
+            h = ys_k[k]
+            continue
+        torch.sigmoid_(if_k[k])
+        g = act_(g_k[k])
+        torch.sigmoid_(o_k[k])
         if sem is not None:
-            l_g.mul_(sem)
-        o_dtc = o * ((tc_all > 0).to(tc_all.dtype) if relu else 1 - tc_all * tc_all)  # d h_t / d c_t
-        d_gates = torch.empty_like(gates_all)
-        dh = torch.zeros_like(h0) if d_hn is None else d_hn
-        dc = torch.zeros_like(h0) if d_cn is None else d_cn
-        if use_triton:
-            dh, dc = _lstm_backward_triton(dh, dc, d_ys, o_dtc, local, gates_all, d_gates, w_hh, gal, moon, per_step)
-        else:
-            dh, dc = _lstm_backward_torch(dh, dc, d_ys, o_dtc, local, gates_all, d_gates, w_hh, gal, moon, per_step,
-                                          d_cs)
-        hin = hin_all if hin_all is not None else torch.cat([h0.unsqueeze(0), ys[:-1]])
-        d_w_hh = _weight_grad(d_gates, hin)
-        return (d_gates.flip(0) if reverse else d_gates), dh, dc, d_w_hh, None, None, None, None, None, None, None
+            g = torch.mul(g, sems[k], out=gsem_k[k])  # Eq. 9
+        c = torch.mul(f_k[k], c_k[k], out=c_k[k + 1])
+        c.addcmul_(i_k[k], g)
+        if moon is not None:
+            c.mul_(moons[k])  # Eq. 8
+        tc = torch.clamp_min(c, 0.0, out=tc_k[k]) if relu else torch.tanh(c, out=tc_k[k])
+        h = torch.mul(o_k[k], tc, out=ys_k[k])
+    return gates_all, c_all, tc_all, ys, hin_all, gsem_all
+
+
+def _lstm_backward(d_ys, d_hn, d_cn, d_cs, w_hh, h0, gates_all, c_all, tc_all, ys, hin_all, gsem_all, gal, sem, moon,
+                   per_step, relu, reverse, use_triton):
+    """The LSTM's backward (``_LSTMSequence``) from the gradients of its outputs and ``_lstm_forward``'s
+    buffers: the gradients of gx, h_0, c_0 and w_hh."""
+    if reverse:
+        d_ys = d_ys.flip(0)
+        d_cs = None if d_cs is None else d_cs.flip(0)
+    i, f, g, o = gates_all.chunk(4, dim=-1)  # after their activations
+    # Local derivatives for all steps at once: d pre-activation = (dc or dh) * local[k].
+    local = torch.addcmul(gates_all, gates_all, gates_all, value=-1.0)  # s (1 - s) for the sigmoid gates
+    l_i, l_f, l_g, l_o = local.chunk(4, dim=-1)
+    l_i.mul_(g if gsem_all is None else gsem_all)
+    l_f.mul_(c_all[:-1])
+    l_o.mul_(tc_all)
+    torch.mul(i, (g > 0).to(g.dtype) if relu else 1 - g * g, out=l_g)
+    if sem is not None:
+        l_g.mul_(sem)
+    o_dtc = o * ((tc_all > 0).to(tc_all.dtype) if relu else 1 - tc_all * tc_all)  # d h_t / d c_t
+    d_gates = torch.empty_like(gates_all)
+    dh = torch.zeros_like(h0) if d_hn is None else d_hn
+    dc = torch.zeros_like(h0) if d_cn is None else d_cn
+    if use_triton:
+        dh, dc = _lstm_backward_triton(dh, dc, d_ys, o_dtc, local, gates_all, d_gates, w_hh, gal, moon, per_step)
+    else:
+        dh, dc = _lstm_backward_torch(dh, dc, d_ys, o_dtc, local, gates_all, d_gates, w_hh, gal, moon, per_step, d_cs)
+    hin = hin_all if hin_all is not None else torch.cat([h0.unsqueeze(0), ys[:-1]])
+    return (d_gates.flip(0) if reverse else d_gates), dh, dc, _weight_grad(d_gates, hin)
 
 
 def _lstm_backward_torch(dh, dc, d_ys, o_dtc, local, gates_all, d_gates, w_hh, gal, moon, per_step, d_cs=None):
@@ -407,57 +423,70 @@ class _GRUSequence(torch.autograd.Function):
     @staticmethod
     def forward(ctx, gx: Tensor, h0: Tensor, w_hh: Tensor, b_hh: Optional[Tensor], gal, sem, moon, per_step: bool,
                 relu: bool, reverse: bool):
-        steps, hidden = gx.shape[0], h0.shape[-1]
-        act = torch.relu if relu else torch.tanh
-        order = range(steps - 1, -1, -1) if reverse else range(steps)
-        ys = gx.new_empty(steps, *h0.shape)
-        rzn_all = gx.new_empty(gx.shape)  # r, z, n after their activations (n before d(.))
-        hn_all = gx.new_empty(steps, *h0.shape)  # W_hn d(h_{t-1}) + b_hn
-        hin_all = gx.new_empty(steps, *h0.shape)
-        h_prev_all = gx.new_empty(steps, *h0.shape)
         use_triton = _triton_for(gx, w_hh)
-        times_w = _times_transposed(w_hh, h0.shape[-2], b_hh)  # hin @ w_hh.T + b_hh
-        h = h0
-        for k, t in enumerate(order):
-            hin = _mul(h, _at(gal, k, per_step))
-            gh = times_w(hin)
-            h_prev_all[t] = h
-            hin_all[t] = hin
-            if use_triton:  # the rest of the step in one kernel
-                triton_kernels.gru_forward_step(gx[t].contiguous(), gh, h_prev_all[t], _at(sem, k, per_step),
-                                             _at(moon, k, per_step), rzn_all[t], hn_all[t], ys[t], relu)
-                h = ys[t]
-                continue
-            rz = torch.sigmoid(gx[t, ..., :2 * hidden] + gh[..., :2 * hidden])
-            r, z = rz[..., :hidden], rz[..., hidden:]
-            hn = gh[..., 2 * hidden:]
-            n = act(torch.addcmul(gx[t, ..., 2 * hidden:], r, hn))
-            h = _mul(torch.lerp(_mul(n, _at(sem, k, per_step)), h, z), _at(moon, k, per_step))  # (1-z) n + z h
-            ys[t], hn_all[t] = h, hn
-            rzn_all[t, ..., :2 * hidden], rzn_all[t, ..., 2 * hidden:] = rz, n
-        ctx.save_for_backward(w_hh, rzn_all, hn_all, hin_all, h_prev_all, h, gx, h0, b_hh)
+        saved = run_loop(_gru_forward, (gx, h0, w_hh, b_hh, gal, sem, moon), (per_step, relu, reverse, use_triton))
+        ys, buffers = saved[0], saved[1:]
+        ctx.save_for_backward(w_hh, *buffers, gx, h0, b_hh)
         ctx.factors = (gal, sem, moon)
-        ctx.flags = (per_step, relu, reverse, b_hh is not None, use_triton)
-        return ys, h.clone()
+        ctx.flags = (per_step, relu, reverse, use_triton)
+        return ys, ys[0 if reverse else -1].clone()
 
     @staticmethod
     def backward(ctx, d_ys: Tensor, d_hn_out: Optional[Tensor]):
-        w_hh, rzn_all, hn_all, hin_all, h_prev_all, h_last, gx, h0, b_hh = ctx.saved_tensors
+        w_hh, rzn_all, hn_all, hin_all, h_prev_all, gx, h0, b_hh = ctx.saved_tensors
         if _differentiable_backward_needed(d_ys, d_hn_out):
             return _replay_backward(ctx, _gru_replay_step, (gx, h0, w_hh, b_hh), 1, (d_ys, d_hn_out))
-        gal, sem, moon = ctx.factors
-        per_step, relu, reverse, has_bias, use_triton = ctx.flags
-        steps = rzn_all.shape[0]
-        order = range(steps - 1, -1, -1) if reverse else range(steps)
-        d_gx_all = torch.empty_like(rzn_all)
-        d_gh_all = torch.empty_like(rzn_all)
-        dh = torch.zeros_like(h_last) if d_hn_out is None else d_hn_out.clone()
-        loop = _gru_backward_triton if use_triton else _gru_backward_torch
-        dh = loop(dh, d_ys, order, rzn_all, hn_all, h_prev_all, d_gx_all, d_gh_all, w_hh, gal, sem, moon, per_step,
-                  relu)
-        d_w_hh = _weight_grad(d_gh_all, hin_all)
-        d_b_hh = _bias_grad(d_gh_all) if has_bias else None
-        return d_gx_all, dh, d_w_hh, d_b_hh, None, None, None, None, None, None
+        grads = run_loop(_gru_backward, (d_ys, d_hn_out, h0, rzn_all, hn_all, hin_all, h_prev_all, w_hh, b_hh,
+                                         *ctx.factors), ctx.flags)
+        return (*grads, None, None, None, None, None, None)
+
+
+def _gru_forward(gx, h0, w_hh, b_hh, gal, sem, moon, per_step, relu, reverse, use_triton):
+    """The GRU's forward loop (``_GRUSequence``): h_t of every step, and the buffers the backward reads
+    (r, z, n after their activations, n before d(.); W_hn d(h_{t-1}) + b_hn; d(h_{t-1}); h_{t-1}), in time order."""
+    steps, hidden = gx.shape[0], h0.shape[-1]
+    act = torch.relu if relu else torch.tanh
+    order = range(steps - 1, -1, -1) if reverse else range(steps)
+    ys = gx.new_empty(steps, *h0.shape)
+    rzn_all = gx.new_empty(gx.shape)  # r, z, n after their activations (n before d(.))
+    hn_all = gx.new_empty(steps, *h0.shape)  # W_hn d(h_{t-1}) + b_hn
+    hin_all = gx.new_empty(steps, *h0.shape)
+    h_prev_all = gx.new_empty(steps, *h0.shape)
+    times_w = _times_transposed(w_hh, h0.shape[-2], b_hh)  # hin @ w_hh.T + b_hh
+    h = h0
+    for k, t in enumerate(order):
+        hin = _mul(h, _at(gal, k, per_step))
+        gh = times_w(hin)
+        h_prev_all[t] = h
+        hin_all[t] = hin
+        if use_triton:  # the rest of the step in one kernel
+            triton_kernels.gru_forward_step(gx[t].contiguous(), gh, h_prev_all[t], _at(sem, k, per_step),
+                                            _at(moon, k, per_step), rzn_all[t], hn_all[t], ys[t], relu)
+            h = ys[t]
+            continue
+        rz = torch.sigmoid(gx[t, ..., :2 * hidden] + gh[..., :2 * hidden])
+        r, z = rz[..., :hidden], rz[..., hidden:]
+        hn = gh[..., 2 * hidden:]
+        n = act(torch.addcmul(gx[t, ..., 2 * hidden:], r, hn))
+        h = _mul(torch.lerp(_mul(n, _at(sem, k, per_step)), h, z), _at(moon, k, per_step))  # (1-z) n + z h
+        ys[t], hn_all[t] = h, hn
+        rzn_all[t, ..., :2 * hidden], rzn_all[t, ..., 2 * hidden:] = rz, n
+    return ys, rzn_all, hn_all, hin_all, h_prev_all
+
+
+def _gru_backward(d_ys, d_hn_out, h0, rzn_all, hn_all, hin_all, h_prev_all, w_hh, b_hh, gal, sem, moon, per_step, relu,
+                  reverse, use_triton):
+    """The GRU's backward (``_GRUSequence``) from the gradients of its outputs and ``_gru_forward``'s buffers:
+    the gradients of gx, h_0, w_hh and b_hh."""
+    steps = rzn_all.shape[0]
+    order = range(steps - 1, -1, -1) if reverse else range(steps)
+    d_gx_all = torch.empty_like(rzn_all)
+    d_gh_all = torch.empty_like(rzn_all)
+    dh = torch.zeros_like(h0) if d_hn_out is None else d_hn_out.clone()
+    loop = _gru_backward_triton if use_triton else _gru_backward_torch
+    dh = loop(dh, d_ys, order, rzn_all, hn_all, h_prev_all, d_gx_all, d_gh_all, w_hh, gal, sem, moon, per_step, relu)
+    d_b_hh = None if b_hh is None else _bias_grad(d_gh_all)
+    return d_gx_all, dh, _weight_grad(d_gh_all, hin_all), d_b_hh
 
 
 def _gru_backward_torch(dh, d_ys, order, rzn_all, hn_all, h_prev_all, d_gx_all, d_gh_all, w_hh, gal, sem, moon,
@@ -501,43 +530,54 @@ class _RNNSequence(torch.autograd.Function):
     @staticmethod
     def forward(ctx, gx: Tensor, h0: Tensor, w_hh: Tensor, drop_in, moon, per_step: bool, relu: bool,
                 reverse: bool):
-        steps = gx.shape[0]
-        act = torch.relu if relu else torch.tanh
-        order = range(steps - 1, -1, -1) if reverse else range(steps)
-        ys = gx.new_empty(steps, *h0.shape)
-        a_all = gx.new_empty(steps, *h0.shape)  # act(pre-activation), before Moon's d(.)
-        hin_all = gx.new_empty(steps, *h0.shape)
-        times_w = _times_transposed(w_hh, h0.shape[-2])  # hin @ w_hh.T
-        h = h0
-        for k, t in enumerate(order):
-            hin = _mul(h, _at(drop_in, k, per_step))
-            a = act(times_w(hin, add=gx[t]))
-            h = _mul(a, _at(moon, k, per_step))
-            ys[t], a_all[t], hin_all[t] = h, a, hin
-        ctx.save_for_backward(w_hh, a_all, hin_all, h, gx, h0)
+        ys, a_all, hin_all = run_loop(_rnn_forward, (gx, h0, w_hh, drop_in, moon), (per_step, relu, reverse))
+        ctx.save_for_backward(w_hh, a_all, hin_all, gx, h0)
         ctx.factors = (drop_in, None, moon)
         ctx.flags = (per_step, relu, reverse)
-        return ys, h
+        return ys, ys[0 if reverse else -1].clone()
 
     @staticmethod
     def backward(ctx, d_ys: Tensor, d_hn_out: Optional[Tensor]):
-        w_hh, a_all, hin_all, h_last, gx, h0 = ctx.saved_tensors
+        w_hh, a_all, hin_all, gx, h0 = ctx.saved_tensors
         if _differentiable_backward_needed(d_ys, d_hn_out):
             return _replay_backward(ctx, _rnn_replay_step, (gx, h0, w_hh), 1, (d_ys, d_hn_out))
         drop_in, _, moon = ctx.factors
-        per_step, relu, reverse = ctx.flags
-        steps = a_all.shape[0]
-        order = range(steps - 1, -1, -1) if reverse else range(steps)
-        d_pre_all = torch.empty_like(a_all)
-        dh = torch.zeros_like(h_last) if d_hn_out is None else d_hn_out.clone()
-        times_w = _times_transposed(_transposed(w_hh), dh.shape[-2])  # d_pre @ w_hh
-        for k, t in reversed(list(enumerate(order))):
-            a = a_all[t]
-            d_pre = _mul(dh + d_ys[t], _at(moon, k, per_step)) * ((a > 0).to(a.dtype) if relu else 1 - a * a)
-            d_pre_all[t] = d_pre
-            dh = _mul(times_w(d_pre), _at(drop_in, k, per_step))
-        d_w_hh = _weight_grad(d_pre_all, hin_all)
-        return d_pre_all, dh, d_w_hh, None, None, None, None, None
+        grads = run_loop(_rnn_backward, (d_ys, d_hn_out, h0, a_all, hin_all, w_hh, drop_in, moon), ctx.flags)
+        return (*grads, None, None, None, None, None)
+
+
+def _rnn_forward(gx, h0, w_hh, drop_in, moon, per_step, relu, reverse):
+    """The vanilla RNN's forward loop (``_RNNSequence``): h_t of every step, act(pre-activation) before
+    Moon's d(.), and d(h_{t-1}), in time order."""
+    steps = gx.shape[0]
+    act = torch.relu if relu else torch.tanh
+    order = range(steps - 1, -1, -1) if reverse else range(steps)
+    ys = gx.new_empty(steps, *h0.shape)
+    a_all = gx.new_empty(steps, *h0.shape)  # act(pre-activation), before Moon's d(.)
+    hin_all = gx.new_empty(steps, *h0.shape)
+    times_w = _times_transposed(w_hh, h0.shape[-2])  # hin @ w_hh.T
+    h = h0
+    for k, t in enumerate(order):
+        hin = _mul(h, _at(drop_in, k, per_step))
+        a = act(times_w(hin, add=gx[t]))
+        h = _mul(a, _at(moon, k, per_step))
+        ys[t], a_all[t], hin_all[t] = h, a, hin
+    return ys, a_all, hin_all
+
+
+def _rnn_backward(d_ys, d_hn_out, h0, a_all, hin_all, w_hh, drop_in, moon, per_step, relu, reverse):
+    """The vanilla RNN's backward (``_RNNSequence``): the gradients of gx, h_0 and w_hh."""
+    steps = a_all.shape[0]
+    order = range(steps - 1, -1, -1) if reverse else range(steps)
+    d_pre_all = torch.empty_like(a_all)
+    dh = torch.zeros_like(h0) if d_hn_out is None else d_hn_out.clone()
+    times_w = _times_transposed(_transposed(w_hh), dh.shape[-2])  # d_pre @ w_hh
+    for k, t in reversed(list(enumerate(order))):
+        a = a_all[t]
+        d_pre = _mul(dh + d_ys[t], _at(moon, k, per_step)) * ((a > 0).to(a.dtype) if relu else 1 - a * a)
+        d_pre_all[t] = d_pre
+        dh = _mul(times_w(d_pre), _at(drop_in, k, per_step))
+    return d_pre_all, dh, _weight_grad(d_pre_all, hin_all)
 
 
 def gru_sequence(gx: Tensor, h0: Tensor, w_hh: Tensor, b_hh: Optional[Tensor], factors: StepFactors,

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from . import graphs
 from .config import ExperimentConfig, run_id
 from .models import set_generator
 from .store import CorruptCheckpointError, RunStore, environment, load_checkpoint, save_checkpoints, utc_now
@@ -385,6 +386,7 @@ def train_group(make_task: Callable[..., Task], members: Sequence[Tuple[Experime
         finally:
             if errors is not None:
                 errors.update(diverged)
+            graphs.clear()  # the CUDA graphs of this group's shapes hold GPU memory the next group needs
         if failed:
             raise GroupMemberError(f"{len(failed)} of {len(todo)} runs could not start (the others went on):\n"
                                    + "\n".join(f"  {rid}: {why}" for rid, why in failed.items()))

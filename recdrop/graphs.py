@@ -1,0 +1,134 @@
+"""CUDA graphs of the fast path's time loops (issue 36).
+
+On a GPU a small layer's step is launch-bound: a step of ``recdrop.fused`` is about 9 kernels forward
+and 7 backward, each a few microseconds of host work, so a sequence of 35 steps spends most of its time
+launching. Here a loop (a forward or a backward of ``recdrop.fused``, a pure function of its tensors)
+is captured once as a CUDA graph and replayed: the tensors it reads, the masks and the states among
+them, are copied into static buffers, the graph is replayed, and its outputs are copied out, so that
+no result aliases the graph's memory and a graph can serve the next call at once (another layer,
+another direction, another run of a group) with no bookkeeping of what is still in use.
+
+Graphs are cached per loop, flags, shapes, dtypes and device (``LoopGraphs``). A loop runs plainly,
+silently, wherever capture cannot work (``graphs_usable``): off CUDA, while a capture is in progress
+(the caller's own graph then records the plain loop), under torch.compile or tracing, and where a
+capture failed once. Higher-order gradients and functorch never reach a loop: ``recdrop.fused`` replays
+those through the reference steps. ``RECDROP_CUDA_GRAPHS=0`` turns graphs off. The fused grid (issue
+35) runs its groups' sequences through the same loops, so it is graphed by the same mechanism.
+"""
+from __future__ import annotations
+
+import functools
+import os
+from collections import OrderedDict
+from typing import Callable, Optional, Sequence, Tuple
+
+import torch
+from torch import Tensor
+
+# At most this many graphs are kept (least recently used go first): each holds its own memory, about the
+# size of its loop's buffers. A tagger meets one shape per distinct sentence length.
+CACHE_SIZE = 128
+
+
+def graphs_usable(tensors: Sequence) -> bool:
+    """Whether a loop over ``tensors`` runs as a CUDA graph: graphs not switched off
+    (``RECDROP_CUDA_GRAPHS=0``), every tensor on one CUDA device, no stream capture in progress, and
+    neither torch.compile nor tracing at work."""
+    if os.environ.get("RECDROP_CUDA_GRAPHS", "1") == "0" or not _on_one_cuda_device(tensors):
+        return False
+    return not (torch.cuda.is_current_stream_capturing() or torch.compiler.is_compiling() or torch.jit.is_tracing())
+
+
+def _on_one_cuda_device(tensors: Sequence) -> bool:
+    """Whether ``tensors`` hold at least one tensor and all of them lie on one CUDA device."""
+    devices = {t.device for t in tensors if isinstance(t, Tensor)}
+    return len(devices) == 1 and next(iter(devices)).type == "cuda"
+
+
+def _signature(t) -> object:
+    """What a graph is specialised to: a tensor's shape, dtype and device; anything else's value."""
+    return ("tensor", tuple(t.shape), t.dtype, t.device) if isinstance(t, Tensor) else ("value", t)
+
+
+def _static_copy(t):
+    """A tensor's own contiguous copy in fresh memory (a static buffer); anything else as it is."""
+    return torch.empty(t.shape, dtype=t.dtype, device=t.device).copy_(t) if isinstance(t, Tensor) else t
+
+
+def capture_cuda(loop: Callable, static_inputs: tuple):
+    """``(graph, static outputs)``: ``loop(*static_inputs)`` captured as a CUDA graph, after one run on
+    a side stream (PyTorch's recipe: lazy initialisation, cuBLAS's workspace and Triton's compilation
+    happen outside the capture)."""
+    device = next(t.device for t in static_inputs if isinstance(t, Tensor))
+    with torch.cuda.device(device):
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            loop(*static_inputs)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static_outputs = loop(*static_inputs)
+    return graph, static_outputs
+
+
+class LoopGraphs:
+    """A cache of captured loops: ``run(loop, tensors, flags)`` equals ``loop(*tensors, *flags)``, through a graph
+    captured by ``capture`` (``capture_cuda``; tests give another) at the first call of each signature
+    and replayed after. A signature whose capture failed runs plainly from then on."""
+
+    def __init__(self, capture: Callable = capture_cuda, size: int = CACHE_SIZE):
+        self.capture, self.size = capture, size
+        self.graphs: "OrderedDict[tuple, Tuple[object, tuple, tuple]]" = OrderedDict()
+        self.failed: set = set()
+
+    def run(self, loop: Callable, tensors: tuple, flags: tuple = ()) -> tuple:
+        key = (loop, flags, *map(_signature, tensors))
+        if key in self.failed:
+            return loop(*tensors, *flags)
+        entry = self.graphs.get(key)
+        if entry is None:
+            static_inputs = tuple(map(_static_copy, tensors))
+            try:
+                graph, static_outputs = self.capture(functools.partial(_with_flags, loop, flags), static_inputs)
+            except Exception:  # capture cannot work here: run plainly, and do not try this signature again
+                self.failed.add(key)
+                return loop(*tensors, *flags)
+            entry = self.graphs[key] = (graph, static_inputs, static_outputs)
+            while len(self.graphs) > self.size:
+                self.graphs.popitem(last=False)
+        else:
+            self.graphs.move_to_end(key)
+        graph, static_inputs, static_outputs = entry
+        for static, t in zip(static_inputs, tensors):
+            if isinstance(t, Tensor):
+                static.copy_(t)
+        graph.replay()
+        return tuple(None if o is None else o.clone() for o in static_outputs)
+
+
+def _with_flags(loop: Callable, flags: tuple, *tensors):
+    return loop(*tensors, *flags)
+
+
+LOOPS = LoopGraphs()
+
+
+def run_loop(loop: Callable, tensors: tuple, flags: tuple = ()) -> tuple:
+    """``loop(*tensors, *flags)``, as a CUDA graph where ``graphs_usable``. ``loop`` reads nothing but
+    its arguments and returns a tuple of tensors (or Nones); ``flags`` are values it is specialised to."""
+    if not graphs_usable(tensors):
+        return loop(*tensors, *flags)
+    return LOOPS.run(loop, tensors, flags)
+
+
+def cached_graphs() -> int:
+    """How many loops are held as graphs now."""
+    return len(LOOPS.graphs)
+
+
+def clear(graphs: Optional[LoopGraphs] = None) -> None:
+    """Drop every cached graph (and the memory each holds)."""
+    graphs = graphs or LOOPS
+    graphs.graphs.clear()
+    graphs.failed.clear()
