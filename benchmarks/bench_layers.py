@@ -2,8 +2,9 @@
 
 Everything is measured in one run on one machine: torch.nn (cuDNN on a GPU, its fused kernel on a
 CPU) without dropout; recdrop with Semeniuta per-step dropout p=0.25 (and optionally the other
-schemes) on its default path (the fused sequence of recdrop.fused); and the same module's
-plain per-step loop (``fused=False``). Prints a table and, with --out, writes it as CSV.
+schemes) on its default path (the fused sequence of recdrop.fused, its loops as CUDA graphs on a
+GPU); on a GPU the same without graphs (``RECDROP_CUDA_GRAPHS=0``); and the same module's plain
+per-step loop (``fused=False``). Prints a table and, with --out, writes it as CSV.
 
     python benchmarks/bench_layers.py                   # CPU, 2 threads
     python benchmarks/bench_layers.py --device cuda --schemes semeniuta gal moon
@@ -11,6 +12,7 @@ plain per-step loop (``fused=False``). Prints a table and, with --out, writes it
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 from pathlib import Path
@@ -86,11 +88,17 @@ def main(argv=None):
                                               scheme=scheme, sampling="per-step").to(args.device)
                 fused = ours.fused
                 t_ours = time_fwd_bwd(ours, x, args.repeats, args.device)
+                t_ungraphed = None
+                if args.device.startswith("cuda"):  # the fast path without CUDA graphs (recdrop.graphs)
+                    os.environ["RECDROP_CUDA_GRAPHS"] = "0"
+                    t_ungraphed = time_fwd_bwd(ours, x, args.repeats, args.device)
+                    os.environ.pop("RECDROP_CUDA_GRAPHS")
                 ours.fused = False  # the plain per-step loop, for comparison
                 t_loop = time_fwd_bwd(ours, x, args.repeats, args.device) if fused else t_ours
                 rows.append({"kind": kind, "hidden": hidden, "input_size": size, "seq": steps, "scheme": scheme,
                              "torch_nn_ms": round(t_ref * 1e3, 2), "recdrop_ms": round(t_ours * 1e3, 2),
                              "loop_ms": round(t_loop * 1e3, 2), "ratio": round(t_ours / t_ref, 2),
+                             "ungraphed_ms": None if t_ungraphed is None else round(t_ungraphed * 1e3, 2),
                              "loop_over_recdrop": round(t_loop / t_ours, 2), **env})
                 r = rows[-1]
                 flops = flops_per_step(kind, args.batch, size, hidden) * (2 if args.bidirectional else 1)
@@ -100,7 +108,8 @@ def main(argv=None):
                 print(f"{'Bi' if args.bidirectional else ''}{kind:4s} input {size:5d} hidden {hidden:5d} seq {steps:4d} {scheme:14s} torch.nn {r['torch_nn_ms']:9.2f} ms"
                       f"   recdrop {r['recdrop_ms']:9.2f} ms ({'fused' if fused else 'loop'})"
                       f"   ratio {r['ratio']:.2f}x   plain loop {r['loop_ms']:9.2f} ms"
-                      f"   {r['gflop_per_step']:.3f} GFLOP/step, {r['recdrop_tflops']:.3f} TFLOP/s"
+                      + (f"   without graphs {r['ungraphed_ms']:9.2f} ms" if t_ungraphed is not None else "")
+                      + f"   {r['gflop_per_step']:.3f} GFLOP/step, {r['recdrop_tflops']:.3f} TFLOP/s"
                       + (f" = {r['peak_fraction']:.1%} of peak" if peak else " (peak unknown)"), flush=True)
     if args.out:
         write_benchmark(args.out, rows)

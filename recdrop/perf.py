@@ -18,6 +18,7 @@ from .store import atomic_write_bytes, git_commit, is_clean_commit
 BENCH_DIR = DATA_DIR / "benchmarks"
 GROUP_DIR = BENCH_DIR / "groups"  # fused groups of runs against one run at a time (issue 35)
 IMPLEMENTATIONS = {"torch_nn_ms": "torch.nn, no dropout", "recdrop_ms": "recdrop fast path, dropout 0.25",
+                   "ungraphed_ms": "recdrop fast path without CUDA graphs, dropout 0.25",
                    "loop_ms": "recdrop plain loop, dropout 0.25"}
 
 
@@ -130,7 +131,7 @@ def plot_time_per_step(df: pd.DataFrame):
 
     if df.empty:
         return None
-    long = df.melt(id_vars=["hardware", "kind", "hidden", "seq"], value_vars=list(IMPLEMENTATIONS),
+    long = df.melt(id_vars=["hardware", "kind", "hidden", "seq"], value_vars=[c for c in IMPLEMENTATIONS if c in df],
                    var_name="implementation", value_name="ms")
     long["ms per step"] = long["ms"] / long["seq"]
     long["implementation"] = long["implementation"].map(IMPLEMENTATIONS)
