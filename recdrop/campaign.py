@@ -207,7 +207,7 @@ def run_campaign(entries: Sequence[Entry], device: str = "cpu", jobs: int = 1, b
         except Exception as e:  # at the budget, or a failure: the group's finished members keep their records
             for row in group:
                 e_, scale, rid = row["entry"].experiment, row["config"].scale, row["run_id"]
-                record = store.load(e_, scale, rid) if store.has(e_, scale, rid) else None
+                record = store.find(e_, scale, rid)
                 if store.is_done(record):
                     row["record"] = record
                     out["diverged" if record.get("diverged") else "finished"].append(row)

@@ -210,6 +210,10 @@ class RunStore:
     def load(self, experiment: str, scale: str, rid: str) -> Dict[str, Any]:
         return self.read(self.path(experiment, scale, rid))
 
+    def find(self, experiment: str, scale: str, rid: str) -> Optional[Dict[str, Any]]:
+        """The stored record of run ``rid``, or None where there is none."""
+        return self.load(experiment, scale, rid) if self.has(experiment, scale, rid) else None
+
     @staticmethod
     def read(path: Path) -> Dict[str, Any]:
         """The record at ``path``; one that is not JSON is a ValueError naming it."""

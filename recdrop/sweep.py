@@ -128,8 +128,8 @@ def _run_remote(experiment: str, config, seed: int, device: str, threads: int) -
     there from other code than the worker's is trained again, not handed back."""
     store = RunStore(cache_dir() / "worker-runs")
     rid = run_id(config, seed)
-    stale = store.has(experiment, config.scale, rid) and (
-        store.load(experiment, config.scale, rid).get("commit") != git_commit())
+    stored = store.find(experiment, config.scale, rid)
+    stale = stored is not None and stored.get("commit") != git_commit()
     return _run_one(experiment, [(config, seed)], device, str(store.root), threads, 0, False, rerun=stale)[0]
 
 
@@ -235,8 +235,8 @@ def grid_rows(experiment: str, scale: str, seeds: Sequence[int] = (0,), grid: st
     for label, cfg in cells:
         for seed in seeds:
             rid = run_id(cfg, seed)
-            rec = store.load(experiment, cfg.scale, rid) if store.has(experiment, cfg.scale, rid) else None
-            rows.append({**label, "seed": seed, "run_id": rid, "config": cfg, **run_fields(store, rec)})
+            rows.append({**label, "seed": seed, "run_id": rid, "config": cfg,
+                         **run_fields(store, store.find(experiment, cfg.scale, rid))})
     return rows
 
 
@@ -306,8 +306,7 @@ def run_grid(experiment: str, scale: str, seeds: Sequence[int] = (0,), device: s
                 r.update(run_fields(store, record))
         except Exception as e:  # keep going: the other runs' records are worth having
             for r in group:  # a group's members that finished before the error keep their records
-                record = store.load(experiment, r["config"].scale, r["run_id"]) if store.has(
-                    experiment, r["config"].scale, r["run_id"]) else None
+                record = store.find(experiment, r["config"].scale, r["run_id"])
                 if store.is_done(record):
                     r.update(run_fields(store, record))
                 else:

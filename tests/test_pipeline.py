@@ -135,7 +135,9 @@ def test_resume_ends_with_the_same_metrics(store, tmp_path, at):
                   checkpoint_every_s=0.0)
     assert store.checkpoint_path("temporal_order", run_id(cfg, 1)).exists()
     assert not store.has("temporal_order", "ci", run_id(cfg, 1))
+    assert store.find("temporal_order", "ci", run_id(cfg, 1)) is None
     resumed = train_run(TemporalOrderTask, cfg, seed=1, store=store, progress=False)
+    assert store.find("temporal_order", "ci", run_id(cfg, 1)) == resumed
     assert resumed["curves"] == straight["curves"]
     assert resumed["metrics"] == straight["metrics"]
 
