@@ -3,12 +3,13 @@
 On a GPU a small layer's step is launch-bound: a step of ``recdrop.fused`` is about 9 kernels forward
 and 7 backward, each a few microseconds of host work, so a sequence of 35 steps spends most of its time
 launching. Here a loop (a forward or a backward of ``recdrop.fused``, a pure function of its tensors)
-is captured once as a CUDA graph and replayed: the tensors it reads, the masks and the states among
+is captured as a CUDA graph and replayed: the tensors it reads, the masks and the states among
 them, are copied into static buffers, the graph is replayed, and its outputs are copied out, so that
 no result aliases the graph's memory and a graph can serve the next call at once (another layer,
 another direction, another run of a group) with no bookkeeping of what is still in use.
 
-Graphs are cached per loop, flags, shapes, dtypes and device (``LoopGraphs``). A loop runs plainly,
+Graphs are cached per loop, flags, shapes, dtypes and device (``LoopGraphs``), a signature captured at
+its second call (a shape met once, as a tagger meets many, runs plainly). A loop runs plainly,
 silently, wherever capture cannot work (``graphs_usable``): off CUDA, while a capture is in progress
 (the caller's own graph then records the plain loop), under torch.compile or tracing, and where a
 capture failed once. Higher-order gradients and functorch never reach a loop: ``recdrop.fused`` replays
@@ -19,8 +20,9 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
 from collections import OrderedDict
-from typing import Callable, Optional, Sequence, Tuple
+from typing import Callable, Dict, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -28,6 +30,7 @@ from torch import Tensor
 # At most this many graphs are kept (least recently used go first): each holds its own memory, about the
 # size of its loop's buffers. A tagger meets one shape per distinct sentence length.
 CACHE_SIZE = 128
+CAPTURE_AT = 2  # a signature is captured at its second call: a shape met once runs plainly
 
 
 def graphs_usable(tensors: Sequence) -> bool:
@@ -55,56 +58,89 @@ def _static_copy(t):
     return torch.empty(t.shape, dtype=t.dtype, device=t.device).copy_(t) if isinstance(t, Tensor) else t
 
 
+_SIDE_STREAMS: dict = {}  # one side stream per device, for every warm-up and capture (cuBLAS keeps a workspace per stream)
+
+
 def capture_cuda(loop: Callable, static_inputs: tuple):
-    """``(graph, static outputs)``: ``loop(*static_inputs)`` captured as a CUDA graph, after one run on
-    a side stream (PyTorch's recipe: lazy initialisation, cuBLAS's workspace and Triton's compilation
-    happen outside the capture)."""
+    """``(graph, static outputs)``: ``loop(*static_inputs)`` captured as a CUDA graph, after one run
+    (PyTorch's recipe: lazy initialisation, cuBLAS's workspace and Triton's compilation happen outside
+    the capture). Both run on a side stream of the device, and the capture is ended whatever happens
+    in it (``torch.cuda.graph`` leaves its stream current where ending the capture fails), in
+    ``thread_local`` mode: a backward captures on the autograd engine's thread while others may run."""
     device = next(t.device for t in static_inputs if isinstance(t, Tensor))
     with torch.cuda.device(device):
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            loop(*static_inputs)
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            static_outputs = loop(*static_inputs)
+        side = _SIDE_STREAMS.get(device)
+        if side is None:
+            side = _SIDE_STREAMS[device] = torch.cuda.Stream()
+        caller = torch.cuda.current_stream()
+        side.wait_stream(caller)  # the static buffers were filled on the caller's stream
+        try:
+            with torch.cuda.stream(side):
+                loop(*static_inputs)
+                graph = torch.cuda.CUDAGraph()
+                graph.capture_begin(capture_error_mode="thread_local")
+                try:
+                    static_outputs = loop(*static_inputs)
+                finally:
+                    graph.capture_end()
+        finally:
+            caller.wait_stream(side)  # nothing the caller does next overtakes the side stream
     return graph, static_outputs
 
 
-class LoopGraphs:
-    """A cache of captured loops: ``run(loop, tensors, flags)`` equals ``loop(*tensors, *flags)``, through a graph
-    captured by ``capture`` (``capture_cuda``; tests give another) at the first call of each signature
-    and replayed after. A signature whose capture failed runs plainly from then on."""
+def _release(entry: tuple) -> None:
+    """Before a graph's memory goes back to the allocator: its device has finished every replay."""
+    for t in entry[2]:
+        if isinstance(t, Tensor) and t.device.type == "cuda":
+            torch.cuda.synchronize(t.device)
+            return
 
-    def __init__(self, capture: Callable = capture_cuda, size: int = CACHE_SIZE):
-        self.capture, self.size = capture, size
+
+class LoopGraphs:
+    """A cache of captured loops: ``run(loop, tensors, flags)`` equals ``loop(*tensors, *flags)``, through
+    a graph captured by ``capture`` (``capture_cuda``; tests give another) at the ``capture_at``-th call
+    of each signature (a shape met once, as a tagger meets many, is not worth a capture) and replayed
+    from then on; inference mode is part of the signature (its static buffers would be inference
+    tensors). A signature whose capture failed runs plainly from then on. Thread-safe: the autograd
+    engine runs each GPU's backward on its own thread."""
+
+    def __init__(self, capture: Callable = capture_cuda, size: int = CACHE_SIZE, capture_at: int = CAPTURE_AT):
+        self.capture, self.size, self.capture_at = capture, size, capture_at
         self.graphs: "OrderedDict[tuple, Tuple[object, tuple, tuple]]" = OrderedDict()
+        self.calls: Dict[tuple, int] = {}  # the signatures not captured yet: how often each was met
         self.failed: set = set()
+        self.lock = threading.RLock()
 
     def run(self, loop: Callable, tensors: tuple, flags: tuple = ()) -> tuple:
-        key = (loop, flags, *map(_signature, tensors))
-        if key in self.failed:
-            return loop(*tensors, *flags)
-        entry = self.graphs.get(key)
-        if entry is None:
-            static_inputs = tuple(map(_static_copy, tensors))
-            try:
-                graph, static_outputs = self.capture(functools.partial(_with_flags, loop, flags), static_inputs)
-            except Exception:  # capture cannot work here: run plainly, and do not try this signature again
-                self.failed.add(key)
-                return loop(*tensors, *flags)
-            entry = self.graphs[key] = (graph, static_inputs, static_outputs)
-            while len(self.graphs) > self.size:
-                self.graphs.popitem(last=False)
-        else:
-            self.graphs.move_to_end(key)
-        graph, static_inputs, static_outputs = entry
-        for static, t in zip(static_inputs, tensors):
-            if isinstance(t, Tensor):
-                static.copy_(t)
-        graph.replay()
-        return tuple(None if o is None else o.clone() for o in static_outputs)
+        key = (loop, flags, torch.is_inference_mode_enabled(), *map(_signature, tensors))
+        with self.lock:
+            entry = self.graphs.get(key)
+            if entry is None:
+                if key in self.failed:
+                    return loop(*tensors, *flags)
+                met = self.calls[key] = self.calls.get(key, 0) + 1
+                if met < self.capture_at:
+                    if len(self.calls) > 16 * self.size:  # many shapes met once: forget them, not the graphs
+                        self.calls = {key: met}
+                    return loop(*tensors, *flags)
+                del self.calls[key]
+                static_inputs = tuple(map(_static_copy, tensors))
+                try:
+                    graph, static_outputs = self.capture(functools.partial(_with_flags, loop, flags), static_inputs)
+                except Exception:  # capture cannot work here: run plainly, and do not try this signature again
+                    self.failed.add(key)
+                    return loop(*tensors, *flags)
+                entry = self.graphs[key] = (graph, static_inputs, static_outputs)
+                while len(self.graphs) > self.size:
+                    _release(self.graphs.popitem(last=False)[1])
+            else:
+                self.graphs.move_to_end(key)
+            graph, static_inputs, static_outputs = entry
+            for static, t in zip(static_inputs, tensors):
+                if isinstance(t, Tensor):
+                    static.copy_(t)
+            graph.replay()
+            return tuple(None if o is None else o.clone() for o in static_outputs)
 
 
 def _with_flags(loop: Callable, flags: tuple, *tensors):
@@ -128,7 +164,11 @@ def cached_graphs() -> int:
 
 
 def clear(graphs: Optional[LoopGraphs] = None) -> None:
-    """Drop every cached graph (and the memory each holds)."""
+    """Drop every cached graph (and the memory each holds, once its device has finished them)."""
     graphs = graphs or LOOPS
-    graphs.graphs.clear()
-    graphs.failed.clear()
+    with graphs.lock:
+        if graphs.graphs:
+            _release(next(iter(graphs.graphs.values())))
+        graphs.graphs.clear()
+        graphs.calls.clear()
+        graphs.failed.clear()

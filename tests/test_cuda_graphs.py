@@ -41,9 +41,10 @@ class StandIn:
 
 @pytest.fixture
 def stand_in(monkeypatch):
-    """Graphs on the CPU: every loop goes through a fresh cache that captures with ``StandIn``."""
+    """Graphs on the CPU: every loop goes through a fresh cache that captures with ``StandIn`` at a
+    signature's first call."""
     capture = StandIn()
-    monkeypatch.setattr(graphs, "LOOPS", graphs.LoopGraphs(capture))
+    monkeypatch.setattr(graphs, "LOOPS", graphs.LoopGraphs(capture, capture_at=1))
     monkeypatch.setattr(graphs, "_on_one_cuda_device", lambda tensors: True)
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)  # a CPU build has no CUDA to ask
     return capture
@@ -60,7 +61,7 @@ def forward_backward(m, x, masks):
     x = x.detach().requires_grad_()
     out, state = m(x, masks=masks)
     states = state if isinstance(state, tuple) else (state,)
-    loss = (out * torch.linspace(-1, 1, out.numel(), dtype=out.dtype).view(out.shape)).sum()
+    loss = (out * torch.linspace(-1, 1, out.numel(), dtype=out.dtype, device=out.device).view(out.shape)).sum()
     loss = loss + sum((s * s).sum() for s in states)
     loss.backward()
     return [out.detach(), *[s.detach() for s in states], x.grad, *[p.grad.clone() for p in m.parameters()]]
@@ -102,9 +103,26 @@ def test_a_result_is_not_overwritten_by_the_next_replay(stand_in):
     assert not torch.equal(out1, out2)
 
 
+def test_a_signature_is_captured_at_its_second_call_and_inference_mode_is_part_of_it():
+    capture = StandIn()
+    cache = graphs.LoopGraphs(capture)
+
+    def loop(a):
+        return (a * 2,)
+    x = torch.ones(3)
+    assert torch.equal(cache.run(loop, (x,))[0], 2 * x) and not capture.captures  # met once: plainly
+    assert torch.equal(cache.run(loop, (x,))[0], 2 * x) and len(capture.captures) == 1 and capture.replays == 1
+    with torch.inference_mode():
+        for _ in range(2):
+            assert torch.equal(cache.run(loop, (torch.ones(3),))[0], 2 * x)
+    assert len(capture.captures) == 2  # its own graph, whose static buffers are inference tensors
+    assert torch.equal(cache.run(loop, (x + 1,))[0], 2 * (x + 1))  # the first graph's buffers still take copies
+    assert capture.replays == 3
+
+
 def test_graphs_are_kept_per_signature_and_the_least_recently_used_go_first(monkeypatch):
     capture = StandIn()
-    cache = graphs.LoopGraphs(capture, size=2)
+    cache = graphs.LoopGraphs(capture, size=2, capture_at=1)
 
     def loop(a, scale):
         return (a * scale, None)
@@ -119,7 +137,7 @@ def test_graphs_are_kept_per_signature_and_the_least_recently_used_go_first(monk
 
 def test_a_failed_capture_runs_plainly_and_is_not_tried_again(monkeypatch):
     capture = StandIn(fail=True)
-    cache = graphs.LoopGraphs(capture)
+    cache = graphs.LoopGraphs(capture, capture_at=1)
 
     def loop(a):
         return (a + 1,)
@@ -212,6 +230,7 @@ def test_on_cuda_a_group_and_a_callers_own_capture(monkeypatch):
     x = torch.randn(T, 3, B, I, device="cuda")
     hx = (torch.zeros(3, B, H, device="cuda"), torch.zeros(3, B, H, device="cuda"))
     monkeypatch.setattr(recdrop.layers, "STACK_ON_CPU", True)
+    monkeypatch.setattr(graphs.LOOPS, "capture_at", 1)
     graphed, _ = recdrop.layers.run_group(layers, x, hx)
     assert graphs.cached_graphs() >= 1
     for r, m in enumerate(layers):
