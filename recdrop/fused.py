@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from . import triton_kernels
-from .graphs import run_loop
+from .graphs import run_loop, step_work
 from .cells import ACTIVATIONS, _mul, gru_step, lstm_step, rnn_recurrent_factor, rnn_step
 from .masks import StepFactors
 from .masks import factor_at as _at
@@ -263,7 +263,8 @@ class _LSTMSequence(torch.autograd.Function):
     def forward(ctx, gx: Tensor, h0: Tensor, c0: Tensor, w_hh: Tensor, gal, sem, moon, per_step: bool,
                 relu: bool, reverse: bool, cells: bool = False):
         use_triton = _triton_for(gx, w_hh) and not cells  # the kernels take no gradient of every c_t
-        saved = run_loop(_lstm_forward, (gx, h0, c0, w_hh, gal, sem, moon), (per_step, relu, reverse, use_triton))
+        saved = run_loop(_lstm_forward, (gx, h0, c0, w_hh, gal, sem, moon), (per_step, relu, reverse, use_triton),
+                         step_work(h0, w_hh))
         gates_all, c_all, tc_all, ys, hin_all, gsem_all = saved  # in processing order
         ctx.save_for_backward(w_hh, h0, *saved, gx, c0)  # gx and c0 for a higher-order backward (its replay)
         ctx.factors = (gal, sem, moon)
@@ -280,7 +281,8 @@ class _LSTMSequence(torch.autograd.Function):
         if _differentiable_backward_needed(d_ys, d_hn, d_cn, d_cs):
             return _replay_backward(ctx, _lstm_replay_step, (gx, h0, c0, w_hh), 2, (d_ys, d_hn, d_cn, d_cs))
         grads = run_loop(_lstm_backward, (d_ys, d_hn, d_cn, d_cs, w_hh, h0, gates_all, c_all, tc_all, ys, hin_all,
-                                          gsem_all, *ctx.factors), (per_step, relu, reverse, use_triton))
+                                          gsem_all, *ctx.factors), (per_step, relu, reverse, use_triton),
+                         step_work(h0, w_hh))
         return (*grads, None, None, None, None, None, None, None)
 
 
@@ -424,7 +426,8 @@ class _GRUSequence(torch.autograd.Function):
     def forward(ctx, gx: Tensor, h0: Tensor, w_hh: Tensor, b_hh: Optional[Tensor], gal, sem, moon, per_step: bool,
                 relu: bool, reverse: bool):
         use_triton = _triton_for(gx, w_hh)
-        saved = run_loop(_gru_forward, (gx, h0, w_hh, b_hh, gal, sem, moon), (per_step, relu, reverse, use_triton))
+        saved = run_loop(_gru_forward, (gx, h0, w_hh, b_hh, gal, sem, moon), (per_step, relu, reverse, use_triton),
+                         step_work(h0, w_hh))
         ys, buffers = saved[0], saved[1:]
         ctx.save_for_backward(w_hh, *buffers, gx, h0, b_hh)
         ctx.factors = (gal, sem, moon)
@@ -437,7 +440,7 @@ class _GRUSequence(torch.autograd.Function):
         if _differentiable_backward_needed(d_ys, d_hn_out):
             return _replay_backward(ctx, _gru_replay_step, (gx, h0, w_hh, b_hh), 1, (d_ys, d_hn_out))
         grads = run_loop(_gru_backward, (d_ys, d_hn_out, h0, rzn_all, hn_all, hin_all, h_prev_all, w_hh, b_hh,
-                                         *ctx.factors), ctx.flags)
+                                         *ctx.factors), ctx.flags, step_work(h0, w_hh))
         return (*grads, None, None, None, None, None, None)
 
 
@@ -530,7 +533,8 @@ class _RNNSequence(torch.autograd.Function):
     @staticmethod
     def forward(ctx, gx: Tensor, h0: Tensor, w_hh: Tensor, drop_in, moon, per_step: bool, relu: bool,
                 reverse: bool):
-        ys, a_all, hin_all = run_loop(_rnn_forward, (gx, h0, w_hh, drop_in, moon), (per_step, relu, reverse))
+        ys, a_all, hin_all = run_loop(_rnn_forward, (gx, h0, w_hh, drop_in, moon), (per_step, relu, reverse),
+                                      step_work(h0, w_hh))
         ctx.save_for_backward(w_hh, a_all, hin_all, gx, h0)
         ctx.factors = (drop_in, None, moon)
         ctx.flags = (per_step, relu, reverse)
@@ -542,7 +546,8 @@ class _RNNSequence(torch.autograd.Function):
         if _differentiable_backward_needed(d_ys, d_hn_out):
             return _replay_backward(ctx, _rnn_replay_step, (gx, h0, w_hh), 1, (d_ys, d_hn_out))
         drop_in, _, moon = ctx.factors
-        grads = run_loop(_rnn_backward, (d_ys, d_hn_out, h0, a_all, hin_all, w_hh, drop_in, moon), ctx.flags)
+        grads = run_loop(_rnn_backward, (d_ys, d_hn_out, h0, a_all, hin_all, w_hh, drop_in, moon), ctx.flags,
+                         step_work(h0, w_hh))
         return (*grads, None, None, None, None, None)
 
 

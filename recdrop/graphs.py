@@ -9,7 +9,8 @@ no result aliases the graph's memory and a graph can serve the next call at once
 another direction, another run of a group) with no bookkeeping of what is still in use.
 
 Graphs are cached per loop, flags, shapes, dtypes and device (``LoopGraphs``), a signature captured at
-its second call (a shape met once, as a tagger meets many, runs plainly). A loop runs plainly,
+its second call (a shape met once, as a tagger meets many, runs plainly). A compute-bound loop runs
+plainly (``MAX_STEP_WORK``). A loop runs plainly,
 silently, wherever capture cannot work (``graphs_usable``): off CUDA, while a capture is in progress
 (the caller's own graph then records the plain loop), under torch.compile or tracing, and where a
 capture failed once. Higher-order gradients and functorch never reach a loop: ``recdrop.fused`` replays
@@ -31,6 +32,13 @@ from torch import Tensor
 # size of its loop's buffers. A tagger meets one shape per distinct sentence length.
 CACHE_SIZE = 128
 CAPTURE_AT = 2  # a signature is captured at its second call: a shape met once runs plainly
+# Multiply-adds of a step's recurrent product (all runs of a group) above which a loop runs plainly. A graph
+# saves the host's launches (about 9 kernels a step, some 5 us each) but copies every tensor the loop reads
+# and writes, once a call; where one step's product alone outlasts its launches (about 2**30 multiply-adds
+# at an H100's float32 rate) the loop is compute-bound, and the copies would cost more than the launches
+# save: Table 2's 26 word LMs as one group (26 x 20 x 6000 x 1500, about 4.7e9) run plainly, one run or two
+# of them graphed. An estimate from the data sheet, to be measured on the next GPU (bench_layers, bench_groups).
+MAX_STEP_WORK = 2**30
 
 
 def graphs_usable(tensors: Sequence) -> bool:
@@ -150,10 +158,16 @@ def _with_flags(loop: Callable, flags: tuple, *tensors):
 LOOPS = LoopGraphs()
 
 
-def run_loop(loop: Callable, tensors: tuple, flags: tuple = ()) -> tuple:
-    """``loop(*tensors, *flags)``, as a CUDA graph where ``graphs_usable``. ``loop`` reads nothing but
-    its arguments and returns a tuple of tensors (or Nones); ``flags`` are values it is specialised to."""
-    if not graphs_usable(tensors):
+def step_work(h0: Tensor, w_hh: Tensor) -> int:
+    """Multiply-adds of one step's recurrent product: a state ``([R,] B, H)`` by ``([R,] G, H)`` weights."""
+    return h0.numel() * w_hh.shape[-2]
+
+
+def run_loop(loop: Callable, tensors: tuple, flags: tuple = (), work: int = 0) -> tuple:
+    """``loop(*tensors, *flags)``, as a CUDA graph where ``graphs_usable`` and a step's ``work``
+    (``step_work``) is at most ``MAX_STEP_WORK``. ``loop`` reads nothing but its arguments and returns a
+    tuple of tensors (or Nones); ``flags`` are values it is specialised to."""
+    if work > MAX_STEP_WORK or not graphs_usable(tensors):
         return loop(*tensors, *flags)
     return LOOPS.run(loop, tensors, flags)
 

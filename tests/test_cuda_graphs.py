@@ -166,6 +166,17 @@ def test_which_calls_may_run_as_graphs(monkeypatch):
         assert not graphs.graphs_usable((x,)), "torch.compile traces the plain loop"
 
 
+def test_a_compute_bound_loop_runs_plainly(stand_in, monkeypatch):
+    m = layer("LSTM")
+    x = torch.randn(T, B, I, dtype=torch.float64)
+    monkeypatch.setattr(graphs, "MAX_STEP_WORK", B * 4 * H * H - 1)  # one step's product: B x 4H x H
+    m(x)[0].sum().backward()
+    assert not stand_in.captures and stand_in.replays == 0
+    monkeypatch.setattr(graphs, "MAX_STEP_WORK", B * 4 * H * H)
+    m(x)[0].sum().backward()
+    assert len(stand_in.captures) == 2 and stand_in.replays == 2
+
+
 def test_graphs_need_one_cuda_device():
     assert not graphs._on_one_cuda_device([torch.zeros(1)])
     assert not graphs._on_one_cuda_device([torch.zeros(1, device="meta")])
