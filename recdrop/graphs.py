@@ -36,8 +36,9 @@ CAPTURE_AT = 2  # a signature is captured at its second call: a shape met once r
 # saves the host's launches (about 9 kernels a step, some 5 us each) but copies every tensor the loop reads
 # and writes, once a call; where one step's product alone outlasts its launches (about 2**30 multiply-adds
 # at an H100's float32 rate) the loop is compute-bound, and the copies would cost more than the launches
-# save: Table 2's 26 word LMs as one group (26 x 20 x 6000 x 1500, about 4.7e9) run plainly, one run or two
-# of them graphed. An estimate from the data sheet, to be measured on the next GPU (bench_layers, bench_groups).
+# save: Table 3's 26 char LMs at `paper` as one group (26 x 64 x 4096 x 1024, about 7e9) run plainly, one or
+# two of them graphed; Table 2's 26 word LMs (26 x 32 x 1024 x 256, about 2.2e8) are graphed. An estimate
+# from the data sheet, to be measured on the next GPU (bench_layers, bench_groups).
 MAX_STEP_WORK = 2**30
 
 
