@@ -123,33 +123,41 @@ class LoopGraphs:
     def run(self, loop: Callable, tensors: tuple, flags: tuple = ()) -> tuple:
         key = (loop, flags, torch.is_inference_mode_enabled(), *map(_signature, tensors))
         with self.lock:
-            entry = self.graphs.get(key)
-            if entry is None:
-                if key in self.failed:
-                    return loop(*tensors, *flags)
-                met = self.calls[key] = self.calls.get(key, 0) + 1
-                if met < self.capture_at:
-                    if len(self.calls) > 16 * self.size:  # many shapes met once: forget them, not the graphs
-                        self.calls = {key: met}
-                    return loop(*tensors, *flags)
-                del self.calls[key]
-                static_inputs = tuple(map(_static_copy, tensors))
-                try:
-                    graph, static_outputs = self.capture(functools.partial(_with_flags, loop, flags), static_inputs)
-                except Exception:  # capture cannot work here: run plainly, and do not try this signature again
-                    self.failed.add(key)
-                    return loop(*tensors, *flags)
-                entry = self.graphs[key] = (graph, static_inputs, static_outputs)
-                while len(self.graphs) > self.size:
-                    _release(self.graphs.popitem(last=False)[1])
-            else:
-                self.graphs.move_to_end(key)
-            graph, static_inputs, static_outputs = entry
-            for static, t in zip(static_inputs, tensors):
-                if isinstance(t, Tensor):
-                    static.copy_(t)
-            graph.replay()
-            return tuple(None if o is None else o.clone() for o in static_outputs)
+            entry = self._graph(key, loop, tensors, flags)
+            if entry is not None:
+                graph, static_inputs, static_outputs = entry
+                for static, t in zip(static_inputs, tensors):
+                    if isinstance(t, Tensor):
+                        static.copy_(t)
+                graph.replay()
+                return tuple(None if o is None else o.clone() for o in static_outputs)
+        return loop(*tensors, *flags)
+
+    def _graph(self, key: tuple, loop: Callable, tensors: tuple, flags: tuple):
+        """The cached ``(graph, static inputs, static outputs)`` of ``key``, captured now at its
+        ``capture_at``-th call; None where it runs plainly (met fewer times, or its capture failed)."""
+        entry = self.graphs.get(key)
+        if entry is not None:
+            self.graphs.move_to_end(key)
+            return entry
+        if key in self.failed:
+            return None
+        met = self.calls[key] = self.calls.get(key, 0) + 1
+        if met < self.capture_at:
+            if len(self.calls) > 16 * self.size:  # many shapes met once: forget them, not the graphs
+                self.calls = {key: met}
+            return None
+        del self.calls[key]
+        static_inputs = tuple(map(_static_copy, tensors))
+        try:
+            graph, static_outputs = self.capture(functools.partial(_with_flags, loop, flags), static_inputs)
+        except Exception:  # capture cannot work here: run plainly, and do not try this signature again
+            self.failed.add(key)
+            return None
+        entry = self.graphs[key] = (graph, static_inputs, static_outputs)
+        while len(self.graphs) > self.size:
+            _release(self.graphs.popitem(last=False)[1])
+        return entry
 
 
 def _with_flags(loop: Callable, flags: tuple, *tensors):
