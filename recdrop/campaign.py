@@ -3,7 +3,8 @@
     python -m recdrop.campaign --for 2h30m --device cpu --jobs 2     # run, stop cleanly at the budget
     python -m recdrop.campaign --list                                # what is left, in order
     python -m recdrop.campaign --for 9m --device cuda --jobs 2 --pack $OUT       # on a lent GPU
-    python -m recdrop.campaign --unpack DIR                          # bring a pack's files back
+    python -m recdrop.campaign --unpack DIR                          # bring a pack's files back, and stop
+    python -m recdrop.campaign --unpack DIR --for 9m --device cuda --fuse 2   # ... then run from there
 
 ``data/campaign.toml`` lists (experiment, scale, grid, seeds), highest value first. A run counts as
 done when the store would keep its record (``RunStore.is_done``; a diverged run's record counts): in
@@ -388,7 +389,8 @@ def unpack(in_dir: os.PathLike, store: Optional[RunStore] = None) -> Dict[str, A
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m recdrop.campaign", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--for", dest="budget", default="1h", help="time budget, e.g. 2h30m or 9m (default 1h)")
+    ap.add_argument("--for", dest="budget", help="time budget, e.g. 2h30m or 9m (default 1h; with --unpack alone, "
+                                                 "nothing runs)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--jobs", type=int, default=1, help="runs at a time")
     ap.add_argument("--file", type=Path, default=CAMPAIGN, help="the campaign list (default data/campaign.toml)")
@@ -410,6 +412,8 @@ def main(argv=None) -> int:
             print(f"unpack: {counts}")
             for message in refused:
                 print(f"error: unpack: {message}", file=sys.stderr)
+            if args.budget is None and not args.list:  # bringing files back starts no runs unless asked to
+                return 1 if refused else 0
         entries = load_campaign(args.file)
         if args.list:
             total, unknown = 0.0, 0
@@ -421,7 +425,7 @@ def main(argv=None) -> int:
             print(f"about {total / 3600:.1f} hours of runs on the hardware of their stored runs, one at a time"
                   + (f", and {unknown} runs of no known cost" if unknown else ""))
             return 1 if refused else 0
-        budget = parse_budget(args.budget)
+        budget = parse_budget(args.budget or "1h")
         started = time.time()
         out = run_campaign(entries, args.device, args.jobs, budget, store, progress=not args.no_progress,
                            fuse=args.fuse, precision="tf32" if args.tf32 else "float32")

@@ -286,6 +286,21 @@ def test_unpack_goes_on_past_a_refused_record_and_reports_it(store, tmp_path, mo
     assert RunStore(tmp_path / "repo" / "data" / "runs2").load("temporal_order", "ci", clean["run_id"]) == clean
 
 
+def test_unpack_alone_brings_the_files_back_and_runs_nothing(store, tmp_path, monkeypatch, clean_code):
+    rows = [{**r, "entry": CI_ENTRY} for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
+    record = train_run(TemporalOrderTask, rows[0]["config"], store=store, progress=False)
+    pack(tmp_path / "out", [], [record], store)
+    (tmp_path / "campaign.toml").write_text(CI_TOML)
+    campaigns = []
+    monkeypatch.setattr(campaign, "run_campaign", lambda *a, **kw: campaigns.append(kw) or {
+        outcome: [] for outcome in ("finished", "diverged", "stopped", "failed", "not_started")})
+    for k, budget in enumerate([[], ["--for", "9m"]]):
+        monkeypatch.setenv("RECDROP_RUNS", str(tmp_path / f"runs{k}"))
+        assert campaign.main(["--unpack", str(tmp_path / "out"), "--file", str(tmp_path / "campaign.toml"), *budget]) == 0
+        assert RunStore(tmp_path / f"runs{k}").load("temporal_order", "ci", record["run_id"]) == record
+        assert len(campaigns) == k  # only with a budget does a campaign follow the unpacking
+
+
 def test_unpack_puts_records_in_first_and_reports_a_checkpoint_that_does_not_load(store, tmp_path, monkeypatch,
                                                                                    stop_after, clean_code):
     rows = [{**r, "entry": CI_ENTRY} for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
