@@ -7,7 +7,9 @@ run is done, and an interrupted write never leaves a broken record. Checkpoints 
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
+import fcntl
 import functools
 import io
 import json
@@ -17,7 +19,7 @@ import platform
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -172,6 +174,10 @@ def inside_git_tree(path: os.PathLike) -> bool:
     return any((q / ".git").exists() for q in (p, *p.parents))
 
 
+class RunInUseError(RuntimeError):
+    """The run is being trained elsewhere: two trainings of one run would overwrite each other's checkpoints."""
+
+
 class RunStore:
     """Finished-run records, keyed by run id (a hash of config + seed)."""
 
@@ -183,6 +189,28 @@ class RunStore:
 
     def checkpoint_path(self, experiment: str, rid: str) -> Path:
         return cache_dir() / "checkpoints" / experiment / f"{rid}.pt"
+
+    @contextlib.contextmanager
+    def hold_runs(self, experiment: str, rids: Sequence[str]) -> Iterator[None]:
+        """While training ``rids``: an exclusive lock on each (``<rid>.lock`` beside its checkpoint, by
+        ``fcntl.flock``), so that no two processes train one run and write its checkpoint in turn. The
+        system frees a lock with its process, also one that is killed; the files stay, empty of meaning."""
+        with contextlib.ExitStack() as held:
+            for rid in rids:
+                path = self.checkpoint_path(experiment, rid).with_suffix(".lock")
+                path.parent.mkdir(parents=True, exist_ok=True)
+                lock = held.enter_context(open(path, "a+"))
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    lock.seek(0)
+                    raise RunInUseError(f"run {experiment}/{rid} is being trained by another process ({lock.read().strip()}"
+                                        f"), and the two would overwrite each other's checkpoint {path.with_suffix('.pt')}; "
+                                        "let that one end or stop it first") from None
+                lock.truncate(0)
+                lock.write(f"pid {os.getpid()} on {platform.node()}, since {utc_now()}")
+                lock.flush()
+            yield
 
     def refuse_unclean_code(self, commit: str, what: str) -> None:
         """Before ``what`` ("run x is", "3 runs are") starts: a DirtyTreeError where this store's records are

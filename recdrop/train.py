@@ -369,24 +369,25 @@ def train_group(make_task: Callable[..., Task], members: Sequence[Tuple[Experime
                     raise  # a run alone: its own error, as it is
                 failed[run_id(config, seed)] = str(e)
                 return None
-        runs = [r for r in (build(c, s) for c, s in todo) if r is not None]
-        try:
-            while runs:  # the runs furthest behind train until they reach the next ones, then on together
-                first = min(r.position for r in runs)
-                behind = [r for r in runs if r.position == first]
-                ahead = [r.position for r in runs if r.position != first]
-                until = min(ahead) if ahead else None
-                for record in _train_together(behind, store, progress, checkpoint_every_s, callback, position,
-                                              deadline, until, diverged):
-                    records[record["run_id"]] = record
-                done = {r.rid for r in behind if r.rid in records}
-                caught_up = [build(r.config, r.seed, True) for r in behind if r.rid not in done]  # their checkpoints
-                runs = sorted([r for r in runs if r not in behind] + [r for r in caught_up if r is not None],
-                              key=lambda r: rids.index(r.rid))  # the members' order, as given
-        finally:
-            if errors is not None:
-                errors.update(diverged)
-            graphs.clear()  # the CUDA graphs of this group's shapes hold GPU memory the next group needs
+        with store.hold_runs(todo[0][0].experiment, [run_id(c, s) for c, s in todo]):  # one process a run
+            runs = [r for r in (build(c, s) for c, s in todo) if r is not None]
+            try:
+                while runs:  # the runs furthest behind train until they reach the next ones, then on together
+                    first = min(r.position for r in runs)
+                    behind = [r for r in runs if r.position == first]
+                    ahead = [r.position for r in runs if r.position != first]
+                    until = min(ahead) if ahead else None
+                    for record in _train_together(behind, store, progress, checkpoint_every_s, callback, position,
+                                                  deadline, until, diverged):
+                        records[record["run_id"]] = record
+                    done = {r.rid for r in behind if r.rid in records}
+                    caught_up = [build(r.config, r.seed, True) for r in behind if r.rid not in done]  # their checkpoints
+                    runs = sorted([r for r in runs if r not in behind] + [r for r in caught_up if r is not None],
+                                  key=lambda r: rids.index(r.rid))  # the members' order, as given
+            finally:
+                if errors is not None:
+                    errors.update(diverged)
+                graphs.clear()  # the CUDA graphs of this group's shapes hold GPU memory the next group needs
         if failed:
             raise GroupMemberError(f"{len(failed)} of {len(todo)} runs could not start (the others went on):\n"
                                    + "\n".join(f"  {rid}: {why}" for rid, why in failed.items()))

@@ -5,6 +5,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from recdrop import experiments
 from recdrop.config import run_id
 from recdrop.experiments.temporal_order import TemporalOrderConfig, TemporalOrderTask
 from recdrop import train
-from recdrop.store import (CorruptCheckpointError, DirtyTreeError, RunStore, load_checkpoint,
+from recdrop.store import (CorruptCheckpointError, DirtyTreeError, RunInUseError, RunStore, load_checkpoint,
                            save_checkpoint)
 from recdrop.sweep import run_grid
 from recdrop.train import train_run
@@ -182,6 +183,27 @@ def test_a_checkpoint_of_uncommitted_code_is_not_resumed_into_a_committed_store(
     assert "resumed_from_commit" not in rec and "segments" not in rec and rec["commit"] == "0123456789"
     assert rec["curves"] == straight["curves"] and not ckpt.exists()
     assert committed.has("temporal_order", "ci", rec["run_id"])
+
+
+def test_a_run_that_another_process_trains_is_not_trained_beside_it(store):
+    cfg = TemporalOrderConfig.at_scale("ci", epochs=2)
+    path = _interrupted_run(cfg, store)
+    before = path.read_bytes()
+    holder = subprocess.Popen(  # another campaign, in the middle of this run
+        [sys.executable, "-c", "import sys, time; from recdrop.store import RunStore; "
+         f"h = RunStore({str(store.root)!r}).hold_runs('temporal_order', [{run_id(cfg, 0)!r}]); h.__enter__(); "
+         "print('held', flush=True); time.sleep(60)"], stdout=subprocess.PIPE, text=True, env=os.environ)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        with pytest.raises(RunInUseError, match=f"temporal_order/{run_id(cfg, 0)} is being trained by another "
+                                                f"process .pid {holder.pid} on"):
+            train_run(TemporalOrderTask, cfg, store=store, progress=False)
+        assert path.read_bytes() == before and not store.has("temporal_order", "ci", run_id(cfg, 0))
+    finally:
+        holder.kill()
+        holder.wait()
+    record = train_run(TemporalOrderTask, cfg, store=store, progress=False)  # its lock went with its process
+    assert record["metrics"]["epoch"] == 2 and store.has("temporal_order", "ci", run_id(cfg, 0))
 
 
 def test_a_checkpoint_that_does_not_fit_its_run_is_a_clear_error(store):
