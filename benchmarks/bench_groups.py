@@ -5,7 +5,8 @@ One training step of R runs of a table's grid at the paper's shapes (word LM: vo
 the first R cells of Table 2 or 3 (each its own scheme, rate, sampling, forward dropout and
 generator), through the trainer's own step (``Task.group_step``: the forward as one model, one
 backward, each run's clipping and optimiser step), against the same R runs' steps one after the
-other (``group_step`` of one run each). The two are timed in turn, repeat after repeat, in one
+other (``group_step`` of one run each). After a warm-up, the two are timed in turn, repeat after repeat
+(each repeat as many steps as fill ``--min-s``), in one
 process on one machine; the ratio is the group's runs per hour over one-at-a-time's. Prints a table
 and, with --out, writes it as CSV for the Performance page.
 
@@ -45,12 +46,17 @@ def make_tasks(name: str, n: int, device: str):
     return task_type, tasks
 
 
-def timed(step, sync) -> float:
+def per_step(step, batches, sync, min_s: float) -> float:
+    """Seconds a step: steps over the batches in turn, each followed by a synchronisation (the trainer's
+    one host synchronisation a step), until ``min_s`` has passed, at least one. A GPU timed for one
+    short step at a time may stay at its idle clock."""
     sync()
-    t0 = time.perf_counter()
-    step()
-    sync()
-    return time.perf_counter() - t0
+    t0, n = time.perf_counter(), 0
+    while n == 0 or time.perf_counter() - t0 < min_s:
+        step(batches[n % len(batches)])
+        sync()
+        n += 1
+    return (time.perf_counter() - t0) / n
 
 
 def main(argv=None):
@@ -58,6 +64,9 @@ def main(argv=None):
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=2, help="CPU threads (torch.set_num_threads)")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--min-s", type=float, default=0.5, help="each repeat times consecutive steps for at least this long")
+    ap.add_argument("--warmup-s", type=float, default=1.0,
+                    help="steps first, for at least this long (captures the CUDA graphs and wakes a GPU's clocks)")
     ap.add_argument("--models", nargs="+", default=["word"], choices=sorted(MODELS))
     ap.add_argument("--sizes", type=int, nargs="+", default=[1, 2, 4, 8, 13, 26])
     ap.add_argument("--tf32", action="store_true", help="allow TF32 matmuls on the GPU")
@@ -82,18 +91,18 @@ def main(argv=None):
 
             def group(b):
                 task_type.group_step(tasks, b)
-            alone(batches[0]), group(batches[0])  # warm-up
+            per_step(alone, batches, sync, args.warmup_s), per_step(group, batches, sync, args.warmup_s)  # warm-up
             times = {"alone": [], "group": []}
-            for k in range(args.repeats):  # in turn, so that a busy machine slows both alike
-                times["alone"].append(timed(lambda: alone(batches[1 + k]), sync))
-                times["group"].append(timed(lambda: group(batches[1 + k]), sync))
+            for _ in range(args.repeats):  # in turn, so that a busy machine slows both alike
+                times["alone"].append(per_step(alone, batches, sync, args.min_s))
+                times["group"].append(per_step(group, batches, sync, args.min_s))
             a, g = statistics.median(times["alone"]), statistics.median(times["group"])
             rows.append({"model": name, "runs": n, "alone_s": round(a, 4), "group_s": round(g, 4),
                          "alone_runs_per_hour_of_steps": round(n * 3600 / a, 1),
                          "group_runs_per_hour_of_steps": round(n * 3600 / g, 1), "speedup": round(a / g, 2),
                          "hardware": hardware(args.device), "device": args.device, "threads": args.threads,
                          "torch": torch.__version__, "commit": git_commit(),
-                         "batch": tasks[0].cfg.batch_size, "tf32": args.tf32})
+                         "batch": tasks[0].cfg.batch_size, "tf32": args.tf32, "min_s": args.min_s})
             print(f"{name} R={n:2d}: one at a time {a:.3f} s, as a group {g:.3f} s a step of all {n} runs: "
                   f"{a / g:.2f}x", flush=True)
             del tasks
