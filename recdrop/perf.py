@@ -83,11 +83,11 @@ def provenance(df: pd.DataFrame) -> pd.DataFrame:
     return df.groupby("file", sort=True)[cols].first().reset_index()
 
 
-def ratio_table(df: pd.DataFrame) -> pd.DataFrame:
+def ratio_table(df: pd.DataFrame, value: str = "ratio") -> pd.DataFrame:
     """recdrop's fast path with dropout 0.25 over torch.nn without dropout (forward + backward, same
-    machine, same run): one row per machine, input (a padded tensor or a PackedSequence), cell (Bi- for
-    both directions) and shape (with the input size where it is not the hidden size), one column per
-    scheme."""
+    machine, same run), or another column ``value`` of the rows: one row per machine, input (a padded
+    tensor or a PackedSequence), cell (Bi- for both directions) and shape (with the input size where it
+    is not the hidden size), one column per scheme."""
     if df.empty:
         return pd.DataFrame()
 
@@ -100,10 +100,19 @@ def ratio_table(df: pd.DataFrame) -> pd.DataFrame:
     t = df.assign(shape=shape, input=packed.map({True: "packed", False: "padded"}),
                   kind=both.map({True: "Bi", False: ""}) + df["kind"])
     keys = ["hardware", "input", "kind", "hidden", "seq", "shape"]
-    out = t.pivot_table(index=keys, columns="scheme", values="ratio", aggfunc="first").reset_index()
+    out = t.pivot_table(index=keys, columns="scheme", values=value, aggfunc="first").reset_index()
     out = out.rename(columns={"shape": "hidden x steps"})
     schemes = [c for c in ("semeniuta", "gal", "moon") if c in out]
     return out[["hardware", "input", "kind", "hidden x steps", *schemes]].rename_axis(columns=None)
+
+
+def graph_speedups(df: pd.DataFrame) -> pd.DataFrame:
+    """What CUDA graphs gain (``recdrop.graphs``): the fast path's time without them over its time with
+    them, in the same run, as ``ratio_table`` lays it out; only the rows timed both ways."""
+    if df.empty or "ungraphed_ms" not in df:
+        return pd.DataFrame()
+    timed = df.assign(graphs=df["ungraphed_ms"] / df["recdrop_ms"]).dropna(subset=["graphs"])
+    return ratio_table(timed, value="graphs")
 
 
 def gpu_targets(df: pd.DataFrame) -> pd.DataFrame:

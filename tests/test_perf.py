@@ -40,6 +40,17 @@ def test_ratio_table_has_a_column_per_scheme_and_the_provenance_once(tmp_path):
     assert perf.load_benchmarks(tmp_path / "empty").empty and perf.ratio_table(perf.load_benchmarks(tmp_path / "e")).empty
 
 
+def test_graph_speedups_are_the_time_without_graphs_over_the_time_with_them(tmp_path):
+    pd.DataFrame([bench_row(device="cuda", hardware="H200", recdrop_ms=2.0, ungraphed_ms=8.0),
+                  bench_row(device="cuda", hardware="H200", scheme="moon", recdrop_ms=4.0, ungraphed_ms=5.0),
+                  bench_row()]).to_csv(tmp_path / "m.csv", index=False)  # the CPU row: not timed without graphs
+    table = perf.graph_speedups(perf.load_benchmarks(tmp_path))
+    assert table.to_dict("records") == [{"hardware": "H200", "input": "padded", "kind": "LSTM",
+                                         "hidden x steps": "256 x 35", "semeniuta": 4.0, "moon": 1.25}]
+    pd.DataFrame([bench_row()]).to_csv(tmp_path / "m.csv", index=False)
+    assert perf.graph_speedups(perf.load_benchmarks(tmp_path)).empty
+
+
 def test_rows_from_uncommitted_code_are_refused(tmp_path):
     pd.DataFrame([bench_row(commit="abc-dirty")]).to_csv(tmp_path / "m.csv", index=False)
     with pytest.raises(ValueError, match="uncommitted code in \\['m.csv'\\]"):
