@@ -12,9 +12,11 @@ GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr 'A-Z ' 'a
 echo "$GPU, commit $(git log --oneline -1)"; git status --short | head -3
 mkdir -p "$OUT/bench"
 if [ -d "$RECDROP_DATA/pack" ]; then python3 -m recdrop.campaign --unpack "$RECDROP_DATA/pack"; fi
-timeout 150 python3 -m pytest -q -x -p no:cacheprovider tests/test_cuda_graphs.py -k on_cuda 2>&1 | tail -3
+timeout 150 python3 -m pytest -q -x -p no:cacheprovider tests/test_cuda_graphs.py -k on_cuda 2>&1 \
+    | tee "$OUT/bench/graphs-test.log" | tail -3
 if [ "${PIPESTATUS[0]}" -ne 0 ]; then echo "the CUDA graphs' test failed: graphs off"; export RECDROP_CUDA_GRAPHS=0; fi
-timeout 90 python3 -m pytest -q -p no:cacheprovider tests/test_fused_training.py -k "each_member and cuda" 2>&1 | tail -3
+timeout 90 python3 -m pytest -q -p no:cacheprovider tests/test_fused_training.py -k "each_member and cuda" 2>&1 \
+    | tee "$OUT/bench/fused-test.log" | tail -3
 timeout 150 python3 benchmarks/bench_groups.py --device cuda --models word --sizes 1 2 4 8 26 --out "$OUT/bench/groups-$GPU.csv"
 CAMP=$(( $(left) - 45 ))
 CAP=$(python3 - "$CAMP" "$OUT/bench/groups-$GPU.csv" <<'PY'
@@ -33,7 +35,7 @@ if [ "$CAP" = "0" ]; then  # no group finishes: the layers first, then pairs tha
   CAMP=$(( $(left) - 45 )); CAP=2
 fi
 echo "campaign: ${CAMP} s, groups of up to ${CAP}"
-(cd "$OUT/bench" && tar cf ../bench.tar ./*.csv) && rm -r "$OUT/bench"
+(cd "$OUT/bench" && tar cf ../bench.tar ./*) && rm -r "$OUT/bench"  # the CSVs and the tests' whole logs
 if [ "$CAMP" -gt 60 ]; then
   timeout $(( CAMP + 40 )) python3 -m recdrop.campaign --file data/campaign-gpu.toml --for "${CAMP}s" --device cuda \
       --fuse "$CAP" --no-progress --pack "$OUT" 2>&1 | grep -v "^not_started"
