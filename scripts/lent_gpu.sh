@@ -1,6 +1,6 @@
 #!/bin/bash
 # The lent GPU's one command (README, "On a lent GPU"): the GPU tests, the group step's time, then the
-# fused campaign of data/campaign-gpu.toml with the largest group that finishes in the time left (or,
+# fused campaign of data/campaign-gpu.toml in the group size that finishes the most runs in the time left (or,
 # where none does, the layer benchmarks first and then pairs, whose checkpoints come back), packed into
 # $OUT. Run from the repository root there, with the data in .gpu-data (ptb and ptb_char) and, to
 # resume, a previous lease's pack in .gpu-data/pack:
@@ -26,7 +26,8 @@ try:
     step = {int(r["runs"]): float(r["group_s"]) for r in csv.DictReader(open(sys.argv[2]))}
 except OSError:
     step = {}
-print(max([r for r, s in step.items() if 1.15 * s * steps <= budget], default=0))  # 15% for evaluation
+finished = {r: int(budget // (1.15 * s * steps)) * r for r, s in step.items()}  # 15% for evaluation
+print(max(finished, key=lambda r: (finished[r], r)) if any(finished.values()) else 0)  # the most runs finished
 PY
 )
 if [ "$CAP" = "0" ]; then  # no group finishes: the layers first, then pairs that checkpoint
