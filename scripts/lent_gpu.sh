@@ -6,6 +6,9 @@
 # resume, a previous lease's pack in .gpu-data/pack:
 #     LEASE_S=570 bash scripts/lent_gpu.sh          # the run tool's timeout_s: 600
 export RECDROP_DATA=${RECDROP_DATA:-.gpu-data} PYTHONPATH=. PYTHONUNBUFFERED=1
+for d in ptb ptb_char; do  # the tests and the campaign read both; a lease spent without them is lost
+  [ -d "$RECDROP_DATA/$d" ] || { echo "error: $RECDROP_DATA/$d is missing: copy it there and carry it (README)"; exit 1; }
+done
 END=$(( $(date +%s) + ${LEASE_S:-570} ))
 left() { echo $(( END - $(date +%s) )); }
 GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr 'A-Z ' 'a-z-' | sed 's/-80gb-hbm3//')
