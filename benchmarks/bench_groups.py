@@ -48,8 +48,8 @@ def make_tasks(name: str, n: int, device: str):
 
 def per_step(step, batches, sync, min_s: float) -> float:
     """Seconds a step: steps over the batches in turn, each followed by a synchronisation (the trainer's
-    one host synchronisation a step), until ``min_s`` has passed, at least one. A GPU timed for one
-    short step at a time may stay at its idle clock."""
+    one host synchronisation a step), until ``min_s`` has passed, at least one: a median over many
+    steps, not over three single ones."""
     sync()
     t0, n = time.perf_counter(), 0
     while n == 0 or time.perf_counter() - t0 < min_s:
