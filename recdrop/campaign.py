@@ -41,8 +41,8 @@ from tqdm.auto import tqdm
 
 from . import experiments
 from .paths import DATA_DIR
-from .store import (CorruptCheckpointError, DirtyTreeError, RunStore, atomic_write_bytes, git_commit, load_checkpoint,
-                    unclean_commits)
+from .store import (CorruptCheckpointError, DirtyTreeError, RunInUseError, RunStore, atomic_write_bytes, git_commit,
+                    load_checkpoint, unclean_commits)
 from .sweep import RUN_FIELDS, check_jobs, check_seeds, fuse_groups, grid_rows, run_each, worker_threads
 from .train import DEVICES, BudgetExhausted, check_device, set_precision
 
@@ -366,10 +366,15 @@ def unpack(in_dir: os.PathLike, store: Optional[RunStore] = None) -> Dict[str, A
                 counts["refused"].append(f"{name} in the pack in {in_dir} is not a checkpoint that loads "
                                          f"({type(e).__name__}: {e}); {local} is left as it was")
                 continue
-            if further_on(local, theirs):
-                counts["kept"] += 1
+            try:
+                with store.hold_runs(experiment, [rid]):  # not under a run that another process is training
+                    if further_on(local, theirs):
+                        counts["kept"] += 1
+                        continue
+                    atomic_write_bytes(local, data)
+            except RunInUseError as e:
+                counts["refused"].append(f"{name} in the pack in {in_dir} is left out: {e}")
                 continue
-            atomic_write_bytes(local, data)
             counts["checkpoints"] += 1
             continue
         record = json.loads(data)
@@ -413,6 +418,7 @@ def main(argv=None) -> int:
             for message in refused:
                 print(f"error: unpack: {message}", file=sys.stderr)
             if args.budget is None and not args.list:  # bringing files back starts no runs unless asked to
+                print("unpack: done; no campaign runs without --for")
                 return 1 if refused else 0
         entries = load_campaign(args.file)
         if args.list:

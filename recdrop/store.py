@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import errno
 import fcntl
 import functools
 import io
@@ -18,6 +19,7 @@ import pickle
 import platform
 import subprocess
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -174,6 +176,9 @@ def inside_git_tree(path: os.PathLike) -> bool:
     return any((q / ".git").exists() for q in (p, *p.parents))
 
 
+NO_LOCKS = {errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP}  # a file system without flock
+
+
 class RunInUseError(RuntimeError):
     """The run is being trained elsewhere: two trainings of one run would overwrite each other's checkpoints."""
 
@@ -194,7 +199,8 @@ class RunStore:
     def hold_runs(self, experiment: str, rids: Sequence[str]) -> Iterator[None]:
         """While training ``rids``: an exclusive lock on each (``<rid>.lock`` beside its checkpoint, by
         ``fcntl.flock``), so that no two processes train one run and write its checkpoint in turn. The
-        system frees a lock with its process, also one that is killed; the files stay, empty of meaning."""
+        system frees a lock with its process, also one that is killed; the files stay, empty of meaning.
+        Where the file system has no such locks (some network ones), a warning says so and training goes on."""
         with contextlib.ExitStack() as held:
             for rid in rids:
                 path = self.checkpoint_path(experiment, rid).with_suffix(".lock")
@@ -207,6 +213,12 @@ class RunStore:
                     raise RunInUseError(f"run {experiment}/{rid} is being trained by another process ({lock.read().strip()}"
                                         f"), and the two would overwrite each other's checkpoint {path.with_suffix('.pt')}; "
                                         "let that one end or stop it first") from None
+                except OSError as e:
+                    if e.errno not in NO_LOCKS:
+                        raise
+                    warnings.warn(f"{path.parent} cannot be locked ({e.strerror}): nothing stops another process from "
+                                  f"training run {experiment}/{rid} at the same time")
+                    continue
                 lock.truncate(0)
                 lock.write(f"pid {os.getpid()} on {platform.node()}, since {utc_now()}")
                 lock.flush()

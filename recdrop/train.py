@@ -370,6 +370,10 @@ def train_group(make_task: Callable[..., Task], members: Sequence[Tuple[Experime
                 failed[run_id(config, seed)] = str(e)
                 return None
         with store.hold_runs(todo[0][0].experiment, [run_id(c, s) for c, s in todo]):  # one process a run
+            if not rerun:  # another process may have finished one between the check above and the lock
+                for config, seed in [m for m in todo if store.has(m[0].experiment, m[0].scale, run_id(*m))]:
+                    records[run_id(config, seed)] = store.load(config.experiment, config.scale, run_id(config, seed))
+                    todo.remove((config, seed))
             runs = [r for r in (build(c, s) for c, s in todo) if r is not None]
             try:
                 while runs:  # the runs furthest behind train until they reach the next ones, then on together

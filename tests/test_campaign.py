@@ -230,6 +230,21 @@ def test_pack_and_unpack_carry_records_and_checkpoints(store, tmp_path, monkeypa
     assert train_run(TemporalOrderTask, rows[1]["config"], store=there, progress=False)["segments"]
 
 
+def test_unpack_leaves_out_the_checkpoint_of_a_run_in_training(store, tmp_path, stop_after, clean_code):
+    rows = [{**r, "entry": CI_ENTRY} for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
+    with pytest.raises(BudgetExhausted):
+        train_run(TemporalOrderTask, rows[0]["config"], store=store, progress=False, deadline=1.0,
+                  callback=stop_after("batch", 0, 1))
+    ckpt = store.checkpoint_path("temporal_order", rows[0]["run_id"])
+    pack(tmp_path / "out", rows, [], store)
+    ckpt.unlink()
+    with store.hold_runs("temporal_order", [rows[0]["run_id"]]):  # a campaign training it here
+        counts = unpack(tmp_path / "out", store)
+    assert counts["checkpoints"] == 0 and not ckpt.exists()
+    assert len(counts["refused"]) == 1 and "is left out: run temporal_order/" in counts["refused"][0]
+    assert unpack(tmp_path / "out", store)["checkpoints"] == 1 and ckpt.exists()  # once it is free
+
+
 def test_pack_splits_into_parts_and_leaves_behind_what_does_not_fit(store, tmp_path, capsys, stop_after):
     rows = [{**r, "entry": CI_ENTRY} for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
     for i, r in enumerate(rows):

@@ -1,6 +1,8 @@
 """Failure tests: a sweep killed 20 times at random points loses and corrupts nothing and ends with
 the metrics of an uninterrupted one; corrupt checkpoints, records and data files are clear errors;
 every parameter a notebook passes is checked."""
+import contextlib
+import errno
 import json
 import os
 import signal
@@ -13,7 +15,7 @@ import pytest
 from recdrop import experiments
 from recdrop.config import run_id
 from recdrop.experiments.temporal_order import TemporalOrderConfig, TemporalOrderTask
-from recdrop import train
+from recdrop import store as store_module, train
 from recdrop.store import (CorruptCheckpointError, DirtyTreeError, RunInUseError, RunStore, load_checkpoint,
                            save_checkpoint)
 from recdrop.sweep import run_grid
@@ -204,6 +206,32 @@ def test_a_run_that_another_process_trains_is_not_trained_beside_it(store):
         holder.wait()
     record = train_run(TemporalOrderTask, cfg, store=store, progress=False)  # its lock went with its process
     assert record["metrics"]["epoch"] == 2 and store.has("temporal_order", "ci", run_id(cfg, 0))
+
+
+def test_a_run_finished_elsewhere_while_this_one_took_its_lock_is_loaded_not_trained(store, monkeypatch):
+    cfg = TemporalOrderConfig.at_scale("ci", epochs=2)
+    trained, real_hold, real_together = [], RunStore.hold_runs, train._train_together
+    monkeypatch.setattr(train, "_train_together", lambda runs, *a, **kw: trained.append(runs) or real_together(runs, *a, **kw))
+
+    @contextlib.contextmanager
+    def finished_meanwhile(self, experiment, rids):  # another process trains the run to its end, then this one locks
+        monkeypatch.setattr(RunStore, "hold_runs", real_hold)
+        other = train_run(TemporalOrderTask, cfg, store=store, progress=False)
+        with real_hold(self, experiment, rids):
+            yield other
+    monkeypatch.setattr(RunStore, "hold_runs", finished_meanwhile)
+    record = train_run(TemporalOrderTask, cfg, store=store, progress=False)
+    assert len(trained) == 1 and record == store.load("temporal_order", "ci", run_id(cfg, 0))
+
+
+def test_where_the_file_system_has_no_locks_a_run_trains_with_a_warning(store, monkeypatch):
+    def no_locks(fd, op):
+        raise OSError(errno.ENOLCK, "No locks available")
+    monkeypatch.setattr(store_module.fcntl, "flock", no_locks)
+    cfg = TemporalOrderConfig.at_scale("ci", epochs=2)
+    with pytest.warns(UserWarning, match="cannot be locked .No locks available.: nothing stops another process"):
+        record = train_run(TemporalOrderTask, cfg, store=store, progress=False)
+    assert record["metrics"]["epoch"] == 2
 
 
 def test_a_checkpoint_that_does_not_fit_its_run_is_a_clear_error(store):
