@@ -69,6 +69,8 @@ def main(argv=None):
     print(f"# hardware: {hardware(args.device)} | threads: {torch.get_num_threads()} | torch {torch.__version__} "
           f"| commit {git_commit()} | float32{' (TF32 matmuls)' if args.tf32 else ''}, batch {args.batch}")
     rows = []
+    # on a GPU the fast path runs as CUDA graphs unless RECDROP_CUDA_GRAPHS=0 (then recdrop_ms is without them)
+    graphed = args.device.startswith("cuda") and os.environ.get("RECDROP_CUDA_GRAPHS", "1") != "0"
     env = {"hardware": hardware(args.device), "device": args.device, "threads": torch.get_num_threads(),
            "torch": torch.__version__, "commit": git_commit(), "batch": args.batch, "tf32": args.tf32,
            "packed": args.packed, "bidirectional": args.bidirectional}
@@ -89,17 +91,19 @@ def main(argv=None):
                 fused = ours.fused
                 t_ours = time_fwd_bwd(ours, x, args.repeats, args.device)
                 t_ungraphed = None
-                if args.device.startswith("cuda"):  # the fast path without CUDA graphs (recdrop.graphs)
+                if graphed:  # the fast path without CUDA graphs (recdrop.graphs)
                     os.environ["RECDROP_CUDA_GRAPHS"] = "0"
-                    t_ungraphed = time_fwd_bwd(ours, x, args.repeats, args.device)
-                    os.environ.pop("RECDROP_CUDA_GRAPHS")
+                    try:
+                        t_ungraphed = time_fwd_bwd(ours, x, args.repeats, args.device)
+                    finally:
+                        os.environ.pop("RECDROP_CUDA_GRAPHS")
                 ours.fused = False  # the plain per-step loop, for comparison
                 t_loop = time_fwd_bwd(ours, x, args.repeats, args.device) if fused else t_ours
                 rows.append({"kind": kind, "hidden": hidden, "input_size": size, "seq": steps, "scheme": scheme,
                              "torch_nn_ms": round(t_ref * 1e3, 2), "recdrop_ms": round(t_ours * 1e3, 2),
                              "loop_ms": round(t_loop * 1e3, 2), "ratio": round(t_ours / t_ref, 2),
                              "ungraphed_ms": None if t_ungraphed is None else round(t_ungraphed * 1e3, 2),
-                             "loop_over_recdrop": round(t_loop / t_ours, 2), **env})
+                             "loop_over_recdrop": round(t_loop / t_ours, 2), "cuda_graphs": graphed, **env})
                 r = rows[-1]
                 flops = flops_per_step(kind, args.batch, size, hidden) * (2 if args.bidirectional else 1)
                 r["gflop_per_step"] = round(flops / 1e9, 4)
