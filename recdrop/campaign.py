@@ -231,14 +231,14 @@ def run_campaign(entries: Sequence[Entry], device: str = "cpu", jobs: int = 1, b
 
 def campaign_groups(todo: Sequence[Dict[str, Any]], fuse: Union[bool, int], device: str) -> List[List[Dict[str, Any]]]:
     """The pending rows as the groups that train together (``sweep.fuse_groups`` per experiment; each
-    alone without ``fuse``, and those of an experiment whose runs cannot share a model), in the order of
-    each group's first row."""
+    alone without ``fuse``, and those of an experiment whose runs cannot share a model): the groups
+    that resume a checkpoint first, then in the order of each group's first row."""
     experiments_in_order = list(dict.fromkeys(r["entry"].experiment for r in todo))
     groups = [g for e in experiments_in_order  # an experiment whose runs cannot share a model: one at a time
               for g in fuse_groups(e, [r for r in todo if r["entry"].experiment == e],
                                    fuse if experiments.EXPERIMENTS[e].task.FUSABLE_FIELDS else False, device)]
     order = {id(r): i for i, r in enumerate(todo)}
-    return sorted(groups, key=lambda g: order[id(g[0])])
+    return sorted(groups, key=lambda g: (not any(r.get("resumable") for r in g), order[id(g[0])]))
 
 
 def _tar_size(sizes: Sequence[int]) -> int:

@@ -10,7 +10,7 @@ import types
 import pytest
 import torch
 
-from recdrop import layers, sweep, train
+from recdrop import campaign, layers, sweep, train
 from recdrop.campaign import Entry, pack, run_campaign, unpack
 from recdrop.config import run_id
 from recdrop.experiments.char_lm import CharLMConfig, CharLMTask
@@ -193,6 +193,15 @@ def test_groups_are_formed_by_model_shape_and_seed_and_capped(store):
     groups = fuse_groups("char_lm", char, True)
     assert [len(g) for g in groups] == [26, 26]  # its seed orders its batches
     assert all(len({r["seed"] for r in g}) == 1 for g in groups)
+
+
+def test_the_runs_with_a_checkpoint_train_together_and_first(store):
+    rows = [{**r, "entry": Entry(experiment="word_lm", scale="ci", why="test"), "resumable": i in (3, 4)}
+            for i, r in enumerate(grid_rows("word_lm", "ci", store=store))]
+    ids = [r["run_id"] for r in rows]
+    groups = campaign.campaign_groups(rows, 2, "cpu")
+    assert [[ids.index(r["run_id"]) for r in g] for g in groups[:3]] == [[3, 4], [0, 1], [2, 5]]
+    assert [[ids.index(r["run_id"]) for r in g] for g in campaign.campaign_groups(rows, False, "cpu")[:3]] == [[3], [4], [0]]
 
 
 @pytest.mark.parametrize("fuse,message", [(0, "at least 1"), (-2, "at least 1"), (2.5, "at least 1"),
