@@ -342,12 +342,20 @@ def train_group(make_task: Callable[..., Task], members: Sequence[Tuple[Experime
                             "they differ in more than the fields a group lets differ (Task.FUSABLE_FIELDS) or in a "
                             "seed that orders their batches"))
     records: Dict[str, Dict[str, Any]] = {}
-    todo = []
-    for (config, seed), rid in zip(members, rids):
-        if store.has(config.experiment, config.scale, rid) and not rerun:
-            records[rid] = store.load(config.experiment, config.scale, rid)
-        else:
-            todo.append((config, seed))
+
+    def unstored(pending: List[Tuple[ExperimentConfig, int]]) -> List[Tuple[ExperimentConfig, int]]:
+        """The runs of ``pending`` to train: all with ``rerun``, else those without a stored record (the
+        others' records go into ``records``)."""
+        left = []
+        for config, seed in pending:
+            rid = run_id(config, seed)
+            record = None if rerun else store.find(config.experiment, config.scale, rid)
+            if record is None:
+                left.append((config, seed))
+            else:
+                records[rid] = record
+        return left
+    todo = unstored(members)
     if todo:
         first = run_id(*todo[0])
         if deadline is not None and time.time() >= deadline:
@@ -370,10 +378,7 @@ def train_group(make_task: Callable[..., Task], members: Sequence[Tuple[Experime
                 failed[run_id(config, seed)] = str(e)
                 return None
         with store.hold_runs(todo[0][0].experiment, [run_id(c, s) for c, s in todo]):  # one process a run
-            if not rerun:  # another process may have finished one between the check above and the lock
-                for config, seed in [m for m in todo if store.has(m[0].experiment, m[0].scale, run_id(*m))]:
-                    records[run_id(config, seed)] = store.load(config.experiment, config.scale, run_id(config, seed))
-                    todo.remove((config, seed))
+            todo = unstored(todo)  # another process may have finished one between the check above and the lock
             runs = [r for r in (build(c, s) for c, s in todo) if r is not None]
             try:
                 while runs:  # the runs furthest behind train until they reach the next ones, then on together
