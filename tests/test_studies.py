@@ -88,13 +88,22 @@ def test_conjecture_table_compares_the_combination_with_its_parts():
     assert t.loc[(WO, 0.25, "per-sequence"), "beats gal and ours"] == "not yet run"
     s = conjecture.conjecture_summary("word_lm", table_rows, combo).set_index("forward")
     assert s.loc[WO, "best single cell"] == "gal 0.5 per-step"  # 100 beats the combination's 104
-    assert s.loc[WO, "verdict"] == "the best single scheme is better"
+    assert s.loc[WO, "verdict"] == "the best single scheme is better (one seed a cell: no seed noise to judge against)"
     assert s.loc[W, "verdict"] == "not yet run"
-    noisy = fake_rows({(WO, "moon", 0.25, "per-step"): [100, 103, 97], (WO, "none", 0.0, "-"): [120, 121, 119],
+    noisy = fake_rows({(WO, "moon", 0.25, "per-step"): [100, 103, 97], (WO, "none", 0.0, "-"): [120, 140, 100],
                        (W, "none", 0.0, "-"): [120, 130, 110]})
     s = conjecture.conjecture_summary("word_lm", table_rows, combo, noisy).set_index("forward")
-    assert s.loc[WO, "seed sd (pooled)"] == round(((9 + 1) / 2) ** 0.5, 1)  # sds 3 and 1, pooled; not W's 10
-    assert s.loc[WO, "verdict"] == "within seed noise"  # 4 < 2 x 2.2
+    assert s.loc[WO, "seed sd (pooled)"] == 3.0  # moon's sd; the over-fitting cell without dropout (20) left out
+    assert s.loc[WO, "verdict"] == "within seed noise"  # 4 < 2 x 3
+    # the combination's own seeds count, pooled by degrees of freedom: sd 1 (n=3) and sd 4 (n=2)
+    combo = fake_rows({(WO, COMBINED, 0.25, "per-step"): [103, 104, 105], (WO, COMBINED, 0.5, "per-step"): [90, None, None]})
+    moon2 = fake_rows({(WO, "moon", 0.25, "per-step"): [100, 100 + 4 * 2 ** 0.5, None]})
+    sd = conjecture.pooled_seed_sd(moon2 + combo, "test_ppl")
+    assert sd[WO] == pytest.approx(((2 * 1 + 1 * 16) / 3) ** 0.5, rel=1e-6) and W not in sd
+    s = conjecture.conjecture_summary("word_lm", table_rows, combo).set_index("forward")
+    assert s.loc[WO, "best combination cell"] == "0.5 per-step" and s.loc[WO, "seed sd (pooled)"] == 1.0
+    assert s.loc[WO, "verdict"] == "the combination is better"  # 90 against 100, more than 2 x 1 apart
+    assert conjecture.pooled_seed_sd([], "test_ppl") == {}
 
 
 def test_headline_grid_runs_are_table_runs():
