@@ -98,11 +98,7 @@ def study_claims(store: Optional[RunStore] = None) -> list:
         verdict = ""
         if scale:
             rows = run_grid(experiment, scale, [0, 1, 2], train=False, store=store, grid="headline")
-            o = seeds_study.orderings(experiment, rows)
-            judged = o[o["ours"].isin(("survives", "holds on the means only", "reversed"))] if len(o) else o
-            verdict = (f"{int((judged['ours'] == 'survives').sum())} of {len(judged)} survive, "
-                       f"{int((judged['ours'] == 'reversed').sum())} reversed" if len(judged)
-                       else "fewer than 3 seeds of its cells")
+            verdict = seeds_study.orderings_verdict(seeds_study.orderings(experiment, rows))
         out.append(row("seeds", f"{table}: the paper's orderings of its best cells survive the seed noise", scale,
                        verdict))
     return out

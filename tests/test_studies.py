@@ -70,6 +70,17 @@ def test_orderings_survive_only_when_every_seed_agrees():
     assert verdict(seeds.orderings("word_lm", rows), "semeniuta 0.5 per-sequence", "none 0.0") == "fewer than 3 seeds"
 
 
+def test_the_landing_line_counts_judged_orderings_and_those_waiting_for_seeds():
+    rows = fake_rows({OURS: [100, 101, 102], GAL: [103, 110, 111], MOON: [104, 105, 130], NONE: [120, None, None]})
+    t = seeds.orderings("word_lm", rows)  # 3 judged (1 reversed), 3 against NONE waiting
+    assert seeds.orderings_verdict(t) == "2 of 3 judged survive, 1 reversed; 3 of the paper's 6 orderings wait for 3 seeds"
+    full = fake_rows({OURS: [100, 101, 102], GAL: [103, 110, 111]})
+    assert seeds.orderings_verdict(seeds.orderings("word_lm", full)) == "1 of 1 judged survive, 0 reversed"
+    one = fake_rows({OURS: [100], GAL: [103]})
+    assert seeds.orderings_verdict(seeds.orderings("word_lm", one)) == \
+        "fewer than 3 seeds of its cells: 0 of the paper's 1 orderings judged"
+
+
 def test_seed_table_shows_mean_sd_and_each_seed():
     t = seeds.seed_table("word_lm", fake_rows({OURS: [100, 102, None]}))
     assert t["ours (mean ± sd)"].iloc[0] == "101.0 ± 1.4 (n=2)"

@@ -111,6 +111,24 @@ def orderings(experiment: str, rows) -> "pd.DataFrame":
     return pd.DataFrame(out)
 
 
+JUDGED = ("survives", "holds on the means only", "reversed")
+
+
+def orderings_verdict(table: "pd.DataFrame") -> str:
+    """One line for the landing page from ``orderings``: how many of the judged orderings survive and
+    how many are reversed, and how many of the paper's orderings still wait for their seeds."""
+    if not len(table):
+        return "fewer than 3 seeds of its cells"
+    judged = table[table["ours"].isin(JUDGED)]
+    waiting = len(table) - len(judged)
+    if not len(judged):
+        return f"fewer than {MIN_SEEDS_TO_JUDGE} seeds of its cells: 0 of the paper's {len(table)} orderings judged"
+    out = (f"{int((judged['ours'] == 'survives').sum())} of {len(judged)} judged survive, "
+           f"{int((judged['ours'] == 'reversed').sum())} reversed")
+    return out + (f"; {waiting} of the paper's {len(table)} orderings wait for {MIN_SEEDS_TO_JUDGE} seeds"
+                  if waiting else "")
+
+
 def plot_seeds(experiment: str, rows):
     """Each seed's value per headline cell (dots), the mean (bar) and the paper's value (cross)."""
     import matplotlib.pyplot as plt
