@@ -95,6 +95,12 @@ def test_conjecture_table_compares_the_combination_with_its_parts():
                             (WO, "moon", 0.25, "per-step"): [120], (WO, "gal", 0.5, "per-step"): [100]})
     combo = fake_rows({(WO, COMBINED, 0.25, "per-step"): [104]})
     t = conjecture.conjecture_table("word_lm", table_rows, combo).set_index(["forward", "rate", "sampling"])
+    assert t.loc[at, "beats gal and ours"] == "yes (no seed noise yet)"
+    noise = fake_rows({(WO, "moon", 0.5, "per-sequence"): [100, 102, None]})  # sd 1.4: 104 vs 105 is within
+    t = conjecture.conjecture_table("word_lm", table_rows, combo, noise).set_index(["forward", "rate", "sampling"])
+    assert t.loc[at, "beats gal and ours"] == "within seed noise"
+    quiet = fake_rows({(WO, "moon", 0.5, "per-sequence"): [100, 100.2, None]})  # sd 0.14: 104 beats 105
+    t = conjecture.conjecture_table("word_lm", table_rows, combo, quiet).set_index(["forward", "rate", "sampling"])
     assert t.loc[at, "beats gal and ours"] == "yes"
     assert t.loc[(WO, 0.25, "per-sequence"), "beats gal and ours"] == "not yet run"
     s = conjecture.conjecture_summary("word_lm", table_rows, combo).set_index("forward")

@@ -23,12 +23,14 @@ def _metric(experiment: str):
     return METRICS[experiment]
 
 
-def conjecture_table(experiment: str, table_runs, conjecture_runs) -> "pd.DataFrame":
+def conjecture_table(experiment: str, table_runs, conjecture_runs, seed_runs: Optional[List] = None) -> "pd.DataFrame":
     """One row per (forward, rate, sampling): the combination beside Moon, Gal and ours at the same
-    setting, and whether the combination beats both of its parts."""
+    setting, and whether the combination beats both of its parts: by more than twice the block's
+    seed noise (``pooled_seed_sd``), or "within seed noise"; without it, the verdict says so."""
     metric, digits = _metric(experiment)
     single = cell_values(table_rows(table_runs), metric)
     combined = cell_values(conjecture_runs, metric)
+    sd = pooled_seed_sd([*(seed_runs or []), *conjecture_runs], metric)
     out = []
     for forward in FORWARD:
         for rate in RATES:
@@ -41,9 +43,21 @@ def conjecture_table(experiment: str, table_runs, conjecture_runs) -> "pd.DataFr
                     row[scheme] = None if v is None else round(v, digits)
                 parts = [single.get((forward, s, rate, sampling)) for s in ("gal", "semeniuta")]
                 row["beats gal and ours"] = ("not yet run" if c is None or None in parts else
-                                             "yes" if c < min(parts) else "no")
+                                             _beats(c - min(parts), sd.get(forward)))
                 out.append(row)
     return pd.DataFrame(out)
+
+
+def _within_noise(delta: float, noise: Optional[float]) -> bool:
+    """Whether a difference of two cells is within twice the seed noise (unknown: not within)."""
+    return noise is not None and abs(delta) <= 2 * noise
+
+
+def _beats(delta: float, noise: Optional[float]) -> str:
+    """The verdict on ``delta`` (the combination minus the better part; lower is better)."""
+    if _within_noise(delta, noise):
+        return "within seed noise"
+    return ("yes" if delta < 0 else "no") + (" (no seed noise yet)" if noise is None else "")
 
 
 def pooled_seed_sd(runs, metric: str) -> Dict[str, float]:
@@ -85,7 +99,7 @@ def conjecture_summary(experiment: str, table_runs, conjecture_runs, seed_runs: 
         b_combo = min(combos, key=combos.get)
         delta = combos[b_combo] - singles[b_single]
         noise = sd.get(forward)
-        if noise is not None and abs(delta) <= 2 * noise:
+        if _within_noise(delta, noise):
             verdict = "within seed noise"
         else:
             verdict = "the combination is better" if delta < 0 else "the best single scheme is better"
