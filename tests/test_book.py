@@ -162,6 +162,8 @@ def test_a_chapter_shows_the_runs_of_its_other_scales(store, monkeypatch):
               progress=False)
     experiments.show_other_scales("temporal_order", "quick", store)
     assert "At `ci` scale" in shown[0].data and "runs: 1 shown" in shown[0].data
+    n_cells = len(grid_rows("temporal_order", "ci", [0], store=store))
+    assert f"cells: 1 of {n_cells} run" in shown[0].data and n_cells > 1  # of the whole grid, not of those run
     table = shown[1].data  # a Styler of the comparison
     assert len(table) == 2 and "not yet run" not in set(table["ours"])  # the one cell that ran: train, test
     assert "one cell run" in [t.get_text() for t in shown[2].axes[0].texts]  # ours against the paper's

@@ -193,11 +193,11 @@ def show_other_scales(name: str, shown: str, store: Optional[RunStore] = None) -
     from ..sweep import stored_scales
 
     e = EXPERIMENTS[name]
-    for scale, rows in stored_scales(name, store=store):
-        rows = [r for r in rows if r["record"] or r["diverged"]]
+    for scale, grid in stored_scales(name, store=store):
+        rows = [r for r in grid if r["record"] or r["diverged"]]
         if scale == shown or not rows:
             continue
-        display(Markdown(f"### At `{scale}` scale\n\n{stamp(rows)}"))
+        display(Markdown(f"### At `{scale}` scale\n\n{stamp(grid)}"))  # its cells counted of the whole grid's
         if e.comparison is not None:
             table = e.comparison(rows)
             display(styled(table[table["ours"] != "not yet run"], e.metric.digits))
