@@ -4,19 +4,26 @@
 # warm. Run from the repository root there, with .gpu-data/data.tgz (ptb and ptb_char) and, to resume,
 # a previous lease's pack in .gpu-data/pack:
 #     bash scripts/lent_gpu.sh setup              # carry [".gpu-data"]: data, pack, GPU tests, group step
-#     bash scripts/lent_gpu.sh train S [WAIT]     # the fused campaign for S seconds, detached; wait WAIT s
-#     bash scripts/lent_gpu.sh finish [WAIT]      # wait for it to end, then its pack and log into $OUT
+#     bash scripts/lent_gpu.sh train S [WAIT]     # the fused campaign, detached, packed within S seconds
+#     bash scripts/lent_gpu.sh finish             # wait for it (not past its end), then its pack into $OUT
 #     bash scripts/lent_gpu.sh layers             # this GPU's layer benchmarks, if minutes remain
-#     LEASE_S=585 bash scripts/lent_gpu.sh        # all in one command of LEASE_S seconds, as before
-# S is the device time left (the run tool's budget_left_s after setup) less a margin for the commands'
-# transfers. The phases share /tmp/lease there; each phase's files come back in its own $OUT:
-# setup's bench.tar (the benchmarks as data/benchmarks/ lays them out, and the tests' whole logs),
-# finish's pack (records and as many checkpoints as fit) and campaign.log.
+#     LEASE_S=585 bash scripts/lent_gpu.sh        # all in one command of LEASE_S seconds
+# S counts from train's start to the written pack: the device time left after setup (the run tool's
+# budget_left_s) less the commands' transfers and the gaps between them. Whatever the lease makes
+# lives outside the repository's folder, which each command copies anew: the store in
+# /tmp/lease/runs (a copy of data/runs), the checkpoints in ~/.cache/recdrop. Files come back in each
+# phase's own $OUT: setup's bench.tar (the benchmarks as data/benchmarks/ lays them out, and the tests'
+# whole logs); the pack (records and as many checkpoints as fit) and campaign.log from train, where
+# the campaign has ended by then, and from finish.
 set -u
 export RECDROP_DATA=${RECDROP_DATA:-.gpu-data} PYTHONPATH=. PYTHONUNBUFFERED=1
 LEASE=/tmp/lease
+export RECDROP_RUNS=$LEASE/runs
+START_S=30  # from the campaign's launch to its clock: imports, the store, CUDA
+STOP_S=40   # from its clock's end to the written pack: the last step, checkpoints, a pack of 60 MiB
 mkdir -p "$LEASE"
 gpu_name() { echo -n gpu-; nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr 'A-Z ' 'a-z-' | sed 's/-80gb-hbm3//'; }
+now() { date +%s; }
 
 setup() {
   [ -f "$RECDROP_DATA/data.tgz" ] && tar xzf "$RECDROP_DATA/data.tgz" -C "$RECDROP_DATA"
@@ -25,21 +32,24 @@ setup() {
   done
   local gpu; gpu=$(gpu_name)
   echo "$gpu, commit $(git log --oneline -1)"; git status --short | head -3
+  rm -rf "$RECDROP_RUNS" && cp -r data/runs "$RECDROP_RUNS"
   local b="$LEASE/bench"; rm -rf "$b"; mkdir -p "$b/groups" "$b/logs"
-  if [ -d "$RECDROP_DATA/pack" ]; then python3 -m recdrop.campaign --unpack "$RECDROP_DATA/pack"; fi
+  [ -z "$(git status --porcelain --untracked-files=no)" ] || echo "warning: the code is not a clean commit: home will refuse its records"
+  if [ -d "$RECDROP_DATA/pack" ]; then python3 -m recdrop.campaign --unpack "$RECDROP_DATA/pack" || echo "warning: the pack did not unpack whole"; fi
   : > "$LEASE/env"
-  timeout 150 python3 -m pytest -q -x -p no:cacheprovider tests/test_cuda_graphs.py -k on_cuda > "$b/logs/graphs-test.log" 2>&1
+  timeout 120 python3 -m pytest -q -x -p no:cacheprovider tests/test_cuda_graphs.py -k on_cuda > "$b/logs/graphs-test.log" 2>&1
   if [ $? -ne 0 ]; then echo "the CUDA graphs' test failed: graphs off"; echo "export RECDROP_CUDA_GRAPHS=0" > "$LEASE/env"; fi
   . "$LEASE/env"
-  timeout 90 python3 -m pytest -q -p no:cacheprovider tests/test_fused_training.py -k "each_member and cuda" > "$b/logs/fused-test.log" 2>&1
+  timeout 60 python3 -m pytest -q -p no:cacheprovider tests/test_fused_training.py -k "each_member and cuda" > "$b/logs/fused-test.log" 2>&1
   tail -qn1 "$b"/logs/*.log
   if [ -f "data/benchmarks/groups/$gpu.csv" ] && [ "${RECDROP_CUDA_GRAPHS:-1}" != 0 ]; then
     cp "data/benchmarks/groups/$gpu.csv" "$LEASE/groups.csv"
   else  # the group sizes' step times, which choose the size (a stored file is of a step with graphs)
-    timeout 120 python3 benchmarks/bench_groups.py --device cuda --models word --sizes 1 2 4 8 --out "$b/groups/$gpu.csv"
+    timeout 100 python3 benchmarks/bench_groups.py --device cuda --models word --sizes 1 2 4 8 --out "$b/groups/$gpu.csv"
     cp "$b/groups/$gpu.csv" "$LEASE/groups.csv" 2>/dev/null
   fi
   pack_bench
+  echo "setup done"
 }
 
 pack_bench() { (cd "$LEASE/bench" && tar cf "$OUT/bench.tar" .) && echo "bench.tar: $(tar tf "$OUT/bench.tar" | grep -c '\.\(csv\|log\)$') files"; }
@@ -50,47 +60,64 @@ import csv, sys
 import numpy as np
 budget, steps = float(sys.argv[1]), 829 * 100
 try:
-    measured = {int(r["runs"]): float(r["group_s"]) for r in csv.DictReader(open(sys.argv[2]))}
-except OSError:
+    measured = {int(r["runs"]): float(r["group_s"]) for r in csv.DictReader(open(sys.argv[2])) if r["model"] == "word"}
+except (OSError, KeyError, ValueError):
     measured = {}
 if not measured:
     print(0); sys.exit()
 sizes = sorted(measured)  # between measured sizes a step's time is interpolated: it grows about linearly
 step = {r: float(np.interp(r, sizes, [measured[s] for s in sizes])) for r in range(1, max(sizes) + 1)}
-finished = {r: int(budget // (1.1 * s * steps)) * r for r, s in step.items()}  # 10% for the evaluations
+# 15% for the evaluations (a measured pair took 6% more than its steps) and for the estimate's error:
+# a group stopped short comes back as at most two checkpoints
+finished = {r: int(budget // (1.15 * s * steps)) * r for r, s in step.items()}
 print(max(finished, key=lambda r: (finished[r], r)) if any(finished.values()) else 0)
 PY
 }
 
-train() {  # $1: the campaign's seconds; $2: how long this command waits for it
-  [ -f "$LEASE/env" ] && . "$LEASE/env"
-  local cap; cap=$(size $(( $1 - 30 )))  # 30 s for the campaign's start: imports, data, CUDA
-  [ "$cap" = 0 ] && cap=2  # none finishes: pairs, whose two checkpoints (22 MB each) come back
-  echo "campaign: $1 s, groups of up to $cap"
-  rm -rf "$LEASE/pack"; mkdir -p "$LEASE/pack"
-  setsid nohup python3 -m recdrop.campaign --file data/campaign-gpu.toml --for "$1s" --device cuda \
-      --fuse "$cap" --no-progress --pack "$LEASE/pack" > "$LEASE/campaign.log" 2>&1 < /dev/null &
+running() { [ -f "$LEASE/pid" ] && [ ! -f "$LEASE/rc" ] && kill -0 "$(cat "$LEASE/pid")" 2>/dev/null; }
+
+train() {  # $1: seconds from now to the written pack; $2: how long this command waits for it
+  [ -f "$LEASE/env" ] && [ -d "$RECDROP_RUNS" ] && [ -d "$RECDROP_DATA/ptb" ] || {
+    echo "error: setup has not run on this machine (a fresh one, after the warm one went back?): run setup first"; exit 1; }
+  if running; then echo "error: a campaign runs already (pid $(cat "$LEASE/pid")): wait for it with finish"; exit 1; fi
+  . "$LEASE/env"
+  local budget=$(( $1 - START_S - STOP_S )) cap
+  cap=$(size "$budget")
+  [[ $cap =~ ^[1-9][0-9]*$ ]] || cap=2  # none finishes: pairs, whose two checkpoints (22 MB each) come back
+  echo "campaign: ${budget} s of training, groups of up to $cap; its pack due by $(date -d @$(( $(now) + $1 )) +%T)"
+  echo $(( $(now) + $1 )) > "$LEASE/end"
+  rm -rf "$LEASE/pack" "$LEASE/rc"; mkdir -p "$LEASE/pack"
+  setsid nohup bash -c "python3 -m recdrop.campaign --file data/campaign-gpu.toml --for ${budget}s --device cuda \
+      --fuse $cap --no-progress --pack $LEASE/pack > $LEASE/campaign.log 2>&1; echo \$? > $LEASE/rc" < /dev/null > /dev/null 2>&1 &
   echo $! > "$LEASE/pid"
-  wait_campaign "${2:-560}"
+  wait_campaign $(( $(now) + ${2:-560} ))
+  running || collect
 }
 
-wait_campaign() {  # until the campaign ends or $1 seconds pass, with its checkpoints once a minute
-  local pid until next=0; pid=$(cat "$LEASE/pid"); until=$(( $(date +%s) + $1 ))
-  while kill -0 "$pid" 2>/dev/null && [ "$(date +%s)" -lt "$until" ]; do
-    if [ "$(date +%s)" -ge "$next" ]; then
-      local newest; newest=$(ls -t ~/.cache/recdrop/checkpoints/*/*.pt 2>/dev/null | head -1)
+wait_campaign() {  # until the campaign ends or the time $1, with its checkpoints once a minute
+  local next=0 newest
+  while running && [ "$(now)" -lt "$1" ]; do
+    if [ "$(now)" -ge "$next" ]; then
+      newest=$(ls -t ~/.cache/recdrop/checkpoints/*/*.pt 2>/dev/null | head -1)
       echo "$(date +%T): $(ls ~/.cache/recdrop/checkpoints/*/*.pt 2>/dev/null | wc -l) checkpoints${newest:+, the newest $(basename "$newest") written $(date -r "$newest" +%T)}"
-      next=$(( $(date +%s) + 60 ))
+      next=$(( $(now) + 60 ))
     fi
-    sleep 5
+    sleep 2
   done
-  if kill -0 "$pid" 2>/dev/null; then echo "the campaign runs on (pid $pid)"; else echo "the campaign ended"; fi
+  if running; then echo "the campaign runs on (pid $(cat "$LEASE/pid"))"; else echo "the campaign ended (exit $(cat "$LEASE/rc" 2>/dev/null))"; fi
 }
 
-finish() {
-  wait_campaign "${1:-540}"
-  cp "$LEASE/campaign.log" "$OUT/" 2>/dev/null; grep -v "^not_started" "$LEASE/campaign.log" | tail -25
-  cp "$LEASE"/pack/* "$OUT/" 2>/dev/null; ls -l "$OUT"
+collect() {  # the pack and the log into this command's $OUT
+  grep -v "^not_started" "$LEASE/campaign.log" | tail -25; cp "$LEASE/campaign.log" "$OUT/"
+  cp "$LEASE"/pack/* "$OUT/" 2>/dev/null || echo "error: no pack was written: see campaign.log"
+  ls -l "$OUT"
+}
+
+finish() {  # waits until the campaign ends, but not past its pack's due time and 20 s more
+  [ -f "$LEASE/end" ] || { echo "error: no campaign was started on this machine"; exit 1; }
+  wait_campaign $(( $(cat "$LEASE/end") + 20 ))
+  if running; then echo "error: the campaign is not done at its due time: what is packed so far comes back"; fi
+  collect
 }
 
 layers() {
@@ -102,17 +129,18 @@ layers() {
 
 case "${1:-all}" in
   setup) setup ;;
-  train) train "${2:?train needs the campaign length in seconds}" "${3:-560}" ;;
-  finish) finish "${2:-540}" ;;
+  train) train "${2:?train needs the seconds from now to the written pack}" "${3:-560}" ;;
+  finish) finish ;;
   layers) layers ;;
   all)
-    END=$(( $(date +%s) + ${LEASE_S:-585} ))
+    END=$(( $(now) + ${LEASE_S:-585} ))
     setup
-    CAMP=$(( END - $(date +%s) - 45 ))
-    if [ "$(size $(( CAMP - 30 )))" = 0 ] && ! grep -qs ungraphed_ms "data/benchmarks/$(gpu_name).csv" && [ "$CAMP" -gt 300 ]; then
-      layers; CAMP=$(( END - $(date +%s) - 45 ))
+    LEFT=$(( END - $(now) - 15 ))  # 15 s to copy the pack into $OUT
+    if [ "$(size $(( LEFT - START_S - STOP_S )))" = 0 ] && ! grep -qs ungraphed_ms "data/benchmarks/$(gpu_name).csv" \
+        && [ "$LEFT" -gt 400 ]; then
+      layers; LEFT=$(( END - $(now) - 15 ))
     fi
-    if [ "$CAMP" -gt 60 ]; then train "$CAMP" $(( CAMP + 30 )); finish 30; fi
-    echo "left: $(( END - $(date +%s) )) s" ;;
-  *) echo "usage: $0 [setup | train SECONDS [WAIT] | finish [WAIT] | layers | all]"; exit 2 ;;
+    if [ "$LEFT" -gt 120 ]; then train "$LEFT" "$LEFT"; running && finish; fi
+    echo "left: $(( END - $(now) )) s" ;;
+  *) echo "usage: $0 [setup | train SECONDS [WAIT] | finish | layers | all]"; exit 2 ;;
 esac

@@ -69,7 +69,7 @@ def pooled_seed_sd(runs, metric: str) -> Dict[str, float]:
     if not runs:
         return {}
     s = summarize(runs, CELL_KEYS, [metric])
-    s = s[(s["n"] > 1) & (s["scheme"] != "none")]
+    s = s[(s["n"] > 1) & (s["scheme"] != "none")].dropna(subset=[f"{metric}_std"])  # a record without the metric
     out = {}
     for forward, block in s.groupby("forward"):
         dof = block["n"] - 1

@@ -118,7 +118,7 @@ def orderings_verdict(table: "pd.DataFrame") -> str:
     """One line for the landing page from ``orderings``: how many of the judged orderings survive and
     how many are reversed, and how many of the paper's orderings still wait for their seeds."""
     if not len(table):
-        return "fewer than 3 seeds of its cells"
+        return f"fewer than {MIN_SEEDS_TO_JUDGE} seeds of its cells"
     judged = table[table["ours"].isin(JUDGED)]
     waiting = len(table) - len(judged)
     if not len(judged):
