@@ -271,3 +271,25 @@ def test_sweep_through_submitit_equals_the_plain_runner(store, tmp_path, monkeyp
     assert [r["record"]["metrics"] for r in via_submitit] == [r["record"]["metrics"] for r in plain]
     assert [r["record"]["curves"] for r in via_submitit] == [r["record"]["curves"] for r in plain]
     assert len(driver_store.records("temporal_order", "ci")) == len(plain)  # written by the driver
+
+
+def test_training_on_a_cpu_computes_denormals_as_zero_and_restores_the_mode(store, monkeypatch):
+    """A dropped unit's carried cell state decays into denormal floats, which slow an Intel CPU's products
+    several times over (train.denormals_flushed); training flushes them, and leaves the mode as it was."""
+    from recdrop.train import flushing_denormals
+
+    seen = []
+    real_step = TemporalOrderTask.train_step
+    monkeypatch.setattr(TemporalOrderTask, "train_step", lambda self, batch: (
+        seen.append(flushing_denormals()), real_step(self, batch))[1])
+    assert not flushing_denormals()
+    train_run(TemporalOrderTask, ci_config(epochs=1), seed=0, store=store, progress=False)
+    assert seen and all(seen)
+    assert not flushing_denormals()  # restored
+    torch.set_flush_denormal(True)
+    try:
+        assert flushing_denormals()
+        train_run(TemporalOrderTask, ci_config(epochs=1), seed=1, store=store, progress=False)
+        assert flushing_denormals()  # a caller's own choice is kept too
+    finally:
+        torch.set_flush_denormal(False)
