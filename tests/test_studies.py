@@ -103,6 +103,8 @@ def test_conjecture_table_compares_the_combination_with_its_parts():
     t = conjecture.conjecture_table("word_lm", table_rows, combo, quiet).set_index(["forward", "rate", "sampling"])
     assert t.loc[at, "beats gal and ours"] == "yes"
     assert t.loc[(WO, 0.25, "per-sequence"), "beats gal and ours"] == "not yet run"
+    no_combo = conjecture.conjecture_table("word_lm", table_rows, fake_rows({(WO, COMBINED, 0.25, "per-step"): [None]}))
+    assert no_combo[COMBINED].isna().all() and no_combo[COMBINED].dtype == float  # rendered "—", not "None"
     s = conjecture.conjecture_summary("word_lm", table_rows, combo).set_index("forward")
     assert s.loc[WO, "best single cell"] == "gal 0.5 per-step"  # 100 beats the combination's 104
     assert s.loc[WO, "verdict"] == "the best single scheme is better (one seed a cell: no seed noise to judge against)"

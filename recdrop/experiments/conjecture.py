@@ -5,6 +5,7 @@ seeds). The paper gives no numbers for the combination, so there is nothing of t
 """
 from __future__ import annotations
 
+import math
 from typing import Dict, List, Optional
 
 import pandas as pd
@@ -37,10 +38,10 @@ def conjecture_table(experiment: str, table_runs, conjecture_runs, seed_runs: Op
             for sampling in SAMPLINGS:
                 row = {"forward": forward, "rate": rate, "sampling": sampling}
                 c = combined.get((forward, COMBINED, rate, sampling))
-                row[COMBINED] = None if c is None else round(c, digits)
+                row[COMBINED] = math.nan if c is None else round(c, digits)  # NaN: shown as "—", not "None"
                 for scheme in SCHEMES:
                     v = single.get((forward, scheme, rate, sampling))
-                    row[scheme] = None if v is None else round(v, digits)
+                    row[scheme] = math.nan if v is None else round(v, digits)
                 parts = [single.get((forward, s, rate, sampling)) for s in ("gal", "semeniuta")]
                 row["beats gal and ours"] = ("not yet run" if c is None or None in parts else
                                              _beats(c - min(parts), sd.get(forward)))
@@ -110,7 +111,7 @@ def conjecture_summary(experiment: str, table_runs, conjecture_runs, seed_runs: 
                     "best combination cell": f"{b_combo[2]} {b_combo[3]}",
                     f"combination: {metric}": round(combos[b_combo], digits),
                     "combination - single": round(delta, digits),
-                    "seed sd (pooled)": None if noise is None else round(noise, digits),
+                    "seed sd (pooled)": math.nan if noise is None else round(noise, digits),
                     "verdict": verdict})
         out.append(row)
     return pd.DataFrame(out)
