@@ -139,7 +139,10 @@ def test_landing_verdicts():
 
     assert _verdict("paper", pd.Series(["reproduced", "reproduced"])) == "reproduced"
     assert _verdict("paper", pd.Series(["reproduced", "not reproduced"])) == "partly"
-    assert _verdict("paper", pd.Series(["reproduced", "within seed noise"])) == "reproduced"
+    assert _verdict("paper", pd.Series(["reproduced", "within seed noise"])) == "reproduced within seed noise"
+    # a cell only within the seed noise is not within tolerance: it never makes a table "partly" reproduced
+    assert _verdict("paper", pd.Series(["within seed noise", "not reproduced"])) == "not reproduced"
+    assert _verdict("paper", pd.Series(["reproduced", "within seed noise", "not reproduced"])) == "partly"
     assert _verdict("paper", pd.Series(["reproduced", "not yet run", "not yet run"])) == (
         "not yet run in full at paper scale (1 of 3 cells)")  # no verdict on a table with cells missing
     assert _verdict("paper", pd.Series(["not reproduced"])) == "not reproduced"
@@ -147,6 +150,16 @@ def test_landing_verdicts():
         "no verdict at reduced scale (paper scale not yet run)")  # its numbers are no verdict on the paper's
     assert _verdict("quick", pd.Series(["not yet run"])) == "not yet run at paper scale"
     assert _verdict("paper", pd.Series(["not yet run"])) == "not yet run at paper scale"
+
+
+def test_landing_counts_cells_within_tolerance_apart_from_those_within_seed_noise():
+    import pandas as pd
+
+    from recdrop.summary import _cells_within
+
+    assert _cells_within(pd.Series(["reproduced", "within seed noise", "not reproduced", "not yet run"])) == (
+        "1 of 4, 1 more within seed noise (1 not run)")
+    assert _cells_within(pd.Series(["not reproduced", "reproduced"])) == "1 of 2"
 
 
 def test_a_chapter_shows_the_runs_of_its_other_scales(store, monkeypatch):

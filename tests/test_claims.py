@@ -169,8 +169,11 @@ def test_figure2_row_judges_the_curves_against_seed_noise():
         train = 120.0 if ours and r["seed"] != 2 else 100.0 if not ours else 90.0
         r["record"] = {"metrics": {"train_ppl": train, "valid_ppl": 140.0 if ours else 150.0}}
     row = word_lm.figure2_row(picked, "quick")
-    assert row["ours"] == "train 110.0 vs 100.0, valid 140.0 vs 150.0: open (holds in 2 of 3 seeds)"
+    assert row["ours"] == "train 110.0 vs 100.0, valid 140.0 vs 150.0 (mean of 3 seeds): open (holds in 2 of 3 seeds)"
     assert row["verdict"] == "reproduced"  # on the means
+    one = [r for r in picked if r["seed"] == 1]
+    assert word_lm.figure2_row(one, "quick")["ours"] == (
+        "train 120.0 vs 100.0, valid 140.0 vs 150.0 (seed 1): holds (1 seed, too few to judge against seed noise)")
 
 
 def test_a_claim_that_stops_early_in_one_seed_still_needs_the_cells_it_reads_in_another():

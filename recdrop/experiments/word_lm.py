@@ -322,13 +322,14 @@ def figure2_row(rows, scale):
         return v[(ours, "train")] > v[(none, "train")] and v[(ours, "valid")] < v[(none, "valid")]
 
     keys = [(cell, split) for cell in (ours, none) for split in ("train", "valid")]
-    complete = [v for v in by_seed.values() if all(k in v for k in keys)]  # the seeds claim_verdict judges
+    complete = {seed: v for seed, v in by_seed.items() if all(k in v for k in keys)}  # what claim_verdict judges
     if not complete:
         found, verdict = "not yet run", "not yet run"
     else:
-        mean = means_over(complete)
+        mean = means_over(list(complete.values()))
+        over = f"seed {next(iter(complete))}" if len(complete) == 1 else f"mean of {len(complete)} seeds"
         found = (f"train {mean[(ours, 'train')]:.1f} vs {mean[(none, 'train')]:.1f}, valid {mean[(ours, 'valid')]:.1f} "
-                 f"vs {mean[(none, 'valid')]:.1f}: " + claim_verdict(claim, by_seed))
+                 f"vs {mean[(none, 'valid')]:.1f} ({over}): " + claim_verdict(claim, by_seed))
         verdict = "reproduced" if claim(mean) else "not reproduced"
     return {"what": "Figure 2: learning curves, word-level PTB", "scale": scale or "—",
             "the paper's best cell": "with dropout: higher training, lower validation perplexity", "ours": found,
