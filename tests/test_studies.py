@@ -106,16 +106,27 @@ def test_conjecture_table_compares_the_combination_with_its_parts():
     no_combo = conjecture.conjecture_table("word_lm", table_rows, fake_rows({(WO, COMBINED, 0.25, "per-step"): [None]}))
     assert no_combo[COMBINED].isna().all() and no_combo[COMBINED].dtype == float  # rendered "—", not "None"
     s = conjecture.conjecture_summary("word_lm", table_rows, combo).set_index("forward")
+    assert s.loc[WO, "verdict"] == ("not yet run in full (1 of 4 combination cells, 4 of 12 single-scheme cells)")
+    assert s.loc[WO, "best single cell"] == "gal 0.5 per-step"  # the best of those that ran, shown beside
+    assert s.loc[W, "verdict"] == "not yet run"
+    # a whole block: the single schemes at 110 but gal 0.5 per-step at 100; the combination at 104 but one cell
+    from recdrop.experiments.lm_tables import RATES, SAMPLINGS, SCHEMES
+    singles = {(WO, sc, r, sa): [100 if (sc, r, sa) == ("gal", 0.5, "per-step") else 110]
+               for sc in SCHEMES for r in RATES for sa in SAMPLINGS}
+    combos = {(WO, COMBINED, r, sa): [120] for r in RATES for sa in SAMPLINGS}
+    table_rows, combo = fake_rows(singles), fake_rows({**combos, (WO, COMBINED, 0.25, "per-step"): [104]})
+    s = conjecture.conjecture_summary("word_lm", table_rows, combo).set_index("forward")
     assert s.loc[WO, "best single cell"] == "gal 0.5 per-step"  # 100 beats the combination's 104
     assert s.loc[WO, "verdict"] == "the best single scheme is better (one seed a cell: no seed noise to judge against)"
-    assert s.loc[W, "verdict"] == "not yet run"
     noisy = fake_rows({(WO, "moon", 0.25, "per-step"): [100, 103, 97], (WO, "none", 0.0, "-"): [120, 140, 100],
                        (W, "none", 0.0, "-"): [120, 130, 110]})
     s = conjecture.conjecture_summary("word_lm", table_rows, combo, noisy).set_index("forward")
     assert s.loc[WO, "seed sd (pooled)"] == 3.0  # moon's sd; the over-fitting cell without dropout (20) left out
-    assert s.loc[WO, "verdict"] == "within seed noise"  # 4 < 2 x 3
+    # 4 < 2 x 3, and the side it leans to
+    assert s.loc[WO, "verdict"] == "within seed noise (the best single scheme better by 4.0 ppl)"
     # the combination's own seeds count, pooled by degrees of freedom: sd 1 (n=3) and sd 4 (n=2)
-    combo = fake_rows({(WO, COMBINED, 0.25, "per-step"): [103, 104, 105], (WO, COMBINED, 0.5, "per-step"): [90, None, None]})
+    combo = fake_rows({**combos, (WO, COMBINED, 0.25, "per-step"): [103, 104, 105],
+                       (WO, COMBINED, 0.5, "per-step"): [90, None, None]})
     moon2 = fake_rows({(WO, "moon", 0.25, "per-step"): [100, 100 + 4 * 2 ** 0.5, None]})
     sd = conjecture.pooled_seed_sd(moon2 + combo, "test_ppl")
     assert sd[WO] == pytest.approx(((2 * 1 + 1 * 16) / 3) ** 0.5, rel=1e-6) and W not in sd

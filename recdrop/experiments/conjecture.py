@@ -82,7 +82,9 @@ def conjecture_summary(experiment: str, table_runs, conjecture_runs, seed_runs: 
     """Per forward block: the best single-scheme cell (any scheme, rate, sampling), the best
     combination cell, the difference, and the verdict. The seed noise is ``pooled_seed_sd`` over the
     seeds study's cells (``seed_runs``) and the combination's own cells; a difference within two of
-    it is called "within seed noise". Without several seeds of some cell, the verdict says so."""
+    it is called "within seed noise", with the side it leans to. Without several seeds of some cell,
+    the verdict says so; until every cell of the block has run, it says how many have (the numbers
+    beside are the best of those)."""
     metric, digits = _metric(experiment)
     single = cell_values(table_rows(table_runs), metric)
     combined = cell_values(conjecture_runs, metric)
@@ -100,12 +102,15 @@ def conjecture_summary(experiment: str, table_runs, conjecture_runs, seed_runs: 
         b_combo = min(combos, key=combos.get)
         delta = combos[b_combo] - singles[b_single]
         noise = sd.get(forward)
-        if _within_noise(delta, noise):
-            verdict = "within seed noise"
+        better = "the combination" if delta < 0 else "the best single scheme"
+        cells = len(RATES) * len(SAMPLINGS)
+        if len(combos) < cells or len(singles) < len(SCHEMES) * cells:  # a best of some cells is no best
+            verdict = (f"not yet run in full ({len(combos)} of {cells} combination cells, {len(singles)} of "
+                       f"{len(SCHEMES) * cells} single-scheme cells)")
+        elif _within_noise(delta, noise):
+            verdict = f"within seed noise ({better} better by {abs(delta):.{digits}f} {metric.split('_')[1]})"
         else:
-            verdict = "the combination is better" if delta < 0 else "the best single scheme is better"
-            if noise is None:
-                verdict += " (one seed a cell: no seed noise to judge against)"
+            verdict = f"{better} is better" + (" (one seed a cell: no seed noise to judge against)" if noise is None else "")
         row.update({"best single cell": f"{b_single[1]} {b_single[2]} {b_single[3]}",
                     f"single: {metric}": round(singles[b_single], digits),
                     "best combination cell": f"{b_combo[2]} {b_combo[3]}",
