@@ -93,6 +93,9 @@ def test_memory_loss_runs_train_what_table1_short_trains_and_record_the_probes(t
         assert len(m["probe"][phase]["memory"]) == len(m["probe"][phase]["cell_norm"]) == cfg.probe_steps
     table = memory_loss.memory_table(run_grid("memory_loss", "ci", store=store, train=False, progress=False))
     assert table.loc["moon per-sequence, paper scaling", f"test, t={cfg.probe_steps}"] == m["probe"]["test"]["memory"][-1]
+    assert table.loc["moon per-sequence, paper scaling", "seeds"] == 1
+    assert table.loc["moon per-sequence, paper scaling", f"test, t={cfg.probe_steps}, each seed"] == (
+        f"{m['probe']['test']['memory'][-1]:.2g}")
     assert "not yet run" in set(memory_loss.claims([])["on ours"])
 
 
