@@ -165,29 +165,41 @@ def test_the_training_summary_finds_each_runs_lowest_loss_and_best_validation_ep
     from recdrop.sweep import grid_rows
 
     rows = grid_rows("ner", "ci", [0, 1], store=RunStore("/nonexistent"))
-    assert training_summary(rows).empty  # nothing stored: no rows, the columns kept
+    assert training_summary(rows, chance_loss=4.0).empty  # nothing stored: no rows, the columns kept
     losses, f1s = [3.0, 0.5, 2e9, 0.9], [60.0, 70.0, 65.0, 61.0]  # loss lowest at epoch 2, F1 best at 2, then it blows up
     for r in rows:
         if r["cell"] in ("GRU", "RNN") and r["rate"] == 0.25:
             r["record"] = {"curves": [{"epoch": e + 1, "train_loss": loss + r["seed"], "valid_f1": f1 - r["seed"]}
                                       for e, (loss, f1) in enumerate(zip(losses, f1s))]}
-    table = training_summary(rows)
+    table = training_summary(rows, chance_loss=4.0)
     assert list(zip(table["cell"], table["seed"])) == [("RNN", 0), ("RNN", 1), ("GRU", 0), ("GRU", 1)]  # CELLS order
     first = table.iloc[0].to_dict()
-    assert first == {"cell": "RNN", "rate": 0.25, "seed": 0, "epochs": 4, "lowest loss": 0.5, "its epoch": 2,
-                     "last loss": 0.9, "highest loss / first": 6.67e8, "stable": "NO", "best valid F1": 70.0,
+    assert first == {"cell": "RNN", "rate": 0.25, "seed": 0, "epochs": 4, "first loss": 3.0, "lowest loss": 0.5,
+                     "its epoch": 2, "last loss": 0.9, "highest loss / first": 6.67e8,
+                     "stable": "NO: loss rose 6.67e+08x", "best valid F1": 70.0,
                      "epoch of best": 2, "last valid F1": 61.0}
     assert table.iloc[1]["lowest loss"] == 1.5 and table.iloc[1]["last valid F1"] == 60.0
 
 
-def test_the_training_summary_calls_a_run_unstable_only_past_ten_times_its_first_epochs_loss():
+def test_the_training_summary_calls_a_run_unstable_past_ten_times_its_first_epochs_loss_or_above_chance_in_it():
     from recdrop.experiments.cell_grid import training_summary
     from recdrop.store import RunStore
     from recdrop.sweep import grid_rows
 
     rows = grid_rows("ner", "ci", [0], store=RunStore("/nonexistent"))
-    for r, losses in zip(rows, ([1.0, 0.5, 10.0], [1.0, 0.5, 10.01], [59.0, 0.4, 7.5])):
+    for r, losses in zip(rows, ([1.0, 0.5, 10.0], [1.0, 0.5, 10.01], [59.0, 0.4, 7.5], [2.0, 0.4, 0.3])):
         r["record"] = {"curves": [{"epoch": e + 1, "train_loss": x, "valid_f1": 50.0} for e, x in enumerate(losses)]}
-    table = training_summary(rows)
-    assert list(table["stable"]) == ["yes", "NO", "yes"]  # the third blew up in its first epoch: not this test's
-    assert list(table["highest loss / first"]) == [10.0, 10.0, 1.0]
+    table = training_summary(rows, chance_loss=2.0)
+    # the third blew up in its first epoch (its mean above a uniform guess's 2.0), then recovered
+    assert list(table["stable"]) == ["yes", "NO: loss rose 10x", "NO: epoch 1 above chance (59 > 2)", "yes"]
+    assert list(table["highest loss / first"]) == [10.0, 10.0, 1.0, 1.0]
+
+
+@needs_conll
+def test_chance_losses_are_a_uniform_guess_over_the_tasks_classes():
+    import math
+
+    from recdrop.experiments import ner, sentiment
+
+    assert sentiment.chance_loss() == pytest.approx(math.log(3))
+    assert ner.chance_loss() == pytest.approx(math.log(8))  # eng.train: O, I- of the 4 types, B- of 3 (no B-PER)

@@ -144,27 +144,39 @@ def optimiser_probes(experiment: str, folder: Path = PROBES) -> "pd.DataFrame":
                                       "last test F1", "seed", "commit"])
 
 
-def training_summary(rows) -> "pd.DataFrame":
+def stability(losses: List[float], chance_loss: float) -> str:
+    """Whether a run trained without blowing up, from its epochs' mean training losses: "yes", or why
+    not. The first epoch's mean must not exceed ``chance_loss`` (the cross-entropy of a uniform guess,
+    ln of the number of classes, where training starts: above it, the epoch blew up on the way), and no
+    later epoch's may be over ``UNSTABLE_RATIO`` times the first's."""
+    if losses[0] > chance_loss:
+        return f"NO: epoch 1 above chance ({losses[0]:.3g} > {chance_loss:.3g})"
+    ratio = max(losses) / losses[0]
+    return "yes" if ratio <= UNSTABLE_RATIO else f"NO: loss rose {ratio:.3g}x"
+
+
+def training_summary(rows, chance_loss: float) -> "pd.DataFrame":
     """One row per stored run: the epoch of its lowest training loss and of its highest validation F1,
     against the last epoch's (the model that is tested): whether training was still converging at the
-    end, and how far the tested model is from the run's best on validation. *stable* says whether every
-    epoch's mean training loss stayed within ``UNSTABLE_RATIO`` times the first epoch's (its highest
-    ratio beside). Losses to 3 significant digits, F1 to 2 decimals."""
+    end, and how far the tested model is from the run's best on validation. *stable*: ``stability``
+    against the task's ``chance_loss`` (the first epoch's loss and the highest over it beside). Losses
+    to 3 significant digits, F1 to 2 decimals."""
     df = curves_frame(rows, ["cell", "rate"])
     out = []
     for (cell, rate, seed), c in df.groupby(["cell", "rate", "seed"], sort=False):
         c = c.sort_values("epoch")
         low, best, last = c.loc[c["train_loss"].idxmin()], c.loc[c["valid_f1"].idxmax()], c.iloc[-1]
-        ratio = c["train_loss"].max() / c["train_loss"].iloc[0]
+        losses = c["train_loss"].tolist()
         out.append({"cell": cell, "rate": rate, "seed": seed, "epochs": int(last["epoch"]),
+                    "first loss": float(f"{losses[0]:.3g}"),
                     "lowest loss": float(f"{low['train_loss']:.3g}"), "its epoch": int(low["epoch"]),
                     "last loss": float(f"{last['train_loss']:.3g}"),
-                    "highest loss / first": float(f"{ratio:.3g}"),
-                    "stable": "yes" if ratio <= UNSTABLE_RATIO else "NO",
+                    "highest loss / first": float(f"{max(losses) / losses[0]:.3g}"),
+                    "stable": stability(losses, chance_loss),
                     "best valid F1": round(best["valid_f1"], 2), "epoch of best": int(best["epoch"]),
                     "last valid F1": round(last["valid_f1"], 2)})
-    table = pd.DataFrame(out, columns=["cell", "rate", "seed", "epochs", "lowest loss", "its epoch", "last loss",
-                                       "highest loss / first", "stable", "best valid F1", "epoch of best",
+    table = pd.DataFrame(out, columns=["cell", "rate", "seed", "epochs", "first loss", "lowest loss", "its epoch",
+                                       "last loss", "highest loss / first", "stable", "best valid F1", "epoch of best",
                                        "last valid F1"])
     return table.sort_values(["cell", "rate", "seed"], key=lambda col: col.map(CELLS.index) if col.name == "cell" else col,
                              ignore_index=True)

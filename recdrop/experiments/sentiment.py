@@ -10,6 +10,7 @@ emoticons, a corpus path to plug in), and the table is run without it unless a c
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -196,6 +197,12 @@ GRIDS = {"table": grid, "torch-rmsprop": with_torch_rmsprop(grid)}
 
 # -- Table 5 and the claims of Sec. 4.5 --------------------------------------------------------------
 CELLS_RATES = [(c, r) for c in CELLS for r in RATES]
+def chance_loss() -> float:
+    """The cross-entropy of a uniform guess over the 3 classes, ln 3: where training starts
+    (``cell_grid.stability``)."""
+    return math.log(len(LABELS))
+
+
 METRIC = Metric("F1", digits=2, tolerance=1.0)  # as Table 4's: a cell is reproduced within 1 F1 point
 
 
