@@ -170,8 +170,8 @@ def test_pilot_table_weighs_the_gap_against_the_seed_noise():
     none, best = [label for label, _ in pilot_cells(2)]
     assert (none["scheme"], best["scheme"], best["rate"], best["sampling"]) == ("none", "semeniuta", 0.5, "per-sequence")
 
-    def rows(none_values, best_values):
-        return [{**label, "seed": seed, "record": {"metrics": {"test_ppl": v}}}
+    def rows(none_values, best_values, at_best=lambda v: v):
+        return [{**label, "seed": seed, "record": {"metrics": {"test_ppl": v, "best_test_ppl": at_best(v)}}}
                 for label, values in ((none, none_values), (best, best_values)) for seed, v in enumerate(values)]
 
     t = pilot_table(rows([390, 410], [270, 272]), "ppl", 2).iloc[0]
@@ -179,6 +179,10 @@ def test_pilot_table_weighs_the_gap_against_the_seed_noise():
     assert t["pilot"].startswith("the gap favours dropout") and t["no dropout"] == "400.000 ± 14.142 (n=2)"
     assert pilot_table(rows([300, 340], [290, 300]), "ppl", 2).iloc[0]["pilot"].endswith("redefine the scale")
     assert pilot_table(rows([300], [200, 210]), "ppl", 2).iloc[0]["pilot"] == "not yet: fewer than 2 seeds a cell"
+    # the no-dropout model over-fits: at its best-validation epoch it ties the dropout cell
+    t = pilot_table(rows([390, 410], [270, 272], at_best=lambda v: 271 if v > 300 else v), "ppl", 2)
+    assert list(t["model tested"]) == ["final", "best validation"] and t["pilot"][0].endswith("worth running")
+    assert t["gap (ppl)"][1] == 0.0 and t["pilot"][1].endswith("with early stopping, dropout gains nothing here")
 
 
 def test_plot_against_paper_draws_the_test_cells_that_ran_with_their_rank_correlation():

@@ -254,26 +254,34 @@ def fit_table(rows, unit: str) -> "pd.DataFrame":
 
 
 def pilot_table(rows, unit: str, paper_table: int) -> "pd.DataFrame":
-    """The pilot's test of a new scale (issue 16): the final test ``test_<unit>`` of its two cells (no
-    dropout, and the paper's best cell; without forward dropout), mean ± sd over seeds; the gap
-    between their means; and the seed noise of that gap, two standard errors of a difference of
-    means. The grid is worth running where the gap favours dropout and exceeds the noise."""
+    """The pilot's test of a new scale (issue 16), one row per model tested: the final test
+    ``test_<unit>`` (the model the paper tests) and that of the best-validation epoch (what early
+    stopping would test), each of its two cells (no dropout, and the paper's best cell; without
+    forward dropout), mean ± sd over seeds; the gap between their means; and the seed noise of that
+    gap, two standard errors of a difference of means. The grid is worth running where the final
+    models' gap favours dropout and exceeds the noise; where the best-validation models' does not,
+    dropout's gain is the baseline's over-fitting, which early stopping would also have removed."""
     none, best_cell = [tuple(label[k] for k in CELL_KEYS) for label, _ in pilot_cells(paper_table)]
-    values = {c: [r["record"]["metrics"][f"test_{unit}"] for r in rows
-                  if r.get("record") and tuple(r[k] for k in CELL_KEYS) == c] for c in (none, best_cell)}
-    a, b = (pd.Series(values[c], dtype=float) for c in (none, best_cell))
-    gap = a.mean() - b.mean()  # lower is better: > 0 where dropout helps
-    noise = 2 * (a.var() / len(a) + b.var() / len(b)) ** 0.5 if min(len(a), len(b)) > 1 else float("nan")
-    if min(len(a), len(b)) < 2:
-        verdict = "not yet: fewer than 2 seeds a cell"
-    elif gap > noise:
-        verdict = "the gap favours dropout and exceeds the seed noise: the grid is worth running"
-    else:
-        verdict = "the gap does not favour dropout by more than the seed noise: redefine the scale"
     name = " ".join(str(v) for v in best_cell[1:])
-    return pd.DataFrame([{"no dropout": fmt_mean_sd(a.mean(), a.std(), len(a), 3),
-                          f"the paper's best cell ({name})": fmt_mean_sd(b.mean(), b.std(), len(b), 3),
-                          f"gap ({unit})": round(gap, 3), "seed noise (2 SE)": round(noise, 3), "pilot": verdict}])
+    out = []
+    for tested, metric in (("final", f"test_{unit}"), ("best validation", f"best_test_{unit}")):
+        values = {c: [r["record"]["metrics"][metric] for r in rows if r.get("record") and metric in
+                      r["record"]["metrics"] and tuple(r[k] for k in CELL_KEYS) == c] for c in (none, best_cell)}
+        a, b = (pd.Series(values[c], dtype=float) for c in (none, best_cell))
+        gap = a.mean() - b.mean()  # lower is better: > 0 where dropout helps
+        noise = 2 * (a.var() / len(a) + b.var() / len(b)) ** 0.5 if min(len(a), len(b)) > 1 else float("nan")
+        if min(len(a), len(b)) < 2:
+            verdict = "not yet: fewer than 2 seeds a cell"
+        elif gap > noise:
+            verdict = "the gap favours dropout and exceeds the seed noise" + (
+                ": the grid is worth running" if tested == "final" else "")
+        else:
+            verdict = "the gap does not favour dropout by more than the seed noise" + (
+                ": redefine the scale" if tested == "final" else ": with early stopping, dropout gains nothing here")
+        out.append({"model tested": tested, "no dropout": fmt_mean_sd(a.mean(), a.std(), len(a), 3),
+                    f"the paper's best cell ({name})": fmt_mean_sd(b.mean(), b.std(), len(b), 3),
+                    f"gap ({unit})": round(gap, 3), "seed noise (2 SE)": round(noise, 3), "pilot": verdict})
+    return pd.DataFrame(out)
 
 
 def describe_fit() -> str:
