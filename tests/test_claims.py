@@ -85,7 +85,7 @@ def test_table1_claims_against_seed_noise():
             test = 0.9
         return train, test
 
-    claim = "short: Moon per-sequence learns the task in training but fails at test (at chance or below)"
+    claim = "short: Moon per-sequence learns the task in training but fails at test (at chance or below: at most 35%)"
     assert claims_of(table1_rows(seed2_differs))[claim] == "open (holds in 2 of 3 seeds)"
     assert claims_of(table1_rows(paper_like, seeds=(0,)))[claim] == (
         "holds (1 seed, too few to judge against seed noise)")
