@@ -103,7 +103,10 @@ def test_the_progress_bar_counts_each_stages_batches(tmp_path, monkeypatch):
 def test_claims_are_not_yet_run_without_records():
     rows = [{**label, "seed": 0, "config": cfg, "record": None} for label, cfg in grid("ci")]
     out = ner.claims(rows)
-    assert set(out["on ours"]) == {"not yet run"} and set(out["on the paper's numbers"]) == {"holds"}
+    assert set(out["on ours"]) == {"not yet run"}
+    # the paper's own numbers: the LSTM's gain is the largest after the 5-word stage (1.10 against 0.88
+    # and 0.70), not after the 15-word stage (0.76 against the RNN's 0.83)
+    assert list(out["on the paper's numbers"]) == ["holds", "holds", "holds", "does not hold"]
 
 
 def test_predict_batches_by_length_and_returns_the_split_order(monkeypatch):
