@@ -194,7 +194,8 @@ def test_a_chapter_says_where_its_claims_not_yet_run_are_judged(store):
     def ran(r):
         path = store.root / "ner" / "ci" / f"{r['run_id']}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
-        gain = 2.0 if r["rate"] else 0.0  # dropout helps, more after the short stage
+        gain = (3.0 if r["cell"] == "LSTM" else 2.0) if r["rate"] else 0.0  # dropout helps, more after the
+        # short stage, the most in the LSTM: every claim reads every cell (none fails before the last is read)
         path.write_text(json.dumps({"experiment": "ner", "seed": 0, "metrics": {
             "test_f1_short": 80.0 + gain, "test_f1_long": 85.0 + gain / 2}}))
     for r in rows[:-1]:  # every cell but one at ci: the claims still wait there too
@@ -202,7 +203,7 @@ def test_a_chapter_says_where_its_claims_not_yet_run_are_judged(store):
     assert claims_judged_below("ner", "quick", store) == ""
     ran(rows[-1])
     assert claims_judged_below("ner", "quick", store) == \
-        "2 of the 2 claims have not yet run at `quick` scale; *Other scales* below judges 2 at `ci` scale."
+        "4 of the 4 claims have not yet run at `quick` scale; *Other scales* below judges 4 at `ci` scale."
     assert claims_judged_below("ner", "ci", store) == ""  # judged where it is shown
 
 
