@@ -365,7 +365,8 @@ def styled(table: pd.DataFrame, digits: int = 2):
 
 def book_tables() -> None:
     """How the book's notebooks show a DataFrame: every column in full, without row numbers (a default
-    RangeIndex says nothing; a labelled index is kept), and a missing value as "—", not NaN."""
+    RangeIndex says nothing; a labelled index is kept), a missing value as "—", not NaN, and each number
+    as it was rounded, not padded to its column's longest (2.43 beside -0.057, not 2.4300)."""
     pd.set_option("display.max_colwidth", None)
     try:
         from IPython import get_ipython
@@ -374,4 +375,5 @@ def book_tables() -> None:
     shell = get_ipython()
     if shell is not None:
         shell.display_formatter.formatters["text/html"].for_type(
-            pd.DataFrame, lambda df: df.to_html(index=not isinstance(df.index, pd.RangeIndex), na_rep="—"))
+            pd.DataFrame, lambda df: df.to_html(index=not isinstance(df.index, pd.RangeIndex), na_rep="—",
+                                                float_format=lambda x: f"{x:.6g}"))

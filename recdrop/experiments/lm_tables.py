@@ -244,7 +244,7 @@ def fit_table(rows, unit: str) -> "pd.DataFrame":
         out.append({**{k: r[k] for k in CELL_KEYS}, "seed": r["seed"], "epochs": last, "best validation epoch": best_at,
                     "validation, last vs best (%)": round(100 * valid_up, 1),
                     "training, last vs best epoch (%)": round(100 * train_move, 1),
-                    "last lr / first": round(lr_left, 3), "fit": fit, "converged": converged,
+                    "last lr / first": float(f"{lr_left:.3g}"), "fit": fit, "converged": converged,  # not 0.0 for 1e-5
                     f"validation change, last {window} epochs ({unit})": float(f"{move:.3g}"),
                     "settled": stable})
     return pd.DataFrame(out, columns=CELL_KEYS + ["seed", "epochs", "best validation epoch", "validation, last vs best (%)",
