@@ -18,6 +18,7 @@
 set -u
 export RECDROP_DATA=${RECDROP_DATA:-.gpu-data} PYTHONPATH=. PYTHONUNBUFFERED=1
 LEASE=/tmp/lease
+DEVICE=${LEASE_DEVICE:-cuda}  # cpu: a dry run of the whole lease here, with a stand-in nvidia-smi on PATH
 export RECDROP_RUNS=$LEASE/runs
 START_S=30  # from the campaign's launch to its clock: imports, the store, CUDA
 STOP_S=40   # from its clock's end to the written pack: the last step, checkpoints, a pack of 60 MiB
@@ -45,7 +46,7 @@ setup() {
   if [ -f "data/benchmarks/groups/$gpu.csv" ] && [ "${RECDROP_CUDA_GRAPHS:-1}" != 0 ]; then
     cp "data/benchmarks/groups/$gpu.csv" "$LEASE/groups.csv"
   else  # the group sizes' step times, which choose the size (a stored file is of a step with graphs)
-    timeout 100 python3 benchmarks/bench_groups.py --device cuda --models word --sizes 1 2 4 8 --out "$b/groups/$gpu.csv"
+    timeout 100 python3 benchmarks/bench_groups.py --device "$DEVICE" --models word --sizes 1 2 4 8 --out "$b/groups/$gpu.csv"
     cp "$b/groups/$gpu.csv" "$LEASE/groups.csv" 2>/dev/null
   fi
   pack_bench
@@ -87,7 +88,7 @@ train() {  # $1: seconds from now to the written pack; $2: how long this command
   echo "campaign: ${budget} s of training, groups of up to $cap; its pack due by $(date -d @$(( $(now) + $1 )) +%T)"
   echo $(( $(now) + $1 )) > "$LEASE/end"
   rm -rf "$LEASE/pack" "$LEASE/rc"; mkdir -p "$LEASE/pack"
-  setsid nohup bash -c "python3 -m recdrop.campaign --file data/campaign-gpu.toml --for ${budget}s --device cuda \
+  setsid nohup bash -c "python3 -m recdrop.campaign --file data/campaign-gpu.toml --for ${budget}s --device $DEVICE \
       --fuse $cap --no-progress --pack $LEASE/pack > $LEASE/campaign.log 2>&1; echo \$? > $LEASE/rc" < /dev/null > /dev/null 2>&1 &
   echo $! > "$LEASE/pid"
   wait_campaign $(( $(now) + ${2:-560} ))
@@ -122,7 +123,7 @@ finish() {  # waits until the campaign ends, but not past its pack's due time an
 
 layers() {
   local gpu; gpu=$(gpu_name); mkdir -p "$LEASE/bench"
-  for p in "" --packed; do timeout 100 python3 benchmarks/bench_layers.py --device cuda --schemes semeniuta gal moon \
+  for p in "" --packed; do timeout 100 python3 benchmarks/bench_layers.py --device "$DEVICE" --schemes semeniuta gal moon \
       $p --out "$LEASE/bench/$gpu${p#-}.csv"; done
   pack_bench
 }
