@@ -376,4 +376,10 @@ def book_tables() -> None:
     if shell is not None:
         shell.display_formatter.formatters["text/html"].for_type(
             pd.DataFrame, lambda df: df.to_html(index=not isinstance(df.index, pd.RangeIndex), na_rep="—",
-                                                float_format=lambda x: f"{x:.6g}"))
+                                                float_format=_as_rounded))
+
+
+def _as_rounded(x: float) -> str:
+    """A table's number as it was rounded: a whole number in full, else to 6 significant digits (the
+    tables round theirs to fewer), without the trailing zeros a column's common format would add."""
+    return f"{x:.0f}" if float(x).is_integer() and abs(x) < 1e15 else f"{x:.6g}"

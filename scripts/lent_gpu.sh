@@ -21,6 +21,7 @@ LEASE=/tmp/lease
 # A dry run of the whole lease here: LEASE_DEVICE=cpu, a stand-in nvidia-smi on PATH, and LEASE_CAMPAIGN a
 # copy of data/campaign-gpu.toml whose entries allow the cpu (theirs name cuda only)
 DEVICE=${LEASE_DEVICE:-cuda} CAMPAIGN=${LEASE_CAMPAIGN:-data/campaign-gpu.toml}
+CACHE=${RECDROP_CACHE:-$HOME/.cache/recdrop}
 export RECDROP_RUNS=$LEASE/runs
 START_S=30  # from the campaign's launch to its clock: imports, the store, CUDA
 STOP_S=40   # from its clock's end to the written pack: the last step, checkpoints, a pack of 60 MiB
@@ -90,7 +91,7 @@ train() {  # $1: seconds from now to the written pack; $2: how long this command
   echo "campaign: ${budget} s of training, groups of up to $cap; its pack due by $(date -d @$(( $(now) + $1 )) +%T)"
   echo $(( $(now) + $1 )) > "$LEASE/end"
   rm -rf "$LEASE/pack" "$LEASE/rc"; mkdir -p "$LEASE/pack"
-  setsid nohup bash -c "python3 -m recdrop.campaign --file $CAMPAIGN --for ${budget}s --device $DEVICE \
+  setsid nohup bash -c "python3 -m recdrop.campaign --file '$CAMPAIGN' --for ${budget}s --device '$DEVICE' \
       --fuse $cap --no-progress --pack $LEASE/pack > $LEASE/campaign.log 2>&1; echo \$? > $LEASE/rc" < /dev/null > /dev/null 2>&1 &
   echo $! > "$LEASE/pid"
   wait_campaign $(( $(now) + ${2:-560} ))
@@ -101,8 +102,8 @@ wait_campaign() {  # until the campaign ends or the time $1, with its checkpoint
   local next=0 newest
   while running && [ "$(now)" -lt "$1" ]; do
     if [ "$(now)" -ge "$next" ]; then
-      newest=$(ls -t ~/.cache/recdrop/checkpoints/*/*.pt 2>/dev/null | head -1)
-      echo "$(date +%T): $(ls ~/.cache/recdrop/checkpoints/*/*.pt 2>/dev/null | wc -l) checkpoints${newest:+, the newest $(basename "$newest") written $(date -r "$newest" +%T)}"
+      newest=$(ls -t "$CACHE"/checkpoints/*/*.pt 2>/dev/null | head -1)
+      echo "$(date +%T): $(ls "$CACHE"/checkpoints/*/*.pt 2>/dev/null | wc -l) checkpoints${newest:+, the newest $(basename "$newest") written $(date -r "$newest" +%T)}"
       next=$(( $(now) + 60 ))
     fi
     sleep 2

@@ -179,7 +179,7 @@ def test_the_training_summary_finds_each_runs_lowest_loss_and_best_validation_ep
     first = table.iloc[0].to_dict()
     assert first == {"cell": "RNN", "rate": 0.25, "seed": 0, "epochs": 4, "first loss": 3.0, "lowest loss": 0.5,
                      "its epoch": 2, "last loss": 0.9, "highest loss / first": 6.67e8,
-                     "stable": "NO: loss rose 6.67e+08x", "best valid F1": 70.0,
+                     "stable": "NO: loss rose 6.667e+08x", "best valid F1": 70.0,
                      "epoch of best": 2, "last valid F1": 61.0}
     assert table.iloc[1]["lowest loss"] == 1.5 and table.iloc[1]["last valid F1"] == 60.0
 
@@ -194,7 +194,9 @@ def test_the_training_summary_calls_a_run_unstable_past_ten_times_its_first_epoc
         r["record"] = {"curves": [{"epoch": e + 1, "train_loss": x, "valid_f1": 50.0} for e, x in enumerate(losses)]}
     table = training_summary(rows, chance_loss=2.0)
     # the third blew up in its first epoch (its mean above a uniform guess's 2.0), then recovered
-    assert list(table["stable"]) == ["yes", "NO: loss rose 10x", "NO: epoch 1 above chance (59 > 2)", "yes"]
+    assert list(table["stable"]) == ["yes", "NO: loss rose 10.01x", "NO: epoch 1 above chance (59 > 2)", "yes"]
+    from recdrop.experiments.cell_grid import stability
+    assert stability([0.5, float("nan")], 2.0) == stability([float("inf")], 2.0) == "NO: diverged (a loss not finite)"
     assert list(table["highest loss / first"]) == [10.0, 10.0, 1.0, 1.0]
 
 

@@ -72,8 +72,9 @@ def test_book_tables_drop_row_numbers_but_keep_labelled_indexes():
     assert "<th>ours</th>" in labelled
     missing = html(pd.DataFrame({"paper": [float("nan"), 2.0]}))
     assert "NaN" not in missing and "<td>—</td>" in missing
-    numbers = html(pd.DataFrame({"change": [2.43, -0.057, 373.13, 1.5e-05]}))  # each as rounded, none padded
-    assert all(f"<td>{v}</td>" in numbers for v in ("2.43", "-0.057", "373.13", "1.5e-05")) and "2.4300" not in numbers
+    numbers = html(pd.DataFrame({"change": [2.43, -0.057, 373.13, 1.5e-05, 1234567.0]}))  # each as rounded
+    assert all(f"<td>{v}</td>" in numbers for v in ("2.43", "-0.057", "373.13", "1.5e-05", "1234567"))
+    assert "2.4300" not in numbers  # not padded to the column's longest
 
 
 def test_styled_keeps_the_labels_digits():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
@@ -149,10 +150,12 @@ def stability(losses: List[float], chance_loss: float) -> str:
     not. The first epoch's mean must not exceed ``chance_loss`` (the cross-entropy of a uniform guess,
     ln of the number of classes, where training starts: above it, the epoch blew up on the way), and no
     later epoch's may be over ``UNSTABLE_RATIO`` times the first's."""
+    if not all(math.isfinite(x) for x in losses):
+        return "NO: diverged (a loss not finite)"
     if losses[0] > chance_loss:
         return f"NO: epoch 1 above chance ({losses[0]:.3g} > {chance_loss:.3g})"
     ratio = max(losses) / losses[0]
-    return "yes" if ratio <= UNSTABLE_RATIO else f"NO: loss rose {ratio:.3g}x"
+    return "yes" if ratio <= UNSTABLE_RATIO else f"NO: loss rose {ratio:.4g}x"
 
 
 def training_summary(rows, chance_loss: float) -> "pd.DataFrame":
