@@ -35,13 +35,19 @@ def test_unknown_grid_is_refused():
         experiments.get("ner", "conjecture")
 
 
-def fake_rows(values):
-    """Rows as run_grid returns them: ``values`` maps a cell to its per-seed test perplexities."""
+def fake_rows(values, falling=()):
+    """Rows as run_grid returns them: ``values`` maps a cell to its per-seed test perplexities; each run's
+    validation flat over 8 epochs, but falling by 10 a epoch in the (cell, seed) pairs of ``falling``."""
     rows = []
-    for (forward, scheme, rate, sampling), vals in values.items():
+    for cell, vals in values.items():
+        forward, scheme, rate, sampling = cell
         for seed, v in enumerate(vals):
+            slope = 10 if (cell, seed) in falling else 0
+            curves = [] if v is None else [{"epoch": e, "valid_ppl": v + slope * (8 - e), "train_ppl": v, "lr": 1.0}
+                                           for e in range(1, 9)]
             rows.append({"forward": forward, "scheme": scheme, "rate": rate, "sampling": sampling, "seed": seed,
-                         "record": None if v is None else {"metrics": {"test_ppl": v}}})
+                         "run_id": f"{forward}/{scheme}/{rate}/{sampling}/{seed}",
+                         "record": None if v is None else {"metrics": {"test_ppl": v}, "curves": curves}})
     return rows
 
 
@@ -133,6 +139,12 @@ def test_conjecture_table_compares_the_combination_with_its_parts():
     s = conjecture.conjecture_summary("word_lm", table_rows, combo).set_index("forward")
     assert s.loc[WO, "best combination cell"] == "0.5 per-step" and s.loc[WO, "seed sd (pooled)"] == 1.0
     assert s.loc[WO, "verdict"] == "the combination is better"  # 90 against 100, more than 2 x 1 apart
+    # a run of a cell compared whose validation still falls over its last epochs: the verdict is provisional
+    moving = fake_rows({**combos, (WO, COMBINED, 0.25, "per-step"): [103, 104, 105],
+                        (WO, COMBINED, 0.5, "per-step"): [90, None, None]}, falling={((WO, COMBINED, 0.5, "per-step"), 0)})
+    s = conjecture.conjecture_summary("word_lm", table_rows, moving).set_index("forward")
+    assert s.loc[WO, "verdict"] == ("the combination is better; provisional: 1 of the 2 runs compared still moving "
+                                    "at their last epoch")
     assert conjecture.pooled_seed_sd([], "test_ppl") == {}
 
 

@@ -12,7 +12,7 @@ import pandas as pd
 
 from ..report import summarize
 from .char_lm import table_rows  # char_lm's batch-size check aside
-from .lm_tables import CELL_KEYS, COMBINED, FORWARD, RATES, SAMPLINGS, SCHEMES, cell_values
+from .lm_tables import CELL_KEYS, COMBINED, FORWARD, RATES, SAMPLINGS, SCHEMES, cell_values, fit_table
 
 METRICS = {"word_lm": ("test_ppl", 1), "char_lm": ("test_bpc", 3)}
 
@@ -78,13 +78,25 @@ def pooled_seed_sd(runs, metric: str) -> Dict[str, float]:
     return out
 
 
+def _unsettled(runs, cells, metric: str):
+    """(how many, of how many) of the stored runs of ``cells`` are not settled by ``lm_tables.fit_table``'s
+    rule: their last epochs moved validation by more than the seed noise (a run shown twice counts once)."""
+    unique = list({r["run_id"]: r for r in runs if r.get("record")}.values())
+    if not unique:
+        return 0, 0
+    fit = fit_table(unique, metric.split("_")[1])
+    picked = fit[[tuple(c) in cells for c in fit[CELL_KEYS].itertuples(index=False)]]
+    return int(picked["settled"].str.startswith("no:").sum()), len(picked)
+
+
 def conjecture_summary(experiment: str, table_runs, conjecture_runs, seed_runs: Optional[List] = None):
     """Per forward block: the best single-scheme cell (any scheme, rate, sampling), the best
     combination cell, the difference, and the verdict. The seed noise is ``pooled_seed_sd`` over the
     seeds study's cells (``seed_runs``) and the combination's own cells; a difference within two of
     it is called "within seed noise", with the side it leans to. Without several seeds of some cell,
     the verdict says so; until every cell of the block has run, it says how many have (the numbers
-    beside are the best of those)."""
+    beside are the best of those). Where a run of the two cells compared is not settled
+    (``_unsettled``), the verdict is called provisional."""
     metric, digits = _metric(experiment)
     single = cell_values(table_rows(table_runs), metric)
     combined = cell_values(conjecture_runs, metric)
@@ -111,6 +123,10 @@ def conjecture_summary(experiment: str, table_runs, conjecture_runs, seed_runs: 
             verdict = f"within seed noise ({better} better by {abs(delta):.{digits}f} {metric.split('_')[1]})"
         else:
             verdict = f"{better} is better" + (" (one seed a cell: no seed noise to judge against)" if noise is None else "")
+        if not verdict.startswith("not yet run"):
+            moving, compared = _unsettled([*table_runs, *conjecture_runs, *(seed_runs or [])], {b_single, b_combo}, metric)
+            if moving:
+                verdict += f"; provisional: {moving} of the {compared} runs compared still moving at their last epoch"
         row.update({"best single cell": f"{b_single[1]} {b_single[2]} {b_single[3]}",
                     f"single: {metric}": round(singles[b_single], digits),
                     "best combination cell": f"{b_combo[2]} {b_combo[3]}",
