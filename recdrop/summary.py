@@ -30,7 +30,7 @@ def _verdict(scale: Optional[str], verdicts: pd.Series) -> str:
         return "not yet run at paper scale"
     if len(ran) < len(verdicts):
         return f"not yet run in full at paper scale ({len(ran)} of {len(verdicts)} cells)"
-    reproduced, noisy = int((ran == "reproduced").sum()), int((ran == "within seed noise").sum())
+    reproduced, noisy = _tally(ran)
     if reproduced == len(verdicts):
         return "reproduced"
     if reproduced + noisy == len(verdicts):  # no cell clearly out, but some only within the seed noise
@@ -40,10 +40,15 @@ def _verdict(scale: Optional[str], verdicts: pd.Series) -> str:
     return "partly" if reproduced else "not reproduced"
 
 
+def _tally(verdicts: pd.Series) -> tuple:
+    """(cells reproduced, cells only within seed noise) among a table's cell verdicts."""
+    return int((verdicts == "reproduced").sum()), int((verdicts == "within seed noise").sum())
+
+
 def _cells_within(verdicts: pd.Series) -> str:
     """How many of a table's cells are within its tolerance, and how many more only within the seed noise
     (outside the tolerance by less than two standard errors: not counted as within), of all its cells."""
-    reproduced, noisy = int((verdicts == "reproduced").sum()), int((verdicts == "within seed noise").sum())
+    reproduced, noisy = _tally(verdicts)
     missing = int((verdicts == "not yet run").sum())
     return (f"{reproduced} of {len(verdicts)}" + (f", {noisy} more within seed noise" if noisy else "")
             + (f" ({missing} not run)" if missing else ""))

@@ -78,13 +78,15 @@ def pooled_seed_sd(runs, metric: str) -> Dict[str, float]:
     return out
 
 
-def _unsettled(runs, cells, metric: str):
-    """(how many, of how many) of the stored runs of ``cells`` are not settled by ``lm_tables.fit_table``'s
-    rule: their last epochs moved validation by more than the seed noise (a run shown twice counts once)."""
+def _fit(runs, metric: str) -> "pd.DataFrame":
+    """``lm_tables.fit_table`` of the stored ``runs`` (a run shown by two grids counts once)."""
     unique = list({r["run_id"]: r for r in runs if r.get("record")}.values())
-    if not unique:
-        return 0, 0
-    fit = fit_table(unique, metric.split("_")[1])
+    return fit_table(unique, metric.split("_")[1])
+
+
+def _unsettled(fit: "pd.DataFrame", cells):
+    """(how many, of how many) of the runs of ``cells`` in ``fit`` (``_fit``) are not settled by its rule:
+    their last epochs moved validation by more than the seed noise."""
     picked = fit[[tuple(c) in cells for c in fit[CELL_KEYS].itertuples(index=False)]]
     return int(picked["settled"].str.startswith("no:").sum()), len(picked)
 
@@ -101,6 +103,7 @@ def conjecture_summary(experiment: str, table_runs, conjecture_runs, seed_runs: 
     single = cell_values(table_rows(table_runs), metric)
     combined = cell_values(conjecture_runs, metric)
     sd = pooled_seed_sd([*(seed_runs or []), *conjecture_runs], metric)
+    fit = _fit([*table_runs, *conjecture_runs, *(seed_runs or [])], metric)
     out = []
     for forward in FORWARD:
         singles = {c: v for c, v in single.items() if c[0] == forward and c[1] in SCHEMES}
@@ -124,7 +127,7 @@ def conjecture_summary(experiment: str, table_runs, conjecture_runs, seed_runs: 
         else:
             verdict = f"{better} is better" + (" (one seed a cell: no seed noise to judge against)" if noise is None else "")
         if not verdict.startswith("not yet run"):
-            moving, compared = _unsettled([*table_runs, *conjecture_runs, *(seed_runs or [])], {b_single, b_combo}, metric)
+            moving, compared = _unsettled(fit, {b_single, b_combo})
             if moving:
                 verdict += f"; provisional: {moving} of the {compared} runs compared still moving at their last epoch"
         row.update({"best single cell": f"{b_single[1]} {b_single[2]} {b_single[3]}",

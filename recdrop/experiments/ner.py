@@ -267,6 +267,8 @@ GRIDS = {"table": grid, "torch-rmsprop": with_torch_rmsprop(grid)}
 # -- Table 4 and the claims of Sec. 4.4 --------------------------------------------------------------
 STAGES = {"short": "5 word long sequences", "long": "15 word long sequences"}  # the paper's row groups
 TOLERANCE_F1 = 1.0  # issue target at `paper` scale (once the embedding substitution is accounted for)
+
+
 def chance_loss() -> float:
     """The cross-entropy of a uniform guess over the training set's tags, ln of their number: where
     training starts (``cell_grid.stability``)."""

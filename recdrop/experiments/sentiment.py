@@ -197,6 +197,8 @@ GRIDS = {"table": grid, "torch-rmsprop": with_torch_rmsprop(grid)}
 
 # -- Table 5 and the claims of Sec. 4.5 --------------------------------------------------------------
 CELLS_RATES = [(c, r) for c in CELLS for r in RATES]
+
+
 def chance_loss() -> float:
     """The cross-entropy of a uniform guess over the 3 classes, ln 3: where training starts
     (``cell_grid.stability``)."""
