@@ -80,6 +80,11 @@ def paper_row(rate: float, sampling: str) -> str:
     return "0.0 --" if rate == 0 else f"{rate} {sampling}"
 
 
+def cell_name(scheme: str, rate: float, sampling: str) -> str:
+    """A cell's name within its block: "semeniuta 0.25 per-step", or "none" without recurrent dropout."""
+    return scheme if rate == 0 else f"{scheme} {rate} {sampling}"
+
+
 def paper_value(paper, forward, scheme, rate, sampling, split) -> float:
     """The paper's number (``paper`` is paper_results(table) indexed by group, row, column)."""
     key = (forward, paper_row(rate, sampling), f"{PAPER_SCHEME[scheme]} {split}")
@@ -104,8 +109,8 @@ def lm_table(rows, paper_table: int, metric: Metric, extras: Sequence[Tuple[str,
     extra_keys = [(column, lambda labels, m=m, splits=splits: m.format(split=labels["split"].lower())
                    if labels["split"] in splits else None) for column, m, splits in extras]
     t = compare(rows, cells, CELL_KEYS, metric, extras=extra_keys)
-    t["setting"] = (t["forward"].str.replace(" forward dropout", " fwd") + ", " + t["scheme"] + " "
-                    + t["rate"].astype(str) + " " + t["sampling"])
+    t["setting"] = [f"{forward.replace(' forward dropout', ' fwd')}, {cell_name(scheme, rate, sampling)}"
+                    for forward, scheme, rate, sampling in zip(t["forward"], t["scheme"], t["rate"], t["sampling"])]
     return t
 
 

@@ -50,8 +50,9 @@ def study(experiment: str) -> Study:
 
 
 def _label(s: Study, cell: Tuple) -> str:
-    """A cell's name within its block, e.g. "semeniuta 0.25 per-step"."""
-    return " ".join(str(v) for k, v in zip(s.keys, cell) if k != s.block and v not in ("-", "paper"))
+    """A cell's name within its block, e.g. "semeniuta 0.25 per-step", or "none" (no rate, no sampling)."""
+    return " ".join(str(v) for k, v in zip(s.keys, cell)
+                    if k != s.block and v not in ("-", "paper") and not (k == "rate" and v == 0))
 
 
 def _paper(s: Study) -> Dict[Tuple, float]:
