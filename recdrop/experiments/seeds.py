@@ -2,8 +2,9 @@
 several seeds, mean ± sd, and which of the paper's orderings survive the seed noise.
 
 An ordering of two cells (the paper's test numbers differ) *survives* when every seed of the cell
-the paper puts ahead beats every seed of the other; it *holds on the means only* when the means
-agree with the paper but the seeds overlap; it is *reversed* when the means disagree. Each cell
+the paper puts ahead beats every seed of the other, and is *reversed* when every seed of the other
+beats every seed of it; where the seeds overlap, it *holds on the means only* or is *reversed on the
+means only*, as the means agree with the paper or not. Each cell
 needs as many seeds as a claim does to be judged (``report.MIN_SEEDS_TO_JUDGE``). This is stricter
 than ``report.claim_verdict``, which pairs the cells' seeds: here every seed of one cell is set
 against every seed of the other.
@@ -102,30 +103,35 @@ def orderings(experiment: str, rows) -> "pd.DataFrame":
             verdict = f"fewer than {MIN_SEEDS_TO_JUDGE} seeds"
         elif all(better(x, y) for x in va for y in vb):
             verdict = "survives"
+        elif all(better(y, x) for x in va for y in vb):
+            verdict = "reversed"
         elif better(sum(va) / len(va), sum(vb) / len(vb)):
             verdict = "holds on the means only"
         else:
-            verdict = "reversed"
+            verdict = "reversed on the means only"
         out.append({s.block: a[idx], "the paper: ahead": _label(s, ahead), "behind": _label(s, behind),
                     "paper values": f"{paper[ahead]:.{s.digits}f} vs {paper[behind]:.{s.digits}f}",
                     "seeds (ahead, behind)": f"{len(va)}, {len(vb)}", "ours": verdict})
     return pd.DataFrame(out)
 
 
-JUDGED = ("survives", "holds on the means only", "reversed")
+JUDGED = ("survives", "holds on the means only", "reversed on the means only", "reversed")
 
 
 def orderings_verdict(table: "pd.DataFrame") -> str:
-    """One line for the landing page from ``orderings``: how many of the judged orderings survive and
-    how many are reversed, and how many of the paper's orderings still wait for their seeds."""
+    """One line for the landing page from ``orderings``: how many of the judged orderings survive, how
+    many are reversed, how many are within the seed noise (either way on the means), and how many
+    of the paper's orderings still wait for their seeds."""
     if not len(table):
         return f"fewer than {MIN_SEEDS_TO_JUDGE} seeds of its cells"
     judged = table[table["ours"].isin(JUDGED)]
     waiting = len(table) - len(judged)
     if not len(judged):
         return f"fewer than {MIN_SEEDS_TO_JUDGE} seeds of its cells: 0 of the paper's {len(table)} orderings judged"
-    out = (f"{int((judged['ours'] == 'survives').sum())} of {len(judged)} judged survive, "
-           f"{int((judged['ours'] == 'reversed').sum())} reversed")
+    count = judged["ours"].value_counts()
+    out = (f"{count.get('survives', 0)} of {len(judged)} judged survive, {count.get('reversed', 0)} reversed, "
+           f"{count.get('holds on the means only', 0) + count.get('reversed on the means only', 0)} "
+           f"within the seed noise")
     return out + (f"; {waiting} of the paper's {len(table)} orderings wait for {MIN_SEEDS_TO_JUDGE} seeds"
                   if waiting else "")
 
