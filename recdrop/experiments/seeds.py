@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
 import pandas as pd
 
 from ..report import MIN_SEEDS_TO_JUDGE, fmt_mean_sd
 from .lm_tables import CELL_KEYS as LM_KEYS
-from .lm_tables import paper_values
+from .lm_tables import cell_name, paper_values
 from .temporal_order import CELL_KEYS as TO_KEYS
 from .temporal_order import paper_test_acc
 
@@ -33,13 +33,24 @@ class Study:
     paper: Callable[[], Dict[Tuple, float]]  # the paper's value per cell, in the metric's unit
     unit: str
     digits: int
+    name: Callable[[Dict[str, Any]], str]  # a cell's name within its block, from its labels
     factor: float = 1.0  # shown = stored x factor (accuracy in %)
 
 
+def _lm_name(labels: Dict[str, Any]) -> str:
+    return cell_name(labels["scheme"], labels["rate"], labels["sampling"])
+
+
+def _to_name(labels: Dict[str, Any]) -> str:
+    """"gal per-step", or "none" (Table 1's scaling is the paper's in every headline cell)."""
+    return " ".join(labels[k] for k in ("scheme", "sampling") if labels[k] != "-")
+
+
 STUDIES = {
-    "temporal_order": Study(TO_KEYS, "length", "test_acc", False, paper_test_acc, "accuracy (%)", 1, 100.0),
-    "word_lm": Study(LM_KEYS, "forward", "test_ppl", True, lambda: paper_values(2), "perplexity", 1),
-    "char_lm": Study(LM_KEYS, "forward", "test_bpc", True, lambda: paper_values(3), "bpc", 3),
+    "temporal_order": Study(TO_KEYS, "length", "test_acc", False, paper_test_acc, "accuracy (%)", 1, _to_name,
+                            100.0),
+    "word_lm": Study(LM_KEYS, "forward", "test_ppl", True, lambda: paper_values(2), "perplexity", 1, _lm_name),
+    "char_lm": Study(LM_KEYS, "forward", "test_bpc", True, lambda: paper_values(3), "bpc", 3, _lm_name),
 }
 
 
@@ -51,9 +62,8 @@ def study(experiment: str) -> Study:
 
 
 def _label(s: Study, cell: Tuple) -> str:
-    """A cell's name within its block, e.g. "semeniuta 0.25 per-step", or "none" (no rate, no sampling)."""
-    return " ".join(str(v) for k, v in zip(s.keys, cell)
-                    if k != s.block and v not in ("-", "paper") and not (k == "rate" and v == 0))
+    """A cell's name within its block, e.g. "semeniuta 0.25 per-step", or "none"."""
+    return s.name(dict(zip(s.keys, cell)))
 
 
 def _paper(s: Study) -> Dict[Tuple, float]:
