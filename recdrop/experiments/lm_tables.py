@@ -267,7 +267,7 @@ def pilot_table(rows, unit: str, paper_table: int) -> "pd.DataFrame":
     models' gap favours dropout and exceeds the noise; where the best-validation models' does not,
     dropout's gain is the baseline's over-fitting, which early stopping would also have removed."""
     none, best_cell = [tuple(label[k] for k in CELL_KEYS) for label, _ in pilot_cells(paper_table)]
-    name = " ".join(str(v) for v in best_cell[1:])
+    name = cell_name(*best_cell[1:])
     out = []
     for tested, metric in (("final", f"test_{unit}"), ("best validation", f"best_test_{unit}")):
         values = {c: [r["record"]["metrics"][metric] for r in rows if r.get("record") and metric in
