@@ -3,9 +3,9 @@
 One training step of R runs of a table's grid at the paper's shapes (word LM: vocabulary 10k,
 256 + 256 units, batch 32, 35 steps; char LM: 50 symbols, 256 + 1024 units, batch 64, 100 steps),
 the first R cells of Table 2 or 3 (each its own scheme, rate, sampling, forward dropout and
-generator), through the trainer's own step (``Task.group_step``: the forward as one model, one
-backward, each run's clipping and optimiser step), against the same R runs' steps one after the
-other (``group_step`` of one run each). After a warm-up, the two are timed in turn, repeat after repeat
+generator), through the trainer's own step (``Task.group_stepper``: the forward as one model, one
+backward, each run's clipping and optimiser step; on a GPU the whole step one CUDA graph), against
+the same R runs' steps one after the other (a stepper of one run each, graphed alike). After a warm-up, the two are timed in turn, repeat after repeat
 (each repeat as many steps as fill ``--min-s``), in one
 process on one machine; the ratio is the group's runs per hour over one-at-a-time's. Prints a table
 and, with --out, writes it as CSV for the Performance page.
@@ -84,13 +84,16 @@ def main(argv=None):
         for n in args.sizes:
             task_type, tasks = make_tasks(name, n, args.device)
             batches = tasks[0].batches(0)
+            # the trainer's steppers, made once: on a GPU each is one CUDA graph once warmed up (issue 46)
+            alone_steps = [task_type.group_stepper([t]) for t in tasks]
+            group_step = task_type.group_stepper(tasks)
 
             def alone(b):
-                for t in tasks:
-                    task_type.group_step([t], b)
+                for step in alone_steps:
+                    step(b)
 
             def group(b):
-                task_type.group_step(tasks, b)
+                group_step(b)
             per_step(alone, batches, sync, args.warmup_s), per_step(group, batches, sync, args.warmup_s)  # warm-up
             times = {"alone": [], "group": []}
             for _ in range(args.repeats):  # in turn, so that a busy machine slows both alike
@@ -102,10 +105,14 @@ def main(argv=None):
                          "group_runs_per_hour_of_steps": round(n * 3600 / g, 1), "speedup": round(a / g, 2),
                          "hardware": hardware(args.device), "device": args.device, "threads": args.threads,
                          "torch": torch.__version__, "commit": git_commit(),
-                         "batch": tasks[0].cfg.batch_size, "tf32": args.tf32, "min_s": args.min_s})
+                         "batch": tasks[0].cfg.batch_size, "tf32": args.tf32, "min_s": args.min_s,
+                         "step": "cuda-graph" if getattr(group_step, "captured", False) else "eager",
+                         "date": time.strftime("%Y-%m-%d")})
             print(f"{name} R={n:2d}: one at a time {a:.3f} s, as a group {g:.3f} s a step of all {n} runs: "
                   f"{a / g:.2f}x", flush=True)
-            del tasks
+            for step in alone_steps + [group_step]:
+                getattr(step, "release", lambda: None)()
+            del tasks, alone_steps, group_step
     if args.out:
         write_benchmark(args.out, rows)
         print(f"written {args.out}")

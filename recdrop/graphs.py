@@ -19,6 +19,7 @@ those through the reference steps. ``RECDROP_CUDA_GRAPHS=0`` turns graphs off. T
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import threading
@@ -44,11 +45,31 @@ MAX_STEP_WORK = 2**30
 
 def graphs_usable(tensors: Sequence) -> bool:
     """Whether a loop over ``tensors`` runs as a CUDA graph: graphs not switched off
-    (``RECDROP_CUDA_GRAPHS=0``), every tensor on one CUDA device, no stream capture in progress, and
-    neither torch.compile nor tracing at work."""
-    if os.environ.get("RECDROP_CUDA_GRAPHS", "1") == "0" or not _on_one_cuda_device(tensors):
+    (``RECDROP_CUDA_GRAPHS=0``) nor ``suspended``, every tensor on one CUDA device, no stream capture in
+    progress, and neither torch.compile nor tracing at work."""
+    if os.environ.get("RECDROP_CUDA_GRAPHS", "1") == "0" or _SUSPENDED[0] or not _on_one_cuda_device(tensors):
         return False
     return not (torch.cuda.is_current_stream_capturing() or torch.compiler.is_compiling() or torch.jit.is_tracing())
+
+
+_SUSPENDED = [0]  # how many ``suspended`` blocks are open, in any thread (a backward runs on the engine's own)
+
+
+@contextlib.contextmanager
+def suspended():
+    """Every loop runs plainly inside this block, in every thread: a caller that captures a whole
+    training step as one graph (``recdrop.step_graph``) warms it up on the same plain loops it captures,
+    and the loops' own graphs would only hold memory. Where the two nest, the caller's graph wins."""
+    with _LOCK:
+        _SUSPENDED[0] += 1
+    try:
+        yield
+    finally:
+        with _LOCK:
+            _SUSPENDED[0] -= 1
+
+
+_LOCK = threading.Lock()
 
 
 def _on_one_cuda_device(tensors: Sequence) -> bool:

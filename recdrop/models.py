@@ -80,6 +80,12 @@ def set_generator(model: torch.nn.Module, generator: Optional[torch.Generator]) 
     return model
 
 
+def generators(model: torch.nn.Module) -> list:
+    """The generators ``model``'s masks are drawn from (``set_generator``), each once."""
+    found = {id(m.generator): m.generator for m in model.modules() if getattr(m, "generator", None) is not None}
+    return list(found.values())
+
+
 class Linear(torch.nn.Linear):
     """``torch.nn.Linear`` (the same parameters, state_dict and hooks) whose product runs on oneDNN on a
     CPU in float32 (``fused.linear``): a language model's decoder is most of its training step."""

@@ -111,6 +111,13 @@ class Task:
             raise ValueError(f"{cls.__name__} trains one run at a time, got a group of {len(tasks)}")
         return [tasks[0].train_step(batch)]
 
+    @classmethod
+    def group_stepper(cls, tasks: Sequence["Task"]) -> Callable[[Any], List[Dict[str, Any]]]:
+        """``group_step`` of ``tasks`` as a function of the batch, made once for as long as the group
+        stands: a task whose step can run as one CUDA graph returns a ``step_graph.StepGraph``."""
+        tasks = list(tasks)
+        return lambda batch: cls.group_step(tasks, batch)
+
     def batches(self, epoch: int) -> Sequence[Any]:
         """The training batches of ``epoch``: deterministic given the seed and the epoch."""
         raise NotImplementedError
@@ -156,11 +163,19 @@ class Task:
         pass
 
 
-def optimise_group(tasks: Sequence[Task], losses: torch.Tensor, clip_norms: Sequence[float]) -> List[torch.Tensor]:
+def optimise_group(tasks: Sequence[Task], losses: torch.Tensor, clip_norms: Sequence[float],
+                   lrs: Optional[torch.Tensor] = None) -> List[torch.Tensor]:
     """``Task.optimise`` for each of ``tasks`` (one run's each), ``losses[r]`` the loss of run r: one
     backward of their sum (each run's parameters get its own loss's gradient), then each run clips by
     its own global norm where ``clip_norms[r]`` is positive (Pascanu et al. 2013; ``clip_grad_norm_``)
-    and steps its own optimiser. Returns each run's global gradient norm before clipping."""
+    and steps its own optimiser. Returns each run's global gradient norm before clipping.
+
+    With ``lrs`` (each run's learning rate, a tensor ``(R,)``: ``step_graph.LearningRates``) the update
+    is plain SGD, p <- p - lr_r g, read from that tensor, so that a CUDA graph of the step follows a
+    schedule; each optimiser must then be plain SGD (no momentum, dampening, weight decay or Nesterov)."""
+    if lrs is not None:
+        for t in tasks:
+            check_plain_sgd(t.optimizer)
     for t in tasks:
         t.optimizer.zero_grad(set_to_none=True)
     losses.sum().backward()
@@ -174,13 +189,28 @@ def optimise_group(tasks: Sequence[Task], losses: torch.Tensor, clip_norms: Sequ
                 else:
                     shared.add(storage)
     norms = []
-    for t, clip in zip(tasks, clip_norms):
-        norm = torch.nn.utils.get_total_norm([p.grad for p in t.model.parameters() if p.grad is not None])
+    for r, (t, clip) in enumerate(zip(tasks, clip_norms)):
+        params = [p for p in t.model.parameters() if p.grad is not None]
+        norm = torch.nn.utils.get_total_norm([p.grad for p in params])
         if clip > 0:
-            torch.nn.utils.clip_grads_with_norm_(t.model.parameters(), clip, norm)
-        t.optimizer.step()
+            torch.nn.utils.clip_grads_with_norm_(params, clip, norm)
+        if lrs is None:
+            t.optimizer.step()
+        else:
+            with torch.no_grad():
+                for p in params:
+                    p.addcmul_(p.grad, lrs[r], value=-1)
         norms.append(norm)
     return norms
+
+
+def check_plain_sgd(optimizer: torch.optim.Optimizer) -> None:
+    """Refuse an optimiser that ``optimise_group``'s update from a tensor of rates would not follow."""
+    g = optimizer.param_groups[0] if optimizer.param_groups else {}
+    plain = (type(optimizer) is torch.optim.SGD and len(optimizer.param_groups) == 1 and not g.get("momentum")
+             and not g.get("weight_decay") and not g.get("nesterov") and not g.get("maximize"))
+    if not plain:
+        raise ValueError(f"an update from a tensor of learning rates is plain SGD; got {optimizer!r}")
 
 
 def check_device(device: str, available: bool = True) -> str:
@@ -456,7 +486,8 @@ def _train_together(runs: List[Run], store: RunStore, progress: bool, checkpoint
         for a stretch that began or ended inside an epoch) and seconds."""
         def at(e: int, b: int) -> float:
             return round(e + b / max(1, expected_batches(e)), 4) if b else float(e)
-        segment = {k: run.env[k] for k in ("hardware", "device", "torch", "commit", "precision") if k in run.env}
+        segment = {k: run.env[k] for k in ("hardware", "device", "torch", "commit", "precision", "step")
+                   if k in run.env}
         if group:
             segment["group"] = group
         return run.segments + [{**segment, "from_epoch": at(start_epoch, start_batch), "to_epoch": at(epoch, batch),
@@ -505,6 +536,7 @@ def _train_together(runs: List[Run], store: RunStore, progress: bool, checkpoint
                desc=f"{lead.name} {what}", position=position, leave=position == 0, dynamic_ncols=True)
     live = list(runs)
     finished: List[Dict[str, Any]] = []
+    stepper = None
     try:
         for epoch in range(start_epoch, epochs):
             for r in live:
@@ -515,7 +547,12 @@ def _train_together(runs: List[Run], store: RunStore, progress: bool, checkpoint
                 for r in live:
                     r.sums = {}
             for b in range(first, len(batches)):
-                outs = task_type.group_step([r.task for r in live], batches[b])
+                if stepper is None:  # the step of the runs training now, made once for as long as they stand
+                    stepper = task_type.group_stepper([r.task for r in live])
+                outs = stepper(batches[b])
+                if getattr(stepper, "captured", False) and "step" not in lead.env:
+                    for r in live:  # the records say how the step ran (the warm-up's few steps ran eagerly)
+                        r.env["step"] = "cuda-graph"
                 values = _to_floats(outs)  # one host synchronisation a step for the whole group
                 for r, out in zip(list(live), values):
                     loss = out["loss"]
@@ -529,6 +566,7 @@ def _train_together(runs: List[Run], store: RunStore, progress: bool, checkpoint
                             diverged[r.rid] = r.diverged
                         finished.append(store.load(r.name, r.config.scale, r.rid))
                         live.remove(r)
+                        stepper = release(stepper)
                         continue
                     for k, v in out.items():
                         r.sums[k] = r.sums.get(k, 0.0) + v
@@ -571,6 +609,7 @@ def _train_together(runs: List[Run], store: RunStore, progress: bool, checkpoint
                 return finished
     finally:
         bar.close()
+        release(stepper)
     for r in live:
         record = make_record(r, r.task.final_metrics(r.curves), epochs, 0)
         store.save(record)
@@ -579,8 +618,15 @@ def _train_together(runs: List[Run], store: RunStore, progress: bool, checkpoint
     return finished
 
 
+def release(stepper) -> None:
+    """Give back what a group's step holds (a CUDA graph's memory), before the next group needs it."""
+    if hasattr(stepper, "release"):
+        stepper.release()
+
+
 def _to_floats(outs: Sequence[Dict[str, Any]]) -> List[Dict[str, float]]:
     """Each run's step outputs as floats, the tensors among them read in one transfer."""
     tensors = [v for out in outs for v in out.values() if isinstance(v, torch.Tensor)]
-    read = iter(torch.stack([t.detach().reshape(()).double() for t in tensors]).tolist() if tensors else ())
+    # one stack and one cast for the group (a cast per run is a kernel launch per run, a step's host work)
+    read = iter(torch.stack([t.detach().reshape(()) for t in tensors]).double().tolist() if tensors else ())
     return [{k: next(read) if isinstance(v, torch.Tensor) else float(v) for k, v in out.items()} for out in outs]

@@ -7,6 +7,7 @@
 #     bash scripts/lent_gpu.sh train S [WAIT]     # the fused campaign, detached, packed within S seconds
 #     bash scripts/lent_gpu.sh finish             # wait for it (not past its end), then its pack into $OUT
 #     bash scripts/lent_gpu.sh layers             # this GPU's layer benchmarks, if minutes remain
+#     bash scripts/lent_gpu.sh groups             # the fused groups' steps in float32 and TF32, if minutes remain
 #     LEASE_S=585 bash scripts/lent_gpu.sh        # all in one command of LEASE_S seconds
 # S counts from train's start to the written pack: the device time left after setup (the run tool's
 # budget_left_s) less the commands' transfers and the gaps between them. Whatever the lease makes
@@ -18,9 +19,14 @@
 set -u
 export RECDROP_DATA=${RECDROP_DATA:-.gpu-data} PYTHONPATH=. PYTHONUNBUFFERED=1
 LEASE=/tmp/lease
-# A dry run of the whole lease here: LEASE_DEVICE=cpu, a stand-in nvidia-smi on PATH, and LEASE_CAMPAIGN a
-# copy of data/campaign-gpu.toml whose entries allow the cpu (theirs name cuda only)
+# A dry run of the whole lease here: LEASE_DEVICE=cpu, LEASE_PRECISION=float32, LEASE_SIZES="1 2" (the group
+# sizes setup times), a stand-in nvidia-smi on PATH, and LEASE_CAMPAIGN a copy of data/campaign-gpu.toml
+# whose entries allow the cpu (theirs name cuda only)
 DEVICE=${LEASE_DEVICE:-cuda} CAMPAIGN=${LEASE_CAMPAIGN:-data/campaign-gpu.toml}
+# TF32 products on the GPU (issue 46: the word LM's 26 decoders take 9.4 ms a step in float32, 1.8 in TF32);
+# every record says so. LEASE_PRECISION=float32 for float32 throughout (and for a rehearsal on the CPU).
+PRECISION=${LEASE_PRECISION:-tf32}
+[ "$PRECISION" = tf32 ] && TF32=--tf32 || TF32=
 CACHE=${RECDROP_CACHE:-$HOME/.cache/recdrop}
 export RECDROP_RUNS=$LEASE/runs
 START_S=30  # from the campaign's launch to its clock: imports, the store, CUDA
@@ -45,13 +51,15 @@ setup() {
   if [ $? -ne 0 ]; then echo "the CUDA graphs' test failed: graphs off"; echo "export RECDROP_CUDA_GRAPHS=0" > "$LEASE/env"; fi
   . "$LEASE/env"
   timeout 60 python3 -m pytest -q -p no:cacheprovider tests/test_fused_training.py -k "each_member and cuda" > "$b/logs/fused-test.log" 2>&1
+  # the whole training step as one CUDA graph (issue 46) against the eager step; on failure the step runs eagerly
+  timeout 60 python3 -m pytest -q -x -p no:cacheprovider tests/test_step_graph.py > "$b/logs/step-graph-test.log" 2>&1
+  if [ $? -ne 0 ]; then echo "the step graph's test failed: steps eager"; echo "export RECDROP_STEP_GRAPH=0" >> "$LEASE/env"; fi
+  . "$LEASE/env"
   tail -qn1 "$b"/logs/*.log
-  if [ -f "data/benchmarks/groups/$gpu.csv" ] && [ "${RECDROP_CUDA_GRAPHS:-1}" != 0 ]; then
-    cp "data/benchmarks/groups/$gpu.csv" "$LEASE/groups.csv"
-  else  # the group sizes' step times, which choose the size (a stored file is of a step with graphs)
-    timeout 100 python3 benchmarks/bench_groups.py --device "$DEVICE" --models word --sizes 1 2 4 8 --out "$b/groups/$gpu.csv"
-    cp "$b/groups/$gpu.csv" "$LEASE/groups.csv" 2>/dev/null
-  fi
+  # the group sizes' step times at this lease's precision, which choose the size
+  timeout 150 python3 benchmarks/bench_groups.py --device "$DEVICE" --models word --sizes ${LEASE_SIZES:-1 8 26} --repeats 2 $TF32 \
+      --out "$b/groups/$gpu-$PRECISION.csv"
+  cp "$b/groups/$gpu-$PRECISION.csv" "$LEASE/groups.csv" 2>/dev/null
   pack_bench
   echo "setup done"
 }
@@ -92,7 +100,7 @@ train() {  # $1: seconds from now to the written pack; $2: how long this command
   echo $(( $(now) + $1 )) > "$LEASE/end"
   rm -rf "$LEASE/pack" "$LEASE/rc"; mkdir -p "$LEASE/pack"
   setsid nohup bash -c "python3 -m recdrop.campaign --file '$CAMPAIGN' --for ${budget}s --device '$DEVICE' \
-      --fuse $cap --no-progress --pack $LEASE/pack > $LEASE/campaign.log 2>&1; echo \$? > $LEASE/rc" < /dev/null > /dev/null 2>&1 &
+      --fuse $cap $TF32 --no-progress --pack $LEASE/pack > $LEASE/campaign.log 2>&1; echo \$? > $LEASE/rc" < /dev/null > /dev/null 2>&1 &
   echo $! > "$LEASE/pid"
   wait_campaign $(( $(now) + ${2:-560} ))
   running || collect
@@ -124,6 +132,13 @@ finish() {  # waits until the campaign ends, but not past its pack's due time an
   collect
 }
 
+groups() {  # the fused groups' steps at both precisions, word LM and char LM, if minutes remain
+  local gpu; gpu=$(gpu_name); mkdir -p "$LEASE/bench/groups"
+  for t in "" --tf32; do timeout 200 python3 benchmarks/bench_groups.py --device "$DEVICE" --models word char \
+      --sizes 1 4 8 26 --repeats 2 $t --out "$LEASE/bench/groups/$gpu-${t:+tf32}${t:-float32}-all.csv"; done
+  pack_bench
+}
+
 layers() {
   local gpu; gpu=$(gpu_name); mkdir -p "$LEASE/bench"
   for p in "" --packed; do timeout 100 python3 benchmarks/bench_layers.py --device "$DEVICE" --schemes semeniuta gal moon \
@@ -136,6 +151,7 @@ case "${1:-all}" in
   train) train "${2:?train needs the seconds from now to the written pack}" "${3:-560}" ;;
   finish) finish ;;
   layers) layers ;;
+  groups) groups ;;
   all)
     END=$(( $(now) + ${LEASE_S:-585} ))
     setup
@@ -146,5 +162,5 @@ case "${1:-all}" in
     fi
     if [ "$LEFT" -gt 120 ]; then train "$LEFT" "$LEFT"; running && finish; fi
     echo "left: $(( END - $(now) )) s" ;;
-  *) echo "usage: $0 [setup | train SECONDS [WAIT] | finish | layers | all]"; exit 2 ;;
+  *) echo "usage: $0 [setup | train SECONDS [WAIT] | finish | layers | groups | all]"; exit 2 ;;
 esac

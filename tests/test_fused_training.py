@@ -102,16 +102,20 @@ def test_in_float32_a_member_agrees_with_its_run_alone_to_the_rounding_of_batche
 
 def test_a_member_that_diverges_stops_alone_recorded_as_alone_and_the_others_finish(tmp_path, monkeypatch, float64):
     monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "cache"))
-    real_step = WordLMTask.group_step.__func__
+    real_stepper = WordLMTask.group_stepper.__func__
 
-    def step(cls, tasks, start):  # the run with lr 0.75 gets a NaN loss at its third step (epoch 2, batch 1)
-        outs = real_step(cls, tasks, start)
-        for t, out in zip(tasks, outs):
-            t.steps = getattr(t, "steps", 0) + 1
-            if t.cfg.lr == 0.75 and t.steps == 3:
-                out["loss"] = out["loss"] * float("nan")
-        return outs
-    monkeypatch.setattr(WordLMTask, "group_step", classmethod(step))
+    def stepper(cls, tasks, graphed=True):  # the run with lr 0.75 gets a NaN loss at its third step (epoch 2, batch 1)
+        real_step = real_stepper(cls, tasks, graphed)
+
+        def step(start):
+            outs = real_step(start)
+            for t, out in zip(tasks, outs):
+                t.steps = getattr(t, "steps", 0) + 1
+                if t.cfg.lr == 0.75 and t.steps == 3:
+                    out["loss"] = out["loss"] * float("nan")
+            return outs
+        return step
+    monkeypatch.setattr(WordLMTask, "group_stepper", classmethod(stepper))
     runs = members("word_lm")[:2]
     runs.insert(1, (runs[0][0].replace(lr=0.75), 0))
     errors = {}
@@ -166,9 +170,7 @@ def test_the_campaign_fuses_stops_at_its_budget_packs_and_resumes_elsewhere_to_t
     monkeypatch.setattr(train, "time", types.SimpleNamespace(
         perf_counter=time.perf_counter, monotonic=time.monotonic,
         time=lambda: float("inf") if steps["n"] >= 3 else time.time()))
-    real_step = WordLMTask.group_step.__func__
-    monkeypatch.setattr(WordLMTask, "group_step", classmethod(
-        lambda cls, tasks, start: (steps.__setitem__("n", steps["n"] + 1), real_step(cls, tasks, start))[1]))
+    _count_steps(monkeypatch, steps)
     out = run_campaign([entry], "cpu", 1, 3600, store, False, fuse=True)
     assert len(out["stopped"]) == 6 and not out["finished"]
     pack(tmp_path / "pack", out["stopped"], [], store)
@@ -270,9 +272,17 @@ def _stop_after_steps(monkeypatch, n):
     monkeypatch.setattr(train, "time", types.SimpleNamespace(
         perf_counter=time.perf_counter, monotonic=time.monotonic,
         time=lambda: float("inf") if steps["n"] >= n else 0.0))
-    real_step = WordLMTask.group_step.__func__
-    monkeypatch.setattr(WordLMTask, "group_step", classmethod(
-        lambda cls, tasks, start: (steps.__setitem__("n", steps["n"] + 1), real_step(cls, tasks, start))[1]))
+    _count_steps(monkeypatch, steps)
+
+
+def _count_steps(monkeypatch, steps):
+    """``steps["n"]`` counts the word LM's group steps the trainer takes (``group_stepper``'s calls)."""
+    real_stepper = WordLMTask.group_stepper.__func__
+
+    def stepper(cls, tasks, graphed=True):
+        step = real_stepper(cls, tasks, graphed)
+        return lambda start: (steps.__setitem__("n", steps["n"] + 1), step(start))[1]
+    monkeypatch.setattr(WordLMTask, "group_stepper", classmethod(stepper))
 
 
 def test_members_checkpointed_at_different_places_catch_up_and_finish_as_one_group(tmp_path, monkeypatch, float64):

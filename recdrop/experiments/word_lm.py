@@ -18,8 +18,9 @@ import torch.nn.functional as F
 
 from ..config import ExperimentConfig
 from ..data.ptb import batchify, load_ptb
-from ..models import Dropout, LanguageModel, language_models_bytes, language_models_nll
+from ..models import Dropout, LanguageModel, generators, language_models_bytes, language_models_nll
 from ..report import Metric, check_claims, claim_verdict, means_over, seed_values
+from ..step_graph import LearningRates, StepGraph, capturable
 from ..train import Task, optimise_group
 from .lm_tables import (CELL_KEYS, FORWARD, RATES, SAMPLINGS, SCHEMES, best, best_epoch, conjecture_cells, fit_table,
                         headline_cells, lm_table, lm_table_wide, paper_values, pilot_cells, pilot_table,
@@ -140,16 +141,38 @@ class WordLMTask(Task):
     def group_step(cls, tasks: Sequence["WordLMTask"], start: int) -> List[Dict[str, torch.Tensor]]:
         """One SGD step of each run on the BPTT window at row ``start``, the runs as one model
         (``models.language_models_nll``), each from its own carried state."""
-        cfg = tasks[0].cfg
-        x = tasks[0].train_data[start:start + cfg.bptt]
-        y = tasks[0].train_data[start + 1:start + 1 + cfg.bptt]
+        return cls.group_stepper(tasks, graphed=False)(start)
+
+    @classmethod
+    def group_stepper(cls, tasks: Sequence["WordLMTask"], graphed: bool = True) -> StepGraph:
+        """``group_step`` as a function of the window's start row, one CUDA graph on a GPU
+        (``step_graph.StepGraph``): the window and the runs' carried states (h, c) live in static
+        buffers, each run's ``state`` a view of its row, and each run's learning rate is read from a
+        tensor there (plain SGD, ``train.optimise_group``); elsewhere ``optimizer.step()`` updates."""
+        tasks = list(tasks)
+        cfg, device, data = tasks[0].cfg, tasks[0].device, tasks[0].train_data
+        graphed = graphed and capturable(device)
+        window = torch.empty(cfg.bptt + 1, cfg.batch_size, dtype=data.dtype, device=device)
         states = tuple(torch.cat([t.state[i] for t in tasks]) for i in range(2))  # (R, B, H) each
-        nll, states = language_models_nll([t.model for t in tasks], x, states, y)
         for r, t in enumerate(tasks):
-            t.state = tuple(s[r:r + 1].detach() for s in states)
-        # Authors' code: cross-entropy summed over the 35 steps and averaged over the batch.
-        optimise_group(tasks, nll * cfg.bptt, [t.cfg.clip_norm for t in tasks])
-        return [{"loss": v} for v in nll.detach()]
+            t.state = tuple(s[r:r + 1] for s in states)
+        lrs = LearningRates([t.optimizer for t in tasks], device) if graphed else None
+        models, clips = [t.model for t in tasks], [t.cfg.clip_norm for t in tasks]
+
+        def load(start: int) -> None:
+            window.copy_(data[start:start + cfg.bptt + 1])
+            if lrs is not None:
+                lrs.refresh()
+
+        def body() -> List[Dict[str, torch.Tensor]]:
+            nll, new = language_models_nll(models, window[:-1], states, window[1:])
+            # Authors' code: cross-entropy summed over the 35 steps and averaged over the batch.
+            optimise_group(tasks, nll * cfg.bptt, clips, None if lrs is None else lrs.tensor)
+            with torch.no_grad():
+                for s, n in zip(states, new):  # carried to the next window (truncated BPTT)
+                    s.copy_(n)
+            return [{"loss": v} for v in nll.detach()]
+        return StepGraph(load, body, [g for m in models for g in generators(m)], device, enabled=graphed)
 
     def train_step(self, start: int) -> Dict[str, float]:
         return {k: float(v) for k, v in self.group_step([self], start)[0].items()}
@@ -161,19 +184,29 @@ class WordLMTask(Task):
 
     @classmethod
     def group_perplexities(cls, tasks: Sequence["WordLMTask"], data) -> List[Tuple[float, float]]:
-        """``perplexities`` of each of ``tasks`` on ``data``, the runs as one model (in eval mode)."""
-        cfg = tasks[0].cfg
-        states = tuple(torch.cat(s) for s in zip(*(t._zero_state() for t in tasks)))
+        """``perplexities`` of each of ``tasks`` on ``data``, the runs as one model (in eval mode); on a GPU
+        each full window's forward replays one CUDA graph (``step_graph.StepGraph``)."""
+        cfg, device = tasks[0].cfg, tasks[0].device
+        models = [t.model for t in tasks]
+        states = tuple(torch.cat(s) for s in zip(*(t._zero_state() for t in tasks)))  # (R, B, H), carried
+        window = torch.empty(cfg.bptt + 1, cfg.batch_size, dtype=data.dtype, device=device)
+
+        def forward(x, y) -> torch.Tensor:
+            nll, new = language_models_nll(models, x, states, y, reduction="sum")
+            for s, n in zip(states, new):
+                s.copy_(n)
+            return nll
+        full = StepGraph(lambda start: window.copy_(data[start:start + cfg.bptt + 1]),
+                         lambda: forward(window[:-1], window[1:]), [], device, enabled=capturable(device))
         totals, count, per_window = [0.0] * len(tasks), 0, [[] for _ in tasks]
         for start in range(0, data.shape[0] - 1, cfg.bptt):
-            x = data[start:start + cfg.bptt]
             y = data[start + 1:start + 1 + cfg.bptt]
-            x = x[:y.shape[0]]
-            nll, states = language_models_nll([t.model for t in tasks], x, states, y, reduction="sum")
+            nll = full(start) if y.shape[0] == cfg.bptt else forward(data[start:start + y.shape[0]], y)
             count += y.numel()
             for r, v in enumerate(nll.tolist()):  # one transfer a window for the group
                 totals[r] += v
                 per_window[r].append(_exp(v / y.numel()))
+        full.release()
         return [(_exp(total / count), sum(w) / len(w)) for total, w in zip(totals, per_window)]
 
     def evaluate(self, epoch: int, train_stats: Dict[str, float]) -> Dict[str, Optional[float]]:

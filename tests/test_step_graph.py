@@ -1,0 +1,136 @@
+"""A group's whole training step as one CUDA graph (issue 46, ``recdrop.step_graph``): on a GPU the
+captured step trains as the eager step does (the same masks from each run's own generator, the same
+updates, a learning rate changed between steps followed); off CUDA the stepper is the eager step; the
+plain-SGD update from a tensor of rates is SGD's; an optimiser it cannot follow is refused."""
+import pytest
+import torch
+
+from recdrop import graphs, step_graph
+from recdrop.experiments.word_lm import WordLMConfig, WordLMTask
+from recdrop.models import set_generator
+from recdrop.train import check_plain_sgd, mask_generator, optimise_group, seed_everything
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU")
+
+
+def word_lm_tasks(device, n=3):
+    """``n`` word LMs at ci scale with recurrent and forward dropout, each built as the trainer builds it."""
+    base = WordLMConfig.at_scale("ci")
+    configs = [base.replace(recurrent_dropout=0.25, scheme="gal", sampling="per-sequence"),
+               base.replace(recurrent_dropout=0.5, input_dropout=0.2, output_dropout=0.5, lr=0.5),
+               base.replace(recurrent_dropout=0.25, scheme="moon", clip_norm=1.0)][:n]
+    tasks = []
+    for cfg in configs:
+        seed_everything(0)
+        task = WordLMTask(cfg, device, 0)
+        set_generator(task.model, mask_generator(0, device))
+        task.model.train()
+        tasks.append(task)
+    return tasks
+
+
+def train_steps(tasks, stepper, starts, decay_at):
+    """Each window's losses (R,) through ``stepper``, the learning rates divided by 1.5 before step ``decay_at``."""
+    losses = []
+    for i, start in enumerate(starts):
+        if i == decay_at:
+            for t in tasks:
+                t.optimizer.param_groups[0]["lr"] /= 1.5
+        losses.append(torch.stack([out["loss"] for out in stepper(start)]).clone())
+    return torch.stack(losses)
+
+
+def test_off_cuda_the_stepper_is_the_eager_group_step():
+    a, b = word_lm_tasks("cpu"), word_lm_tasks("cpu")
+    stepper = WordLMTask.group_stepper(a)
+    assert not stepper.enabled and not stepper.captured
+    starts = a[0].batches(0) * 2
+    got = train_steps(a, stepper, starts, decay_at=2)
+    want = torch.stack([torch.stack([o["loss"] for o in WordLMTask.group_step(b, s)]) for s in starts[:2]])
+    for t in b:
+        t.optimizer.param_groups[0]["lr"] /= 1.5
+    want = torch.cat([want, torch.stack([torch.stack([o["loss"] for o in WordLMTask.group_step(b, s)])
+                                         for s in starts[2:]])])
+    assert torch.equal(got, want)
+    for ta, tb in zip(a, b):
+        assert all(torch.equal(p, q) for p, q in zip(ta.model.parameters(), tb.model.parameters()))
+        assert all(torch.equal(s, r) for s, r in zip(ta.state, tb.state))
+
+
+def test_the_update_from_a_tensor_of_rates_is_sgds():
+    """optimise_group with ``lrs``: p - lr_r g after each run's clipping, as torch.optim.SGD steps."""
+    a, b = word_lm_tasks("cpu", 2), word_lm_tasks("cpu", 2)
+    window = a[0].train_data[:a[0].cfg.bptt + 1]
+    lrs = step_graph.LearningRates([t.optimizer for t in b], "cpu")
+    for tasks, rates in ((a, None), (b, lrs.tensor)):
+        for t in tasks:
+            t.model.eval()  # no masks: the two calls see the same losses
+        loss = torch.stack([torch.nn.functional.cross_entropy(
+            t.model(window[:-1], t._zero_state())[0].flatten(0, 1), window[1:].flatten()) for t in tasks])
+        optimise_group(tasks, loss, [t.cfg.clip_norm for t in tasks], rates)
+    assert lrs.tensor.tolist() == [t.optimizer.param_groups[0]["lr"] for t in b]
+    for ta, tb in zip(a, b):
+        for p, q in zip(ta.model.parameters(), tb.model.parameters()):
+            torch.testing.assert_close(q, p, rtol=1e-6, atol=1e-7)
+
+
+def test_a_tensor_of_rates_refuses_an_optimiser_it_cannot_follow():
+    p = [torch.nn.Parameter(torch.zeros(2))]
+    check_plain_sgd(torch.optim.SGD(p, lr=0.1))
+    for bad in (torch.optim.SGD(p, lr=0.1, momentum=0.9), torch.optim.SGD(p, lr=0.1, weight_decay=1e-4),
+                torch.optim.Adam(p)):
+        with pytest.raises(ValueError, match="plain SGD"):
+            check_plain_sgd(bad)
+
+
+def test_suspended_graphs_run_the_plain_loops_in_every_thread():
+    t = torch.zeros(1)
+    with graphs.suspended():
+        assert graphs._SUSPENDED[0] == 1
+    assert graphs._SUSPENDED[0] == 0
+    assert not graphs.graphs_usable([t])  # a CPU tensor: plain anyway
+
+
+@needs_cuda
+def test_on_cuda_the_captured_step_trains_as_the_eager_step():
+    """The graph replays draw each run's masks from its own generator as the eager steps do, follow a
+    learning rate changed between replays, and leave the same weights, states and generators."""
+    eager_tasks, graph_tasks = word_lm_tasks("cuda"), word_lm_tasks("cuda")
+    eager = WordLMTask.group_stepper(eager_tasks, graphed=False)
+    graphed = WordLMTask.group_stepper(graph_tasks)
+    starts = eager_tasks[0].batches(0) * 5
+    want = train_steps(eager_tasks, eager, starts, decay_at=step_graph.WARMUP + 3)
+    got = train_steps(graph_tasks, graphed, starts, decay_at=step_graph.WARMUP + 3)
+    assert graphed.captured, graphed.failure
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    for te, tg in zip(eager_tasks, graph_tasks):
+        for p, q in zip(te.model.parameters(), tg.model.parameters()):
+            torch.testing.assert_close(q, p, rtol=1e-4, atol=1e-5)
+        for s, r in zip(te.state, tg.state):
+            torch.testing.assert_close(r, s, rtol=1e-4, atol=1e-5)
+    ge = [m.generator for t in eager_tasks for m in t.model.modules() if getattr(m, "generator", None) is not None]
+    gg = [m.generator for t in graph_tasks for m in t.model.modules() if getattr(m, "generator", None) is not None]
+    assert all(torch.equal(a.get_state(), b.get_state()) for a, b in zip(ge, gg))
+    graphed.release()
+
+
+@needs_cuda
+def test_on_cuda_the_graphed_evaluation_gives_the_eager_perplexities(monkeypatch):
+    from recdrop.experiments import word_lm
+    captured = []
+
+    class Recording(step_graph.StepGraph):
+        def release(self):
+            captured.append(self.captured)
+            super().release()
+    monkeypatch.setattr(word_lm, "StepGraph", Recording)
+    tasks = word_lm_tasks("cuda")
+    for t in tasks:
+        t.model.eval()
+    data = torch.cat([tasks[0].valid_data] * 4)  # full windows enough to warm up and capture, and a short last one
+    with torch.no_grad():
+        graphed = WordLMTask.group_perplexities(tasks, data)
+        monkeypatch.setenv("RECDROP_STEP_GRAPH", "0")
+        eager = WordLMTask.group_perplexities(tasks, data)
+    assert captured == [True, False]
+    torch.testing.assert_close(torch.tensor(graphed), torch.tensor(eager), rtol=1e-5, atol=0.0)
