@@ -158,13 +158,23 @@ def plot_time_per_step(df: pd.DataFrame):
     return g
 
 
+def group_setting(df: pd.DataFrame) -> pd.Series:
+    """How a row's steps ran: the whole step as one CUDA graph or eagerly (rows before issue 46 were
+    eager), and its products' precision."""
+    step = df["step"].fillna("eager") if "step" in df else pd.Series("eager", index=df.index)
+    tf32 = df["tf32"].fillna(False).astype(bool) if "tf32" in df else pd.Series(False, index=df.index)
+    return step + ", " + tf32.map({True: "TF32", False: "float32"})
+
+
 def group_table(df: pd.DataFrame) -> pd.DataFrame:
     """A fused group's speed-up over its runs one at a time (``bench_groups.py``: one training step of
-    R runs of a table's paper grid), one row per machine, model and thread count, one column per
-    group size R; above 1 the group is faster per run."""
+    R runs of a table's paper grid), one row per machine, way of stepping (``group_setting``), model and
+    thread count, one column per group size R; above 1 the group is faster per run."""
     if df.empty:
         return pd.DataFrame()
-    out = df.pivot_table(index=["hardware", "model", "threads"], columns="runs", values="speedup", aggfunc="first")
+    df = df.assign(step=group_setting(df))
+    out = df.pivot_table(index=["hardware", "step", "model", "threads"], columns="runs", values="speedup",
+                         aggfunc="first")
     out.columns = [f"R = {r}" for r in out.columns]
     return out.reset_index().rename_axis(columns=None)
 
@@ -176,6 +186,7 @@ def plot_group_throughput(df: pd.DataFrame):
 
     if df.empty:
         return None
+    df = df.assign(hardware=df["hardware"] + " (" + group_setting(df) + ")")
     long = df.melt(id_vars=["hardware", "model", "runs"], value_name="runs per hour of steps",
                    value_vars=["alone_runs_per_hour_of_steps", "group_runs_per_hour_of_steps"], var_name="how")
     long["how"] = long["how"].map({"alone_runs_per_hour_of_steps": "one run at a time",

@@ -35,8 +35,20 @@ mkdir -p "$LEASE"
 gpu_name() { echo -n gpu-; nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr 'A-Z ' 'a-z-' | sed 's/-80gb-hbm3//'; }
 now() { date +%s; }
 
+in_place() {  # every phase: the data unpacked and the checkout at the commit that home has
+  # A command's copy of the repository may hold an older .git than the working tree it carries (seen on the
+  # lease of 2026-11-26: HEAD the session's first commit, the tree a later one), and the records would name
+  # that commit "-dirty" and be refused at home; the bundle of main puts HEAD where the tree is.
+  if [ -f "$RECDROP_DATA/head.bundle" ]; then
+    git fetch -q "$RECDROP_DATA/head.bundle" main && git reset -q FETCH_HEAD || echo "warning: the bundle did not apply"
+  fi
+  # carry replaces .gpu-data at each command that names it: unpack the data again where it is missing
+  for d in ptb ptb_char; do
+    [ -d "$RECDROP_DATA/$d" ] || { [ -f "$RECDROP_DATA/data.tgz" ] && tar xzf "$RECDROP_DATA/data.tgz" -C "$RECDROP_DATA"; }
+  done
+}
+
 setup() {
-  [ -f "$RECDROP_DATA/data.tgz" ] && tar xzf "$RECDROP_DATA/data.tgz" -C "$RECDROP_DATA"
   for d in ptb ptb_char; do  # the tests and the campaign read both; a lease spent without them is lost
     [ -d "$RECDROP_DATA/$d" ] || { echo "error: $RECDROP_DATA/$d is missing: put it in data.tgz and carry it (README)"; exit 1; }
   done
@@ -79,9 +91,10 @@ if not measured:
     print(0); sys.exit()
 sizes = sorted(measured)  # between measured sizes a step's time is interpolated: it grows about linearly
 step = {r: float(np.interp(r, sizes, [measured[s] for s in sizes])) for r in range(1, max(sizes) + 1)}
-# 15% for the evaluations (a measured pair took 6% more than its steps) and for the estimate's error:
-# a group stopped short comes back as at most two checkpoints
-finished = {r: int(budget // (1.15 * s * steps)) * r for r, s in step.items()}
+# 40% for the evaluations, the warm-up and capture, the checkpoints and the estimate's error: a graphed
+# group of 7 took 27% more than its steps (579 s against 7 runs' interpolated 5.5 ms x 82,900 steps), and
+# one stopped short comes back as at most two checkpoints
+finished = {r: int(budget // (1.4 * s * steps)) * r for r, s in step.items()}
 print(max(finished, key=lambda r: (finished[r], r)) if any(finished.values()) else 0)
 PY
 }
@@ -146,6 +159,7 @@ layers() {
   pack_bench
 }
 
+in_place
 case "${1:-all}" in
   setup) setup ;;
   train) train "${2:?train needs the seconds from now to the written pack}" "${3:-560}" ;;

@@ -100,7 +100,8 @@ def test_the_group_table_gives_each_group_sizes_speedup_per_machine_and_model(tm
             for m, r, s in [("word", 1, 1.0), ("word", 26, 0.9), ("char", 1, 1.1)]]
     pd.DataFrame(rows).to_csv(tmp_path / "g.csv", index=False)
     table = perf.group_table(perf.load_benchmarks(tmp_path))
-    assert list(table.columns) == ["hardware", "model", "threads", "R = 1", "R = 26"]
+    assert list(table.columns) == ["hardware", "step", "model", "threads", "R = 1", "R = 26"]
+    assert set(table["step"]) == {"eager, float32"}  # rows from before the step graph: eager
     by_model = table.set_index("model")
     assert by_model.loc["word", "R = 26"] == 0.9 and by_model.loc["char", "R = 1"] == 1.1
     assert pd.isna(by_model.loc["char", "R = 26"])  # not measured: no number
