@@ -9,7 +9,9 @@ from typing import Optional
 import pandas as pd
 
 from .book import chapter_scale, chapter_seeds
-from .experiments import EXPERIMENTS, judged_claims
+from .chapters import best_cell, judged_claims, paper_so_far
+from .experiments import EXPERIMENTS, conjecture
+from .experiments import seeds as seeds_study
 from .report import claim_verdicts, stamp, verdict_rows
 from .store import RunStore
 from .sweep import run_grid, stored_rows, stored_scales
@@ -88,8 +90,6 @@ def study_claims(store: Optional[RunStore] = None) -> list:
     Sec. 3's predictions on memory loss (``memory_loss.claims``), the conjecture that Gal's scheme with
     ours beats both (``conjecture.conjecture_summary``, per table and forward block), and whether the
     paper's orderings of its best cells survive the seed noise (``seeds.orderings``, per table)."""
-    from .experiments import conjecture, seeds as seeds_study
-
     store = store or RunStore()
     out = []
 
@@ -127,37 +127,12 @@ def study_claims(store: Optional[RunStore] = None) -> list:
     return out
 
 
-def _best_cell(e, t: pd.DataFrame):
-    """The index of the paper's best cell (or the experiment's headline) in comparison ``t``."""
-    if e.headline:
-        return t.index[t["setting"] == e.headline][0]
-    return t["paper"].idxmax() if e.metric.higher_is_better else t["paper"].idxmin()
-
-
-SO_FAR_LISTED = 4  # up to this many paper-scale cells are listed with their numbers; past it, the best cell
-
-
-def paper_so_far(e, grid: str = "table", store: Optional[RunStore] = None) -> str:
-    """What of experiment ``e``'s ``grid`` has run at ``paper`` scale: how many of the table's cells, and
-    ours beside the paper's for each of them (up to ``SO_FAR_LISTED``; past it, the paper's best cell
-    where it ran); "none run" where none has."""
-    rows = stored_rows(e.name, "paper", grid, store)
-    t = verdict_rows(e.comparison(rows)) if rows else None
-    ran = t[t["verdict"] != "not yet run"] if t is not None else ()
-    if not len(ran):
-        return "none run"
-    listed = ran if len(ran) <= SO_FAR_LISTED else ran.loc[[i for i in (_best_cell(e, t),) if i in ran.index]]
-    cells = "; ".join(f"{r['setting']}: ours {r['ours']}, paper {r['paper']:g} {e.metric.unit}"
-                      for _, r in listed.iterrows())
-    return f"{len(ran)} of {len(t)} cells run" + (f" ({cells})" if cells else "")
-
-
 def _table_row(e, what: str, scale: Optional[str], rows, so_far: str) -> dict:
     """A landing-table row: experiment ``e``'s comparison of ``rows`` at ``scale``, at the paper's best
     cell; ``so_far``, what has run at ``paper`` scale where that is not the scale shown."""
     t = verdict_rows(e.comparison(rows))
     m = e.metric
-    best = _best_cell(e, t)
+    best = best_cell(e, t)
     delta = t.loc[best, "delta"]
     return {"what": what, "chapter": e.name, "scale": scale or "none stored",
             "the paper's best cell": t.loc[best, "setting"], "paper": f"{t.loc[best, 'paper']:g} {m.unit}",

@@ -1,7 +1,7 @@
 """What the book build decides by itself: which scale each chapter shows, and the landing page."""
 import json
 
-from recdrop import book
+from recdrop import book, chapters
 from recdrop.store import RunStore
 from recdrop.summary import landing_table
 from recdrop.sweep import grid_rows
@@ -124,8 +124,8 @@ def test_an_ablations_runs_show_beside_their_table_on_the_landing_page_and_in_th
     assert table.loc["Table 4: NER on CoNLL-2003, test F1", "cells within tolerance"] == "0 of 12 (12 not run)"
 
     shown = []
-    monkeypatch.setattr("IPython.display.display", lambda obj: shown.append(obj))
-    experiments.show_ablations("ner", "paper", [0], store)
+    monkeypatch.setattr(chapters, "display", lambda obj: shown.append(obj))
+    chapters.show_ablations("ner", "paper", [0], store)
     assert shown[0].data.startswith("### Ablation: torch's RMSprop, no clipping") and "runs: 1 shown" in shown[0].data
     side = shown[1].data.set_index("setting")
     assert side.loc["5 word long sequences, RNN 0.0", "ours, torch's RMSprop, no clipping"] == "64.10"
@@ -168,12 +168,12 @@ def test_a_chapter_shows_the_runs_of_its_other_scales(store, monkeypatch):
     from recdrop.train import train_run
 
     shown = []
-    monkeypatch.setattr("IPython.display.display", lambda obj: shown.append(obj))
-    experiments.show_other_scales("temporal_order", "quick", store)
+    monkeypatch.setattr(chapters, "display", lambda obj: shown.append(obj))
+    chapters.show_other_scales("temporal_order", "quick", store)
     assert shown == []  # nothing stored at another scale
     train_run(TemporalOrderTask, grid_rows("temporal_order", "ci", [0], store=store)[0]["config"], store=store,
               progress=False)
-    experiments.show_other_scales("temporal_order", "quick", store)
+    chapters.show_other_scales("temporal_order", "quick", store)
     assert "At `ci` scale" in shown[0].data and "runs: 1 shown" in shown[0].data
     n_cells = len(grid_rows("temporal_order", "ci", [0], store=store))
     assert f"cells: 1 of {n_cells} run" in shown[0].data and n_cells > 1  # of the whole grid, not of those run
@@ -181,12 +181,12 @@ def test_a_chapter_shows_the_runs_of_its_other_scales(store, monkeypatch):
     assert len(table) == 2 and "not yet run" not in set(table["ours"])  # the one cell that ran: train, test
     assert "one cell run" in [t.get_text() for t in shown[2].axes[0].texts]  # ours against the paper's
     assert len(shown[3]) == 9 and "not yet run" in set(shown[3]["on ours"])  # Table 1's claims, judged on it
-    experiments.show_other_scales("temporal_order", "ci", store)
+    chapters.show_other_scales("temporal_order", "ci", store)
     assert len(shown) == 4  # the scale shown is not repeated
 
 
 def test_a_chapter_says_where_its_claims_not_yet_run_are_judged(store):
-    from recdrop.experiments import claims_judged_below
+    from recdrop.chapters import claims_judged_below
 
     assert claims_judged_below("ner", "quick", store) == ""  # nothing stored anywhere
     rows = grid_rows("ner", "ci", [0], store=store)
@@ -240,7 +240,7 @@ def test_every_claims_table_names_its_claims_first_and_our_verdicts_in_on_ours(t
 def test_a_table_is_shown_at_the_largest_scale_where_every_cell_ran_with_the_paper_cells_so_far_beside(
         tmp_path, monkeypatch):
     from recdrop import experiments
-    from recdrop.summary import paper_so_far
+    from recdrop.chapters import paper_so_far
 
     monkeypatch.setenv("RECDROP_RUNS", str(tmp_path))
     store = RunStore()
@@ -267,7 +267,7 @@ def test_a_table_is_shown_at_the_largest_scale_where_every_cell_ran_with_the_pap
     assert table.loc["word_lm", "at paper scale so far"].iloc[0] == "none run"
 
     shown = []
-    monkeypatch.setattr("IPython.display.display", lambda obj: shown.append(obj))
-    experiments.show_paper_so_far("temporal_order", "quick", store)
-    experiments.show_paper_so_far("temporal_order", "paper", store)  # the chapter shows paper: nothing to add
+    monkeypatch.setattr(chapters, "display", lambda obj: shown.append(obj))
+    chapters.show_paper_so_far("temporal_order", "quick", store)
+    chapters.show_paper_so_far("temporal_order", "paper", store)  # the chapter shows paper: nothing to add
     assert len(shown) == 1 and shown[0].data.startswith("At `paper` scale so far: 1 of 12 cells run")

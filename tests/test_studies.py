@@ -1,7 +1,7 @@
 """The studies beyond the paper: the headline cells, the seed orderings, the conjecture table."""
 import pytest
 
-from recdrop import experiments
+from recdrop import chapters, experiments
 from recdrop.experiments import conjecture, seeds, temporal_order, word_lm
 from recdrop.experiments.lm_tables import COMBINED, FORWARD, conjecture_cells, headline_cells
 
@@ -180,15 +180,15 @@ def test_moon_vs_ours_is_shown_at_the_largest_scale_where_both_per_sequence_cell
         path.write_text(json.dumps({"seed": seed, "curves": [{"epoch": 1, "train_loss": 0.5}],
                                     "metrics": {"test_acc": 1.0}}))
 
-    assert temporal_order.moon_vs_ours_at_largest_scale(store)[0] == []
+    assert chapters.moon_vs_ours_at_largest_scale(store)[0] == []
     record("quick", "moon", "per-sequence")
     record("quick", "semeniuta", "per-sequence")
     record("reduced", "moon", "per-step")  # a larger scale's first runs, without the pair
-    shown, table = temporal_order.moon_vs_ours_at_largest_scale(store)
+    shown, table = chapters.moon_vs_ours_at_largest_scale(store)
     assert len(table) == 1 and {r["config"].scale for r in shown} == {"quick"}
     record("reduced", "moon", "per-sequence")
     record("reduced", "semeniuta", "per-sequence")
-    shown, table = temporal_order.moon_vs_ours_at_largest_scale(store)
+    shown, table = chapters.moon_vs_ours_at_largest_scale(store)
     assert len(table) == 1 and {r["config"].scale for r in shown} == {"reduced"}
 
 

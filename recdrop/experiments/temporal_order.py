@@ -339,19 +339,6 @@ def claims(rows) -> "pd.DataFrame":
     return pd.DataFrame(out, columns=["claim (paper Sec. 4.1 / Sec. 3)", "on ours"])
 
 
-def moon_vs_ours_at_largest_scale(store=None):
-    """``moon_vs_ours_per_sequence`` at the largest scale where Moon's and our per-sequence cells both
-    have runs (a new scale's first records need not include them): (the per-sequence rows shown,
-    the table); no rows and an empty table where no scale has them."""
-    from ..sweep import stored_scales  # sweep imports the registry, which imports this module
-
-    for scale, rows in stored_scales("temporal_order", store=store):
-        table = moon_vs_ours_per_sequence(rows)
-        if len(table):
-            return [r for r in rows if r["sampling"] == "per-sequence" and r["record"]], table
-    return [], moon_vs_ours_per_sequence([])
-
-
 PARTED = 1e-6  # training losses further apart than this (float32 rounding is about 1e-9 here) have parted
 
 

@@ -1,0 +1,142 @@
+"""What a chapter shows beyond its experiment's own tables (the layer above the runner, below the book):
+the claims judged at each scale, what has run at the paper's scale so far, the ablations, the runs of
+other scales, and the schemes chapter's pairs of Moon's and our per-sequence runs. The notebooks and the
+landing page (``summary``) call these; the experiments know nothing of them.
+"""
+from __future__ import annotations
+
+from typing import Dict, Optional
+
+import matplotlib.pyplot as plt
+import pandas as pd
+from IPython.display import Markdown, display
+
+from .config import SCALE_NAMES
+from .experiments import EXPERIMENTS, temporal_order
+from .report import claim_verdicts, plot_against_paper, side_by_side, stamp, styled, verdict_rows
+from .store import RunStore
+from .sweep import run_grid, stored_rows, stored_scales
+
+
+def best_cell(e, t: pd.DataFrame):
+    """The index of the paper's best cell (or the experiment's headline) in comparison ``t``."""
+    if e.headline:
+        return t.index[t["setting"] == e.headline][0]
+    return t["paper"].idxmax() if e.metric.higher_is_better else t["paper"].idxmin()
+
+
+SO_FAR_LISTED = 4  # up to this many paper-scale cells are listed with their numbers; past it, the best cell
+
+
+def paper_so_far(e, grid: str = "table", store: Optional[RunStore] = None) -> str:
+    """What of experiment ``e``'s ``grid`` has run at ``paper`` scale: how many of the table's cells, and
+    ours beside the paper's for each of them (up to ``SO_FAR_LISTED``; past it, the paper's best cell
+    where it ran); "none run" where none has."""
+    rows = stored_rows(e.name, "paper", grid, store)
+    t = verdict_rows(e.comparison(rows)) if rows else None
+    ran = t[t["verdict"] != "not yet run"] if t is not None else ()
+    if not len(ran):
+        return "none run"
+    listed = ran if len(ran) <= SO_FAR_LISTED else ran.loc[[i for i in (best_cell(e, t),) if i in ran.index]]
+    cells = "; ".join(f"{r['setting']}: ours {r['ours']}, paper {r['paper']:g} {e.metric.unit}"
+                      for _, r in listed.iterrows())
+    return f"{len(ran)} of {len(t)} cells run" + (f" ({cells})" if cells else "")
+
+
+def judged_claims(name: str, store: Optional[RunStore] = None, up_to: Optional[str] = None) -> Dict[str, tuple]:
+    """Each claim of experiment ``name`` -> (scale, its verdict on our runs) at the largest scale (``up_to``
+    at most) where it has a verdict; a claim with none anywhere is "not yet run" at the largest scale with
+    runs. Empty where no scale has runs. The landing page and the chapters judge claims through this."""
+    judged: Dict[str, tuple] = {}
+    for scale, rows in stored_scales(name, store=store, up_to=up_to):
+        if not any(r["record"] for r in rows):  # nothing of this table here (a scale since redefined)
+            continue
+        for claim, verdict in claim_verdicts(EXPERIMENTS[name].claims(rows)).items():
+            if claim not in judged or (judged[claim][1] == "not yet run" and verdict != "not yet run"):
+                judged[claim] = (scale, verdict)
+    return judged
+
+
+def claims_judged_below(name: str, shown: str, store: Optional[RunStore] = None) -> str:
+    """In a chapter rendered at ``shown``: a line saying at which smaller scales the claims of experiment
+    ``name`` that have not run at ``shown`` are judged (``judged_claims``, shown under *Other scales*);
+    empty where none waits or none is judged at any scale."""
+    judged = judged_claims(name, store, up_to=shown)
+    waiting = [(scale, v) for scale, v in judged.values() if scale != shown or v == "not yet run"]
+    below = [scale for scale, v in waiting if scale != shown and v != "not yet run"]
+    if not below:
+        return ""
+    at = " and ".join(f"{below.count(scale)} at `{scale}`" for scale in reversed(SCALE_NAMES) if scale in below)
+    return (f"{len(waiting)} of the {len(judged)} claims have not yet run at `{shown}` scale; *Other scales* "
+            f"below judges {at} scale.")
+
+
+def show_claims_judged_below(name: str, shown: str, store: Optional[RunStore] = None) -> None:
+    """Display ``claims_judged_below``'s line under a chapter's claims table; nothing where it is empty
+    (an empty ``Markdown`` would render as its Python repr)."""
+    line = claims_judged_below(name, shown, store)
+    if line:
+        display(Markdown(line))
+
+
+def show_paper_so_far(name: str, shown: str, store: Optional[RunStore] = None) -> None:
+    """In a table's chapter rendered below ``paper`` scale: a line saying which of its cells have run at
+    the paper's settings so far (``paper_so_far``), shown under *Other scales*; nothing where
+    the chapter shows ``paper`` or none has run there."""
+    so_far = paper_so_far(EXPERIMENTS[name], store=store) if shown != "paper" else "none run"
+    if so_far != "none run":
+        display(Markdown(f"At `paper` scale so far: {so_far}; *Other scales* below shows them."))
+
+
+def show_ablations(name: str, scale: str, seeds, store: Optional[RunStore] = None) -> None:
+    """In a chapter rendered at ``scale``: for each ablation of experiment ``name`` (``Experiment.ablations``),
+    its runs' stamp and the table's comparison on its runs beside the table's own (``report.side_by_side``),
+    then its runs' learning curves where the experiment draws them."""
+    e = EXPERIMENTS[name]
+    rows = run_grid(name, scale, seeds, train=False, store=store)
+    for grid, change in e.ablations:
+        ablated = run_grid(name, scale, seeds, train=False, store=store, grid=grid)
+        display(Markdown(f"### Ablation: {change}\n\n{stamp(ablated)}"))
+        display(styled(side_by_side(e.comparison, {"the table's runs": rows, change: ablated}), e.metric.digits))
+        if e.curves is not None and any(r["record"] for r in ablated):
+            fig = e.curves(ablated)
+            display(fig)
+            plt.close(fig)  # shown once, not again at the end of the cell
+
+
+def show_other_scales(name: str, shown: str, store: Optional[RunStore] = None) -> None:
+    """In a chapter rendered at ``shown``: the runs stored at every other scale of experiment ``name``,
+    largest first, each with its stamp, the comparison of the cells that ran and its plot against the
+    paper's, the paper's claims judged on them, and, where the experiment has them, their learning
+    curves and the checks of the scale. Nothing where no other scale has runs."""
+    e = EXPERIMENTS[name]
+    for scale, grid in stored_scales(name, store=store):
+        rows = [r for r in grid if r["record"] or r["diverged"]]
+        if scale == shown or not rows:
+            continue
+        display(Markdown(f"### At `{scale}` scale\n\n{stamp(grid)}"))  # its cells counted of the whole grid's
+        if e.comparison is not None:
+            table = e.comparison(rows)
+            display(styled(table[table["ours"] != "not yet run"], e.metric.digits))
+            fig = plot_against_paper(table, e.metric)
+            display(fig)
+            plt.close(fig)  # shown once, not again at the end of the cell
+        if e.claims is not None:
+            display(e.claims(rows))
+        if e.curves is not None:
+            fig = e.curves(rows)
+            display(fig)
+            plt.close(fig)  # shown once, not again at the end of the cell
+        for check in e.checks:
+            display(check(rows))
+
+
+def moon_vs_ours_at_largest_scale(store=None):
+    """``moon_vs_ours_per_sequence`` at the largest scale where Moon's and our per-sequence cells both
+    have runs (a new scale's first records need not include them): (the per-sequence rows shown,
+    the table); no rows and an empty table where no scale has them."""
+    for scale, rows in stored_scales("temporal_order", store=store):
+        table = temporal_order.moon_vs_ours_per_sequence(rows)
+        if len(table):
+            return [r for r in rows if r["sampling"] == "per-sequence" and r["record"]], table
+    return [], temporal_order.moon_vs_ours_per_sequence([])

@@ -1,0 +1,94 @@
+"""The package's modules in layers that only point down (issue 47): the library, then configs, store and
+trainer, then the experiments, then the runner, then the chapters, the landing page and the book. No
+import circle, and no import inside a function to dodge one."""
+import ast
+from pathlib import Path
+
+import recdrop
+
+ROOT = Path(recdrop.__file__).parent
+# From the bottom; a module may import its own layer's and those below.
+LAYERS = [
+    {"paths", "masks", "cells", "fused", "triton_kernels", "graphs", "layers", "memory", "models", "optim", "paper",
+     "step_graph"},
+    {"config", "store", "train", "report", "perf", "figure1", "demo", "data"},  # data: its checksums and writes
+    {"experiments"},
+    {"sweep", "campaign"},
+    {"chapters"},
+    {"book", "summary"},
+]
+LAYER = {name: i for i, names in enumerate(LAYERS) for name in names}
+
+
+def modules():
+    """Each module's dotted name (``recdrop.x.y``) -> its parsed source."""
+    out = {}
+    for path in ROOT.rglob("*.py"):
+        parts = path.relative_to(ROOT.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        out[name] = (path, ast.parse(path.read_text()))
+    return out
+
+
+def imports(name, path, tree):
+    """The recdrop modules ``name`` imports at any depth of its source, each with whether the import is
+    inside a function."""
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    inside = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+              for n in ast.walk(f)}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            base = package.split(".")[:len(package.split(".")) - node.level + 1]
+            target = ".".join(base + ([node.module] if node.module else []))
+            names = [f"{target}.{a.name}" for a in node.names] if not node.module else [target]
+            found += [(t, id(node) in inside) for t in names]
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("recdrop"):
+            found.append((node.module, id(node) in inside))
+    return found
+
+
+def top(name):
+    """The layer name of a module: ``recdrop.experiments.word_lm`` -> ``experiments``."""
+    return name.split(".")[1] if name.count(".") else "recdrop"
+
+
+def test_every_module_has_a_layer():
+    assert {top(m) for m in modules()} - {"recdrop"} <= set(LAYER)
+
+
+def test_imports_only_point_down_and_none_hides_inside_a_function():
+    mods = modules()
+    up, hidden = [], []
+    for name, (path, tree) in mods.items():
+        for target, in_function in imports(name, path, tree):
+            if target not in mods or top(target) == "recdrop":
+                continue
+            if in_function:
+                hidden.append(f"{name} -> {target}")
+            if top(name) != "recdrop" and LAYER[top(target)] > LAYER[top(name)]:
+                up.append(f"{name} -> {target}")
+    assert not up, f"imports that point up: {up}"
+    assert not hidden, f"imports inside a function: {hidden}"
+
+
+def test_no_import_circle():
+    mods = modules()
+    edges = {name: {t for t, _ in imports(name, *mods[name]) if t in mods and t != name and top(t) != "recdrop"}
+             for name in mods}
+    state, circles = {}, []
+
+    def visit(u, stack):
+        state[u] = "open"
+        stack.append(u)
+        for v in edges[u]:
+            if state.get(v) == "open":
+                circles.append(stack[stack.index(v):] + [v])
+            elif v not in state:
+                visit(v, stack)
+        stack.pop()
+        state[u] = "done"
+    for name in mods:
+        if name not in state:
+            visit(name, [])
+    assert not circles, circles
