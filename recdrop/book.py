@@ -91,18 +91,25 @@ def execute_notebooks(scale: str | None = None, train: bool = False) -> None:
         out = out_dir / Path(nb).name
         papermill.execute_notebook(str(REPO_ROOT / nb), str(out), parameters=params, kernel_name="python3",
                                    cwd=str(REPO_ROOT), progress_bar=False)
-        hide_injected_parameters(out)
+        thin_page(out)
 
 
-def hide_injected_parameters(path: Path) -> None:
-    """Collapse papermill's injected-parameters cell on the rendered page (the stamp says the scale)."""
+def thin_page(path: Path) -> None:
+    """A rendered chapter shows its text, tables and figures: the parameters cells (the notebook's own and
+    papermill's injected one) are removed (the stamp says the scale, seeds and hardware), and every other
+    code cell's input is folded behind a toggle, for the reader who wants the one call behind a table."""
     import nbformat
 
     nb = nbformat.read(path, as_version=4)
     for cell in nb.cells:
-        tags = cell.metadata.get("tags", [])
-        if "injected-parameters" in tags and "hide-cell" not in tags:
-            cell.metadata["tags"] = tags + ["hide-cell"]
+        tags = [t for t in cell.metadata.get("tags", []) if t != "hide-cell"]
+        if cell.cell_type != "code":
+            continue
+        if "parameters" in tags or "injected-parameters" in tags:
+            tags.append("remove-cell")
+        elif not {"remove-cell", "remove-input", "hide-input"} & set(tags):
+            tags.append("hide-input")
+        cell.metadata["tags"] = tags
     nbformat.write(nb, path)
 
 

@@ -38,7 +38,7 @@ def paper_so_far(e, grid: str = "table", store: Optional[RunStore] = None) -> st
     if not len(ran):
         return "none run"
     listed = ran if len(ran) <= SO_FAR_LISTED else ran.loc[[i for i in (best_cell(e, t),) if i in ran.index]]
-    cells = "; ".join(f"{r['setting']}: ours {r['ours']}, paper {r['paper']:g} {e.metric.unit}"
+    cells = "; ".join(f"{r['setting']}: ours {r['ours']}, paper {r['paper']:.{e.metric.digits}f} {e.metric.unit}"
                       for _, r in listed.iterrows())
     return f"{len(ran)} of {len(t)} cells run" + (f" ({cells})" if cells else "")
 

@@ -65,11 +65,13 @@ def summarize(rows: List[Dict[str, Any]], keys: List[str], metrics: List[str]) -
 
 
 def fmt_mean_sd(mean: float, sd: float, n: int, digits: int = 1) -> str:
-    """"m ± s (n)" for n > 1, "m" for n = 1, "not yet run" for n = 0."""
+    """"m ± s (n)" for n > 1 ("m (n, identical)" where s rounds to 0), "m" for n = 1, "not yet run" for n = 0."""
     if not n or pd.isna(mean):
         return "not yet run"
     if n == 1 or pd.isna(sd):
         return f"{mean:.{digits}f}"
+    if round(sd, digits) == 0:  # not "± 0.000": the seeds agree to the digits shown
+        return f"{mean:.{digits}f} (n={n}, identical)"
     return f"{mean:.{digits}f} ± {sd:.{digits}f} (n={n})"
 
 
@@ -185,6 +187,31 @@ def claim_verdict(test: Callable[[Dict[Any, float]], bool], by_seed: Dict[int, D
     if not on_means and not any(outcomes):
         return f"refuted ({n} of {n} seeds)"
     return f"open (holds in {sum(outcomes)} of {n} seeds)"
+
+
+# The one vocabulary of verdicts (issue 48): each verdict ``claim_verdict`` (and a study's) gives begins with
+# one of these words; the landing page shows each with its symbol and colour, and counts them.
+VERDICTS = (  # (first words, symbol, what it means)
+    ("confirmed", "✔", f"holds on the means and in each of {MIN_SEEDS_TO_JUDGE} or more seeds"),
+    ("holds", "✓", f"holds on the means of fewer than {MIN_SEEDS_TO_JUDGE} seeds: not judged against the seed noise"),
+    ("open", "≈", "the seeds disagree: within the seed noise"),
+    ("fails", "✗", f"fails on the means of fewer than {MIN_SEEDS_TO_JUDGE} seeds: not judged against the seed noise"),
+    ("refuted", "✘", f"fails on the means and in each of {MIN_SEEDS_TO_JUDGE} or more seeds"),
+    ("not yet run", "·", "a cell it needs has not run at any scale"),
+    ("other", "?", "inconclusive at this scale, or a run it needs diverged: see its chapter"),
+)
+
+
+def verdict_kind(verdict: str) -> str:
+    """The first words of ``VERDICTS`` that ``verdict`` begins with ("other" where none)."""
+    text = str(verdict).strip().lower()
+    return next((kind for kind, _, _ in VERDICTS[:-1] if text.startswith(kind)), "other")
+
+
+def verdict_tally(verdicts: Iterable[str]) -> str:
+    """How many of ``verdicts`` are of each kind, in ``VERDICTS``' order: "3 ✔ confirmed, 10 ✓ holds"."""
+    kinds = [verdict_kind(v) for v in verdicts]
+    return ", ".join(f"{kinds.count(kind)} {symbol} {kind}" for kind, symbol, _ in VERDICTS if kind in kinds)
 
 
 def check_claims(checks, paper_vals: Dict[Any, float], ours_by_seed: Dict[int, Dict[Any, float]],
@@ -352,6 +379,15 @@ def plot_against_paper(table: pd.DataFrame, metric: Optional["Metric"] = None):
 def plain_label(value: Any) -> Any:
     """A label as a table shows it: a float with no trailing zeros (a rate: 0.25, not 0.250000)."""
     return f"{value:g}" if isinstance(value, float) else value
+
+
+def config_table(config, per_row: int = 3):
+    """A run's config as a chapter shows it: its settings and values, ``per_row`` pairs to a row (the
+    column names differ by trailing spaces only, so that a styled table keeps them)."""
+    items = [(k, plain_label(v)) for k, v in config.to_dict().items()]
+    rows = [{name + " " * j: value for j, (k, v) in enumerate(items[i:i + per_row])
+             for name, value in (("setting", k), ("value", v))} for i in range(0, len(items), per_row)]
+    return pd.DataFrame(rows).fillna("").style.hide()
 
 
 def styled(table: pd.DataFrame, digits: int = 2):

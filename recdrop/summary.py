@@ -12,7 +12,7 @@ from .book import chapter_scale, chapter_seeds
 from .chapters import best_cell, judged_claims, paper_so_far
 from .experiments import EXPERIMENTS, conjecture
 from .experiments import seeds as seeds_study
-from .report import claim_verdicts, stamp, verdict_rows
+from .report import VERDICTS, claim_verdicts, stamp, verdict_kind, verdict_rows, verdict_tally
 from .store import RunStore
 from .sweep import run_grid, stored_rows, stored_scales
 
@@ -135,7 +135,7 @@ def _table_row(e, what: str, scale: Optional[str], rows, so_far: str) -> dict:
     best = best_cell(e, t)
     delta = t.loc[best, "delta"]
     return {"what": what, "chapter": e.name, "scale": scale or "none stored",
-            "the paper's best cell": t.loc[best, "setting"], "paper": f"{t.loc[best, 'paper']:g} {m.unit}",
+            "the paper's best cell": t.loc[best, "setting"], "paper": f"{t.loc[best, 'paper']:.{m.digits}f} {m.unit}",
             "ours": t.loc[best, "ours"] + (" (n=1)" if t.loc[best, "n"] == 1 else ""),  # beside rows of n=3
             "delta": "—" if delta is None or pd.isna(delta) else f"{delta:+g} {m.delta_unit}",
             "cells within tolerance": _cells_within(t["verdict"]),
@@ -195,8 +195,97 @@ def landing_stamps(store: Optional[RunStore] = None) -> pd.DataFrame:
 
 
 def landing_html(table: pd.DataFrame, classes: str = "landing") -> str:
-    """The landing table (or the claims table) as HTML, each row's first cell linking to its chapter's page."""
+    """The landing table (or the claims table) as HTML, each row's first cell linking to its chapter's page;
+    a claims table's verdicts ("on ours") with their symbol and colour (``report.VERDICTS``)."""
     t = table.copy()
     first = t.columns[0]
     t[first] = [f'<a href="{page}.html">{what}</a>' for what, page in zip(t[first], t["chapter"])]
+    if "on ours" in t:
+        symbols = {kind: symbol for kind, symbol, _ in VERDICTS}
+        t["on ours"] = [f'<span class="verdict v-{verdict_kind(v).replace(" ", "-")}">'
+                        f'{symbols[verdict_kind(v)]} {v}</span>' for v in t["on ours"]]
     return t.drop(columns="chapter").to_html(index=False, escape=False, classes=classes, border=0)
+
+
+def verdict_key(claims: pd.DataFrame) -> str:
+    """The claims table's tally by verdict and the key to its symbols, as Markdown."""
+    kinds = {verdict_kind(v) for v in claims["on ours"]}
+    key = "; ".join(f"{symbol} *{kind}*: {meaning}" for kind, symbol, meaning in VERDICTS if kind in kinds)
+    return f"**{len(claims)} claims: {verdict_tally(claims['on ours'])}.** Key: {key}."
+
+
+def _table_number(what: str) -> str:
+    return what.split(":")[0].replace("Table ", "")
+
+
+def _tables(names: list) -> str:
+    """"Table 4", "Tables 4 and 5", "Tables 1, 2 and 3"."""
+    if len(names) == 1:
+        return f"Table {names[0]}"
+    return f"Tables {', '.join(names[:-1])} and {names[-1]}"
+
+
+def bottom_line(table: pd.DataFrame, claims: pd.DataFrame) -> str:
+    """Where the replication stands, in a paragraph made from the landing table and the claims table
+    (``landing_table``, ``landing_claims``): the scale each table is shown at, what has run at the paper's
+    scale so far, ours against the paper's at the best cell of each table shown at that scale, and the
+    claims counted by verdict. Never typed: every number is a record's."""
+    tables = table[table["what"].str.startswith("Table") & ~table["what"].str.contains("ablation")]
+    by_scale: dict = {}
+    for _, r in tables.iterrows():
+        by_scale.setdefault(r["scale"], []).append(_table_number(r["what"]))
+    shown = "; ".join(f"{_tables(names)} at `{scale}` scale" for scale, names in by_scale.items())
+    parts = [f"**Where the replication stands.** Shown: {shown} (each at the largest scale where every "
+             "cell of the table has run)."]
+    so_far = [f"Table {_table_number(r['what'])}, {r['at paper scale so far'].split(' (')[0].replace(' run', '')}"
+              for _, r in tables.iterrows() if r["scale"] != "paper" and r["at paper scale so far"] != "none run"]
+    if so_far:
+        parts.append(f"At the paper's scale so far: {'; '.join(so_far)}.")
+    at_paper = [f"Table {_table_number(r['what'])}, {r['ours']} against the paper's {r['paper']} ({r['delta']})"
+                for _, r in tables.iterrows() if r["scale"] == "paper"]
+    if at_paper:
+        parts.append(f"At the paper's best cell of each table shown at `paper`, ours: {'; '.join(at_paper)}.")
+    on_paper = claims[~claims["table"].str.startswith(BEYOND)]
+    parts.append(f"Of the paper's {len(on_paper)} claims on its tables, on our runs: "
+                 f"{verdict_tally(on_paper['on ours'])} (below, with the scale each is judged at).")
+    return " ".join(parts)
+
+
+def landing_figure(store: Optional[RunStore] = None):
+    """The landing page's picture: for each table, ours against the paper's cell by cell (test numbers,
+    mean over seeds) at the scale its chapter shows, and as stars the cells run at `paper` scale so far,
+    with the diagonal where ours equals the paper's."""
+    import matplotlib.pyplot as plt
+
+    store = store or RunStore()
+    shown = [e for e in EXPERIMENTS.values() if e.comparison is not None]
+    fig, axes = plt.subplots(1, len(shown), figsize=(2.9 * len(shown), 3.1))
+    for ax, e in zip(axes, shown):
+        scale = chapter_scale(e.name, store)
+        seeds = chapter_seeds(e.name, scale, store) if scale else [0]
+        points = []
+        t = verdict_rows(e.comparison(run_grid(e.name, scale or "quick", seeds, train=False, store=store)))
+        points.append((t[t["n"] > 0], "o", f"at {scale}" if scale else "none run"))
+        if scale != "paper":
+            rows = stored_rows(e.name, "paper", "table", store)
+            if rows:
+                p = verdict_rows(e.comparison(rows))
+                points.append((p[p["n"] > 0], "*", "at paper"))
+        values = []
+        for t, marker, label in points:
+            if len(t):
+                ax.plot(t["paper"], t["mean"], marker, markersize=9 if marker == "*" else 4, alpha=0.8,
+                        label=f"{label} ({len(t)})", linestyle="none")
+                values += [*t["paper"], *t["mean"]]
+        if values:
+            lo, hi = min(values), max(values)
+            ax.plot([lo, hi], [lo, hi], color="grey", linestyle=":", linewidth=1)
+            ax.legend(fontsize=7, loc="best")
+        else:
+            ax.text(0.5, 0.5, "not yet run", ha="center", va="center", transform=ax.transAxes, color="grey")
+        ax.set_title(e.title.split(":")[0], fontsize=9)
+        ax.set_xlabel(f"the paper's ({e.metric.unit})", fontsize=8)
+        ax.tick_params(labelsize=7)
+    axes[0].set_ylabel("ours (mean over seeds)", fontsize=8)
+    fig.tight_layout()
+    return fig

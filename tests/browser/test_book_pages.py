@@ -1,6 +1,6 @@
 """Open every page of the built book in headless Chromium (Debian's ``chromium``, driven by
-Playwright) and fail on a script error, a local file that does not load, a broken image or an
-empty table. Run after the build (``make test`` does): ``pytest tests/browser``. A screenshot of
+Playwright) at 1400 px and fail on a script error, a local file that does not load, a broken image,
+an empty table or a table wider than the text column. Run after the build (``make test`` does): ``pytest tests/browser``. A screenshot of
 the landing page is kept in ``_build/screenshots/`` (a build artefact, not committed).
 
 Requests to other hosts (MathJax's CDN, say) are not checked: CI may have no internet.
@@ -50,16 +50,21 @@ CHECK_PAGE = r"""() => {
   const tables = [...document.querySelectorAll('article table, main table')];
   const empty = tables.filter(t => ![...t.querySelectorAll('td')].some(td => td.textContent.trim() !== ''))
                       .map(t => t.outerHTML.slice(0, 120));
+  // a table wider than the text column needs a horizontal scroll (issue 48): none may, at 1400 px
+  const column = document.querySelector('article.bd-article') || document.querySelector('main');
+  const wide = tables.filter(t => t.getBoundingClientRect().width > column.clientWidth + 1)
+                     .map(t => `${Math.round(t.getBoundingClientRect().width)} px > ${column.clientWidth} px: ` +
+                               t.innerText.slice(0, 80));
   const h1 = document.querySelector('h1');
   const reprs = document.body.innerText.match(/<IPython\.core\.display\.\w+ object>|<[\w.]+ object at 0x[0-9a-f]+>/g) || [];
-  return {images, empty, reprs, tables: tables.length, title: h1 ? h1.textContent.trim() : ''};
+  return {images, empty, reprs, wide, tables: tables.length, title: h1 ? h1.textContent.trim() : ''};
 }"""
 
 
 @pytest.mark.parametrize("page", pages(), ids=lambda p: p.stem)
 def test_page_opens_with_its_tables_and_figures(browser, page):
     assert page.exists(), f"{page} was not built: is it in _toc.yml and did the build finish?"
-    tab = browser.new_page()
+    tab = browser.new_page(viewport={"width": 1400, "height": 900})  # a reader's laptop
     errors, failed = [], []
     tab.on("pageerror", lambda e: errors.append(str(e)))
     tab.on("console", lambda m: errors.append(m.text) if m.type == "error" and "file://" in m.text else None)
@@ -75,6 +80,7 @@ def test_page_opens_with_its_tables_and_figures(browser, page):
     assert not failed, f"{page.name}: local files that did not load: {failed}"
     assert not found["images"], f"{page.name}: images that did not load: {found['images']}"
     assert not found["empty"], f"{page.name}: empty tables: {found['empty']}"
+    assert not found["wide"], f"{page.name}: tables wider than the text column at 1400 px: {found['wide']}"
     assert found["title"], f"{page.name}: no title (h1)"
     assert not found["reprs"], f"{page.name}: Python objects shown as text (an empty display?): {found['reprs']}"
 
