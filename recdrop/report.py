@@ -276,6 +276,9 @@ class Metric:
                 f"two standard errors of our mean is *within seed noise*")
 
 
+JUDGED = ("reproduced", "within seed noise", "not reproduced")  # a cell's verdicts at the paper's scale
+
+
 def compare(rows: List[Dict[str, Any]], cells: Iterable[Tuple[Dict[str, Any], Optional[float], str]],
             cell_keys: Sequence[str], metric: Metric, factor: float = 1.0,
             extras: Sequence[Tuple[str, Callable[[Dict[str, Any]], Optional[str]]]] = ()) -> pd.DataFrame:
@@ -286,8 +289,9 @@ def compare(rows: List[Dict[str, Any]], cells: Iterable[Tuple[Dict[str, Any], Op
     ``rows`` it is about (every seed of that cell). ``factor`` scales the metric (1 -> %: 100).
     ``extras``: (column, labels -> a record metric or None) shown beside, as mean ± sd ("" where
     None; "not recorded" where the cell's runs lack it). Columns: the labels, paper,
-    ours (mean ± sd, n), delta (ours - paper, in ``metric.delta_unit``), verdict, the extras, and
-    the numbers behind ``ours``: mean, sd, n."""
+    ours (mean ± sd, n), delta (ours - paper, in ``metric.delta_unit``), verdict (``Metric.verdict`` at
+    the paper's scale; "not judged at <scale> scale" below it, as the landing page says), the extras,
+    and the numbers behind ``ours``: mean, sd, n."""
     out = []
     for labels, paper, key in cells:
         mine = [r for r in rows if all(r[k] == labels[k] for k in cell_keys)]
@@ -300,6 +304,9 @@ def compare(rows: List[Dict[str, Any]], cells: Iterable[Tuple[Dict[str, Any], Op
         paper = float("nan") if paper is None else float(paper)
         delta = metric.delta(mean, paper) if n and not math.isnan(paper) else None
         ours, verdict = fmt_mean_sd(mean, sd, n, metric.digits), metric.verdict(values, paper)
+        below = sorted({r["record"].get("config", {}).get("scale") for r in mine if r.get("record")} - {"paper", None})
+        if below and verdict in JUDGED:  # a smaller model or corpus: its level is not the paper's to match
+            verdict = f"not judged at {below[0]} scale"
         if diverged:  # a run whose training loss became NaN or infinite: a result, not a gap
             ours = f"{ours}; {diverged} diverged" if n else f"diverged ({diverged} run{'s' * (diverged > 1)})"
             verdict = verdict if n or math.isnan(paper) else "not reproduced: diverged"

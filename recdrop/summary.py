@@ -24,10 +24,10 @@ NOT_ON_PAPER = "the paper's own numbers do not bear it out"
 def _verdict(scale: Optional[str], verdicts: pd.Series) -> str:
     """A table's verdict from its cells' (``report``'s): said only at ``paper`` scale, and only when every
     cell has run there; until then it says how many have. Below ``paper`` scale a table whose cells ran
-    has *no verdict* (its numbers are beside it, its claims judged on the claims table below)."""
+    is *not judged* (its numbers are beside it, its claims judged on the claims table below)."""
     ran = verdicts[verdicts != "not yet run"]
     if scale != "paper" and not ran.empty:
-        return f"no verdict at {scale} scale (paper scale not yet run)"
+        return f"not judged at {scale} scale (paper scale not yet run)"
     if scale != "paper" or ran.empty:
         return "not yet run at paper scale"
     if len(ran) < len(verdicts):
@@ -52,6 +52,9 @@ def _cells_within(verdicts: pd.Series) -> str:
     (outside the tolerance by less than two standard errors: not counted as within), of all its cells."""
     reproduced, noisy = _tally(verdicts)
     missing = int((verdicts == "not yet run").sum())
+    below = verdicts[verdicts.str.startswith("not judged at")]
+    if len(below):  # below the paper's scale no cell is judged: how many ran
+        return f"not judged at {below.iloc[0].split()[3]} scale ({len(verdicts) - missing} of {len(verdicts)} run)"
     return (f"{reproduced} of {len(verdicts)}" + (f", {noisy} more within seed noise" if noisy else "")
             + (f" ({missing} not run)" if missing else ""))
 

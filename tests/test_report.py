@@ -246,3 +246,14 @@ def test_side_by_side_puts_each_variants_numbers_beside_the_papers_and_the_diffe
     assert t.iloc[0].to_dict() == {"setting": "a", "paper": 80.0, "ours, new": "79.00 ± 1.41 (n=2)",
                                    "ours, old": "65.00", "new − old": 14.0}
     assert t.iloc[1]["ours, new"] == "not yet run" and pd.isna(t.iloc[1]["new − old"])
+
+
+def test_below_the_papers_scale_a_cell_is_not_judged_as_the_landing_page_says():
+    m = Metric("%", digits=1, tolerance=10.0)
+    rows = _runs([0.9], cell="a") + _runs([0.3], cell="b")
+    for r in rows:
+        r["record"]["config"] = {"scale": "reduced" if r["cell"] == "a" else "paper"}
+    cells = [({"cell": "a"}, 100.0, "test_acc"), ({"cell": "b"}, 100.0, "test_acc"), ({"cell": "a"}, None, "test_acc")]
+    t = compare(rows, cells, ["cell"], m, factor=100)
+    assert t["verdict"].tolist() == ["not judged at reduced scale", "not reproduced", "not in the paper"]
+    assert t["delta"].tolist()[:2] == [-10.0, -70.0] and pd.isna(t["delta"][2])  # the difference is still shown
