@@ -54,7 +54,8 @@ def _cells_within(verdicts: pd.Series) -> str:
     missing = int((verdicts == "not yet run").sum())
     below = verdicts[verdicts.str.startswith("not judged at")]
     if len(below):  # below the paper's scale no cell is judged: how many ran
-        return f"not judged at {below.iloc[0].split()[3]} scale ({len(verdicts) - missing} of {len(verdicts)} run)"
+        return (f"not judged at {below.iloc[0].split()[3]} scale ({len(verdicts) - missing} of the paper's "
+                f"{len(verdicts)} cells run)")
     return (f"{reproduced} of {len(verdicts)}" + (f", {noisy} more within seed noise" if noisy else "")
             + (f" ({missing} not run)" if missing else ""))
 
