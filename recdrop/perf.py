@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import io
+import subprocess
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -78,9 +79,25 @@ def load_benchmarks(folder: Path = BENCH_DIR) -> pd.DataFrame:
 
 
 def provenance(df: pd.DataFrame) -> pd.DataFrame:
-    """Where each benchmark file was measured: one row per file."""
+    """Where and when each benchmark file was measured: one row per file, its date the one its rows
+    record, else "on or after" the date of the commit they name (from git; rows before issue 48 have
+    none). Whether the machine was idle is not recorded in any row."""
     cols = [c for c in PROVENANCE if c in df]
-    return df.groupby("file", sort=True)[cols].first().reset_index()
+    out = df.groupby("file", sort=True)[cols].first().reset_index()
+    dates = df.groupby("file", sort=True)["date"].first() if "date" in df else pd.Series(dtype=object)
+    out["date"] = [dates.get(f) if isinstance(dates.get(f), str) else _after_commit(str(c))
+                   for f, c in zip(out["file"], out.get("commit", pd.Series("", index=out.index)))]
+    return out
+
+
+def _after_commit(commit: str) -> Optional[str]:
+    """"on or after <the commit's date>", from git; None where git does not know the commit."""
+    try:
+        day = subprocess.run(["git", "show", "-s", "--format=%cs", commit], capture_output=True, text=True,
+                             cwd=DATA_DIR.parent, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return f"on or after {day}" if day else None
 
 
 def ratio_table(df: pd.DataFrame, value: str = "ratio") -> pd.DataFrame:

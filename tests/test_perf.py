@@ -1,4 +1,6 @@
 """The benchmark bookkeeping: FLOP counts, peaks, and the tables the Performance page shows."""
+import subprocess
+
 import pandas as pd
 import pytest
 
@@ -115,3 +117,12 @@ def test_a_bidirectional_row_with_its_own_input_size_is_a_row_of_its_own(tmp_pat
     table = perf.ratio_table(perf.load_benchmarks(tmp_path)).set_index(["kind", "hidden x steps"])
     assert table.loc[("BiLSTM", "100 x 30, input 150"), "semeniuta"] == 1.3
     assert table.loc[("LSTM", "256 x 35"), "semeniuta"] in (1.5, 1.4) and len(table) == 2  # a missing flag: False
+
+
+def test_provenance_dates_each_file_by_its_rows_or_its_commit(tmp_path):
+    head = subprocess.run(["git", "rev-parse", "--short=10", "HEAD"], capture_output=True, text=True, check=True,
+                          cwd=perf.DATA_DIR.parent).stdout.strip()
+    pd.DataFrame([{"hardware": "cpu", "commit": head, "date": "2026-11-26"}]).to_csv(tmp_path / "a.csv", index=False)
+    pd.DataFrame([{"hardware": "cpu", "commit": head}]).to_csv(tmp_path / "b.csv", index=False)
+    dates = perf.provenance(perf.load_benchmarks(tmp_path)).set_index("file")["date"]
+    assert dates["a.csv"] == "2026-11-26" and dates["b.csv"].startswith("on or after 20")
