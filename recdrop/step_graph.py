@@ -46,14 +46,16 @@ class StepGraph:
 
     def __init__(self, load: Callable[[Any], None], body: Callable[[], Any], generators: Sequence[torch.Generator],
                  device, enabled: bool = True):
-        self.load, self.body, self.device = load, body, torch.device(device)
+        self.load, self.body = load, body
         self.generators = list({id(g): g for g in generators}.values())
-        self.enabled = enabled and capturable(device)
+        self.backend = CudaGraphs(torch.device(device)) if enabled and capturable(device) else None
         self.calls = 0
         self.graph = None
-        self.outputs: Any = None
         self.failure = ""  # why the capture failed, where it did: the step then runs eagerly
-        self.stream = torch.cuda.Stream(self.device) if self.enabled else None
+
+    @property
+    def enabled(self) -> bool:
+        return self.backend is not None
 
     @property
     def captured(self) -> bool:
@@ -61,19 +63,47 @@ class StepGraph:
 
     def __call__(self, batch):
         self.load(batch)
-        if not self.enabled:
+        if self.backend is None:
             return self.body()
         self.calls += 1
         if self.graph is None:
             if self.calls <= WARMUP:
-                return self._on_side_stream(self.body)
+                return self.backend.warm(self.body)
             self._capture()
             if self.graph is None:
                 return self.body()
-        self.graph.replay()
-        return self.outputs
+        return self.backend.replay(self.graph)
 
-    def _on_side_stream(self, fn):
+    def _capture(self) -> None:
+        """Capture ``body`` (nothing runs: the replay that follows is the step), or record why not, put
+        the generators back where they stood, and run eagerly from then on."""
+        states = [g.get_state() for g in self.generators]
+        try:
+            self.graph = self.backend.capture(self.body, self.generators)
+        except Exception as e:  # the step runs eagerly from now on, as it would off CUDA
+            self.failure = f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
+            self.backend.settle()
+            self.backend = None
+            for g, s in zip(self.generators, states):
+                g.set_state(s)
+            warnings.warn(f"the training step could not be captured as a CUDA graph ({self.failure}); it runs "
+                          "eagerly (RECDROP_STEP_GRAPH=0 says so at the start)")
+
+    def release(self) -> None:
+        """Give the graph's memory back once the device has finished its replays."""
+        if self.graph is not None:
+            self.backend.settle()
+        self.graph = None
+
+
+class CudaGraphs:
+    """How ``StepGraph`` warms up, captures and replays on a CUDA device (a test gives another)."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.stream = torch.cuda.Stream(device)
+
+    def warm(self, fn):
         """``fn()`` on the side stream, the loops plain, ordered after and before the caller's work."""
         caller = torch.cuda.current_stream(self.device)
         self.stream.wait_stream(caller)
@@ -82,33 +112,24 @@ class StepGraph:
         caller.wait_stream(self.stream)
         return out
 
-    def _capture(self) -> None:
-        """Capture ``body`` (nothing runs: the replay that follows is the step), or record why not and
-        put the generators back where they stood."""
-        states = [g.get_state() for g in self.generators]
+    def capture(self, body, generators):
+        """(the graph, its static outputs): ``body`` captured, each generator registered with the graph."""
         graph = torch.cuda.CUDAGraph()
-        try:
-            for g in self.generators:
-                graph.register_generator_state(g)
-            torch.cuda.synchronize(self.device)
-            with torch.cuda.device(self.device), graphs.suspended():
-                with torch.cuda.graph(graph, stream=self.stream):
-                    self.outputs = self.body()
-        except Exception as e:  # the step runs eagerly from now on, as it would off CUDA
-            self.enabled, self.failure = False, f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
-            torch.cuda.synchronize(self.device)
-            for g, s in zip(self.generators, states):
-                g.set_state(s)
-            warnings.warn(f"the training step could not be captured as a CUDA graph ({self.failure}); it runs "
-                          "eagerly (RECDROP_CUDA_GRAPHS=0 says so at the start)")
-            return
-        self.graph = graph
+        for g in generators:
+            graph.register_generator_state(g)
+        torch.cuda.synchronize(self.device)
+        with torch.cuda.device(self.device), graphs.suspended():
+            with torch.cuda.graph(graph, stream=self.stream):
+                outputs = body()
+        return graph, outputs
 
-    def release(self) -> None:
-        """Give the graph's memory back once the device has finished its replays."""
-        if self.graph is not None:
-            torch.cuda.synchronize(self.device)
-        self.graph, self.outputs = None, None
+    def replay(self, captured):
+        graph, outputs = captured
+        graph.replay()
+        return outputs
+
+    def settle(self) -> None:
+        torch.cuda.synchronize(self.device)
 
 
 class LearningRates:

@@ -8,7 +8,8 @@ import torch
 from recdrop import graphs, step_graph
 from recdrop.experiments.word_lm import WordLMConfig, WordLMTask
 from recdrop.models import set_generator
-from recdrop.train import check_plain_sgd, mask_generator, optimise_group, seed_everything
+from recdrop.store import RunStore
+from recdrop.train import check_plain_sgd, mask_generator, optimise_group, seed_everything, train_group
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU")
 
@@ -89,6 +90,87 @@ def test_suspended_graphs_run_the_plain_loops_in_every_thread():
         assert graphs._SUSPENDED[0] == 1
     assert graphs._SUSPENDED[0] == 0
     assert not graphs.graphs_usable([t])  # a CPU tensor: plain anyway
+
+
+class Replaying:
+    """A stand-in for ``step_graph.CudaGraphs`` on the CPU: the warm-up and each replay run the step
+    eagerly, a capture runs nothing; it counts its captures and replays."""
+    made = []
+
+    def __init__(self, device):
+        self.captures = self.replays = 0
+        Replaying.made.append(self)
+
+    def warm(self, fn):
+        return fn()
+
+    def capture(self, body, generators):
+        self.captures += 1
+        return body
+
+    def replay(self, body):
+        self.replays += 1
+        return body()
+
+    def settle(self):
+        pass
+
+
+@pytest.fixture
+def stand_in_graphs(monkeypatch):
+    monkeypatch.setattr(step_graph, "capturable", lambda device: True)
+    monkeypatch.setattr(step_graph, "CudaGraphs", Replaying)
+    Replaying.made = []
+    return Replaying.made
+
+
+def test_the_trainer_captures_a_groups_step_once_and_records_it(stand_in_graphs, tmp_path, monkeypatch):
+    """The trainer's path of a captured step, on the CPU: one capture per group after the warm-up, every
+    later step a replay, the update read from the tensor of rates (plain SGD), the records the eager
+    ones' to float64's rounding, saying ``step: cuda-graph``."""
+    torch.set_default_dtype(torch.float64)
+    try:
+        base = WordLMConfig.at_scale("ci").replace(epochs=3)
+        runs = [(base.replace(recurrent_dropout=0.25, scheme="gal"), 0), (base.replace(lr=0.5, lr_decay=4.0), 0)]
+        monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "cache"))
+        graphed = train_group(WordLMTask, runs, store=RunStore(tmp_path / "graphed"), progress=False)
+        monkeypatch.setattr(step_graph, "capturable", lambda device: False)
+        monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "cache-eager"))
+        eager = train_group(WordLMTask, runs, store=RunStore(tmp_path / "eager"), progress=False)
+    finally:
+        torch.set_default_dtype(torch.float32)
+    steps = 3 * len(WordLMTask(base, "cpu", 0).batches(0))
+    train_steps = [b for b in stand_in_graphs if b.captures or b.replays]  # the group's (evaluations: too short)
+    assert len(train_steps) == 1 and train_steps[0].captures == 1
+    assert train_steps[0].replays == steps - step_graph.WARMUP
+    for g, e in zip(graphed, eager):
+        assert g["step"] == "cuda-graph" and "step" not in e
+        assert [c["lr"] for c in g["curves"]] == [c["lr"] for c in e["curves"]]  # the schedule followed
+        for a, b in zip(g["curves"], e["curves"]):
+            assert a["train_ppl"] == pytest.approx(b["train_ppl"], rel=1e-9)
+            assert a["valid_ppl"] == pytest.approx(b["valid_ppl"], rel=1e-9)
+
+
+def test_a_capture_that_fails_warns_puts_the_generators_back_and_steps_eagerly(stand_in_graphs, monkeypatch):
+    def failing(self, body, generators):
+        for g in generators:
+            torch.rand(3, generator=g)  # a capture that moved the generators before it failed
+        raise RuntimeError("operation not permitted when stream is capturing")
+    monkeypatch.setattr(Replaying, "capture", failing)
+    a, b = word_lm_tasks("cpu"), word_lm_tasks("cpu")
+    stepper = WordLMTask.group_stepper(a)
+    eager = WordLMTask.group_stepper(b, graphed=False)
+    starts = a[0].batches(0) * 2
+    for i, start in enumerate(starts):
+        if i == step_graph.WARMUP:
+            with pytest.warns(UserWarning, match="could not be captured.*operation not permitted"):
+                got = stepper(start)
+        else:
+            got = stepper(start)
+        want = eager(start)
+        assert torch.allclose(torch.stack([o["loss"] for o in got]), torch.stack([o["loss"] for o in want]),
+                              rtol=1e-6)
+    assert not stepper.enabled and not stepper.captured and "RuntimeError" in stepper.failure
 
 
 @needs_cuda

@@ -20,7 +20,8 @@ from ..config import ExperimentConfig
 from ..data.ptb import batchify, load_ptb
 from ..models import Dropout, LanguageModel, generators, language_models_bytes, language_models_nll
 from ..report import Metric, check_claims, claim_verdict, means_over, seed_values
-from ..step_graph import LearningRates, StepGraph, capturable
+from .. import step_graph
+from ..step_graph import LearningRates, StepGraph
 from ..train import Task, optimise_group
 from .lm_tables import (CELL_KEYS, FORWARD, RATES, SAMPLINGS, SCHEMES, best, best_epoch, conjecture_cells, fit_table,
                         headline_cells, lm_table, lm_table_wide, paper_values, pilot_cells, pilot_table,
@@ -151,7 +152,7 @@ class WordLMTask(Task):
         tensor there (plain SGD, ``train.optimise_group``); elsewhere ``optimizer.step()`` updates."""
         tasks = list(tasks)
         cfg, device, data = tasks[0].cfg, tasks[0].device, tasks[0].train_data
-        graphed = graphed and capturable(device)
+        graphed = graphed and step_graph.capturable(device)
         window = torch.empty(cfg.bptt + 1, cfg.batch_size, dtype=data.dtype, device=device)
         states = tuple(torch.cat([t.state[i] for t in tasks]) for i in range(2))  # (R, B, H) each
         for r, t in enumerate(tasks):
@@ -197,7 +198,7 @@ class WordLMTask(Task):
                 s.copy_(n)
             return nll
         full = StepGraph(lambda start: window.copy_(data[start:start + cfg.bptt + 1]),
-                         lambda: forward(window[:-1], window[1:]), [], device, enabled=capturable(device))
+                         lambda: forward(window[:-1], window[1:]), [], device, enabled=step_graph.capturable(device))
         totals, count, per_window = [0.0] * len(tasks), 0, [[] for _ in tasks]
         for start in range(0, data.shape[0] - 1, cfg.bptt):
             y = data[start + 1:start + 1 + cfg.bptt]
