@@ -1,8 +1,8 @@
 #!/bin/bash
 # A lent GPU's lease (README, "On a lent GPU"), in phases, so that its training can span two commands
 # of at most 10 minutes: a process started with setsid runs on between commands while the machine is
-# warm. Run from the repository root there, with .gpu-data/data.tgz (ptb and ptb_char) and, to resume,
-# a previous lease's pack in .gpu-data/pack:
+# warm. Run from the repository root there, every command carrying .gpu-data: data.tgz (ptb and ptb_char),
+# head.bundle (main) and, to resume, a previous lease's pack in .gpu-data/pack:
 #     bash scripts/lent_gpu.sh setup              # carry [".gpu-data"]: data, pack, GPU tests, group step
 #     bash scripts/lent_gpu.sh train S [WAIT]     # the fused campaign, detached, packed within S seconds
 #     bash scripts/lent_gpu.sh finish             # wait for it (not past its end), then its pack into $OUT
@@ -17,8 +17,12 @@
 # whole logs); the pack (records and as many checkpoints as fit) and campaign.log from train, where
 # the campaign has ended by then, and from finish.
 set -u
-export RECDROP_DATA=${RECDROP_DATA:-.gpu-data} PYTHONPATH=. PYTHONUNBUFFERED=1
 LEASE=/tmp/lease
+# What the commands carry (.gpu-data: data.tgz, head.bundle, a pack to resume) arrives in the repository's
+# folder, which each command replaces; the data is unpacked outside it, so that a campaign running on
+# between commands keeps reading it whatever the next command carries.
+CARRIED=.gpu-data
+export RECDROP_DATA=${RECDROP_DATA:-$LEASE/data} PYTHONPATH=. PYTHONUNBUFFERED=1
 # A dry run of the whole lease here: LEASE_DEVICE=cpu, LEASE_PRECISION=float32, LEASE_SIZES="1 2" (the group
 # sizes setup times), a stand-in nvidia-smi on PATH, and LEASE_CAMPAIGN a copy of data/campaign-gpu.toml
 # whose entries allow the cpu (theirs name cuda only)
@@ -39,32 +43,32 @@ in_place() {  # every phase: the data unpacked and the checkout at the commit th
   # A command's copy of the repository may hold an older .git than the working tree it carries (seen on the
   # lease of 2026-11-26: HEAD the session's first commit, the tree a later one), and the records would name
   # that commit "-dirty" and be refused at home; the bundle of main puts HEAD where the tree is.
-  if [ -f "$RECDROP_DATA/head.bundle" ]; then
-    git fetch -q "$RECDROP_DATA/head.bundle" main && git reset -q FETCH_HEAD || echo "warning: the bundle did not apply"
+  if [ -f "$CARRIED/head.bundle" ]; then
+    git fetch -q "$CARRIED/head.bundle" main && git reset -q FETCH_HEAD || echo "warning: the bundle did not apply"
   fi
-  # carry replaces .gpu-data at each command that names it: unpack the data again where it is missing
+  mkdir -p "$RECDROP_DATA"
   for d in ptb ptb_char; do
-    [ -d "$RECDROP_DATA/$d" ] || { [ -f "$RECDROP_DATA/data.tgz" ] && tar xzf "$RECDROP_DATA/data.tgz" -C "$RECDROP_DATA"; }
+    [ -d "$RECDROP_DATA/$d" ] || { [ -f "$CARRIED/data.tgz" ] && tar xzf "$CARRIED/data.tgz" -C "$RECDROP_DATA"; }
   done
 }
 
 setup() {
   for d in ptb ptb_char; do  # the tests and the campaign read both; a lease spent without them is lost
-    [ -d "$RECDROP_DATA/$d" ] || { echo "error: $RECDROP_DATA/$d is missing: put it in data.tgz and carry it (README)"; exit 1; }
+    [ -d "$RECDROP_DATA/$d" ] || { echo "error: $RECDROP_DATA/$d is missing: put it in $CARRIED/data.tgz and carry it (README)"; exit 1; }
   done
   local gpu; gpu=$(gpu_name)
   echo "$gpu, commit $(git log --oneline -1)"; git status --short | head -3
   rm -rf "$RECDROP_RUNS" && cp -r data/runs "$RECDROP_RUNS"
   local b="$LEASE/bench"; rm -rf "$b"; mkdir -p "$b/groups" "$b/logs"
   [ -z "$(git status --porcelain --untracked-files=no)" ] || echo "warning: the code is not a clean commit: home will refuse its records"
-  if [ -d "$RECDROP_DATA/pack" ]; then python3 -m recdrop.campaign --unpack "$RECDROP_DATA/pack" || echo "warning: the pack did not unpack whole"; fi
+  if [ -d "$CARRIED/pack" ]; then python3 -m recdrop.campaign --unpack "$CARRIED/pack" || echo "warning: the pack did not unpack whole"; fi
   : > "$LEASE/env"
   timeout 120 python3 -m pytest -q -x -p no:cacheprovider tests/test_cuda_graphs.py -k on_cuda > "$b/logs/graphs-test.log" 2>&1
   if [ $? -ne 0 ]; then echo "the CUDA graphs' test failed: graphs off"; echo "export RECDROP_CUDA_GRAPHS=0" > "$LEASE/env"; fi
   . "$LEASE/env"
   timeout 60 python3 -m pytest -q -p no:cacheprovider tests/test_fused_training.py -k "each_member and cuda" > "$b/logs/fused-test.log" 2>&1
   # the whole training step as one CUDA graph (issue 46) against the eager step; on failure the step runs eagerly
-  timeout 60 python3 -m pytest -q -x -p no:cacheprovider tests/test_step_graph.py > "$b/logs/step-graph-test.log" 2>&1
+  timeout 60 python3 -m pytest -q -x -p no:cacheprovider tests/test_step_graph.py -k on_cuda > "$b/logs/step-graph-test.log" 2>&1
   if [ $? -ne 0 ]; then echo "the step graph's test failed: steps eager"; echo "export RECDROP_STEP_GRAPH=0" >> "$LEASE/env"; fi
   . "$LEASE/env"
   tail -qn1 "$b"/logs/*.log
