@@ -3,7 +3,7 @@ memory at test time, dropping the update vector (ours) does not.
 
     python -m recdrop.demo
 
-Each LSTM learns to classify a random +-1 sequence of ``STEPS`` steps by the sign of its first element
+Each LSTM (Moon's, Gal's and ours) learns to classify a random +-1 sequence of ``STEPS`` steps by the sign of its first element
 (a long memory, as Table 1's Temporal Order task asks), with recurrent dropout 0.5, one mask per
 sequence and the paper's scaling (Eq. 3: the mask in training, times 1 - p at test). At test Moon's
 scheme multiplies the carried cell state by 1 - p at every step, so a change to c_0 shrinks as
@@ -19,7 +19,7 @@ import recdrop
 from recdrop.memory import memory_trace
 
 STEPS, LONGER, HIDDEN, ITERS, RATE = 15, 45, 32, 300, 0.5
-SCHEMES = (("none", "semeniuta", 0.0), ("Moon", "moon", RATE), ("Gal", "gal", RATE), ("ours", "semeniuta", RATE))
+SCHEMES = (("Moon", "moon", RATE), ("Gal", "gal", RATE), ("ours", "semeniuta", RATE))
 
 
 def make_batch(n: int, generator: torch.Generator, steps: int = STEPS):
@@ -64,11 +64,15 @@ def main():
         print(f"{name:8s} " + " ".join(f"{v:9.3f}" if i % 2 == 0 else f"{v:9.1e}" for i, v in enumerate(results[name])),
               flush=True)
     moon, ours = results["Moon"], results["ours"]
+    shown = "so does its accuracy" if moon[2] < ours[2] - 0.05 else (
+        f"its accuracy does not show it here ({moon[2]:.2f} against ours {ours[2]:.2f}): the sign of the first element "
+        "survives the decay when nothing else enters the cell; Table 1's chapter tests it on the Temporal Order "
+        "task, with its distractors")
     print(f"What they show: at test Moon's scheme scales the carried cell state by 1 - p = {1 - RATE} at every step "
-          f"(Eq. 17), and after {LONGER} steps keeps {moon[3]:.0e} of a change to c_0, where ours, which carries c_t "
-          f"untouched (Eq. 19), keeps {ours[3]:.0e}: Moon's memory loss. On this easy task the sign of the first "
-          f"element survives the decay, so the accuracies ({moon[2]:.2f} and {ours[2]:.2f}) do not show it yet; "
-          f"Table 1's Temporal Order task, with its distractors, does ({time.perf_counter() - start:.0f} s).")
+          f"(Eq. 17); after {LONGER} steps it keeps {moon[3]:.0e} of a change to c_0, where ours, which carries c_t "
+          f"untouched (Eq. 19), keeps {ours[3]:.0e}. " + ("That is Moon's memory loss, and " + shown
+          if moon[3] < ours[3] / 100 else "Here the two keep alike: no memory loss shows") +
+          f" ({time.perf_counter() - start:.0f} s).")
 
 
 if __name__ == "__main__":

@@ -66,13 +66,16 @@ def summarize(rows: List[Dict[str, Any]], keys: List[str], metrics: List[str]) -
 
 
 def fmt_mean_sd(mean: float, sd: float, n: int, digits: int = 1) -> str:
-    """"m ± s (n)" for n > 1 ("m (n, identical)" where s rounds to 0), "m" for n = 1, "not yet run" for n = 0."""
+    """"m ± s (n)" for n > 1 ("m (n, identical)" where s is 0, "m ± <0.05 (n)" where it rounds to 0), "m" for
+    n = 1, "not yet run" for n = 0."""
     if not n or pd.isna(mean):
         return "not yet run"
     if n == 1 or pd.isna(sd):
         return f"{mean:.{digits}f}"
-    if round(sd, digits) == 0:  # not "± 0.000": the seeds agree to the digits shown
+    if sd == 0:  # not "± 0.000"
         return f"{mean:.{digits}f} (n={n}, identical)"
+    if round(sd, digits) == 0:  # a spread below the digits shown
+        return f"{mean:.{digits}f} ± <{0.5 * 10 ** -digits:g} (n={n})"
     return f"{mean:.{digits}f} ± {sd:.{digits}f} (n={n})"
 
 
@@ -198,8 +201,9 @@ VERDICTS = (  # (first words, symbol, what it means)
     ("open", "≈", "the seeds disagree: within the seed noise"),
     ("fails", "✗", f"fails on the means of fewer than {MIN_SEEDS_TO_JUDGE} seeds: not judged against the seed noise"),
     ("refuted", "✘", f"fails on the means and in each of {MIN_SEEDS_TO_JUDGE} or more seeds"),
-    ("not yet run", "·", "a cell it needs has not run at any scale"),
-    ("other", "?", "inconclusive at this scale, or a run it needs diverged: see its chapter"),
+    ("not yet run", "·", "a cell it needs has not run (in full)"),
+    ("other", "?", "a study's own verdict (the conjecture's, the seeds'), inconclusive, or a run it needs diverged: "
+                   "see its chapter"),
 )
 
 

@@ -27,7 +27,7 @@ def _verdict(scale: Optional[str], verdicts: pd.Series) -> str:
     is *not judged* (its numbers are beside it, its claims judged on the claims table below)."""
     ran = verdicts[verdicts != "not yet run"]
     if scale != "paper" and not ran.empty:
-        return f"not judged at {scale} scale (paper scale not yet run)"
+        return f"not judged at {scale} scale (paper scale not yet run in full)"
     if scale != "paper" or ran.empty:
         return "not yet run at paper scale"
     if len(ran) < len(verdicts):
@@ -239,8 +239,8 @@ def bottom_line(table: pd.DataFrame, claims: pd.DataFrame) -> str:
     for _, r in tables.iterrows():
         by_scale.setdefault(r["scale"], []).append(_table_number(r["what"]))
     shown = "; ".join(f"{_tables(names)} at `{scale}` scale" for scale, names in by_scale.items())
-    parts = [f"**Where the replication stands.** Shown: {shown} (each at the largest scale where every "
-             "cell of the table has run)."]
+    parts = [f"**Where the replication stands.** Shown: {shown} (each at the scale its chapter shows: the "
+             "largest where every cell of the table has run, where there is one)."]
     so_far = [f"Table {_table_number(r['what'])}, {r['at paper scale so far'].split(' (')[0].replace(' run', '')}"
               for _, r in tables.iterrows() if r["scale"] != "paper" and r["at paper scale so far"] != "none run"]
     if so_far:
@@ -263,13 +263,14 @@ def landing_figure(store: Optional[RunStore] = None):
 
     store = store or RunStore()
     shown = [e for e in EXPERIMENTS.values() if e.comparison is not None]
-    fig, axes = plt.subplots(1, len(shown), figsize=(2.9 * len(shown), 3.1))
+    fig, axes = plt.subplots(1, len(shown), figsize=(2.9 * len(shown), 3.1), squeeze=False)
+    axes = axes[0]
     for ax, e in zip(axes, shown):
         scale = chapter_scale(e.name, store)
         seeds = chapter_seeds(e.name, scale, store) if scale else [0]
         points = []
         t = verdict_rows(e.comparison(run_grid(e.name, scale or "quick", seeds, train=False, store=store)))
-        points.append((t[t["n"] > 0], "o", f"at {scale}" if scale else "none run"))
+        points.append((t[t["n"] > 0], "o", f"at {scale or 'quick'}"))
         if scale != "paper":
             rows = stored_rows(e.name, "paper", "table", store)
             if rows:

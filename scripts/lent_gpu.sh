@@ -151,8 +151,8 @@ finish() {  # waits until the campaign ends, but not past its pack's due time an
 
 groups() {  # the fused groups' steps at both precisions, word LM and char LM, if minutes remain
   local gpu; gpu=$(gpu_name); mkdir -p "$LEASE/bench/groups"
-  for t in "" --tf32; do timeout 200 python3 benchmarks/bench_groups.py --device "$DEVICE" --models word char \
-      --sizes 1 4 8 26 --repeats 2 $t --out "$LEASE/bench/groups/$gpu-${t:+tf32}${t:-float32}-all.csv"; done
+  for p in float32 tf32; do timeout 200 python3 benchmarks/bench_groups.py --device "$DEVICE" --models word char \
+      --sizes 1 4 8 26 --repeats 2 $([ $p = tf32 ] && echo --tf32) --out "$LEASE/bench/groups/$gpu-$p-all.csv"; done
   pack_bench
 }
 

@@ -147,7 +147,7 @@ def test_landing_verdicts():
         "not yet run in full at paper scale (1 of 3 cells)")  # no verdict on a table with cells missing
     assert _verdict("paper", pd.Series(["not reproduced"])) == "not reproduced"
     assert _verdict("reduced", pd.Series(["reproduced", "not yet run"])) == (
-        "not judged at reduced scale (paper scale not yet run)")  # its numbers are no verdict on the paper's
+        "not judged at reduced scale (paper scale not yet run in full)")  # its numbers are no verdict on the paper's
     assert _verdict("quick", pd.Series(["not yet run"])) == "not yet run at paper scale"
     assert _verdict("paper", pd.Series(["not yet run"])) == "not yet run at paper scale"
 

@@ -68,7 +68,8 @@ def test_the_settings_show_as_a_small_table_of_every_field():
 
 
 def test_no_zero_spread_is_shown_as_plus_minus_zero():
-    assert fmt_mean_sd(87.04, 0.0004, 3, 1) == "87.0 (n=3, identical)"
+    assert fmt_mean_sd(87.04, 0.0, 3, 1) == "87.0 (n=3, identical)"
+    assert fmt_mean_sd(87.0, 0.042, 3, 1) == "87.0 ± <0.05 (n=3)"  # seeds that differ are not called identical
     assert fmt_mean_sd(87.04, 0.06, 3, 1) == "87.0 ± 0.1 (n=3)"
     assert fmt_mean_sd(87.04, float("nan"), 1, 2) == "87.04"
 

@@ -38,13 +38,17 @@ def imports(name, path, tree):
               for n in ast.walk(f)}
     found = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.level:
-            base = package.split(".")[:len(package.split(".")) - node.level + 1]
-            target = ".".join(base + ([node.module] if node.module else []))
-            names = [f"{target}.{a.name}" for a in node.names] if not node.module else [target]
-            found += [(t, id(node) in inside) for t in names]
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("recdrop"):
-            found.append((node.module, id(node) in inside))
+        if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("recdrop")):
+            if node.level:
+                base = package.split(".")[:len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module
+            # ``from .experiments import seeds`` imports the module experiments.seeds where there is one
+            names = [target] + [f"{target}.{a.name}" for a in node.names]
+            found += [(t, id(node) in inside) for t in names if t != package]
+        elif isinstance(node, ast.Import):
+            found += [(a.name, id(node) in inside) for a in node.names if a.name.startswith("recdrop")]
     return found
 
 

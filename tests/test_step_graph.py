@@ -84,12 +84,25 @@ def test_a_tensor_of_rates_refuses_an_optimiser_it_cannot_follow():
             check_plain_sgd(bad)
 
 
-def test_suspended_graphs_run_the_plain_loops_in_every_thread():
+def test_suspended_graphs_run_the_plain_loops_in_every_thread(monkeypatch):
+    """Inside ``graphs.suspended`` no loop is graphed, in the caller's thread nor in another (the autograd
+    engine runs a GPU's backward on its own); outside it they are again."""
+    import threading
+
+    monkeypatch.setattr(graphs, "_on_one_cuda_device", lambda tensors: True)  # as if on a GPU
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
     t = torch.zeros(1)
+    seen = []
+
+    def other_thread():
+        seen.append(graphs.graphs_usable([t]))
+    assert graphs.graphs_usable([t])
     with graphs.suspended():
-        assert graphs._SUSPENDED[0] == 1
-    assert graphs._SUSPENDED[0] == 0
-    assert not graphs.graphs_usable([t])  # a CPU tensor: plain anyway
+        assert not graphs.graphs_usable([t])
+        worker = threading.Thread(target=other_thread)
+        worker.start()
+        worker.join()
+    assert seen == [False] and graphs.graphs_usable([t])
 
 
 class Replaying:
