@@ -32,8 +32,9 @@ def stamp(rows: Iterable[Dict[str, Any]]) -> str:
         return (f"No finished runs: {diverged} diverged, the other cells are not yet run at this scale." if diverged
                 else "No stored runs: every cell of this table is not yet run at this scale.")
 
-    def values(key):
-        return ", ".join(sorted({str(part[key]) for r in recs for part in (r, *r.get("segments", ())) if key in part}))
+    def values(key):  # "(1 threads)" in the records of a CPU run alone reads "(1 thread)"
+        return ", ".join(sorted({str(part[key]).replace("(1 threads)", "(1 thread)")
+                                 for r in recs for part in (r, *r.get("segments", ())) if key in part}))
     scales = ", ".join(sorted({r["config"]["scale"] for r in recs}))
     dates = sorted(r["finished"][:10] for r in recs)
     seeds_per_cell: Dict[Any, int] = {}

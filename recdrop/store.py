@@ -122,7 +122,8 @@ def hardware(device: str = "cpu") -> str:
                 break
     except OSError:
         pass
-    return f"{model} ({torch.get_num_threads()} threads)"
+    threads = torch.get_num_threads()
+    return f"{model} ({threads} thread{'' if threads == 1 else 's'})"
 
 
 @functools.lru_cache(maxsize=None)

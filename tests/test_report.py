@@ -2,7 +2,7 @@
 import pandas as pd
 import pytest
 
-from recdrop.report import Metric, compare
+from recdrop.report import Metric, compare, stamp
 
 
 def _runs(values, key="test_acc", **labels):
@@ -257,3 +257,9 @@ def test_below_the_papers_scale_a_cell_is_not_judged_as_the_landing_page_says():
     t = compare(rows, cells, ["cell"], m, factor=100)
     assert t["verdict"].tolist() == ["not judged at reduced scale", "not reproduced", "not in the paper"]
     assert t["delta"].tolist()[:2] == [-10.0, -70.0] and pd.isna(t["delta"][2])  # the difference is still shown
+
+
+def test_the_stamp_says_one_thread_in_the_singular():
+    rows = [{"run_id": "a", "config": "c", "record": {"config": {"scale": "ci"}, "hardware": "AMD EPYC (1 threads)",
+                                                     "torch": "2.13", "commit": "abc", "finished": "2026-11-26T00:00"}}]
+    assert "hardware: AMD EPYC (1 thread) |" in stamp(rows)
