@@ -110,11 +110,12 @@ def main(argv=None):
                          "date": time.strftime("%Y-%m-%d")})
             print(f"{name} R={n:2d}: one at a time {a:.3f} s, as a group {g:.3f} s a step of all {n} runs: "
                   f"{a / g:.2f}x", flush=True)
+            if args.out:  # each size as it is measured: a lease's timeout keeps the sizes done
+                write_benchmark(args.out, rows)
             for step in alone_steps + [group_step]:
                 getattr(step, "release", lambda: None)()
             del tasks, alone_steps, group_step
     if args.out:
-        write_benchmark(args.out, rows)
         print(f"written {args.out}")
 
 
