@@ -47,9 +47,14 @@ def graphs_usable(tensors: Sequence) -> bool:
     """Whether a loop over ``tensors`` runs as a CUDA graph: graphs not switched off
     (``RECDROP_CUDA_GRAPHS=0``) nor ``suspended``, every tensor on one CUDA device, no stream capture in
     progress, and neither torch.compile nor tracing at work."""
-    if os.environ.get("RECDROP_CUDA_GRAPHS", "1") == "0" or _SUSPENDED[0] or not _on_one_cuda_device(tensors):
+    if switched_off() or _SUSPENDED[0] or not _on_one_cuda_device(tensors):
         return False
     return not (torch.cuda.is_current_stream_capturing() or torch.compiler.is_compiling() or torch.jit.is_tracing())
+
+
+def switched_off() -> bool:
+    """Whether ``RECDROP_CUDA_GRAPHS=0`` turns every CUDA graph off (the loops' and a whole step's)."""
+    return os.environ.get("RECDROP_CUDA_GRAPHS", "1") == "0"
 
 
 _SUSPENDED = [0]  # how many ``suspended`` blocks are open, in any thread (a backward runs on the engine's own)

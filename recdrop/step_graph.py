@@ -36,7 +36,7 @@ def capturable(device) -> bool:
     """Whether a step on ``device`` can be captured: a CUDA device, graphs not switched off
     (``RECDROP_CUDA_GRAPHS=0`` all of them, ``RECDROP_STEP_GRAPH=0`` the step's), and a torch whose
     graphs register generators of one's own."""
-    return (torch.device(device).type == "cuda" and os.environ.get("RECDROP_CUDA_GRAPHS", "1") != "0"
+    return (torch.device(device).type == "cuda" and not graphs.switched_off()
             and os.environ.get("RECDROP_STEP_GRAPH", "1") != "0"
             and hasattr(torch.cuda.CUDAGraph, "register_generator_state"))
 
@@ -132,12 +132,24 @@ class CudaGraphs:
         torch.cuda.synchronize(self.device)
 
 
+def check_plain_sgd(optimizer: torch.optim.Optimizer) -> None:
+    """Refuse an optimiser that an update from a tensor of rates (``train.optimise_group``) would not follow."""
+    g = optimizer.param_groups[0] if optimizer.param_groups else {}
+    plain = (type(optimizer) is torch.optim.SGD and len(optimizer.param_groups) == 1 and not g.get("momentum")
+             and not g.get("weight_decay") and not g.get("nesterov") and not g.get("maximize"))
+    if not plain:
+        raise ValueError(f"an update from a tensor of learning rates is plain SGD; got {optimizer!r}")
+
+
 class LearningRates:
     """Each run's learning rate (its optimiser's first group's) as a tensor a graph reads, refreshed from
-    the optimisers when the host has changed one (a schedule, between epochs)."""
+    the optimisers when the host has changed one (a schedule, between epochs). Each optimiser must be
+    plain SGD (``check_plain_sgd``), the update ``train.optimise_group`` makes from the tensor."""
 
     def __init__(self, optimizers: Sequence[torch.optim.Optimizer], device):
         self.optimizers = list(optimizers)
+        for o in self.optimizers:
+            check_plain_sgd(o)
         self.dtype = self.optimizers[0].param_groups[0]["params"][0].dtype  # the parameters' own
         self.tensor = torch.zeros(len(self.optimizers), dtype=self.dtype, device=device)
         self.values: tuple = ()

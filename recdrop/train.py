@@ -172,10 +172,8 @@ def optimise_group(tasks: Sequence[Task], losses: torch.Tensor, clip_norms: Sequ
 
     With ``lrs`` (each run's learning rate, a tensor ``(R,)``: ``step_graph.LearningRates``) the update
     is plain SGD, p <- p - lr_r g, read from that tensor, so that a CUDA graph of the step follows a
-    schedule; each optimiser must then be plain SGD (no momentum, dampening, weight decay or Nesterov)."""
-    if lrs is not None:
-        for t in tasks:
-            check_plain_sgd(t.optimizer)
+    schedule; each optimiser must then be plain SGD (no momentum, dampening, weight decay or Nesterov),
+    as ``step_graph.LearningRates`` checks once when it makes the tensor."""
     for t in tasks:
         t.optimizer.zero_grad(set_to_none=True)
     losses.sum().backward()
@@ -202,15 +200,6 @@ def optimise_group(tasks: Sequence[Task], losses: torch.Tensor, clip_norms: Sequ
                     p.addcmul_(p.grad, lrs[r], value=-1)
         norms.append(norm)
     return norms
-
-
-def check_plain_sgd(optimizer: torch.optim.Optimizer) -> None:
-    """Refuse an optimiser that ``optimise_group``'s update from a tensor of rates would not follow."""
-    g = optimizer.param_groups[0] if optimizer.param_groups else {}
-    plain = (type(optimizer) is torch.optim.SGD and len(optimizer.param_groups) == 1 and not g.get("momentum")
-             and not g.get("weight_decay") and not g.get("nesterov") and not g.get("maximize"))
-    if not plain:
-        raise ValueError(f"an update from a tensor of learning rates is plain SGD; got {optimizer!r}")
 
 
 def check_device(device: str, available: bool = True) -> str:

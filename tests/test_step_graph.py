@@ -9,7 +9,8 @@ from recdrop import graphs, step_graph
 from recdrop.experiments.word_lm import WordLMConfig, WordLMTask
 from recdrop.models import set_generator
 from recdrop.store import RunStore
-from recdrop.train import check_plain_sgd, mask_generator, optimise_group, seed_everything, train_group
+from recdrop.step_graph import check_plain_sgd
+from recdrop.train import mask_generator, optimise_group, seed_everything, train_group
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU")
 
@@ -82,6 +83,8 @@ def test_a_tensor_of_rates_refuses_an_optimiser_it_cannot_follow():
                 torch.optim.Adam(p)):
         with pytest.raises(ValueError, match="plain SGD"):
             check_plain_sgd(bad)
+    with pytest.raises(ValueError, match="plain SGD"):  # checked once, where the tensor of rates is made
+        step_graph.LearningRates([torch.optim.Adam(p)], "cpu")
 
 
 def test_suspended_graphs_run_the_plain_loops_in_every_thread(monkeypatch):
