@@ -8,6 +8,7 @@ run is done, and an interrupted write never leaves a broken record. Checkpoints 
 from __future__ import annotations
 
 import contextlib
+import copy
 import datetime
 import errno
 import fcntl
@@ -64,7 +65,7 @@ def save_checkpoints(items: List[Tuple[Path, Dict[str, Any]]]) -> None:
     try:
         for path, state in items:
             buf = io.BytesIO()
-            torch.save(state, buf)
+            torch.save(_own_storage(state), buf)
             path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
             temps.append((tmp, path))
@@ -78,6 +79,22 @@ def save_checkpoints(items: List[Tuple[Path, Dict[str, Any]]]) -> None:
         for tmp, _ in temps:
             if os.path.exists(tmp):
                 os.unlink(tmp)
+
+
+def _own_storage(value):
+    """``value`` with each tensor that views part of a larger storage (a member's slice of a group's
+    stacked parameters, ``recdrop.stacked``) copied into its own: torch.save writes a tensor's whole
+    storage, and a member's checkpoint would hold the group's."""
+    if isinstance(value, torch.Tensor):
+        return value.clone() if value.untyped_storage().nbytes() > value.nbytes else value
+    if isinstance(value, dict):
+        own = copy.copy(value)  # its type and attributes (a state_dict's ``_metadata``)
+        for k, v in value.items():
+            own[k] = _own_storage(v)
+        return own
+    if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
+        return type(value)(_own_storage(v) for v in value)
+    return value
 
 
 class CorruptCheckpointError(RuntimeError):

@@ -66,7 +66,7 @@ setup() {
   timeout 120 python3 -m pytest -q -x -p no:cacheprovider tests/test_cuda_graphs.py -k on_cuda > "$b/logs/graphs-test.log" 2>&1
   if [ $? -ne 0 ]; then echo "the CUDA graphs' test failed: graphs off"; echo "export RECDROP_CUDA_GRAPHS=0" > "$LEASE/env"; fi
   . "$LEASE/env"
-  timeout 60 python3 -m pytest -q -p no:cacheprovider tests/test_fused_training.py -k "each_member and cuda" > "$b/logs/fused-test.log" 2>&1
+  timeout 60 python3 -m pytest -q -p no:cacheprovider tests/test_fused_training.py tests/test_stacked.py -k "(each_member and cuda) or on_cuda" > "$b/logs/fused-test.log" 2>&1
   # the whole training step as one CUDA graph (issue 46) against the eager step; on failure the step runs eagerly
   timeout 60 python3 -m pytest -q -x -p no:cacheprovider tests/test_step_graph.py -k on_cuda > "$b/logs/step-graph-test.log" 2>&1
   if [ $? -ne 0 ]; then echo "the step graph's test failed: steps eager"; echo "export RECDROP_STEP_GRAPH=0" >> "$LEASE/env"; fi

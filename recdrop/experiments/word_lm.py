@@ -21,6 +21,7 @@ from ..data.ptb import batchify, load_ptb
 from ..models import Dropout, LanguageModel, generators, language_models_bytes, language_models_nll
 from ..report import Metric, check_claims, claim_verdict, means_over, seed_values
 from .. import step_graph
+from ..stacked import StackedLanguageModels, stacking
 from ..step_graph import LearningRates, StepGraph
 from ..train import Task, optimise_group
 from .lm_tables import (CELL_KEYS, FORWARD, RATES, SAMPLINGS, SCHEMES, best, best_epoch, conjecture_cells, fit_table,
@@ -148,8 +149,11 @@ class WordLMTask(Task):
     def group_stepper(cls, tasks: Sequence["WordLMTask"], graphed: bool = True) -> StepGraph:
         """``group_step`` as a function of the window's start row, one CUDA graph on a GPU
         (``step_graph.StepGraph``): the window and the runs' carried states (h, c) live in static
-        buffers, each run's ``state`` a view of its row, and each run's learning rate is read from a
-        tensor there (plain SGD, ``train.optimise_group``); elsewhere ``optimizer.step()`` updates."""
+        buffers, each run's ``state`` a view of its row. Off the CPU a group is one model
+        (``stacked.StackedLanguageModels``: each run's parameters a view of its slice), clipped and
+        updated for all runs at once, each run's learning rate read from a tensor (plain SGD); on a CPU
+        each run computes on its own and ``train.optimise_group`` updates each (from that tensor too
+        where the step is a graph)."""
         tasks = list(tasks)
         cfg, device, data = tasks[0].cfg, tasks[0].device, tasks[0].train_data
         graphed = graphed and step_graph.capturable(device)
@@ -157,8 +161,11 @@ class WordLMTask(Task):
         states = tuple(torch.cat([t.state[i] for t in tasks]) for i in range(2))  # (R, B, H) each
         for r, t in enumerate(tasks):
             t.state = tuple(s[r:r + 1] for s in states)
-        lrs = LearningRates([t.optimizer for t in tasks], device) if graphed else None
         models, clips = [t.model for t in tasks], [t.cfg.clip_norm for t in tasks]
+        stack = StackedLanguageModels(models) if stacking(models, device) else None
+        lrs = LearningRates([t.optimizer for t in tasks], device) if graphed or stack else None
+        if stack:
+            clip_norms = torch.tensor(clips, dtype=stack.embed.dtype, device=device)
 
         def load(start: int) -> None:
             window.copy_(data[start:start + cfg.bptt + 1])
@@ -166,13 +173,19 @@ class WordLMTask(Task):
                 lrs.refresh()
 
         def body() -> List[Dict[str, torch.Tensor]]:
-            nll, new = language_models_nll(models, window[:-1], states, window[1:])
             # Authors' code: cross-entropy summed over the 35 steps and averaged over the batch.
-            optimise_group(tasks, nll * cfg.bptt, clips, None if lrs is None else lrs.tensor)
+            if stack:
+                nll, new = stack.nll(window[:-1], states, window[1:])
+                stack.zero_grad()
+                (nll * cfg.bptt).sum().backward()
+                stack.clip_and_step(lrs.tensor, clip_norms)
+            else:
+                nll, new = language_models_nll(models, window[:-1], states, window[1:])
+                optimise_group(tasks, nll * cfg.bptt, clips, None if lrs is None else lrs.tensor)
             with torch.no_grad():
                 for s, n in zip(states, new):  # carried to the next window (truncated BPTT)
                     s.copy_(n)
-            return [{"loss": v} for v in nll.detach()]
+            return [{"loss": v} for v in nll.detach().unbind()]
         return StepGraph(load, body, [g for m in models for g in generators(m)], device, enabled=graphed)
 
     def train_step(self, start: int) -> Dict[str, float]:
@@ -189,11 +202,13 @@ class WordLMTask(Task):
         each full window's forward replays one CUDA graph (``step_graph.StepGraph``)."""
         cfg, device = tasks[0].cfg, tasks[0].device
         models = [t.model for t in tasks]
+        nll_of = StackedLanguageModels(models, bind=False).nll if stacking(models, device) else \
+            functools.partial(language_models_nll, models)
         states = tuple(torch.cat(s) for s in zip(*(t._zero_state() for t in tasks)))  # (R, B, H), carried
         window = torch.empty(cfg.bptt + 1, cfg.batch_size, dtype=data.dtype, device=device)
 
         def forward(x, y) -> torch.Tensor:
-            nll, new = language_models_nll(models, x, states, y, reduction="sum")
+            nll, new = nll_of(x, states, y, reduction="sum")
             for s, n in zip(states, new):
                 s.copy_(n)
             return nll
