@@ -27,13 +27,14 @@ from recdrop.experiments import char_lm, word_lm
 from recdrop.models import set_generator
 from recdrop.perf import require_clean_commit, write_benchmark
 from recdrop.store import git_commit, hardware
-from recdrop.train import mask_generator, seed_everything
+from recdrop.train import (add_precision_options, mask_generator, precision_option, seed_everything, set_precision,
+                           set_task_precision)
 
 MODELS = {"word": (word_lm.WordLMTask, lambda: word_lm.grid("paper")),
           "char": (char_lm.CharLMTask, lambda: char_lm.grid("paper"))}
 
 
-def make_tasks(name: str, n: int, device: str):
+def make_tasks(name: str, n: int, device: str, precision: str = "float32"):
     """The first ``n`` cells of the model's paper grid, seed 0, each built as the trainer builds it."""
     task_type, cells = MODELS[name]
     tasks = []
@@ -41,6 +42,7 @@ def make_tasks(name: str, n: int, device: str):
         seed_everything(0)
         task = task_type(cfg, device, 0)
         set_generator(task.model, mask_generator(0, device))
+        set_task_precision(task, precision)
         task.model.train()
         tasks.append(task)
     return task_type, tasks
@@ -69,20 +71,20 @@ def main(argv=None):
                     help="steps first, for at least this long (captures the CUDA graphs and wakes a GPU's clocks)")
     ap.add_argument("--models", nargs="+", default=["word"], choices=sorted(MODELS))
     ap.add_argument("--sizes", type=int, nargs="+", default=[1, 2, 4, 8, 13, 26])
-    ap.add_argument("--tf32", action="store_true", help="allow TF32 matmuls on the GPU")
+    add_precision_options(ap)
     ap.add_argument("--out", type=Path, help="write the table as CSV here (with hardware, torch and commit per row)")
     args = ap.parse_args(argv)
     if any(n < 1 or n > 26 for n in args.sizes):
         ap.error(f"--sizes must be between 1 and 26 (a table's cells), got {args.sizes}")
     require_clean_commit(args.out)
     torch.set_num_threads(args.threads)
-    torch.backends.cuda.matmul.allow_tf32 = args.tf32
-    torch.backends.cudnn.allow_tf32 = args.tf32
+    precision = precision_option(args)
+    set_precision(precision, args.device)
     sync = torch.cuda.synchronize if args.device.startswith("cuda") else (lambda: None)
     rows = []
     for name in args.models:
         for n in args.sizes:
-            task_type, tasks = make_tasks(name, n, args.device)
+            task_type, tasks = make_tasks(name, n, args.device, precision)
             batches = tasks[0].batches(0)
             # the trainer's steppers, made once: on a GPU each is one CUDA graph once warmed up (issue 46)
             alone_steps = [task_type.group_stepper([t]) for t in tasks]
@@ -105,7 +107,8 @@ def main(argv=None):
                          "group_runs_per_hour_of_steps": round(n * 3600 / g, 1), "speedup": round(a / g, 2),
                          "hardware": hardware(args.device), "device": args.device, "threads": args.threads,
                          "torch": torch.__version__, "commit": git_commit(),
-                         "batch": tasks[0].cfg.batch_size, "tf32": args.tf32, "min_s": args.min_s,
+                         "batch": tasks[0].cfg.batch_size, "tf32": precision == "tf32", "precision": precision,
+                         "min_s": args.min_s,
                          "step": "cuda-graph" if getattr(group_step, "captured", False) else "eager",
                          "date": time.strftime("%Y-%m-%d")})
             print(f"{name} R={n:2d}: one at a time {a:.3f} s, as a group {g:.3f} s a step of all {n} runs: "

@@ -44,7 +44,7 @@ from .paths import DATA_DIR
 from .store import (CorruptCheckpointError, DirtyTreeError, RunInUseError, RunStore, atomic_write_bytes, git_commit,
                     load_checkpoint, unclean_commits)
 from .sweep import RUN_FIELDS, check_jobs, check_seeds, fuse_groups, grid_rows, run_each, worker_threads
-from .train import DEVICES, BudgetExhausted, check_device, set_precision
+from .train import DEVICES, BudgetExhausted, add_precision_options, check_device, precision_option, set_precision
 
 CAMPAIGN = DATA_DIR / "campaign.toml"
 PACK_NAME = "campaign-pack.tar"
@@ -404,7 +404,7 @@ def main(argv=None) -> int:
     ap.add_argument("--unpack", type=Path, metavar="DIR", help="put a pack's checkpoints and records in place, first")
     ap.add_argument("--fuse", nargs="?", type=int, const=True, default=False, metavar="N",
                     help="train the runs that can share one model as one (issue 35), at most N to a group")
-    ap.add_argument("--tf32", action="store_true", help="let a GPU's products run in TF32 (recorded in each record)")
+    add_precision_options(ap)
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
     refused = []  # what of the pack did not go in (``unpack``): reported, and the exit status is 1
@@ -434,7 +434,7 @@ def main(argv=None) -> int:
         budget = parse_budget(args.budget or "1h")
         started = time.time()
         out = run_campaign(entries, args.device, args.jobs, budget, store, progress=not args.no_progress,
-                           fuse=args.fuse, precision="tf32" if args.tf32 else "float32")
+                           fuse=args.fuse, precision=precision_option(args))
     except (ValueError, RuntimeError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

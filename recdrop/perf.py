@@ -180,7 +180,9 @@ def group_setting(df: pd.DataFrame) -> pd.Series:
     eager), and its products' precision."""
     step = df["step"].fillna("eager") if "step" in df else pd.Series("eager", index=df.index)
     tf32 = df["tf32"].fillna(False).astype(bool) if "tf32" in df else pd.Series(False, index=df.index)
-    return step + ", " + tf32.map({True: "TF32", False: "float32"})
+    named = df["precision"] if "precision" in df else pd.Series(None, index=df.index, dtype=object)
+    names = {"float32": "float32", "tf32": "TF32", "bf16": "bf16 autocast"}
+    return step + ", " + named.map(names).fillna(tf32.map({True: "TF32", False: "float32"}))
 
 
 def group_table(df: pd.DataFrame) -> pd.DataFrame:

@@ -23,8 +23,9 @@ def stored_seeds(experiment: str, scale: str, store: Optional[RunStore] = None) 
 def stamp(rows: Iterable[Dict[str, Any]]) -> str:
     """Scale, hardware, commit and dates of the records shown (each field lists its distinct values), how
     many cells of the grid shown have run (a chapter's grid can hold checks beyond the paper's cells, which
-    the landing page's counts leave out), how many runs diverged, and how many used TF32 products (``train.set_precision``, an option); the
-    hardware, torch and commit of a resumed run's every stretch (its ``segments``) count too."""
+    the landing page's counts leave out), how many runs diverged, and how many ran at a precision other
+    than float32 (TF32 products or bf16 autocast: ``train.set_precision``, an option); the hardware, torch
+    and commit of a resumed run's every stretch (its ``segments``) count too."""
     rows = list({r.get("run_id", i): r for i, r in enumerate(rows)}.values())  # a run shown by two grids counts once
     recs = [r["record"] for r in rows if r.get("record")]
     diverged = sum(bool(r.get("diverged")) for r in rows)
@@ -42,11 +43,14 @@ def stamp(rows: Iterable[Dict[str, Any]]) -> str:
         seeds_per_cell[r["config"]] = seeds_per_cell.get(r["config"], 0) + bool(r.get("record"))
     ran = [n for n in seeds_per_cell.values() if n]
     seeds = f"{min(ran)}" if min(ran) == max(ran) else f"{min(ran)}–{max(ran)}"
-    tf32 = sum(any(part.get("precision") == "tf32" for part in (r, *r.get("segments", ()))) for r in recs)
+    def using(precision):
+        return sum(any(part.get("precision") == precision for part in (r, *r.get("segments", ()))) for r in recs)
+    others = "".join(f" | {what} in {n} of the runs" for what, n in (("TF32 products", using("tf32")),
+                                                                     ("bf16 autocast", using("bf16"))) if n)
     return (f"Scale: {scales} | runs: {len(recs)} shown{f', {diverged} diverged' if diverged else ''} | grid cells: {len(ran)} of {len(seeds_per_cell)} run, "
             f"{seeds} seed{'' if seeds == '1' else 's'} each | hardware: {values('hardware')} | "
             f"torch {values('torch')} | commit: {values('commit')} | runs finished {dates[0]} to {dates[-1]}"
-            + (f" | TF32 products in {tf32} of the runs" if tf32 else ""))
+            + others)
 
 
 def summarize(rows: List[Dict[str, Any]], keys: List[str], metrics: List[str]) -> pd.DataFrame:

@@ -34,7 +34,7 @@ from . import experiments
 from .config import SCALE_NAMES, run_id
 from .report import stored_seeds
 from .store import RunStore, cache_dir, git_commit
-from .train import check_device, group_key, set_precision, train_group
+from .train import add_precision_options, check_device, group_key, precision_option, set_precision, train_group
 
 
 def check_seeds(seeds) -> List[int]:
@@ -274,7 +274,8 @@ def run_grid(experiment: str, scale: str, seeds: Sequence[int] = (0,), device: s
     names which of the experiment's grids: "table" (the paper's), "headline" or "conjecture". With
     ``fuse`` (True, or a cap on a group's size), the runs that can share one model train as one
     (``fuse_groups``; each still ends as its own record), ``jobs`` groups at a time. ``precision``
-    "tf32" lets a GPU's products run in TF32 (``train.set_precision``; each record says so).
+    "tf32" lets a GPU's products run in TF32, "bf16" runs each training forward under bf16 autocast
+    (``train.set_precision``, ``train.autocast``; each record says so).
 
     Runs that are done (``RunStore.is_done``) are loaded, unfinished ones resumed from their checkpoint,
     the rest trained: in a store whose records are committed, that includes a run whose record came
@@ -360,7 +361,7 @@ def main(argv=None) -> int:
     ap.add_argument("--only", nargs="*", default=[], metavar="LABEL=VALUE", help="run only the cells with these labels")
     ap.add_argument("--fuse", nargs="?", type=int, const=True, default=False, metavar="N",
                     help="train the runs that can share one model as one (issue 35), at most N to a group")
-    ap.add_argument("--tf32", action="store_true", help="let a GPU's products run in TF32 (recorded in each record)")
+    add_precision_options(ap)
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
     overrides = _parse_overrides(args.set)
@@ -373,7 +374,7 @@ def main(argv=None) -> int:
         rows = run_grid(args.experiment, args.scale, args.seeds, args.device, args.jobs,
                         progress=not args.no_progress, engine=args.engine,
                         only=_parse_overrides(args.only) or None, grid=args.grid, fuse=args.fuse,
-                        precision="tf32" if args.tf32 else "float32", **overrides)
+                        precision=precision_option(args), **overrides)
     except (ValueError, RuntimeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -21,22 +21,59 @@ from tqdm.auto import tqdm
 
 from . import graphs
 from .config import ExperimentConfig, run_id
+from .layers import _RecurrentLayer
 from .models import set_generator
 from .store import CorruptCheckpointError, RunStore, environment, load_checkpoint, save_checkpoints, utc_now
 
 DEVICES = ("cpu", "cuda")
-PRECISIONS = ("float32", "tf32")  # float32 products throughout; or TF32 tensor-core products on a GPU
+# float32 products throughout; TF32 tensor-core products on a GPU; or the training forward under bfloat16
+# autocast (``autocast``: products in bf16, weights, gradients, optimiser state and cell state in float32)
+PRECISIONS = ("float32", "tf32", "bf16")
 
 
 def set_precision(precision: str, device: str) -> None:
-    """Float32 products everywhere (cuDNN's TF32, on by torch's default, off too), or TF32 on a GPU:
-    an option, recorded in each record (``precision``) where it is used."""
+    """Float32 products everywhere (cuDNN's TF32, on by torch's default, off too), TF32 on a GPU, or
+    bf16 autocast (``autocast``): an option, recorded in each record (``precision``) where it is used."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision={precision!r} is not valid; allowed values: {', '.join(map(repr, PRECISIONS))}")
     if precision == "tf32" and not str(device).startswith("cuda"):
         raise ValueError(f"precision='tf32' is a GPU's tensor-core format; device={device!r} computes in float32")
     if str(device).startswith("cuda"):
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = precision == "tf32"
+
+
+def set_task_precision(task: "Task", precision: str) -> None:
+    """Train ``task`` at ``precision``: under bf16 its recurrent layers run recdrop's own loop where no
+    dropout acts too, whose cell state stays float32 under autocast (torch.nn's would carry bf16)."""
+    task.precision = precision
+    if precision == "bf16":
+        for m in task.model.modules():
+            if isinstance(m, _RecurrentLayer):
+                m.torch_kernels = False
+
+
+def add_precision_options(parser) -> None:
+    """The command lines' ``--precision`` (and ``--tf32``, its older spelling for TF32)."""
+    parser.add_argument("--precision", choices=PRECISIONS, default=None,
+                        help="float32 (default); tf32: a GPU's products in TF32; bf16: each training forward under "
+                             "bfloat16 autocast (the language models); recorded in each record")
+    parser.add_argument("--tf32", action="store_true", help="the same as --precision tf32")
+
+
+def precision_option(args) -> str:
+    """The precision ``add_precision_options``' options ask for."""
+    if args.tf32 and args.precision not in (None, "tf32"):
+        raise ValueError(f"--tf32 and --precision {args.precision} ask for two precisions")
+    return "tf32" if args.tf32 else args.precision or "float32"
+
+
+def autocast(precision: str, device) -> contextlib.AbstractContextManager:
+    """Where a training step's forward runs (not its backward, its update or an evaluation): under
+    ``torch.autocast`` to bfloat16 with ``precision="bf16"`` (its cache off, which a CUDA graph's capture
+    needs), else as it is."""
+    if precision != "bf16":
+        return contextlib.nullcontext()
+    return torch.autocast(torch.device(device).type, dtype=torch.bfloat16, cache_enabled=False)
 
 
 def flushing_denormals() -> bool:
@@ -86,6 +123,10 @@ class Task:
     # task's runs train one at a time. Where ``batches`` depends on the seed, a group has one seed.
     FUSABLE_FIELDS: Tuple[str, ...] = ()
     batches_depend_on_seed: bool = True
+    # Whether its training step's forward runs under ``autocast(self.precision, device)``: a task that
+    # does accepts ``precision="bf16"``; the trainer sets ``precision`` on each task it builds.
+    autocasts: bool = False
+    precision: str = "float32"
 
     @classmethod
     def group_key(cls, config: ExperimentConfig, seed: int):
@@ -292,6 +333,7 @@ class Run:
         self.env = dict(env)
         seed_everything(seed)  # the run's initialisation, as alone
         self.task = make_task(config, device, seed)
+        set_task_precision(self.task, self.env.get("precision", "float32"))
         self.generator = mask_generator(seed, device)
         set_generator(self.task.model, self.generator)
         self.epoch, self.batch, self.curves, self.sums, self.elapsed, self.segments = 0, 0, [], {}, 0.0, []
@@ -368,10 +410,14 @@ def train_group(make_task: Callable[..., Task], members: Sequence[Tuple[Experime
     hardware or code lists each stretch in its record's ``segments``. With ``rerun``, stored records
     (from uncommitted code, say) are trained again and replaced when the new ones are finished.
     ``errors``, where given, gets run id -> message for each run that diverged in this call.
-    ``precision`` "tf32" lets a GPU's products run in TF32 (``set_precision``), and the records say so.
+    ``precision`` "tf32" lets a GPU's products run in TF32, "bf16" runs each training forward under bf16
+    autocast where the task allows it (``set_precision``, ``autocast``), and the records say so.
     """
     device = check_device(device)
     set_precision(precision, device)
+    if precision == "bf16" and not getattr(make_task, "autocasts", False):
+        raise ValueError(f"precision='bf16' is not available for {getattr(make_task, '__name__', make_task)!r}: its "
+                         "training step has no autocast (Task.autocasts); use 'float32' or 'tf32'")
     store = store or RunStore()
     members = [(c, int(s)) for c, s in members]
     if not members:

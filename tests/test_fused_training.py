@@ -226,17 +226,19 @@ def test_fuse_on_runs_that_cannot_share_a_model_is_a_clear_error(store):
         run_grid("word_lm", "ci", store=store, fuse=True, engine="ray")
 
 
-def test_tf32_is_a_gpu_option_that_the_stamp_reports(store):
+def test_tf32_is_a_gpu_option_and_the_stamp_reports_each_precision(store):
     with pytest.raises(ValueError, match="GPU's tensor-core format"):
         run_grid("word_lm", "ci", store=store, precision="tf32")
-    with pytest.raises(ValueError, match="precision='bf16' is not valid"):
-        train.set_precision("bf16", "cpu")
+    with pytest.raises(ValueError, match="precision='fp16' is not valid"):
+        train.set_precision("fp16", "cpu")
     from recdrop.report import stamp
     record = {"config": {"scale": "paper"}, "finished": "2026-11-25", "hardware": "H100", "torch": "2.13",
               "commit": "abc", "run_id": "x"}
     rows = [{"run_id": "x", "config": "c", "record": {**record, "precision": "tf32"}},
             {"run_id": "y", "config": "d", "record": {**record, "run_id": "y"}}]
     assert stamp(rows).endswith("| TF32 products in 1 of the runs") and "TF32" not in stamp(rows[1:])
+    rows.append({"run_id": "z", "config": "e", "record": {**record, "run_id": "z", "segments": [{"precision": "bf16"}]}})
+    assert stamp(rows).endswith("| TF32 products in 1 of the runs | bf16 autocast in 1 of the runs")
 
 
 def test_a_group_that_would_not_fit_the_device_is_refused_before_it_starts(store, monkeypatch):

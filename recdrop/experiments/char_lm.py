@@ -20,7 +20,7 @@ from ..config import ExperimentConfig
 from ..data.ptb import load_ptb_char
 from ..models import Dropout, LanguageModel, language_models_bytes, language_models_nll
 from ..report import Metric, check_claims, fmt_mean_sd, summarize
-from ..train import Task, epoch_generator, optimise_group
+from ..train import Task, autocast, epoch_generator, optimise_group
 from .lm_tables import (FORWARD, all_cells, best, best_epoch, conjecture_cells, fit_table, headline_cells, lm_table,
                         lm_table_wide, paper_values, pilot_cells, pilot_table, plot_learning_curves, plot_run_curves,
                         seed_cell_values, table_cells)
@@ -123,6 +123,7 @@ class CharLMTask(Task):
     # one seed: it orders the sequences of each epoch (``batches``).
     FUSABLE_FIELDS = ("scheme", "sampling", "recurrent_dropout", "scaling", "input_dropout", "output_dropout",
                       "init_scale", "lr", "lr_decay", "decay_from_epoch", "clip_norm")
+    autocasts = True
 
     def __init__(self, cfg: CharLMConfig, device: str, seed: int):
         self.cfg, self.device, self.seed = cfg, device, seed
@@ -154,7 +155,8 @@ class CharLMTask(Task):
         seqs = tasks[0].train_seqs[idx.to(tasks[0].train_seqs.device)].t()  # (T + 1, B)
         weight = tasks[0].model.out.weight
         zero = weight.new_zeros(len(tasks), seqs.shape[1], tasks[0].cfg.hidden_size)
-        nll, _ = language_models_nll([t.model for t in tasks], seqs[:-1], (zero, zero), seqs[1:])
+        with autocast(tasks[0].precision, tasks[0].device):
+            nll, _ = language_models_nll([t.model for t in tasks], seqs[:-1], (zero, zero), seqs[1:])
         optimise_group(tasks, nll, [t.cfg.clip_norm for t in tasks])
         return [{"loss": v} for v in nll.detach()]
 

@@ -23,7 +23,7 @@ from ..report import Metric, check_claims, claim_verdict, means_over, seed_value
 from .. import step_graph
 from ..stacked import StackedLanguageModels, stacking
 from ..step_graph import LearningRates, StepGraph
-from ..train import Task, optimise_group
+from ..train import Task, autocast, optimise_group
 from .lm_tables import (CELL_KEYS, FORWARD, RATES, SAMPLINGS, SCHEMES, best, best_epoch, conjecture_cells, fit_table,
                         headline_cells, lm_table, lm_table_wide, paper_values, pilot_cells, pilot_table,
                         plot_learning_curves, plot_run_curves, seed_cell_values, table_cells)
@@ -110,6 +110,7 @@ class WordLMTask(Task):
     FUSABLE_FIELDS = ("scheme", "sampling", "recurrent_dropout", "scaling", "input_dropout", "output_dropout",
                       "init_scale", "lr", "lr_decay", "clip_norm")
     batches_depend_on_seed = False
+    autocasts = True
 
     def __init__(self, cfg: WordLMConfig, device: str, seed: int):
         self.cfg, self.device = cfg, device
@@ -175,12 +176,14 @@ class WordLMTask(Task):
         def body() -> List[Dict[str, torch.Tensor]]:
             # Authors' code: cross-entropy summed over the 35 steps and averaged over the batch.
             if stack:
-                nll, new = stack.nll(window[:-1], states, window[1:])
+                with autocast(tasks[0].precision, device):
+                    nll, new = stack.nll(window[:-1], states, window[1:])
                 stack.zero_grad()
                 (nll * cfg.bptt).sum().backward()
                 stack.clip_and_step(lrs.tensor, clip_norms)
             else:
-                nll, new = language_models_nll(models, window[:-1], states, window[1:])
+                with autocast(tasks[0].precision, device):
+                    nll, new = language_models_nll(models, window[:-1], states, window[1:])
                 optimise_group(tasks, nll * cfg.bptt, clips, None if lrs is None else lrs.tensor)
             with torch.no_grad():
                 for s, n in zip(states, new):  # carried to the next window (truncated BPTT)
