@@ -203,10 +203,13 @@ class Tagger(torch.nn.Module):
     ``(T, B, tags)``: each step sees the word vectors and one-hot capitalisation of its window."""
 
     def __init__(self, cell: str, vectors: torch.Tensor, window: int, n_caps: int, hidden_size: int, n_tags: int,
-                 dropout: Dropout, nonlinearity: str = "tanh"):
+                 dropout: Dropout, nonlinearity: str = "tanh", tune_embeddings: bool = False):
         super().__init__()
         self.n_caps = n_caps
-        self.embed = torch.nn.Embedding.from_pretrained(vectors, freeze=True)  # paper: kept static
+        # paper: kept static; ``tune_embeddings`` trains them (an ablation of the NER chapter), on a copy:
+        # from_pretrained shares ``vectors``' storage, which the runs of a process share
+        self.embed = torch.nn.Embedding.from_pretrained(vectors.clone() if tune_embeddings else vectors,
+                                                        freeze=not tune_embeddings)
         self.input_drop = ForwardDropout(dropout.input)
         self.rnn = recurrent_layer(cell, window * (vectors.shape[1] + n_caps), hidden_size, dropout, nonlinearity)
         self.output_drop = ForwardDropout(dropout.output)

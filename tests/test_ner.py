@@ -208,3 +208,34 @@ def test_chance_losses_are_a_uniform_guess_over_the_tasks_classes():
 
     assert sentiment.chance_loss() == pytest.approx(math.log(3))
     assert ner.chance_loss() == pytest.approx(math.log(8))  # eng.train: O, I- of the 4 types, B- of 3 (no B-PER)
+
+
+@needs_conll
+def test_the_tuned_embeddings_ablation_trains_the_word_vectors_of_the_rnns_cells_only(tmp_path, monkeypatch):
+    """The ablation of the inputs (issue 49): its grid is the RNN's two cells with ``tune_embeddings``;
+    the table's runs keep the vectors static (and their ids: the field's default is what they ran with),
+    the ablation's train them with the rest."""
+    from recdrop.config import run_id
+    from recdrop.store import RunStore
+    from recdrop.train import train_run
+
+    ablated = ner.GRIDS["tuned-embeddings"]("ci")
+    assert [(labels["cell"], labels["rate"], cfg.tune_embeddings) for labels, cfg in ablated] == \
+        [("RNN", 0.0, True), ("RNN", 0.25, True)]
+    table = dict((labels["rate"], cfg) for labels, cfg in grid("ci") if labels["cell"] == "RNN")
+    assert run_id(table[0.0], 0) == run_id(table[0.0].replace(tune_embeddings=False), 0) != \
+        run_id(ablated[0][1], 0)
+    monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "cache"))
+    seen = {}
+    real = ner.NERTask.__init__
+
+    def keep(self, cfg, device, seed):  # the task's model before and after its training
+        real(self, cfg, device, seed)
+        seen[cfg.tune_embeddings] = (self.model, self.model.embed.weight.detach().clone())
+    monkeypatch.setattr(ner.NERTask, "__init__", keep)
+    for cfg in (table[0.0], ablated[0][1]):
+        train_run(ner.NERTask, cfg.replace(short_epochs=1, long_epochs=0), store=RunStore(tmp_path), progress=False)
+    for tuned, (model, before) in seen.items():
+        assert model.embed.weight.requires_grad == tuned
+        assert torch.equal(model.embed.weight, before) != tuned
+    assert "tuned-embeddings" in dict(ner.ABLATIONS)

@@ -52,7 +52,7 @@ EXPERIMENTS: Dict[str, Experiment] = {e.name: e for e in [
                checks=(char_lm.fit, char_lm.pilot, char_lm.batch_check)),
     Experiment("ner", "Table 4: NER on CoNLL-2003, test F1", ner.NERConfig, ner.NERTask, ner.GRIDS, ner.table4,
                ner.METRIC, ner.claims, curves=plot_cell_runs,
-               paper_scale_lacks="the word2vec vectors (GloVe 50d here)", ablations=ABLATIONS),
+               paper_scale_lacks="the word2vec vectors (GloVe 50d here)", ablations=ner.ABLATIONS),
     Experiment("sentiment", "Table 5: Twitter sentiment, test F1", sentiment.SentimentConfig, sentiment.SentimentTask,
                sentiment.GRIDS, sentiment.table5, sentiment.METRIC, sentiment.claims, curves=plot_cell_runs,
                paper_scale_lacks="the pre-training on 1M weakly labelled tweets, the word2vec vectors (GloVe 50d "
