@@ -124,6 +124,14 @@ class _RecurrentLayer(DropoutSettings, nn.RNNBase):
     def forward(self, input: Tensor, hx=None, *, masks: Optional[Masks] = None):
         """Same as torch.nn's forward. ``masks`` (keyword-only) replaces the random masks with
         given raw 0/1 masks, in the layout of ``draw_masks``; used when training only."""
+        if torch.compiler.is_compiling():  # Dynamo traces the layer (``allow_rnn``): its plain ops
+            return self._forward(input, hx, masks)
+        # Run eagerly, every frame below too: where Dynamo skips an RNN module (its default), it would
+        # still compile the helpers this forward calls, each a frame of its own, and there the plain
+        # per-step loop would run (``plain_ops_needed``) in place of the fast path.
+        return _eagerly(self, input, hx, masks)
+
+    def _forward(self, input: Tensor, hx, masks: Optional[Masks]):
         if not isinstance(input, (Tensor, PackedSequence)):
             raise TypeError(f"input must be a torch.Tensor or a PackedSequence, got {type(input).__name__}")
         if masks is None and self._torch_computes_it(input.data if isinstance(input, PackedSequence) else input):
@@ -310,6 +318,11 @@ class _RecurrentLayer(DropoutSettings, nn.RNNBase):
         shapes = self._mask_shapes(steps, batch)
         for m in masks:
             self.rdrop.check_masks(m, shapes)
+
+
+@torch.compiler.disable
+def _eagerly(layer: "_RecurrentLayer", input, hx, masks):
+    return layer._forward(input, hx, masks)
 
 
 def _reverse_within(x: Tensor, lengths: Tensor) -> Tensor:

@@ -75,6 +75,32 @@ def test_compile_has_no_graph_break_and_matches_eager(kind, training):
     assert m.weight_hh_l0.grad is not None
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_under_compile_with_dynamos_defaults_the_layer_runs_eagerly_on_its_fast_path(kind, monkeypatch):
+    """Dynamo skips an RNN module without ``allow_rnn`` but compiled the helpers its forward calls, each
+    a frame of its own, where the plain per-step loop ran (found by compiling a public word LM): the
+    layer now runs eagerly below its forward, on the fast path, with eager's result and gradients."""
+    m, x = layer(kind, True), torch.randn(6, 2, 3)
+    ref = layer(kind, True)
+    calls = {"step": 0, "sequence": 0}
+    for name in calls:
+        real = getattr(type(m), f"_{name}")
+
+        def counted(self, *args, real=real, name=name, **kwargs):
+            calls[name] += 1
+            return real(self, *args, **kwargs)
+        monkeypatch.setattr(type(m), f"_{name}", counted)
+    dynamo.reset()
+    compiled = torch.compile(lambda x: m(x)[0].pow(2).sum(), backend="eager")
+    torch.manual_seed(1)
+    loss = compiled(x)
+    loss.backward()
+    assert calls == {"step": 0, "sequence": 4}  # 2 layers x 2 directions, each one fused sequence
+    torch.manual_seed(1)
+    ref(x)[0].pow(2).sum().backward()
+    torch.testing.assert_close(m.weight_hh_l0.grad, ref.weight_hh_l0.grad)
+
+
 def _padded_loss(m, x):
     return m(x)[0].pow(2).sum()
 
