@@ -27,8 +27,8 @@ from recdrop.experiments import char_lm, word_lm
 from recdrop.models import set_generator
 from recdrop.perf import require_clean_commit, write_benchmark
 from recdrop.store import git_commit, hardware
-from recdrop.train import (add_precision_options, mask_generator, precision_option, seed_everything, set_precision,
-                           set_task_precision)
+from recdrop.train import (add_precision_options, layer_paths, mask_generator, precision_option, seed_everything,
+                           set_precision, set_task_precision)
 
 MODELS = {"word": (word_lm.WordLMTask, lambda: word_lm.grid("paper")),
           "char": (char_lm.CharLMTask, lambda: char_lm.grid("paper"))}
@@ -110,6 +110,7 @@ def main(argv=None):
                          "batch": tasks[0].cfg.batch_size, "tf32": precision == "tf32", "precision": precision,
                          "min_s": args.min_s,
                          "step": "cuda-graph" if getattr(group_step, "captured", False) else "eager",
+                         "path": layer_paths(tasks[0].model),  # the group's, which ran last
                          "date": time.strftime("%Y-%m-%d")})
             print(f"{name} R={n:2d}: one at a time {a:.3f} s, as a group {g:.3f} s a step of all {n} runs: "
                   f"{a / g:.2f}x", flush=True)

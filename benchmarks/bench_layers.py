@@ -90,6 +90,7 @@ def main(argv=None):
                                               scheme=scheme, sampling="per-step").to(args.device)
                 fused = ours.fused
                 t_ours = time_fwd_bwd(ours, x, args.repeats, args.device)
+                path = str(ours.last_route)  # the path the timed calls took (layers._RecurrentLayer.route)
                 t_ungraphed = None
                 if graphed:  # the fast path without CUDA graphs (recdrop.graphs)
                     os.environ["RECDROP_CUDA_GRAPHS"] = "0"
@@ -103,7 +104,8 @@ def main(argv=None):
                              "torch_nn_ms": round(t_ref * 1e3, 2), "recdrop_ms": round(t_ours * 1e3, 2),
                              "loop_ms": round(t_loop * 1e3, 2), "ratio": round(t_ours / t_ref, 2),
                              "ungraphed_ms": None if t_ungraphed is None else round(t_ungraphed * 1e3, 2),
-                             "loop_over_recdrop": round(t_loop / t_ours, 2), "cuda_graphs": graphed, **env})
+                             "loop_over_recdrop": round(t_loop / t_ours, 2), "cuda_graphs": graphed, "path": path,
+                             **env})
                 r = rows[-1]
                 flops = flops_per_step(kind, args.batch, size, hidden) * (2 if args.bidirectional else 1)
                 r["gflop_per_step"] = round(flops / 1e9, 4)

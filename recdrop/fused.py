@@ -183,12 +183,6 @@ def _bias_grad(d_pre: Tensor) -> Tensor:
     return d_pre.sum((0, 1)) if d_pre.dim() == 3 else d_pre.sum((0, 2))
 
 
-def _triton_for(gx: Tensor, w_hh: Tensor) -> bool:
-    """Whether a sequence runs its pointwise parts in Triton: ``triton_kernels.usable``, for one run
-    (the kernels read a factor as one run's; a group runs on torch ops)."""
-    return w_hh.dim() == 2 and triton_kernels.usable(gx)
-
-
 def _steps(factor, steps: int, per_step: bool) -> list:
     """The factor of every processing step: a per-step mask's slices, else the factor repeated."""
     if per_step and isinstance(factor, Tensor):
@@ -261,8 +255,7 @@ class _LSTMSequence(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, gx: Tensor, h0: Tensor, c0: Tensor, w_hh: Tensor, gal, sem, moon, per_step: bool,
-                relu: bool, reverse: bool, cells: bool = False):
-        use_triton = _triton_for(gx, w_hh) and not cells  # the kernels take no gradient of every c_t
+                relu: bool, reverse: bool, cells: bool = False, use_triton: bool = False):
         saved = run_loop(_lstm_forward, (gx, h0, c0, w_hh, gal, sem, moon), (per_step, relu, reverse, use_triton),
                          step_work(h0, w_hh))
         gates_all, c_all, tc_all, ys, hin_all, gsem_all = saved  # in processing order
@@ -283,7 +276,7 @@ class _LSTMSequence(torch.autograd.Function):
         grads = run_loop(_lstm_backward, (d_ys, d_hn, d_cn, d_cs, w_hh, h0, gates_all, c_all, tc_all, ys, hin_all,
                                           gsem_all, *ctx.factors), (per_step, relu, reverse, use_triton),
                          step_work(h0, w_hh))
-        return (*grads, None, None, None, None, None, None, None)
+        return (*grads, None, None, None, None, None, None, None, None)
 
 
 def _lstm_forward(gx, h0, c0, w_hh, gal, sem, moon, per_step, relu, reverse, use_triton):
@@ -408,13 +401,14 @@ def _lstm_backward_triton(dh, dc, d_ys, o_dtc, local, gates_all, d_gates, w_hh, 
 
 
 def lstm_sequence(gx: Tensor, h0: Tensor, c0: Tensor, w_hh: Tensor, factors: StepFactors,
-                  nonlinearity: str, reverse: bool, cells: bool = False):
+                  nonlinearity: str, reverse: bool, cells: bool = False, triton: bool = False):
     """The LSTM over all steps of ``gx = W_ih x + b_ih + b_hh`` ``(T, B, 4H)``: outputs ``(T, B, H)`` and (h_T, c_T),
-    and with ``cells`` the cell state c_t of every step ``(T, B, H)`` too.
+    and with ``cells`` the cell state c_t of every step ``(T, B, H)`` too; with ``triton`` (the layer's
+    ``route``: one run, not ``cells``, ``triton_kernels.usable``) each step's pointwise part in one kernel.
 
     Computes what the reference loop over ``recdrop.cells.lstm_step`` computes."""
     ys, h, c, cs = _LSTMSequence.apply(gx, h0, c0, w_hh, factors.gal, factors.semeniuta, factors.moon,
-                                       factors.per_step, nonlinearity == "relu", reverse, cells)
+                                       factors.per_step, nonlinearity == "relu", reverse, cells, triton)
     return (ys, (h, c), cs) if cells else (ys, (h, c))
 
 
@@ -424,8 +418,7 @@ class _GRUSequence(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, gx: Tensor, h0: Tensor, w_hh: Tensor, b_hh: Optional[Tensor], gal, sem, moon, per_step: bool,
-                relu: bool, reverse: bool):
-        use_triton = _triton_for(gx, w_hh)
+                relu: bool, reverse: bool, use_triton: bool = False):
         saved = run_loop(_gru_forward, (gx, h0, w_hh, b_hh, gal, sem, moon), (per_step, relu, reverse, use_triton),
                          step_work(h0, w_hh))
         ys, buffers = saved[0], saved[1:]
@@ -441,7 +434,7 @@ class _GRUSequence(torch.autograd.Function):
             return _replay_backward(ctx, _gru_replay_step, (gx, h0, w_hh, b_hh), 1, (d_ys, d_hn_out))
         grads = run_loop(_gru_backward, (d_ys, d_hn_out, h0, rzn_all, hn_all, hin_all, h_prev_all, w_hh, b_hh,
                                          *ctx.factors), ctx.flags, step_work(h0, w_hh))
-        return (*grads, None, None, None, None, None, None)
+        return (*grads, None, None, None, None, None, None, None)
 
 
 def _gru_forward(gx, h0, w_hh, b_hh, gal, sem, moon, per_step, relu, reverse, use_triton):
@@ -586,10 +579,11 @@ def _rnn_backward(d_ys, d_hn_out, h0, a_all, hin_all, w_hh, drop_in, moon, per_s
 
 
 def gru_sequence(gx: Tensor, h0: Tensor, w_hh: Tensor, b_hh: Optional[Tensor], factors: StepFactors,
-                 nonlinearity: str, reverse: bool) -> Tuple[Tensor, Tuple[Tensor]]:
-    """The GRU over all steps of ``gx = W_ih x + b_ih`` ``(T, B, 3H)``, as the loop over ``gru_step``."""
+                 nonlinearity: str, reverse: bool, triton: bool = False) -> Tuple[Tensor, Tuple[Tensor]]:
+    """The GRU over all steps of ``gx = W_ih x + b_ih`` ``(T, B, 3H)``, as the loop over ``gru_step``; with
+    ``triton`` (the layer's ``route``) each step's pointwise part in one kernel."""
     ys, h = _GRUSequence.apply(gx, h0, w_hh, b_hh, factors.gal, factors.semeniuta, factors.moon,
-                               factors.per_step, nonlinearity == "relu", reverse)
+                               factors.per_step, nonlinearity == "relu", reverse, triton)
     return ys, (h,)
 
 

@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 import threading
 from collections import OrderedDict
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
+
+from . import route
 
 # At most this many graphs are kept (least recently used go first): each holds its own memory, about the
 # size of its loop's buffers. A tagger meets one shape per distinct sentence length.
@@ -54,7 +55,7 @@ def graphs_usable(tensors: Sequence) -> bool:
 
 def switched_off() -> bool:
     """Whether ``RECDROP_CUDA_GRAPHS=0`` turns every CUDA graph off (the loops' and a whole step's)."""
-    return os.environ.get("RECDROP_CUDA_GRAPHS", "1") == "0"
+    return not route.switched_on("RECDROP_CUDA_GRAPHS")
 
 
 _SUSPENDED = [0]  # how many ``suspended`` blocks are open, in any thread (a backward runs on the engine's own)

@@ -22,9 +22,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
+from . import graphs, triton_kernels
 from .cells import ACTIVATIONS, CELL_SCHEMES, check_activation, gru_step, lstm_step, rnn_step, states_of
 from .fused import gru_sequence, linear, lstm_sequence, plain_ops_needed, rnn_sequence, transformed
 from .masks import DropoutSettings, RecurrentDropout, StepFactors, stack_factors
+from .route import Route
 
 Masks = List[Dict[str, Tensor]]
 
@@ -48,6 +50,8 @@ class _RecurrentLayer(DropoutSettings, nn.RNNBase):
     fused = True  # the fast path of recdrop.fused where it can run (plain_ops_needed); False: always the loop
     torch_kernels = True  # where no recurrent dropout acts, torch.nn's forward; False: recdrop's own there too
     generator: Optional[torch.Generator] = None  # draws the masks; None: torch's global one (a run's own: issue 35)
+    has_triton = True  # whether its fused sequence has Triton kernels for its pointwise parts
+    last_route: Optional[Route] = None  # the path of its last call (``route``), which the trainer records
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
@@ -93,6 +97,26 @@ class _RecurrentLayer(DropoutSettings, nn.RNNBase):
                 and (self.kind == "RNN" or self.nonlinearity == "tanh")
                 and not torch.compiler.is_compiling() and not transformed(x))
 
+    def route(self, x: Tensor, weights: Optional[Tuple[Optional[Tensor], ...]] = None,
+              state: Tuple[Tensor, ...] = (), own: bool = False, cells: bool = False) -> Route:
+        """The path a call over ``x`` runs (``recdrop.route``), chosen here and nowhere else:
+        torch.nn's forward where it computes the call (``_torch_computes_it``; not where the caller runs
+        recdrop's own code, ``own``: given masks, a group); else recdrop's fused sequence where it can run
+        (not under ``plain_ops_needed``, nor with a projection or ``fused = False``), with Triton for one
+        run's LSTM or GRU (not where every step's cell state is wanted, ``cells``) where
+        ``triton_kernels.usable``, and its loops as CUDA graphs where ``graphs.graphs_usable`` and a step's
+        product is small enough (``graphs.MAX_STEP_WORK``); else the reference loop. ``weights``: one
+        direction's (``_weights``; a group's stacked ``(R, ...)``), by default the first layer's."""
+        if not own and self._torch_computes_it(x):
+            return Route("torch.nn")
+        w_ih, w_hh, b_ih, b_hh, w_hr = weights if weights is not None else self._weights(0, False)
+        runs = w_hh.shape[0] if w_hh.dim() == 3 else 1
+        if not self.fused or w_hr is not None or plain_ops_needed(x, w_ih, w_hh, b_ih, b_hh, *state):
+            return Route("loop", runs=runs)
+        triton = self.has_triton and runs == 1 and not (cells and self.n_states == 2) and triton_kernels.usable(x)
+        work = runs * x.shape[-2] * self.hidden_size * w_hh.shape[-2]  # a step's product (``graphs.step_work``)
+        return Route("fused", triton, graphs.graphs_usable((x,)) and work <= graphs.MAX_STEP_WORK, runs)
+
     def extra_repr(self) -> str:
         s = f"{self.input_size}, {self.hidden_size}"
         for name, default in (("num_layers", 1), ("bias", True), ("batch_first", False), ("dropout", 0.0),
@@ -134,7 +158,9 @@ class _RecurrentLayer(DropoutSettings, nn.RNNBase):
     def _forward(self, input: Tensor, hx, masks: Optional[Masks]):
         if not isinstance(input, (Tensor, PackedSequence)):
             raise TypeError(f"input must be a torch.Tensor or a PackedSequence, got {type(input).__name__}")
-        if masks is None and self._torch_computes_it(input.data if isinstance(input, PackedSequence) else input):
+        data = input.data if isinstance(input, PackedSequence) else input
+        if self.route(data, own=masks is not None).kernels == "torch.nn":
+            self.last_route = Route("torch.nn")
             return super(_RecurrentLayer, self).forward(input, hx)  # torch.nn's forward: cuDNN, oneDNN
         if isinstance(input, PackedSequence):
             return self._forward_packed(input, hx, masks)
@@ -261,8 +287,9 @@ class _RecurrentLayer(DropoutSettings, nn.RNNBase):
         ``backwards``. The fast path where it can run, else the reference loop. Returns the outputs
         and the final state, and with ``cells`` the LSTM's cell state of every step (else None)."""
         w_ih, w_hh, b_ih, b_hh, w_hr = weights
-        if self.fused and w_hr is None and not plain_ops_needed(x, w_ih, w_hh, b_ih, b_hh, *state):
-            out = self._sequence(x, state, w_ih, w_hh, b_ih, b_hh, factors, backwards, cells=cells)
+        route = self.last_route = self.route(x, weights, state, own=True, cells=cells)
+        if route.kernels == "fused":
+            out = self._sequence(x, state, w_ih, w_hh, b_ih, b_hh, factors, backwards, cells, route.triton)
             return out if not cells else out if len(out) == 3 else (*out, None)
         gx = F.linear(x, w_ih, b_ih) if w_ih.dim() == 2 else linear(x, w_ih, b_ih)  # (T, B, G*H): one matmul
         steps = x.shape[0]
@@ -284,9 +311,10 @@ class _RecurrentLayer(DropoutSettings, nn.RNNBase):
         raise NotImplementedError
 
     def _sequence(self, x: Tensor, state: Tuple[Tensor, ...], w_ih: Tensor, w_hh: Tensor, b_ih: Optional[Tensor],
-                  b_hh: Optional[Tensor], factors: StepFactors, reverse: bool, cells: bool = False):
-        """The fast path: the whole direction through ``recdrop.fused``; outputs and final state (and with
-        ``cells``, the LSTM's cell state of every step)."""
+                  b_hh: Optional[Tensor], factors: StepFactors, reverse: bool, cells: bool = False,
+                  triton: bool = False):
+        """The fast path: the whole direction through ``recdrop.fused`` (its pointwise parts in Triton where
+        ``triton``: ``route``); outputs and final state (and with ``cells``, the LSTM's cell state of every step)."""
         raise NotImplementedError
 
     # -- input checks -----------------------------------------------------------------------------
@@ -351,9 +379,9 @@ class LSTM(_RecurrentLayer, nn.LSTM):
     def _step(self, gx, state, w_hh, b_hh, factors):
         return lstm_step(gx, *state, w_hh, b_hh, *factors, ACTIVATIONS[self.nonlinearity])
 
-    def _sequence(self, x, state, w_ih, w_hh, b_ih, b_hh, factors, reverse, cells=False):
+    def _sequence(self, x, state, w_ih, w_hh, b_ih, b_hh, factors, reverse, cells=False, triton=False):
         gx = _input_projection_with_both_biases(x, w_ih, b_ih, b_hh)
-        return lstm_sequence(gx, *state, w_hh, factors, self.nonlinearity, reverse, cells)
+        return lstm_sequence(gx, *state, w_hh, factors, self.nonlinearity, reverse, cells, triton)
 
 
 class GRU(_RecurrentLayer, nn.GRU):
@@ -375,9 +403,9 @@ class GRU(_RecurrentLayer, nn.GRU):
     def _step(self, gx, state, w_hh, b_hh, factors):
         return (gru_step(gx, *state, w_hh, b_hh, *factors, ACTIVATIONS[self.nonlinearity]),)
 
-    def _sequence(self, x, state, w_ih, w_hh, b_ih, b_hh, factors, reverse, cells=False):
+    def _sequence(self, x, state, w_ih, w_hh, b_ih, b_hh, factors, reverse, cells=False, triton=False):
         # b_hn sits inside r * (W_hn h + b_hn): b_hh stays with the recurrence
-        return gru_sequence(linear(x, w_ih, b_ih), *state, w_hh, b_hh, factors, self.nonlinearity, reverse)
+        return gru_sequence(linear(x, w_ih, b_ih), *state, w_hh, b_hh, factors, self.nonlinearity, reverse, triton)
 
 
 class RNN(_RecurrentLayer, nn.RNN):
@@ -389,6 +417,7 @@ class RNN(_RecurrentLayer, nn.RNN):
     """
 
     kind = "RNN"
+    has_triton = False
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, nonlinearity: str = "tanh",
                  bias: bool = True, batch_first: bool = False, dropout: float = 0.0,
@@ -399,7 +428,7 @@ class RNN(_RecurrentLayer, nn.RNN):
     def _step(self, gx, state, w_hh, b_hh, factors):
         return (rnn_step(gx, *state, w_hh, b_hh, *factors, ACTIVATIONS[self.nonlinearity]),)
 
-    def _sequence(self, x, state, w_ih, w_hh, b_ih, b_hh, factors, reverse, cells=False):
+    def _sequence(self, x, state, w_ih, w_hh, b_ih, b_hh, factors, reverse, cells=False, triton=False):
         gx = _input_projection_with_both_biases(x, w_ih, b_ih, b_hh)
         return rnn_sequence(gx, *state, w_hh, factors, self.nonlinearity, reverse)
 
@@ -446,4 +475,7 @@ def run_group(layers: List[_RecurrentLayer], x: Tensor, hx: Tuple[Tensor, ...]):
                             steps, batch, first.hidden_size, x)
     weights = tuple(None if w is None else torch.stack([m._weights(0, False)[i] for m in layers])
                     for i, w in enumerate(first._weights(0, False)))
-    return first._run_weights(x, tuple(hx), weights, factors, False)
+    out = first._run_weights(x, tuple(hx), weights, factors, False)
+    for m in layers:  # each ran on the group's path
+        m.last_route = first.last_route
+    return out

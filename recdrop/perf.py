@@ -177,8 +177,11 @@ def plot_time_per_step(df: pd.DataFrame):
 
 def group_setting(df: pd.DataFrame) -> pd.Series:
     """How a row's steps ran: the whole step as one CUDA graph or eagerly (rows before issue 46 were
-    eager), and its products' precision."""
+    eager), the layers' path where the row names it (``layers._RecurrentLayer.route``), and its products'
+    precision."""
     step = df["step"].fillna("eager") if "step" in df else pd.Series("eager", index=df.index)
+    if "path" in df:
+        step = step + df["path"].map(lambda p: f" ({p})" if isinstance(p, str) and p else "")
     tf32 = df["tf32"].fillna(False).astype(bool) if "tf32" in df else pd.Series(False, index=df.index)
     named = df["precision"] if "precision" in df else pd.Series(None, index=df.index, dtype=object)
     names = {"float32": "float32", "tf32": "TF32", "bf16": "bf16 autocast"}

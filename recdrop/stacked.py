@@ -182,6 +182,8 @@ class StackedLanguageModels:
         factors = self._recurrent_factors(steps, batch, x)
         y, states = self.rnn._run_weights(x, tuple(states), (self.w_ih, self.w_hh, self.b_ih, self.b_hh, None),
                                           factors, False)
+        for m in self.models:  # each run's layer ran on this path (the trainer records it)
+            m.rnn.last_route = self.rnn.last_route
         y = self._forward_dropout(y, self.output_draws, self.output_keep)
         return group_linear(y, self.w_out, self.b_out), states
 

@@ -21,13 +21,12 @@ warm-up and capture run the plain loops (``graphs.suspended``).
 """
 from __future__ import annotations
 
-import os
 import warnings
 from typing import Any, Callable, Sequence
 
 import torch
 
-from . import graphs
+from . import graphs, route
 
 WARMUP = 2  # eager steps before the capture (PyTorch's recipe warms up on a side stream first)
 
@@ -37,7 +36,7 @@ def capturable(device) -> bool:
     (``RECDROP_CUDA_GRAPHS=0`` all of them, ``RECDROP_STEP_GRAPH=0`` the step's), and a torch whose
     graphs register generators of one's own."""
     return (torch.device(device).type == "cuda" and not graphs.switched_off()
-            and os.environ.get("RECDROP_STEP_GRAPH", "1") != "0"
+            and route.switched_on("RECDROP_STEP_GRAPH")
             and hasattr(torch.cuda.CUDAGraph, "register_generator_state"))
 
 

@@ -27,6 +27,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
+from . import route
 from .paths import DATA_DIR, REPO_ROOT
 
 DEFAULT_RUNS = DATA_DIR / "runs"
@@ -164,10 +165,14 @@ def utc_now() -> str:
 git_commit()  # at import: later edits to the checkout do not change what this process runs
 
 
-def environment(device: str) -> Dict[str, str]:
-    """Hardware, versions and commit of the code running now, for a run record."""
-    return {"hardware": hardware(device), "device": str(device), "torch": str(torch.__version__),
-            "python": platform.python_version(), "commit": git_commit()}
+def environment(device: str) -> Dict[str, Any]:
+    """Hardware, versions and commit of the code running now, for a run record, and recdrop's switches
+    where any is set (``route.switches``)."""
+    env: Dict[str, Any] = {"hardware": hardware(device), "device": str(device), "torch": str(torch.__version__),
+                           "python": platform.python_version(), "commit": git_commit()}
+    if route.switches():
+        env["switches"] = route.switches()
+    return env
 
 
 def is_clean_commit(commit: str) -> bool:

@@ -52,6 +52,14 @@ def set_task_precision(task: "Task", precision: str) -> None:
                 m.torch_kernels = False
 
 
+def layer_paths(model: torch.nn.Module) -> Optional[str]:
+    """The paths its recurrent layers' last calls took (``layers._RecurrentLayer.route``), e.g.
+    "fused+triton+graphs"; None where none has run."""
+    found = sorted({str(m.last_route) for m in model.modules()
+                    if isinstance(m, _RecurrentLayer) and m.last_route is not None})
+    return "; ".join(found) or None
+
+
 def add_precision_options(parser) -> None:
     """The command lines' ``--precision`` (and ``--tf32``, its older spelling for TF32)."""
     parser.add_argument("--precision", choices=PRECISIONS, default=None,
@@ -521,8 +529,8 @@ def _train_together(runs: List[Run], store: RunStore, progress: bool, checkpoint
         for a stretch that began or ended inside an epoch) and seconds."""
         def at(e: int, b: int) -> float:
             return round(e + b / max(1, expected_batches(e)), 4) if b else float(e)
-        segment = {k: run.env[k] for k in ("hardware", "device", "torch", "commit", "precision", "step")
-                   if k in run.env}
+        segment = {k: run.env[k] for k in ("hardware", "device", "torch", "commit", "precision", "step", "path",
+                                           "switches") if k in run.env}
         if group:
             segment["group"] = group
         return run.segments + [{**segment, "from_epoch": at(start_epoch, start_batch), "to_epoch": at(epoch, batch),
@@ -582,9 +590,15 @@ def _train_together(runs: List[Run], store: RunStore, progress: bool, checkpoint
                 for r in live:
                     r.sums = {}
             for b in range(first, len(batches)):
-                if stepper is None:  # the step of the runs training now, made once for as long as they stand
+                made = stepper is None
+                if made:  # the step of the runs training now, made once for as long as they stand
                     stepper = task_type.group_stepper([r.task for r in live])
                 outs = stepper(batches[b])
+                if made:  # the records say which path the layers took (training, as this group stands)
+                    for r in live:
+                        path = layer_paths(r.task.model)
+                        if path:
+                            r.env["path"] = path
                 if getattr(stepper, "captured", False) and "step" not in lead.env:
                     for r in live:  # the records say how the step ran (the warm-up's few steps ran eagerly)
                         r.env["step"] = "cuda-graph"

@@ -13,11 +13,12 @@ which is how the tests check them against the PyTorch path.
 """
 from __future__ import annotations
 
-import os
 from typing import Optional
 
 import torch
 from torch import Tensor
+
+from . import route
 
 try:
     import triton
@@ -36,7 +37,7 @@ def _interpreting() -> bool:
 def usable(x: Tensor) -> bool:
     """Whether the kernels run for ``x``: Triton present, not switched off, float32/64, on CUDA
     (or on CPU under ``TRITON_INTERPRET=1``)."""
-    if triton is None or os.environ.get("RECDROP_TRITON", "1") == "0":
+    if triton is None or not route.switched_on("RECDROP_TRITON"):
         return False
     if x.dtype not in (torch.float32, torch.float64):
         return False

@@ -32,6 +32,7 @@ def _assert_paths_agree(module, x, state, masks, loss, monkeypatch):
         leaves = [t.clone().requires_grad_() for t in [x, *given]]
         st = None if state is None else leaves[1] if isinstance(state, torch.Tensor) else tuple(leaves[1:])
         y, new_state = module(leaves[0], st, masks=masks)
+        assert module.last_route.triton is use  # the route the layer took: through the kernels or not
         scalar, outputs = loss(y, new_state)
         scalar.backward()
         results.append(list(outputs) + [t.grad for t in leaves] + [p.grad.clone() for p in module.parameters()])

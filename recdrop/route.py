@@ -1,0 +1,52 @@
+"""Which path a recurrent layer's call runs, and the environment switches that steer it (issue 47).
+
+A layer's call runs one of three bodies, chosen by ``layers._RecurrentLayer.route`` (the one function
+that chooses, at each call):
+
+- ``torch.nn``: torch.nn's own forward (cuDNN, oneDNN), where no recurrent dropout acts;
+- ``loop``: the reference loop over ``recdrop.cells``' steps, recorded by autograd step by step (under
+  tracing, torch.compile's tracing, export, autocast, functorch transforms and forward-mode AD; with
+  ``proj_size``; with ``module.fused = False``);
+- ``fused``: ``recdrop.fused``'s sequence Functions, on a GPU with each step's pointwise part in one
+  Triton kernel (``triton``) and each loop captured as a CUDA graph (``graphs``) where they can run.
+
+Above the layer, a group of runs may be one stacked model (``recdrop.stacked``) and its whole training
+step one CUDA graph (``recdrop.step_graph``; a record's ``step``). Each record names the route of its
+training and the switches set when it ran (``switches``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Dict
+
+# The switches, each on unless set to "0": every CUDA graph (the loops' and a whole step's), the whole
+# step's graph alone, and the Triton kernels.
+SWITCHES = ("RECDROP_CUDA_GRAPHS", "RECDROP_STEP_GRAPH", "RECDROP_TRITON")
+
+
+def switched_on(name: str) -> bool:
+    """Whether switch ``name`` (one of ``SWITCHES``) is on: unset, or set to anything but "0"."""
+    if name not in SWITCHES:
+        raise ValueError(f"{name!r} is not one of recdrop's switches: {', '.join(SWITCHES)}")
+    return os.environ.get(name, "1") != "0"
+
+
+def switches() -> Dict[str, str]:
+    """The switches set in the environment now, with their values (what a record keeps)."""
+    return {name: os.environ[name] for name in SWITCHES if name in os.environ}
+
+
+@dataclasses.dataclass(frozen=True)
+class Route:
+    """The path of one call: ``kernels`` ("torch.nn", "loop" or "fused"), on the fused path whether its
+    pointwise parts run in Triton and its loops as CUDA graphs, and how many runs' weights it stacks."""
+
+    kernels: str
+    triton: bool = False
+    graphs: bool = False
+    runs: int = 1  # a group's runs stacked on a leading dimension (``recdrop.stacked``, ``layers.run_group``)
+
+    def __str__(self) -> str:
+        path = "+".join([self.kernels] + ["triton"] * self.triton + ["graphs"] * self.graphs)
+        return path + (f", {self.runs} runs stacked" if self.runs > 1 else "")

@@ -1,0 +1,94 @@
+"""Which path a layer's call runs, chosen in one place (``layers._RecurrentLayer.route``, issue 47), the
+switches read in one place (``recdrop.route``), and the records that name both."""
+import pytest
+import torch
+
+import recdrop
+from recdrop import graphs, layers, route, step_graph, triton_kernels
+from recdrop.data import data_root
+from recdrop.route import Route
+from recdrop.store import RunStore, environment
+
+
+def test_a_call_runs_torch_nn_where_no_dropout_acts_else_the_fused_sequence_else_the_loop(monkeypatch):
+    x = torch.randn(5, 2, 3)
+    plain = recdrop.LSTM(3, 4)
+    plain(x)
+    assert plain.last_route == Route("torch.nn") and str(plain.last_route) == "torch.nn"
+    dropped = recdrop.LSTM(3, 4, recurrent_dropout=0.25).train()
+    dropped(x)
+    assert dropped.last_route == Route("fused")  # on a CPU: no Triton, no CUDA graphs
+    dropped.eval()  # inverted scaling: nothing acts at test, torch.nn's forward
+    dropped(x)
+    assert dropped.last_route.kernels == "torch.nn"
+    dropped.train()
+    dropped.fused = False
+    dropped(x)
+    assert dropped.last_route == Route("loop")
+    projected = recdrop.LSTM(3, 4, proj_size=2, recurrent_dropout=0.25).train()
+    projected(x)
+    assert projected.last_route.kernels == "loop"
+    autocast = recdrop.GRU(3, 4, recurrent_dropout=0.25).train()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        autocast(x)
+    assert autocast.last_route.kernels == "loop"  # the plain ops cast as torch.nn's do
+    given = recdrop.LSTM(3, 4, recurrent_dropout=0.25).eval()  # at test nothing acts, but given masks do
+    given(x, masks=given.draw_masks(5, 2))
+    assert given.last_route.kernels == "fused"
+
+
+def test_a_groups_route_names_its_stacked_runs_and_each_member_ran_it(monkeypatch):
+    monkeypatch.setattr(layers, "STACK_ON_CPU", True)
+    members = [recdrop.LSTM(3, 4, recurrent_dropout=p).train() for p in (0.0, 0.25, 0.5)]
+    layers.run_group(members, torch.randn(5, 3, 2, 3), (torch.zeros(3, 2, 4),) * 2)
+    assert {str(m.last_route) for m in members} == {"fused, 3 runs stacked"}
+
+
+def test_triton_and_graphs_enter_a_route_only_where_they_run(monkeypatch):
+    m, x = recdrop.LSTM(3, 4, recurrent_dropout=0.25).train(), torch.randn(5, 2, 3)
+    monkeypatch.setattr(triton_kernels, "usable", lambda t: True)
+    monkeypatch.setattr(graphs, "graphs_usable", lambda tensors: True)
+    assert m.route(x) == Route("fused", triton=True, graphs=True)
+    assert m.route(x, cells=True) == Route("fused", triton=False, graphs=True)  # the kernels keep no c_t
+    assert recdrop.RNN(3, 4, recurrent_dropout=0.25).train().route(x).triton is False  # it has no kernels
+    monkeypatch.setattr(graphs, "MAX_STEP_WORK", 2 * 4 * 16 - 1)  # one step's product: batch 2 x 4 units x 16 gates
+    assert m.route(x).graphs is False
+
+
+def test_the_switches_are_read_in_one_place_and_recorded_where_set(monkeypatch):
+    for name in route.SWITCHES:
+        monkeypatch.delenv(name, raising=False)
+    assert route.switches() == {} and "switches" not in environment("cpu")
+    assert route.switched_on("RECDROP_TRITON") and not graphs.switched_off()
+    monkeypatch.setenv("RECDROP_CUDA_GRAPHS", "0")
+    monkeypatch.setenv("RECDROP_TRITON", "0")
+    assert graphs.switched_off() and not triton_kernels.usable(torch.zeros(1))
+    assert not step_graph.capturable("cuda")
+    assert environment("cpu")["switches"] == {"RECDROP_CUDA_GRAPHS": "0", "RECDROP_TRITON": "0"}
+    with pytest.raises(ValueError, match="not one of recdrop's switches"):
+        route.switched_on("RECDROP_GRAPHS")
+
+
+@pytest.mark.skipif(not (data_root() / "ptb").exists(), reason="PTB not available")
+def test_each_record_and_each_stretch_names_the_path_its_training_took(tmp_path, monkeypatch):
+    from recdrop.experiments.word_lm import WordLMConfig, WordLMTask
+    from recdrop.train import BudgetExhausted, train_group, train_run
+
+    monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("RECDROP_TRITON", "0")
+    base = WordLMConfig.at_scale("ci")
+    alone = train_run(WordLMTask, base, store=RunStore(tmp_path / "a"), progress=False)
+    assert alone["path"] == "torch.nn" and alone["switches"] == {"RECDROP_TRITON": "0"}
+    monkeypatch.setattr(layers, "STACK_ON_CPU", True)
+    runs = [(base, 0), (base.replace(recurrent_dropout=0.25), 0)]
+
+    def stop_after_the_first_epoch(event, epoch, batch):
+        if event == "epoch" and epoch == 0:
+            raise BudgetExhausted("a test's stop")
+    with pytest.raises(BudgetExhausted):
+        train_group(WordLMTask, runs, store=RunStore(tmp_path / "g"), progress=False,
+                    callback=stop_after_the_first_epoch)
+    group = train_group(WordLMTask, runs, store=RunStore(tmp_path / "g"), progress=False)
+    for record in group:
+        assert record["path"] == "fused, 2 runs stacked"
+        assert [s["path"] for s in record["segments"]] == ["fused, 2 runs stacked"] * 2
