@@ -194,25 +194,101 @@ class StackedLanguageModels:
         nll = token_nll(logits, targets)
         return (nll * targets.numel() if reduction == "sum" else nll), states
 
-    def clip_and_step(self, lrs: Tensor, clip_norms: Tensor) -> Tensor:
+    def clip_(self, clip_norms: Tensor) -> Tensor:
         """Each run's global-norm clipping (Pascanu et al. 2013, as ``torch.nn.utils.clip_grad_norm_``:
-        g <- g * min(1, c / (||g|| + 1e-6)) where c > 0) and plain SGD step (p <- p - lr g), all runs at
-        once from ``lrs`` and ``clip_norms`` ``(R,)``. Returns each run's gradient norm before clipping."""
+        g <- g * min(1, c / (||g|| + 1e-6)) where c > 0), all runs at once from ``clip_norms`` ``(R,)``.
+        Returns each run's gradient norm before clipping."""
         R = len(self.models)
         grads = [p.grad for p in self.params]
         norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.reshape(R, -1), dim=1)
                                                      for g in grads]), dim=0)
         coef = torch.where(clip_norms > 0, (clip_norms / (norm + 1e-6)).clamp(max=1.0), torch.ones_like(norm))
         with torch.no_grad():
-            for p, g in zip(self.params, grads):
-                shape = (R,) + (1,) * (g.dim() - 1)
-                g.mul_(coef.view(shape))
-                p.addcmul_(g, lrs.view(shape), value=-1)
+            for g in grads:
+                g.mul_(coef.view((R,) + (1,) * (g.dim() - 1)))
+        return norm
+
+    def sgd_(self, lrs: Tensor) -> None:
+        """Each run's plain SGD step, p <- p - lr g, all runs at once from ``lrs`` ``(R,)``."""
+        with torch.no_grad():
+            for p in self.params:
+                p.addcmul_(p.grad, lrs.view((-1,) + (1,) * (p.dim() - 1)), value=-1)
+
+    def clip_and_step(self, lrs: Tensor, clip_norms: Tensor) -> Tensor:
+        """``clip_`` and ``sgd_``; each run's gradient norm before clipping."""
+        norm = self.clip_(clip_norms)
+        self.sgd_(lrs)
         return norm
 
     def zero_grad(self) -> None:
         for p in self.params:
             p.grad = None
+
+
+class StackedAdam:
+    """Each run's ``torch.optim.Adam`` (Kingma and Ba 2015, as torch defines it, its defaults: no weight
+    decay, AMSGrad or maximize) over its slice of a stacked group, all runs at once, each at its own
+    learning rate (``lrs``, ``(R,)``):
+
+        m <- b1 m + (1 - b1) g,  v <- b2 v + (1 - b2) g^2,
+        p <- p - lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+
+    The moments are stacked like the parameters, and each member optimiser's state holds views of its
+    slice (its ``state_dict`` and checkpoint are what they are alone); a group formed from members that
+    already stepped starts from their moments and step counts."""
+
+    def __init__(self, stack: StackedLanguageModels, optimizers: Sequence[torch.optim.Optimizer]):
+        if len(optimizers) != len(stack.models):
+            raise ValueError(f"a stacked Adam needs one optimiser a run: {len(stack.models)} runs, {len(optimizers)}")
+        first = optimizers[0].param_groups[0] if optimizers[0].param_groups else {}
+        for o in optimizers:
+            g = o.param_groups[0] if o.param_groups else {}
+            if (type(o) is not torch.optim.Adam or len(o.param_groups) != 1 or g.get("weight_decay") or g.get("amsgrad")
+                    or g.get("maximize") or g.get("betas") != first.get("betas") or g.get("eps") != first.get("eps")):
+                raise ValueError("a stacked Adam follows torch.optim.Adam with one group, no weight decay, AMSGrad or "
+                                 f"maximize, and one betas and eps for all runs; got {o!r}")
+        self.optimizers = list(optimizers)
+        self.beta1, self.beta2 = first["betas"]
+        self.eps = first["eps"]
+        dtype, device = stack.embed.dtype, stack.embed.device
+        members = [dict(zip(NAMES, m.parameters())) for m in stack.models]
+        self.exp_avg, self.exp_avg_sq = [], []
+        steps = []
+        with torch.no_grad():
+            for r, o in enumerate(self.optimizers):
+                state = o.state.get(members[r][NAMES[0]], {})
+                steps.append(float(state.get("step", 0.0)))
+            for name, p in zip(NAMES, stack.params):
+                found = [o.state.get(members[r][name], {}) for r, o in enumerate(self.optimizers)]
+                self.exp_avg.append(torch.stack([f["exp_avg"] if "exp_avg" in f else torch.zeros_like(p[r])
+                                                 for r, f in enumerate(found)]))
+                self.exp_avg_sq.append(torch.stack([f["exp_avg_sq"] if "exp_avg_sq" in f else torch.zeros_like(p[r])
+                                                    for r, f in enumerate(found)]))
+        # torch keeps the step as a tensor of the default float dtype on the CPU where it is not capturable
+        self.steps = torch.tensor(steps, dtype=torch.get_default_dtype())
+        self.device_steps = torch.tensor(steps, dtype=dtype, device=device)
+        for r, o in enumerate(self.optimizers):  # each member's state: views of its slices
+            for i, name in enumerate(NAMES):
+                o.state[members[r][name]] = {"step": self.steps[r], "exp_avg": self.exp_avg[i][r],
+                                             "exp_avg_sq": self.exp_avg_sq[i][r]}
+        self.params = stack.params
+
+    def step(self, lrs: Tensor) -> None:
+        """One Adam step of every run from the gradients of the stacked parameters."""
+        R = len(self.optimizers)
+        with torch.no_grad():
+            self.steps.add_(1)
+            self.device_steps.add_(1)
+            t = self.device_steps
+            step_size = lrs / (1 - self.beta1 ** t)
+            bias_correction2_sqrt = (1 - self.beta2 ** t).sqrt()
+            for p, m, v in zip(self.params, self.exp_avg, self.exp_avg_sq):
+                g = p.grad
+                shape = (R,) + (1,) * (p.dim() - 1)
+                m.lerp_(g, 1 - self.beta1)
+                v.mul_(self.beta2).addcmul_(g, g, value=1 - self.beta2)
+                denom = (v.sqrt() / bias_correction2_sqrt.view(shape)).add_(self.eps)
+                p.addcmul_(m / denom, step_size.view(shape), value=-1)
 
 
 def stacking(models: Sequence[LanguageModel], device) -> bool:

@@ -142,12 +142,13 @@ def check_plain_sgd(optimizer: torch.optim.Optimizer) -> None:
 
 class LearningRates:
     """Each run's learning rate (its optimiser's first group's) as a tensor a graph reads, refreshed from
-    the optimisers when the host has changed one (a schedule, between epochs). Each optimiser must be
-    plain SGD (``check_plain_sgd``), the update ``train.optimise_group`` makes from the tensor."""
+    the optimisers when the host has changed one (a schedule, between epochs). With ``plain_sgd`` each
+    optimiser must be plain SGD (``check_plain_sgd``), the update ``train.optimise_group`` makes from the
+    tensor; an update of another rule checks its optimisers itself (``stacked.StackedAdam``)."""
 
-    def __init__(self, optimizers: Sequence[torch.optim.Optimizer], device):
+    def __init__(self, optimizers: Sequence[torch.optim.Optimizer], device, plain_sgd: bool = True):
         self.optimizers = list(optimizers)
-        for o in self.optimizers:
+        for o in self.optimizers if plain_sgd else ():
             check_plain_sgd(o)
         self.dtype = self.optimizers[0].param_groups[0]["params"][0].dtype  # the parameters' own
         self.tensor = torch.zeros(len(self.optimizers), dtype=self.dtype, device=device)

@@ -153,3 +153,46 @@ def test_a_groups_step_dispatches_about_the_same_ops_for_26_runs_as_for_2(monkey
         counts[runs] = mode.count
     print("aten ops per group step:", counts)  # at 1 run the run's own model (torch.nn's LSTM where no dropout)
     assert counts[26] <= 1.2 * counts[2], counts
+
+
+def test_a_stacked_adam_steps_each_run_as_its_own_adam_and_its_state_is_the_members():
+    """Three steps of Adam at each run's own learning rate and clipping threshold, the runs stacked,
+    against each model's own ``torch.optim.Adam`` after ``clip_grad_norm_``: weights and moments equal in
+    float64; each member optimiser's state is its slice (views), so its state_dict is what it is alone; a
+    group formed again from the members goes on from their moments and step counts."""
+    from recdrop.stacked import StackedAdam
+
+    models, alone = twins()
+    lrs = torch.tensor([1e-3, 2e-3, 5e-4, 1e-3, 1e-2, 1e-3, 3e-3], dtype=torch.float64)
+    clips = torch.tensor([10.0, 0.1, 0.0, 1.0, 10.0, 0.05, 5.0], dtype=torch.float64)
+    opts = [torch.optim.Adam(m.parameters(), lr=float(lr)) for m, lr in zip(models, lrs)]
+    opts_alone = [torch.optim.Adam(m.parameters(), lr=float(lr)) for m, lr in zip(alone, lrs)]
+    g = torch.Generator().manual_seed(1)
+    tokens, targets = (torch.randint(V, (T, B), generator=g) for _ in range(2))
+    zero = torch.zeros(len(models), B, H, dtype=torch.float64)
+    for round_ in range(2):  # the second: a group formed again from the members' states
+        stack = StackedLanguageModels(models)
+        adam = StackedAdam(stack, opts)
+        for _ in range(3 - round_):
+            nll, _ = stack.nll(tokens, (zero, zero), targets)
+            stack.zero_grad()
+            nll.sum().backward()
+            stack.clip_(clips)
+            adam.step(lrs)
+            for r, (m, o) in enumerate(zip(alone, opts_alone)):
+                o.zero_grad()
+                loss, _ = language_models_nll([m], tokens, (zero[:1], zero[:1]), targets)
+                loss.sum().backward()
+                if clips[r] > 0:
+                    torch.nn.utils.clip_grad_norm_(list(m.parameters()), float(clips[r]))
+                o.step()
+        for m, a, o, oa in zip(models, alone, opts, opts_alone):
+            for p, q in zip(m.parameters(), a.parameters()):
+                torch.testing.assert_close(p, q, rtol=1e-10, atol=1e-13)
+            mine, theirs = o.state_dict()["state"], oa.state_dict()["state"]
+            for i in theirs:
+                assert float(mine[i]["step"]) == float(theirs[i]["step"])
+                torch.testing.assert_close(mine[i]["exp_avg_sq"], theirs[i]["exp_avg_sq"], rtol=1e-10, atol=1e-16)
+            assert mine[0]["exp_avg"].untyped_storage().data_ptr() == adam.exp_avg[0].untyped_storage().data_ptr()
+    with pytest.raises(ValueError, match="torch.optim.Adam with one group"):
+        StackedAdam(StackedLanguageModels(models), [torch.optim.SGD(m.parameters(), lr=1.0) for m in models])

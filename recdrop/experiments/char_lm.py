@@ -20,6 +20,8 @@ from ..config import ExperimentConfig
 from ..data.ptb import load_ptb_char
 from ..models import Dropout, LanguageModel, language_models_bytes, language_models_nll
 from ..report import Metric, check_claims, fmt_mean_sd, summarize
+from ..stacked import StackedAdam, StackedLanguageModels, stacking
+from ..step_graph import LearningRates
 from ..train import Task, autocast, epoch_generator, optimise_group
 from .lm_tables import (FORWARD, all_cells, best, best_epoch, conjecture_cells, fit_table, headline_cells, lm_table,
                         lm_table_wide, paper_values, pilot_cells, pilot_table, plot_learning_curves, plot_run_curves,
@@ -160,6 +162,34 @@ class CharLMTask(Task):
         optimise_group(tasks, nll, [t.cfg.clip_norm for t in tasks])
         return [{"loss": v} for v in nll.detach()]
 
+    @classmethod
+    def group_stepper(cls, tasks: Sequence["CharLMTask"]):
+        """``group_step`` as a function of the batch. Off the CPU a group is one model
+        (``stacked.StackedLanguageModels``, each run's parameters a view of its slice), clipped and
+        stepped by Adam for all runs at once (``stacked.StackedAdam``, each run's learning rate read from
+        its optimiser at every step); on a CPU each run computes on its own (``group_step``)."""
+        tasks = list(tasks)
+        models, device = [t.model for t in tasks], tasks[0].device
+        if not stacking(models, device):
+            return super().group_stepper(tasks)
+        stack = StackedLanguageModels(models)
+        adam = StackedAdam(stack, [t.optimizer for t in tasks])
+        lrs = LearningRates([t.optimizer for t in tasks], device, plain_sgd=False)
+        clip_norms = torch.tensor([t.cfg.clip_norm for t in tasks], dtype=stack.embed.dtype, device=device)
+
+        def step(idx: torch.Tensor) -> List[Dict[str, torch.Tensor]]:
+            seqs = tasks[0].train_seqs[idx.to(tasks[0].train_seqs.device)].t()  # (T + 1, B)
+            zero = stack.embed.new_zeros(len(tasks), seqs.shape[1], tasks[0].cfg.hidden_size)
+            lrs.refresh()
+            with autocast(tasks[0].precision, device):
+                nll, _ = stack.nll(seqs[:-1], (zero, zero), seqs[1:])
+            stack.zero_grad()
+            nll.sum().backward()
+            stack.clip_(clip_norms)
+            adam.step(lrs.tensor)
+            return [{"loss": v} for v in nll.detach().unbind()]
+        return step
+
     def train_step(self, idx: torch.Tensor) -> Dict[str, float]:
         return {k: float(v) for k, v in self.group_step([self], idx)[0].items()}
 
@@ -173,11 +203,13 @@ class CharLMTask(Task):
         """Each run's bits per character on ``seqs``, the runs as one model, each sequence from a zero state."""
         totals = [0.0] * len(tasks)
         weight = tasks[0].model.out.weight
+        models = [t.model for t in tasks]
+        nll_of = StackedLanguageModels(models, bind=False).nll if stacking(models, tasks[0].device) else \
+            functools.partial(language_models_nll, models)
         for chunk in seqs.split(batch):
             chunk = chunk.t()
             zero = weight.new_zeros(len(tasks), chunk.shape[1], tasks[0].cfg.hidden_size)
-            nll, _ = language_models_nll([t.model for t in tasks], chunk[:-1], (zero, zero), chunk[1:],
-                                         reduction="sum")
+            nll, _ = nll_of(chunk[:-1], (zero, zero), chunk[1:], reduction="sum")
             totals = [a + b for a, b in zip(totals, nll.tolist())]
         return [total / (seqs.shape[0] * (seqs.shape[1] - 1)) / LN2 for total in totals]
 
