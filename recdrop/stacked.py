@@ -6,8 +6,8 @@ A group of runs that share a model's shape (issue 35) trains as one model (issue
 slice, so that its ``state_dict``, checkpoint and record are what they are alone. One step then
 dispatches the same ops whatever the number of runs, but for one mask draw per run and mask (each
 from the run's own generator, so that a run draws what it draws alone): the products are batched,
-and each run's global-norm clipping and SGD update run for all runs at once from tensors of their
-thresholds and learning rates.
+and each run's global-norm clipping and its update (plain SGD, or Adam: ``StackedAdam``) run for all
+runs at once from tensors of their thresholds and learning rates.
 
 Each run computes what its ``models.LanguageModel`` computes alone (``tests/test_stacked.py``):
 
@@ -24,7 +24,7 @@ from torch import Tensor
 from . import layers
 from .fused import group_linear
 from .masks import SAMPLINGS, TARGETS, StepFactors
-from .models import ForwardDropout, LanguageModel, token_nll
+from .models import LanguageModel, token_nll
 
 # A LanguageModel's parameters, in its own order (``named_parameters``).
 NAMES = ("embed.weight", "rnn.weight_ih_l0", "rnn.weight_hh_l0", "rnn.bias_ih_l0", "rnn.bias_hh_l0",
