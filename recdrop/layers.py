@@ -78,6 +78,13 @@ class _RecurrentLayer(DropoutSettings, nn.RNNBase):
         """The size of h_t: ``proj_size`` where the LSTM projects it, else ``hidden_size``."""
         return self.proj_size or self.hidden_size
 
+    def __getstate__(self):
+        """The module's state less ``last_route``, a note of its last call, not of what it is: a pickled
+        layer holds only what ``torch.load(weights_only=True)`` accepts."""
+        state = super().__getstate__()  # torch.nn's: its weight references dropped
+        state.pop("last_route", None)
+        return state
+
     def __setstate__(self, state):
         """Modules pickled by recdrop before it subclassed torch.nn lack torch.nn's bookkeeping."""
         if "_all_weights" not in state:
@@ -114,7 +121,8 @@ class _RecurrentLayer(DropoutSettings, nn.RNNBase):
         if not self.fused or w_hr is not None or plain_ops_needed(x, w_ih, w_hh, b_ih, b_hh, *state):
             return Route("loop", runs=runs)
         triton = self.has_triton and runs == 1 and not (cells and self.n_states == 2) and triton_kernels.usable(x)
-        work = runs * x.shape[-2] * self.hidden_size * w_hh.shape[-2]  # a step's product (``graphs.step_work``)
+        batch = x.shape[-2] if x.dim() > 1 else 1  # an unbatched or malformed input is checked after the route
+        work = runs * batch * self.hidden_size * w_hh.shape[-2]  # a step's product (``graphs.step_work``)
         return Route("fused", triton, graphs.graphs_usable((x,)) and work <= graphs.MAX_STEP_WORK, runs)
 
     def extra_repr(self) -> str:

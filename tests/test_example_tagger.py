@@ -64,6 +64,7 @@ def test_recdrop_tagger_equals_torch_tagger_on_a_packed_batch(example, p, torch_
 
 
 @needs_conll
+@torch._dynamo.config.patch(allow_rnn=False)  # the example sets it True for its process: not for the tests after
 def test_the_example_trains_compiled(example, capsys):
     """``--compile``: the tagger compiled with dynamic shapes trains on CoNLL's batches of varying length
     (Dynamo's tracing only, backend 'eager', to keep it short)."""
