@@ -199,11 +199,16 @@ def step_work(h0: Tensor, w_hh: Tensor) -> int:
     return h0.numel() * w_hh.shape[-2]
 
 
+def loop_graphed(tensors: Sequence, work: int) -> bool:
+    """Whether a loop over ``tensors`` whose step's product is ``work`` multiply-adds (``step_work``) runs
+    as a CUDA graph: ``graphs_usable``, and ``work`` at most ``MAX_STEP_WORK``."""
+    return work <= MAX_STEP_WORK and graphs_usable(tensors)
+
+
 def run_loop(loop: Callable, tensors: tuple, flags: tuple = (), work: int = 0) -> tuple:
-    """``loop(*tensors, *flags)``, as a CUDA graph where ``graphs_usable`` and a step's ``work``
-    (``step_work``) is at most ``MAX_STEP_WORK``. ``loop`` reads nothing but its arguments and returns a
-    tuple of tensors (or Nones); ``flags`` are values it is specialised to."""
-    if work > MAX_STEP_WORK or not graphs_usable(tensors):
+    """``loop(*tensors, *flags)``, as a CUDA graph where ``loop_graphed``. ``loop`` reads nothing but its
+    arguments and returns a tuple of tensors (or Nones); ``flags`` are values it is specialised to."""
+    if not loop_graphed(tensors, work):
         return loop(*tensors, *flags)
     return LOOPS.run(loop, tensors, flags)
 

@@ -105,25 +105,28 @@ class _RecurrentLayer(DropoutSettings, nn.RNNBase):
                 and not torch.compiler.is_compiling() and not transformed(x))
 
     def route(self, x: Tensor, weights: Optional[Tuple[Optional[Tensor], ...]] = None,
-              state: Tuple[Tensor, ...] = (), own: bool = False, cells: bool = False) -> Route:
+              state: Tuple[Tensor, ...] = (), own: bool = False, cells: bool = False) -> Optional[Route]:
         """The path a call over ``x`` runs (``recdrop.route``), chosen here and nowhere else:
         torch.nn's forward where it computes the call (``_torch_computes_it``; not where the caller runs
-        recdrop's own code, ``own``: given masks, a group); else recdrop's fused sequence where it can run
-        (not under ``plain_ops_needed``, nor with a projection or ``fused = False``), with Triton for one
+        recdrop's own code, ``own``: given masks, a group); else, for one direction's ``weights``
+        (``_weights``; a group's stacked ``(R, ...)``) and ``state``, recdrop's fused sequence where it can
+        run (not under ``plain_ops_needed``, nor with a projection or ``fused = False``), with Triton for one
         run's LSTM or GRU (not where every step's cell state is wanted, ``cells``) where
-        ``triton_kernels.usable``, and its loops as CUDA graphs where ``graphs.graphs_usable`` and a step's
-        product is small enough (``graphs.MAX_STEP_WORK``); else the reference loop. ``weights``: one
-        direction's (``_weights``; a group's stacked ``(R, ...)``), by default the first layer's."""
+        ``triton_kernels.usable``, and its loops as CUDA graphs where ``graphs.loop_graphed``; else the
+        reference loop. Without ``weights``, None where recdrop's own code runs (each direction's route is
+        chosen with its weights)."""
         if not own and self._torch_computes_it(x):
             return Route("torch.nn")
-        w_ih, w_hh, b_ih, b_hh, w_hr = weights if weights is not None else self._weights(0, False)
+        if weights is None:
+            return None
+        w_ih, w_hh, b_ih, b_hh, w_hr = weights
         runs = w_hh.shape[0] if w_hh.dim() == 3 else 1
         if not self.fused or w_hr is not None or plain_ops_needed(x, w_ih, w_hh, b_ih, b_hh, *state):
             return Route("loop", runs=runs)
         triton = self.has_triton and runs == 1 and not (cells and self.n_states == 2) and triton_kernels.usable(x)
         batch = x.shape[-2] if x.dim() > 1 else 1  # an unbatched or malformed input is checked after the route
         work = runs * batch * self.hidden_size * w_hh.shape[-2]  # a step's product (``graphs.step_work``)
-        return Route("fused", triton, graphs.graphs_usable((x,)) and work <= graphs.MAX_STEP_WORK, runs)
+        return Route("fused", triton, graphs.loop_graphed((x,), work), runs)
 
     def extra_repr(self) -> str:
         s = f"{self.input_size}, {self.hidden_size}"
@@ -167,7 +170,7 @@ class _RecurrentLayer(DropoutSettings, nn.RNNBase):
         if not isinstance(input, (Tensor, PackedSequence)):
             raise TypeError(f"input must be a torch.Tensor or a PackedSequence, got {type(input).__name__}")
         data = input.data if isinstance(input, PackedSequence) else input
-        if self.route(data, own=masks is not None).kernels == "torch.nn":
+        if self.route(data, own=masks is not None) is not None:  # torch.nn's
             self.last_route = Route("torch.nn")
             return super(_RecurrentLayer, self).forward(input, hx)  # torch.nn's forward: cuDNN, oneDNN
         if isinstance(input, PackedSequence):

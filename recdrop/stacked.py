@@ -65,6 +65,9 @@ class _Draws:
         """The 0/1 masks ``(R, *shape)`` of this step."""
         key = (shape, like.dtype, like.device)
         if key not in self.buffers:
+            if any(g is None for _, _, g in self.runs):
+                raise ValueError("each model of a stacked group draws its masks from its own generator "
+                                 "(models.set_generator)")
             fill = 0.0 if self.how == "uniform" else 1.0  # a run that does not draw keeps every unit
             buffer = like.new_full((self.n_runs, *shape), fill)
             keep = None
@@ -75,9 +78,6 @@ class _Draws:
             self.buffers[key] = buffer, keep, [(buffer[r], p, g) for r, p, g in self.runs]  # the slices made once
         buffer, keep, slices = self.buffers[key]
         for row, p, g in slices:
-            if g is None:
-                raise ValueError("each model of a stacked group draws its masks from its own generator "
-                                 "(models.set_generator)")
             if self.how == "uniform":
                 row.uniform_(generator=g)  # torch.rand's own draw, into the run's slice
             else:

@@ -170,8 +170,9 @@ def environment(device: str) -> Dict[str, Any]:
     where any is set (``route.switches``)."""
     env: Dict[str, Any] = {"hardware": hardware(device), "device": str(device), "torch": str(torch.__version__),
                            "python": platform.python_version(), "commit": git_commit()}
-    if route.switches():
-        env["switches"] = route.switches()
+    switches = route.switches()
+    if switches:
+        env["switches"] = switches
     return env
 
 

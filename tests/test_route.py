@@ -46,13 +46,16 @@ def test_a_groups_route_names_its_stacked_runs_and_each_member_ran_it(monkeypatc
 
 def test_triton_and_graphs_enter_a_route_only_where_they_run(monkeypatch):
     m, x = recdrop.LSTM(3, 4, recurrent_dropout=0.25).train(), torch.randn(5, 2, 3)
+    rnn = recdrop.RNN(3, 4, recurrent_dropout=0.25).train()
     monkeypatch.setattr(triton_kernels, "usable", lambda t: True)
     monkeypatch.setattr(graphs, "graphs_usable", lambda tensors: True)
-    assert m.route(x) == Route("fused", triton=True, graphs=True)
-    assert m.route(x, cells=True) == Route("fused", triton=False, graphs=True)  # the kernels keep no c_t
-    assert recdrop.RNN(3, 4, recurrent_dropout=0.25).train().route(x).triton is False  # it has no kernels
+    assert m.route(x) is None  # without a direction's weights: recdrop's own code, its body chosen per direction
+    weights = m._weights(0, False)
+    assert m.route(x, weights) == Route("fused", triton=True, graphs=True)
+    assert m.route(x, weights, cells=True) == Route("fused", triton=False, graphs=True)  # the kernels keep no c_t
+    assert rnn.route(x, rnn._weights(0, False)).triton is False  # it has no kernels
     monkeypatch.setattr(graphs, "MAX_STEP_WORK", 2 * 4 * 16 - 1)  # one step's product: batch 2 x 4 units x 16 gates
-    assert m.route(x).graphs is False
+    assert m.route(x, weights).graphs is False
 
 
 def test_the_switches_are_read_in_one_place_and_recorded_where_set(monkeypatch):

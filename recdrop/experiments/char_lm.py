@@ -154,13 +154,20 @@ class CharLMTask(Task):
     def group_step(cls, tasks: Sequence["CharLMTask"], idx: torch.Tensor) -> List[Dict[str, torch.Tensor]]:
         """One Adam step of each run on the sequences ``idx``, the runs as one model
         (``models.language_models_nll``), each sequence from a zero state."""
-        seqs = tasks[0].train_seqs[idx.to(tasks[0].train_seqs.device)].t()  # (T + 1, B)
-        weight = tasks[0].model.out.weight
-        zero = weight.new_zeros(len(tasks), seqs.shape[1], tasks[0].cfg.hidden_size)
-        with autocast(tasks[0].precision, tasks[0].device):
-            nll, _ = language_models_nll([t.model for t in tasks], seqs[:-1], (zero, zero), seqs[1:])
+        nll = cls._batch_nll(tasks, idx, functools.partial(language_models_nll, [t.model for t in tasks]))
         optimise_group(tasks, nll, [t.cfg.clip_norm for t in tasks])
         return [{"loss": v} for v in nll.detach()]
+
+    @staticmethod
+    def _batch_nll(tasks: Sequence["CharLMTask"], idx: torch.Tensor, nll_of) -> torch.Tensor:
+        """Each run's mean NLL ``(R,)`` on the training sequences ``idx``, each from a zero state, by
+        ``nll_of`` (``models.language_models_nll``'s arguments after the models), the forward under the
+        runs' precision (``train.autocast``)."""
+        seqs = tasks[0].train_seqs[idx.to(tasks[0].train_seqs.device)].t()  # (T + 1, B)
+        zero = tasks[0].model.out.weight.new_zeros(len(tasks), seqs.shape[1], tasks[0].cfg.hidden_size)
+        with autocast(tasks[0].precision, tasks[0].device):
+            nll, _ = nll_of(seqs[:-1], (zero, zero), seqs[1:])
+        return nll
 
     @classmethod
     def group_stepper(cls, tasks: Sequence["CharLMTask"]):
@@ -178,11 +185,8 @@ class CharLMTask(Task):
         clip_norms = torch.tensor([t.cfg.clip_norm for t in tasks], dtype=stack.embed.dtype, device=device)
 
         def step(idx: torch.Tensor) -> List[Dict[str, torch.Tensor]]:
-            seqs = tasks[0].train_seqs[idx.to(tasks[0].train_seqs.device)].t()  # (T + 1, B)
-            zero = stack.embed.new_zeros(len(tasks), seqs.shape[1], tasks[0].cfg.hidden_size)
             lrs.refresh()
-            with autocast(tasks[0].precision, device):
-                nll, _ = stack.nll(seqs[:-1], (zero, zero), seqs[1:])
+            nll = cls._batch_nll(tasks, idx, stack.nll)
             stack.zero_grad()
             nll.sum().backward()
             stack.clip_(clip_norms)

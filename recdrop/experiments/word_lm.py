@@ -167,6 +167,7 @@ class WordLMTask(Task):
         lrs = LearningRates([t.optimizer for t in tasks], device) if graphed or stack else None
         if stack:
             clip_norms = torch.tensor(clips, dtype=stack.embed.dtype, device=device)
+        nll_of = stack.nll if stack else functools.partial(language_models_nll, models)
 
         def load(start: int) -> None:
             window.copy_(data[start:start + cfg.bptt + 1])
@@ -174,16 +175,14 @@ class WordLMTask(Task):
                 lrs.refresh()
 
         def body() -> List[Dict[str, torch.Tensor]]:
+            with autocast(tasks[0].precision, device):
+                nll, new = nll_of(window[:-1], states, window[1:])
             # Authors' code: cross-entropy summed over the 35 steps and averaged over the batch.
             if stack:
-                with autocast(tasks[0].precision, device):
-                    nll, new = stack.nll(window[:-1], states, window[1:])
                 stack.zero_grad()
                 (nll * cfg.bptt).sum().backward()
                 stack.clip_and_step(lrs.tensor, clip_norms)
             else:
-                with autocast(tasks[0].precision, device):
-                    nll, new = language_models_nll(models, window[:-1], states, window[1:])
                 optimise_group(tasks, nll * cfg.bptt, clips, None if lrs is None else lrs.tensor)
             with torch.no_grad():
                 for s, n in zip(states, new):  # carried to the next window (truncated BPTT)
