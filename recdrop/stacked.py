@@ -274,10 +274,19 @@ class StackedAdam:
         self.params = stack.params
 
     def step(self, lrs: Tensor) -> None:
-        """One Adam step of every run from the gradients of the stacked parameters."""
+        """One Adam step of every run from the gradients of the stacked parameters: ``count`` and ``update``."""
+        self.count()
+        self.update(lrs)
+
+    def count(self) -> None:
+        """The host's part of a step: each member optimiser's step count (its ``state_dict``'s), which a
+        CUDA graph of ``update`` cannot advance."""
+        self.steps.add_(1)
+
+    def update(self, lrs: Tensor) -> None:
+        """The device's part of a step: each run's moments and weights, and the step count they read."""
         R = len(self.optimizers)
         with torch.no_grad():
-            self.steps.add_(1)
             self.device_steps.add_(1)
             t = self.device_steps
             step_size = lrs / (1 - self.beta1 ** t)

@@ -16,6 +16,9 @@ from then on replays it. Off CUDA, with ``RECDROP_CUDA_GRAPHS=0`` or ``RECDROP_S
 hold a generator of one's own, or where a capture failed, ``body`` runs eagerly at every call: one
 function, the same step.
 
+A step whose last batch of an epoch is smaller replays its graph for the full batches and runs the
+last one eagerly (``FullBatches``).
+
 Where a step graph and the loops' own graphs (``recdrop.graphs``) would nest, the step graph wins: its
 warm-up and capture run the plain loops (``graphs.suspended``).
 """
@@ -129,6 +132,29 @@ class CudaGraphs:
 
     def settle(self) -> None:
         torch.cuda.synchronize(self.device)
+
+
+class FullBatches:
+    """A step whose full batches replay ``graph`` (a ``StepGraph`` of static buffers of a full batch's
+    shape) and whose other batches (an epoch's last, smaller one) run ``eager``: the same step, its
+    generators advanced between replays as a replay advances them."""
+
+    def __init__(self, graph: StepGraph, full: Callable[[Any], bool], eager: Callable[[Any], Any]):
+        self.graph, self.full, self.eager = graph, full, eager
+
+    @property
+    def enabled(self) -> bool:
+        return self.graph.enabled
+
+    @property
+    def captured(self) -> bool:
+        return self.graph.captured
+
+    def __call__(self, batch):
+        return self.graph(batch) if self.full(batch) else self.eager(batch)
+
+    def release(self) -> None:
+        self.graph.release()
 
 
 def check_plain_sgd(optimizer: torch.optim.Optimizer) -> None:

@@ -1,7 +1,8 @@
 """The trainer shared by every experiment: progress, checkpoints, resume, NaN checks, records.
 
 An experiment supplies a ``Task`` (its model, optimiser, batches, one training step, an
-evaluation); ``train_run`` owns the loop. A checkpoint (model, optimiser, task state, RNG states,
+evaluation); ``train_group`` trains a group of runs (a run alone is a group of one) through
+``GroupTraining``, the loop. A checkpoint (model, optimiser, task state, RNG states,
 position, curves) is written atomically after every epoch and every ``checkpoint_every_s``
 seconds inside one, so ``resume`` continues an interrupted run and ends with the same metrics as an
 uninterrupted one (same seed, CPU). The finished record is written last.
@@ -508,174 +509,278 @@ def _train_together(runs: List[Run], store: RunStore, progress: bool, checkpoint
     """The loop of ``train_group`` over ``runs``, which stand at one place (epoch, batch): to the end, or
     to ``until`` (epoch, batch), where they checkpoint and stop (to go on with the runs already there).
     Returns the records of the runs that finished or diverged; ``diverged`` gets each divergence's message."""
-    lead = runs[0]
-    task_type = type(lead.task)
-    epochs = lead.config.epochs
-    start_epoch, start_batch = lead.position
-    group = [r.rid for r in runs] if len(runs) > 1 else None
-    if len(runs) == 1 and lead.rng is not None:
-        _set_rng_state(lead.rng)  # a run alone resumes the global RNG too (nothing of a group draws from it)
-    batch_counts: Dict[int, int] = {}
+    return GroupTraining(runs, store, progress, checkpoint_every_s, callback, position, deadline, until,
+                         diverged).run()
 
-    def expected_batches(epoch: int) -> int:
+
+READ_EVERY = 64  # steps whose outputs a GPU holds before the host reads them (``StepOutputs``)
+READ_LATER_ON_CPU = False  # a CPU's outputs are read at every step (nothing waits); tests set it to check the GPU's way
+
+
+class StepOutputs:
+    """A group's step outputs since the host last read them, left where they were computed: the trainer
+    reads them every ``READ_EVERY`` steps, before each checkpoint and at each epoch's end, so that the
+    host does not wait for the device after every step (issue 46). Read, they are each run's outputs of
+    each step, in order, as floats: a run's sums and its first non-finite loss are what they are when
+    read at every step."""
+
+    def __init__(self):
+        self.steps: List[Tuple[int, int, List[Dict[str, Any]]]] = []  # (epoch, batch, outputs) a step
+        self.rows: List[torch.Tensor] = []  # the tensors among each step's outputs, stacked: one a step
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    @property
+    def due(self) -> bool:
+        """Whether to read now: ``READ_EVERY`` steps kept, or outputs that reading costs no wait (on a CPU,
+        or floats already), so that there a run stops at the step where it diverges."""
+        if len(self.steps) >= READ_EVERY:
+            return True
+        row = self.rows[-1] if self.rows else None
+        return row is None or (row.device.type == "cpu" and not READ_LATER_ON_CPU)
+
+    def add(self, epoch: int, batch: int, outs: Sequence[Dict[str, Any]]) -> None:
+        """Keep the outputs of the step at (epoch, batch): a tensor stays on its device (a place in this
+        step's row), a float as it is."""
+        tensors: List[torch.Tensor] = []
+        kept = []
+        for out in outs:
+            slots = {}
+            for k, v in out.items():
+                if isinstance(v, torch.Tensor):
+                    slots[k] = len(tensors)
+                    tensors.append(v.detach().reshape(()))
+                else:
+                    slots[k] = float(v)
+            kept.append(slots)
+        # one stack a step for the group (a copy a run is a kernel launch a run: host work)
+        self.rows.append(torch.stack(tensors) if tensors else None)
+        self.steps.append((epoch, batch, kept))
+
+    def read(self) -> List[Tuple[int, int, List[Dict[str, float]]]]:
+        """Every step's (epoch, batch, each run's outputs as floats), in one transfer; then empty."""
+        rows = [r for r in self.rows if r is not None]
+        values = torch.cat(rows).double().tolist() if rows else []
+        steps, at = [], 0
+        for (epoch, batch, kept), row in zip(self.steps, self.rows):
+            n = 0 if row is None else row.numel()
+            got = values[at:at + n]
+            at += n
+            steps.append((epoch, batch, [{k: got[v] if isinstance(v, int) else v for k, v in slots.items()}
+                                         for slots in kept]))
+        self.steps, self.rows = [], []
+        return steps
+
+
+class GroupTraining:
+    """The training loop of a group of runs that stand at one place (epoch, batch): each epoch's batches
+    through the group's step (``Task.group_stepper``, made once for as long as the group stands), the
+    outputs read in batches of steps (``StepOutputs``), a checkpoint every ``checkpoint_every_s`` seconds
+    and after each epoch, each run's record at its end. A run whose loss stops being finite is recorded
+    where it did, as it would be alone, and leaves the group. ``run()`` trains to the end, or to ``until``
+    (epoch, batch), where the runs checkpoint and stop, to go on with the runs already there."""
+
+    def __init__(self, runs: List[Run], store: RunStore, progress: bool, checkpoint_every_s: float, callback,
+                 position: int, deadline: Optional[float], until: Optional[Tuple[int, int]] = None,
+                 diverged: Optional[Dict[str, str]] = None):
+        self.live = list(runs)  # the runs training now
+        self.lead = runs[0]
+        self.task_type = type(self.lead.task)
+        self.store, self.progress, self.checkpoint_every_s = store, progress, checkpoint_every_s
+        self.callback, self.position, self.deadline, self.until = callback, position, deadline, until
+        self.diverged = diverged
+        self.start = self.lead.position
+        self.group = [r.rid for r in runs] if len(runs) > 1 else None
+        self.batch_counts: Dict[int, int] = {}
+        self.finished: List[Dict[str, Any]] = []  # the records of the runs that finished or diverged
+        self.stepper = None
+        self.outputs = StepOutputs()
+        self.t_start = self.clock = time.perf_counter()
+        if len(runs) == 1 and self.lead.rng is not None:
+            _set_rng_state(self.lead.rng)  # a run alone resumes the global RNG too (nothing of a group draws from it)
+
+    def expected_batches(self, epoch: int) -> int:
         """About how many batches ``epoch`` has: those of the epoch it is like (``Task.like_epoch``)."""
-        like = lead.task.like_epoch(epoch)
-        if like not in batch_counts:
-            batch_counts[like] = len(lead.task.batches(like))
-        return batch_counts[like]
+        like = self.lead.task.like_epoch(epoch)
+        if like not in self.batch_counts:
+            self.batch_counts[like] = len(self.lead.task.batches(like))
+        return self.batch_counts[like]
 
-    def with_this_segment(run: Run, epoch: int, batch: int) -> List[Dict[str, Any]]:
+    def with_this_segment(self, run: Run, epoch: int, batch: int) -> List[Dict[str, Any]]:
         """The stretches of training so far: earlier ones, then this process's, in epochs (fractions
         for a stretch that began or ended inside an epoch) and seconds."""
         def at(e: int, b: int) -> float:
-            return round(e + b / max(1, expected_batches(e)), 4) if b else float(e)
+            return round(e + b / max(1, self.expected_batches(e)), 4) if b else float(e)
         segment = {k: run.env[k] for k in ("hardware", "device", "torch", "commit", "precision", "step", "path",
                                            "switches") if k in run.env}
-        if group:
-            segment["group"] = group
-        return run.segments + [{**segment, "from_epoch": at(start_epoch, start_batch), "to_epoch": at(epoch, batch),
-                                "wall_s": round(time.perf_counter() - t_start, 2)}]
+        if self.group:
+            segment["group"] = self.group
+        return run.segments + [{**segment, "from_epoch": at(*self.start), "to_epoch": at(epoch, batch),
+                                "wall_s": round(time.perf_counter() - self.t_start, 2)}]
 
-    clock = {"t": time.perf_counter()}
-
-    def tick() -> None:
+    def tick(self) -> None:
         """Share the wall time since the last tick among the runs training now."""
         now = time.perf_counter()
-        for r in live:
-            r.spent += (now - clock["t"]) / len(live)
-        clock["t"] = now
+        for r in self.live:
+            r.spent += (now - self.clock) / len(self.live)
+        self.clock = now
 
-    def checkpoint(members: List[Run], epoch: int, batch: int) -> None:
-        """Each of ``members``' checkpoints at (epoch, batch), the files renamed in place together."""
-        tick()
+    def checkpoint(self, epoch: int, batch: int) -> None:
+        """The checkpoints of the runs training now at (epoch, batch), the files renamed in place together;
+        first the outputs of the steps so far are read, so that a run that has diverged keeps its last good one."""
+        self.settle()
+        self.tick()
         save_checkpoints([(run.ckpt_path, {
             "model": run.task.model.state_dict(), "optimizer": run.task.optimizer.state_dict(),
             "task": run.task.state_dict(), "rng": _rng_state(), "generator": run.generator.get_state(),
             "generator_device": run.generator.device.type,
             "epoch": epoch, "batch": batch, "curves": run.curves, "sums": run.sums,
             "elapsed": run.elapsed + run.spent, "run_id": run.rid, "commit": run.env["commit"],
-            "segments": with_this_segment(run, epoch, batch)}) for run in members])
+            "segments": self.with_this_segment(run, epoch, batch)}) for run in self.live])
 
-    def make_record(run: Run, metrics: Dict[str, Any], epoch: int, batch: int, **extra) -> Dict[str, Any]:
+    def make_record(self, run: Run, metrics: Dict[str, Any], epoch: int, batch: int, **extra) -> Dict[str, Any]:
         """The run's record, with its curves so far, as training stands at (epoch, batch)."""
-        tick()
+        self.tick()
         record = {"experiment": run.name, "run_id": run.rid, "seed": run.seed, "config": run.config.to_dict(),
                   "metrics": metrics, "curves": run.curves, **extra,
                   "wall_time_s": round(run.elapsed + run.spent, 2), **run.env, "finished": utc_now()}
-        if group:
-            record["group"] = group
+        if self.group:
+            record["group"] = self.group
         if run.segments:  # resumed: say on what hardware and code each stretch of training ran
-            record["segments"] = with_this_segment(run, epoch, batch)
+            record["segments"] = self.with_this_segment(run, epoch, batch)
         return record
 
-    t_start = time.perf_counter()
-    last_ckpt = time.monotonic()
-    if expected_batches(0) == 0:
-        raise ValueError(f"run {lead.name}/{lead.rid}: its training split gives no batch of {lead.config}; use more "
-                         "data or smaller batches")
-    what = lead.rid if len(runs) == 1 else f"{lead.rid} +{len(runs) - 1}"
-    bar = tqdm(total=sum(map(expected_batches, range(epochs))),
-               initial=sum(map(expected_batches, range(start_epoch))) + start_batch, disable=not progress,
-               desc=f"{lead.name} {what}", position=position, leave=position == 0, dynamic_ncols=True)
-    live = list(runs)
-    finished: List[Dict[str, Any]] = []
-    stepper = None
-    try:
-        for epoch in range(start_epoch, epochs):
-            for r in live:
-                r.task.model.train()
-            batches = lead.task.batches(epoch)
-            first = start_batch if epoch == start_epoch else 0
-            if first == 0:
-                for r in live:
-                    r.sums = {}
-            for b in range(first, len(batches)):
-                made = stepper is None
-                if made:  # the step of the runs training now, made once for as long as they stand
-                    stepper = task_type.group_stepper([r.task for r in live])
-                outs = stepper(batches[b])
-                if made:  # the records say which path the layers took (training, as this group stands)
-                    for r in live:
-                        path = layer_paths(r.task.model)
-                        if path:
-                            r.env["path"] = path
-                if getattr(stepper, "captured", False) and "step" not in lead.env:
-                    for r in live:  # the records say how the step ran (the warm-up's few steps ran eagerly)
-                        r.env["step"] = "cuda-graph"
-                values = _to_floats(outs)  # one host synchronisation a step for the whole group
-                for r, out in zip(list(live), values):
-                    loss = out["loss"]
-                    if not math.isfinite(loss):  # a result too: recorded, so that it is not retried forever
-                        where = {"epoch": epoch + 1, "batch": b + 1, "loss": str(loss)}
-                        path = store.save(make_record(r, {}, epoch, b, diverged=where))
-                        r.diverged = (f"run {r.name}/{r.rid} (seed {r.seed}): training loss is {loss} at epoch "
-                                      f"{epoch + 1}, batch {b + 1}; it is recorded as diverged in {path}, and its last "
-                                      f"good checkpoint is kept at {r.ckpt_path}")
-                        if diverged is not None:
-                            diverged[r.rid] = r.diverged
-                        finished.append(store.load(r.name, r.config.scale, r.rid))
-                        live.remove(r)
-                        stepper = release(stepper)
-                        continue
-                    for k, v in out.items():
-                        r.sums[k] = r.sums.get(k, 0.0) + v
-                    r.sums["_n"] = r.sums.get("_n", 0) + 1
-                if not live:
-                    return finished
-                bar.update(1)
-                if callback:
-                    callback("batch", epoch, b)
-                if deadline is not None and time.time() >= deadline:
-                    checkpoint(live, epoch, b + 1)
-                    raise BudgetExhausted(f"run {lead.name}/{what}: stopped at the time budget in epoch {epoch + 1}, "
-                                          f"batch {b + 1}; its checkpoint in {lead.ckpt_path.parent} resumes it")
-                if until == (epoch, b + 1):  # where the runs ahead stand: go on with them
-                    checkpoint(live, epoch, b + 1)
-                    return finished
-                if time.monotonic() - last_ckpt > checkpoint_every_s and b + 1 < len(batches):
-                    checkpoint(live, epoch, b + 1)
-                    last_ckpt = time.monotonic()
-            stats = []
-            for r in live:
-                n = r.sums.pop("_n")
-                stats.append({k: v / n for k, v in r.sums.items()})
-                r.task.model.eval()
-            with torch.no_grad():
-                evaluated = task_type.group_evaluate([r.task for r in live], epoch, stats)
-            for r, train_stats, metrics in zip(live, stats, evaluated):
-                metrics = {"epoch": epoch + 1, **metrics}
-                r.curves.append(metrics)
-                r.task.end_epoch(epoch, metrics)
-                if r is lead and lead.task.progress_metric:
-                    bar.set_postfix(epoch=epoch + 1, loss=f"{train_stats['loss']:.4g}", **{
-                        lead.task.progress_metric: f"{metrics.get(lead.task.progress_metric, float('nan')):.4g}"})
-                r.sums = {}
-            checkpoint(live, epoch + 1, 0)
-            last_ckpt = time.monotonic()
-            if callback:
-                callback("epoch", epoch, len(batches))
-            if until == (epoch + 1, 0):
-                return finished
-    finally:
-        bar.close()
-        release(stepper)
-    for r in live:
-        record = make_record(r, r.task.final_metrics(r.curves), epochs, 0)
-        store.save(record)
-        r.ckpt_path.unlink(missing_ok=True)
-        finished.append(record)
-    return finished
+    def settle(self) -> None:
+        """Read the outputs of the steps since the last read: each run's sums grow by them, in order; a run
+        whose loss was not finite at a step is recorded as diverged there and leaves the group."""
+        for epoch, b, values in self.outputs.read():
+            for r, out in zip(list(self.live), values):  # each step's outputs, in the order of the runs then
+                if r.diverged:
+                    continue
+                loss = out["loss"]
+                if not math.isfinite(loss):  # a result too: recorded, so that it is not retried forever
+                    self.record_divergence(r, epoch, b, loss)
+                    continue
+                for k, v in out.items():
+                    r.sums[k] = r.sums.get(k, 0.0) + v
+                r.sums["_n"] = r.sums.get("_n", 0) + 1
+        gone = [r for r in self.live if r.diverged]
+        if gone:
+            self.live = [r for r in self.live if not r.diverged]
+            self.stepper = release(self.stepper)
+
+    def record_divergence(self, r: Run, epoch: int, b: int, loss: float) -> None:
+        where = {"epoch": epoch + 1, "batch": b + 1, "loss": str(loss)}
+        path = self.store.save(self.make_record(r, {}, epoch, b, diverged=where))
+        r.diverged = (f"run {r.name}/{r.rid} (seed {r.seed}): training loss is {loss} at epoch {epoch + 1}, batch "
+                      f"{b + 1}; it is recorded as diverged in {path}, and its last good checkpoint is kept at "
+                      f"{r.ckpt_path}")
+        if self.diverged is not None:
+            self.diverged[r.rid] = r.diverged
+        self.finished.append(self.store.load(r.name, r.config.scale, r.rid))
+
+    def step(self, batch) -> List[Dict[str, Any]]:
+        """One step of the runs training now; each run's outputs (tensors left unread)."""
+        made = self.stepper is None
+        if made:  # the step of the runs training now, made once for as long as they stand
+            self.stepper = self.task_type.group_stepper([r.task for r in self.live])
+        outs = self.stepper(batch)
+        if made:  # the records say which path the layers took (training, as this group stands)
+            for r in self.live:
+                path = layer_paths(r.task.model)
+                if path:
+                    r.env["path"] = path
+        if getattr(self.stepper, "captured", False) and "step" not in self.lead.env:
+            for r in self.live:  # the records say how the step ran (the warm-up's few steps ran eagerly)
+                r.env["step"] = "cuda-graph"
+        return outs
+
+    def run(self) -> List[Dict[str, Any]]:
+        lead, epochs = self.lead, self.lead.config.epochs
+        start_epoch, start_batch = self.start
+        last_ckpt = time.monotonic()
+        if self.expected_batches(0) == 0:
+            raise ValueError(f"run {lead.name}/{lead.rid}: its training split gives no batch of {lead.config}; use "
+                             "more data or smaller batches")
+        what = lead.rid if len(self.live) == 1 else f"{lead.rid} +{len(self.live) - 1}"
+        bar = tqdm(total=sum(map(self.expected_batches, range(epochs))),
+                   initial=sum(map(self.expected_batches, range(start_epoch))) + start_batch,
+                   disable=not self.progress, desc=f"{lead.name} {what}", position=self.position,
+                   leave=self.position == 0, dynamic_ncols=True)
+        try:
+            for epoch in range(start_epoch, epochs):
+                for r in self.live:
+                    r.task.model.train()
+                batches = lead.task.batches(epoch)
+                first = start_batch if epoch == start_epoch else 0
+                if first == 0:
+                    for r in self.live:
+                        r.sums = {}
+                for b in range(first, len(batches)):
+                    self.outputs.add(epoch, b, self.step(batches[b]))
+                    if self.outputs.due:
+                        self.settle()
+                        if not self.live:
+                            return self.finished
+                    bar.update(1)
+                    if self.callback:
+                        self.callback("batch", epoch, b)
+                    if self.deadline is not None and time.time() >= self.deadline:
+                        self.checkpoint(epoch, b + 1)
+                        if not self.live:
+                            return self.finished
+                        raise BudgetExhausted(f"run {lead.name}/{what}: stopped at the time budget in epoch "
+                                              f"{epoch + 1}, batch {b + 1}; its checkpoint in {lead.ckpt_path.parent} "
+                                              "resumes it")
+                    if self.until == (epoch, b + 1):  # where the runs ahead stand: go on with them
+                        self.checkpoint(epoch, b + 1)
+                        return self.finished
+                    if time.monotonic() - last_ckpt > self.checkpoint_every_s and b + 1 < len(batches):
+                        self.checkpoint(epoch, b + 1)
+                        last_ckpt = time.monotonic()
+                        if not self.live:
+                            return self.finished
+                self.settle()
+                if not self.live:
+                    return self.finished
+                self.end_epoch(epoch, bar)
+                self.checkpoint(epoch + 1, 0)
+                last_ckpt = time.monotonic()
+                if self.callback:
+                    self.callback("epoch", epoch, len(batches))
+                if self.until == (epoch + 1, 0):
+                    return self.finished
+        finally:
+            bar.close()
+            release(self.stepper)
+        for r in self.live:
+            record = self.make_record(r, r.task.final_metrics(r.curves), epochs, 0)
+            self.store.save(record)
+            r.ckpt_path.unlink(missing_ok=True)
+            self.finished.append(record)
+        return self.finished
+
+    def end_epoch(self, epoch: int, bar) -> None:
+        """Each run's means of its step outputs over the epoch, its evaluation, its curves and schedule."""
+        stats = []
+        for r in self.live:
+            n = r.sums.pop("_n")
+            stats.append({k: v / n for k, v in r.sums.items()})
+            r.task.model.eval()
+        with torch.no_grad():
+            evaluated = self.task_type.group_evaluate([r.task for r in self.live], epoch, stats)
+        for r, train_stats, metrics in zip(self.live, stats, evaluated):
+            metrics = {"epoch": epoch + 1, **metrics}
+            r.curves.append(metrics)
+            r.task.end_epoch(epoch, metrics)
+            if r is self.lead and self.lead.task.progress_metric:
+                bar.set_postfix(epoch=epoch + 1, loss=f"{train_stats['loss']:.4g}", **{
+                    self.lead.task.progress_metric: f"{metrics.get(self.lead.task.progress_metric, float('nan')):.4g}"})
+            r.sums = {}
 
 
 def release(stepper) -> None:
     """Give back what a group's step holds (a CUDA graph's memory), before the next group needs it."""
     if hasattr(stepper, "release"):
         stepper.release()
-
-
-def _to_floats(outs: Sequence[Dict[str, Any]]) -> List[Dict[str, float]]:
-    """Each run's step outputs as floats, the tensors among them read in one transfer."""
-    tensors = [v for out in outs for v in out.values() if isinstance(v, torch.Tensor)]
-    # one stack and one cast for the group (a cast per run is a kernel launch per run, a step's host work)
-    read = iter(torch.stack([t.detach().reshape(()) for t in tensors]).double().tolist() if tensors else ())
-    return [{k: next(read) if isinstance(v, torch.Tensor) else float(v) for k, v in out.items()} for out in outs]

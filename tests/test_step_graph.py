@@ -10,7 +10,7 @@ from recdrop.experiments.word_lm import WordLMConfig, WordLMTask
 from recdrop.models import set_generator
 from recdrop.store import RunStore
 from recdrop.step_graph import check_plain_sgd
-from recdrop.train import mask_generator, optimise_group, seed_everything, train_group
+from recdrop.train import mask_generator, optimise_group, seed_everything, train_group, train_run
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU")
 
@@ -232,3 +232,137 @@ def test_on_cuda_the_graphed_evaluation_gives_the_eager_perplexities(monkeypatch
         eager = WordLMTask.group_perplexities(tasks, data)
     assert captured == [True, False]
     torch.testing.assert_close(torch.tensor(graphed), torch.tensor(eager), rtol=1e-5, atol=0.0)
+
+
+@pytest.mark.parametrize("experiment", ["word_lm", "char_lm"])
+def test_a_group_on_a_gpus_way_ends_with_each_members_record_alone(experiment, stand_in_graphs, tmp_path,
+                                                                   monkeypatch):
+    """A GPU's way, on the CPU: the runs stacked, the step captured once and replayed (the char LM's last,
+    smaller batch of each epoch eagerly), the outputs read every few steps and at each checkpoint rather
+    than at every step. Each member ends with the record of the same run trained alone the CPU's way
+    (each run's own model, its own Adam or SGD, its outputs read at every step), to float64's rounding."""
+    from recdrop import layers, train
+    from test_fused_training import TASKS, close, members
+
+    _, task = TASKS[experiment]
+    runs = members(experiment)
+    torch.set_default_dtype(torch.float64)
+    try:
+        with monkeypatch.context() as gpu_way:
+            gpu_way.setattr(layers, "STACK_ON_CPU", True)
+            gpu_way.setattr(train, "READ_LATER_ON_CPU", True)
+            gpu_way.setattr(train, "READ_EVERY", 5)
+            gpu_way.setenv("RECDROP_CACHE", str(tmp_path / "cache"))
+            group = train_group(task, runs, store=RunStore(tmp_path / "group"), progress=False)
+        monkeypatch.setattr(step_graph, "capturable", lambda device: False)
+        monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "cache-alone"))
+        alone = [train_run(task, c, s, store=RunStore(tmp_path / "alone"), progress=False) for c, s in runs]
+    finally:
+        torch.set_default_dtype(torch.float32)
+    steps = [b for b in stand_in_graphs if b.captures]
+    assert len(steps) == 1 and steps[0].replays > 0  # the group's training step (the evaluations' too few)
+    for g, a in zip(group, alone):
+        assert g["step"] == "cuda-graph" and "step" not in a
+        assert close(g, a, rtol=1e-9), (g["metrics"], a["metrics"])
+
+
+def test_a_member_that_diverges_between_reads_is_recorded_where_it_diverged(tmp_path, monkeypatch):
+    """Outputs read every 4 steps: the run whose loss turns NaN at epoch 2, batch 3 is recorded there, with its one epoch of curves, as alone; its last good checkpoint is the one before;
+    the others finish as alone; and no step reads a tensor on the host: only the reads do."""
+    from torch.overrides import TorchFunctionMode
+
+    from recdrop import layers, train
+    from test_fused_training import close, members
+
+    class HostReads(TorchFunctionMode):
+        count = 0
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if getattr(func, "__name__", "") in ("tolist", "item", "__float__", "__bool__", "__int__"):
+                HostReads.count += 1
+            return func(*args, **(kwargs or {}))
+    real_stepper = WordLMTask.group_stepper.__func__
+    in_steps = []
+
+    def stepper(cls, tasks, graphed=True):
+        real_step = real_stepper(cls, tasks, graphed)
+
+        def step(start):
+            before = HostReads.count
+            outs = real_step(start)
+            for t, out in zip(tasks, outs):
+                t.steps = getattr(t, "steps", 0) + 1
+                if t.cfg.lr == 0.75 and t.steps == batches + 3:
+                    out["loss"] = out["loss"] * float("nan")
+            in_steps.append(HostReads.count - before)
+            return outs
+        return step
+    monkeypatch.setattr(WordLMTask, "group_stepper", classmethod(stepper))
+    monkeypatch.setattr(layers, "STACK_ON_CPU", True)
+    monkeypatch.setattr(train, "READ_LATER_ON_CPU", True)
+    monkeypatch.setattr(train, "READ_EVERY", 4)
+    reads = []
+    real_read = train.StepOutputs.read
+    monkeypatch.setattr(train.StepOutputs, "read", lambda self: reads.append(len(self)) or real_read(self))
+    runs = [(c.replace(bptt=10), s) for c, s in members("word_lm")[:2]]  # more batches an epoch than a read holds
+    runs.insert(1, (runs[0][0].replace(lr=0.75), 0))
+    batches = len(WordLMTask(runs[0][0], "cpu", 0).batches(0))
+    errors = {}
+    torch.set_default_dtype(torch.float64)
+    try:
+        monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "cache"))
+        with HostReads():
+            group = train_group(WordLMTask, runs, store=RunStore(tmp_path / "group"), progress=False, errors=errors)
+        group_reads, group_steps = list(reads), list(in_steps)  # the group's (the runs alone read at every step)
+        ckpt = torch.load(RunStore(tmp_path / "group").checkpoint_path("word_lm", group[1]["run_id"]),
+                          weights_only=True)
+        monkeypatch.setattr(train, "READ_LATER_ON_CPU", False)
+        monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "cache-alone"))
+        alone = [train_run(WordLMTask, c, s, store=RunStore(tmp_path / "alone"), progress=False)
+                 for c, s in runs[::2]]
+    finally:
+        torch.set_default_dtype(torch.float32)
+    assert batches > 4 and group_steps and set(group_steps) == {0}
+    epochs = len(group[0]["curves"])
+    assert sum(group_reads) == len(group_steps) and max(group_reads) == 4  # each step's outputs read once, in fours
+    assert len(group_reads) <= len(group_steps) / 4 + 2 * epochs  # and at each epoch's end and checkpoint
+    assert list(errors) == [group[1]["run_id"]]
+    assert group[1]["diverged"] == {"epoch": 2, "batch": 3, "loss": "nan"}
+    assert len(group[1]["curves"]) == 1 and group[1]["metrics"] == {}
+    assert (ckpt["epoch"], ckpt["batch"]) == (1, 0)  # the last good one, at the end of epoch 1
+    for g, a in zip(group[::2], alone):
+        assert not g.get("diverged") and close(g, a, rtol=1e-9) and len(g["curves"]) == 2
+
+
+@needs_cuda
+def test_on_cuda_the_captured_char_lm_step_trains_as_the_eager_step():
+    """The char LM's step on a GPU: its full batches replay one graph and each epoch's last, smaller batch
+    runs eagerly between replays; the masks, Adam's updates and step counts, and a learning rate changed
+    between steps follow the eager stacked step's."""
+    from recdrop.experiments.char_lm import CharLMTask
+    from test_fused_training import members
+
+    def tasks():
+        made = []
+        for cfg, seed in members("char_lm"):
+            seed_everything(seed)
+            task = CharLMTask(cfg, "cuda", seed)
+            set_generator(task.model, mask_generator(seed, "cuda"))
+            task.model.train()
+            made.append(task)
+        return made
+    eager_tasks, graph_tasks = tasks(), tasks()
+    eager = CharLMTask.group_stepper(eager_tasks, graphed=False)
+    graphed = CharLMTask.group_stepper(graph_tasks)
+    batches = eager_tasks[0].batches(0) + eager_tasks[0].batches(1)
+    assert batches[0].shape != batches[-1].shape  # a smaller last batch in each epoch
+    want = train_steps(eager_tasks, eager, batches, decay_at=len(batches) // 2)
+    got = train_steps(graph_tasks, graphed, batches, decay_at=len(batches) // 2)
+    assert graphed.captured, graphed.graph.failure
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    for te, tg in zip(eager_tasks, graph_tasks):
+        for p, q in zip(te.model.parameters(), tg.model.parameters()):
+            torch.testing.assert_close(q, p, rtol=1e-4, atol=1e-6)
+        assert [float(s["step"]) for s in te.optimizer.state_dict()["state"].values()] == \
+            [float(s["step"]) for s in tg.optimizer.state_dict()["state"].values()] == [len(batches)] * 7
+    graphed.release()

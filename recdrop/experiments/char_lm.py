@@ -18,10 +18,11 @@ import torch.nn.functional as F
 
 from ..config import ExperimentConfig
 from ..data.ptb import load_ptb_char
-from ..models import Dropout, LanguageModel, language_models_bytes, language_models_nll
+from ..models import Dropout, LanguageModel, generators, language_models_bytes, language_models_nll
 from ..report import Metric, check_claims, fmt_mean_sd, summarize
 from ..stacked import StackedAdam, StackedLanguageModels, stacking
-from ..step_graph import LearningRates
+from .. import step_graph
+from ..step_graph import FullBatches, LearningRates, StepGraph
 from ..train import Task, autocast, epoch_generator, optimise_group
 from .lm_tables import (FORWARD, all_cells, best, best_epoch, conjecture_cells, fit_table, headline_cells, lm_table,
                         lm_table_wide, paper_values, pilot_cells, pilot_table, plot_learning_curves, plot_run_curves,
@@ -170,29 +171,46 @@ class CharLMTask(Task):
         return nll
 
     @classmethod
-    def group_stepper(cls, tasks: Sequence["CharLMTask"]):
+    def group_stepper(cls, tasks: Sequence["CharLMTask"], graphed: bool = True):
         """``group_step`` as a function of the batch. Off the CPU a group is one model
         (``stacked.StackedLanguageModels``, each run's parameters a view of its slice), clipped and
         stepped by Adam for all runs at once (``stacked.StackedAdam``, each run's learning rate read from
-        its optimiser at every step); on a CPU each run computes on its own (``group_step``)."""
+        a tensor, ``step_graph.LearningRates``); on a GPU each full batch's step replays one CUDA graph
+        (``step_graph.StepGraph``, a run alone a stack of one) and an epoch's last, smaller batch runs
+        eagerly. On a CPU each run computes on its own (``group_step``)."""
         tasks = list(tasks)
         models, device = [t.model for t in tasks], tasks[0].device
-        if not stacking(models, device):
+        graphed = graphed and step_graph.capturable(device)
+        if not (graphed or stacking(models, device)):
             return super().group_stepper(tasks)
         stack = StackedLanguageModels(models)
         adam = StackedAdam(stack, [t.optimizer for t in tasks])
         lrs = LearningRates([t.optimizer for t in tasks], device, plain_sgd=False)
         clip_norms = torch.tensor([t.cfg.clip_norm for t in tasks], dtype=stack.embed.dtype, device=device)
+        rows = torch.empty(tasks[0].cfg.batch_size, dtype=torch.long, device=device)  # a full batch's sequences
 
-        def step(idx: torch.Tensor) -> List[Dict[str, torch.Tensor]]:
+        def begin() -> None:  # the host's part of a step: the rates as the schedule left them, Adam's counts
             lrs.refresh()
+            adam.count()
+
+        def body(idx: torch.Tensor) -> List[Dict[str, torch.Tensor]]:
             nll = cls._batch_nll(tasks, idx, stack.nll)
             stack.zero_grad()
             nll.sum().backward()
             stack.clip_(clip_norms)
-            adam.step(lrs.tensor)
+            adam.update(lrs.tensor)
             return [{"loss": v} for v in nll.detach().unbind()]
-        return step
+
+        def load(idx: torch.Tensor) -> None:
+            begin()
+            rows.copy_(idx, non_blocking=True)  # from the host without waiting for the device (staged by CUDA)
+
+        def eager(idx: torch.Tensor) -> List[Dict[str, torch.Tensor]]:
+            begin()
+            return body(idx.to(device, non_blocking=True))
+        graph = StepGraph(load, lambda: body(rows), [g for m in models for g in generators(m)], device,
+                          enabled=graphed)
+        return FullBatches(graph, lambda idx: idx.shape == rows.shape, eager)
 
     def train_step(self, idx: torch.Tensor) -> Dict[str, float]:
         return {k: float(v) for k, v in self.group_step([self], idx)[0].items()}
@@ -204,18 +222,24 @@ class CharLMTask(Task):
     @classmethod
     @torch.no_grad()
     def group_bpc(cls, tasks: Sequence["CharLMTask"], seqs: torch.Tensor, batch: int = 256) -> List[float]:
-        """Each run's bits per character on ``seqs``, the runs as one model, each sequence from a zero state."""
-        totals = [0.0] * len(tasks)
-        weight = tasks[0].model.out.weight
+        """Each run's bits per character on ``seqs``, the runs as one model, each sequence from a zero
+        state; on a GPU each full chunk's forward replays one CUDA graph (``step_graph.StepGraph``)."""
+        device, weight = tasks[0].device, tasks[0].model.out.weight
         models = [t.model for t in tasks]
-        nll_of = StackedLanguageModels(models, bind=False).nll if stacking(models, tasks[0].device) else \
+        nll_of = StackedLanguageModels(models, bind=False).nll if stacking(models, device) else \
             functools.partial(language_models_nll, models)
-        for chunk in seqs.split(batch):
-            chunk = chunk.t()
+        window = torch.empty(seqs.shape[1], batch, dtype=seqs.dtype, device=seqs.device)  # a full chunk, (T + 1, B)
+
+        def forward(chunk: torch.Tensor) -> torch.Tensor:
             zero = weight.new_zeros(len(tasks), chunk.shape[1], tasks[0].cfg.hidden_size)
-            nll, _ = nll_of(chunk[:-1], (zero, zero), chunk[1:], reduction="sum")
-            totals = [a + b for a, b in zip(totals, nll.tolist())]
-        return [total / (seqs.shape[0] * (seqs.shape[1] - 1)) / LN2 for total in totals]
+            return nll_of(chunk[:-1], (zero, zero), chunk[1:], reduction="sum")[0]
+        full = StepGraph(lambda chunk: window.copy_(chunk.t()), lambda: forward(window), [], device,
+                         enabled=step_graph.capturable(device))
+        totals = torch.zeros(len(tasks), dtype=torch.float64, device=weight.device)
+        for chunk in seqs.split(batch):  # each run's total in float64, in order, read once
+            totals += full(chunk) if chunk.shape[0] == batch else forward(chunk.t())
+        full.release()
+        return [total / (seqs.shape[0] * (seqs.shape[1] - 1)) / LN2 for total in totals.tolist()]
 
     def evaluate(self, epoch: int, train_stats: Dict[str, float]) -> Dict[str, Optional[float]]:
         """Validation bpc every epoch; test bpc at the last epoch (the final model). Where validation
