@@ -43,7 +43,8 @@ from . import experiments
 from .paths import DATA_DIR
 from .store import (CorruptCheckpointError, DirtyTreeError, RunInUseError, RunStore, atomic_write_bytes, git_commit,
                     load_checkpoint, unclean_commits)
-from .sweep import RUN_FIELDS, check_jobs, check_seeds, fuse_groups, grid_rows, run_each, worker_threads
+from .runner import Job, check_jobs, run_groups, worker_threads
+from .sweep import RUN_FIELDS, check_seeds, fuse_groups, grid_rows
 from .train import DEVICES, BudgetExhausted, add_precision_options, check_device, precision_option, set_precision
 
 CAMPAIGN = DATA_DIR / "campaign.toml"
@@ -200,30 +201,25 @@ def run_campaign(entries: Sequence[Entry], device: str = "cpu", jobs: int = 1, b
     bar = tqdm(total=len(todo), desc=f"campaign on {device}", disable=not progress, position=0, dynamic_ncols=True)
     threads = worker_threads(jobs)
 
-    def settle(group, fn):
-        try:
-            for row, record in zip(group, fn()):
-                row["record"] = record
-                out["diverged" if record.get("diverged") else "finished"].append(row)
-        except Exception as e:  # at the budget, or a failure: the group's finished members keep their records
-            for row in group:
-                e_, scale, rid = row["entry"].experiment, row["config"].scale, row["run_id"]
-                record = store.find(e_, scale, rid)
-                if store.is_done(record):
-                    row["record"] = record
-                    out["diverged" if record.get("diverged") else "finished"].append(row)
-                elif isinstance(e, BudgetExhausted):
-                    started = store.checkpoint_path(e_, rid).exists()
-                    out["stopped" if started else "not_started"].append({**row, "error": str(e)})
-                else:  # keep going: the other runs are worth having
-                    out["failed"].append({**row, "error": f"{type(e).__name__}: {e}"})
-        bar.update(len(group))
+    def took(row, record):
+        row["record"] = record
+        out["diverged" if record.get("diverged") else "finished"].append(row)
+        bar.update(1)
 
-    def args(i, group):
-        return (group[0]["entry"].experiment, [(r["config"], r["seed"]) for r in group], device, str(store.root),
-                threads, 1 + i % jobs, progress, deadline, any(r["rerun"] for r in group), precision)
+    def failed(row, error):
+        if isinstance(error, BudgetExhausted):
+            started = store.checkpoint_path(row["entry"].experiment, row["run_id"]).exists()
+            out["stopped" if started else "not_started"].append({**row, "error": str(error)})
+        else:  # keep going: the other runs are worth having
+            out["failed"].append({**row, "error": f"{type(error).__name__}: {error}"})
+        bar.update(1)
+
+    def job(i, group):
+        return Job(group[0]["entry"].experiment, tuple((r["config"], r["seed"]) for r in group), device,
+                   str(store.root), threads, position=1 + i % jobs, progress=progress, deadline=deadline,
+                   rerun=any(r["rerun"] for r in group), precision=precision)
     try:
-        run_each(groups, jobs, args, settle)
+        run_groups(groups, jobs, job, store, took, failed)
     finally:
         bar.close()
     return out

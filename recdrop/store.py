@@ -207,6 +207,9 @@ class RunInUseError(RuntimeError):
     """The run is being trained elsewhere: two trainings of one run would overwrite each other's checkpoints."""
 
 
+_READ: Dict[Path, Tuple[str, Dict[str, Any]]] = {}  # path -> (its text, the record parsed): RunStore.read
+
+
 class RunStore:
     """Finished-run records, keyed by run id (a hash of config + seed)."""
 
@@ -268,6 +271,11 @@ class RunStore:
         record of uncommitted code is done again; a scratch store keeps what any code made."""
         return record is not None and not (inside_git_tree(self.root) and unclean_commits(record))
 
+    def finished(self, experiment: str, scale: str, rid: str) -> Optional[Dict[str, Any]]:
+        """The stored record of run ``rid`` where it finishes the run (``is_done``), else None."""
+        record = self.find(experiment, scale, rid)
+        return record if self.is_done(record) else None
+
     def has(self, experiment: str, scale: str, rid: str) -> bool:
         return self.path(experiment, scale, rid).exists()
 
@@ -280,11 +288,24 @@ class RunStore:
 
     @staticmethod
     def read(path: Path) -> Dict[str, Any]:
-        """The record at ``path``; one that is not JSON is a ValueError naming it."""
+        """The record at ``path``; one that is not JSON is a ValueError naming it. A process parses each
+        record file once (a chapter and the landing page read the same records many times): the dict it
+        gives is shared, for reading; a file whose text has changed is parsed again."""
+        path = Path(path)
+        text = path.read_text()
+        cached = _READ.get(path)
+        if cached is not None and cached[0] == text:
+            return cached[1]
         try:
-            return json.loads(path.read_text())
+            record = json.loads(text)
         except json.JSONDecodeError as e:
             raise ValueError(f"run record {path} is not valid JSON ({e}); delete it to rerun that run") from e
+        _READ[path] = (text, record)
+        return record
+
+    def has_records(self, experiment: str, scale: str) -> bool:
+        """Whether any record of ``experiment`` at ``scale`` is stored (none is read)."""
+        return any((self.root / experiment / scale).glob("*.json"))
 
     def save(self, record: Dict[str, Any]) -> Path:
         """Write ``record`` atomically. A store inside a git work tree (records that can be committed,

@@ -20,11 +20,9 @@ from __future__ import annotations
 import argparse
 import ast
 import inspect
-import multiprocessing as mp
 import os
 import sys
 import warnings
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import torch
@@ -33,8 +31,9 @@ from tqdm.auto import tqdm
 from . import experiments
 from .config import SCALE_NAMES, run_id
 from .report import stored_seeds
+from .runner import Job, check_jobs, run_groups, run_job, worker_threads
 from .store import RunStore, cache_dir, git_commit
-from .train import add_precision_options, check_device, group_key, precision_option, set_precision, train_group
+from .train import add_precision_options, check_device, group_key, precision_option, set_precision
 
 
 def check_seeds(seeds) -> List[int]:
@@ -45,35 +44,6 @@ def check_seeds(seeds) -> List[int]:
             isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds):
         raise ValueError(f"seeds must be a non-negative int or a non-empty list of them, got {seeds!r}")
     return list(seeds)
-
-
-def check_jobs(jobs) -> int:
-    """``jobs``, the number of worker processes: a positive int; else a ValueError."""
-    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
-        raise ValueError(f"jobs must be a positive int, got {jobs!r}")
-    return jobs
-
-
-def worker_threads(jobs: int) -> int:
-    """Torch threads for each of ``jobs`` worker processes: the machine's CPUs shared out (one at least);
-    one worker keeps torch's own default."""
-    return max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else torch.get_num_threads()
-
-
-def _run_one(experiment: str, members: Sequence[Tuple[Any, int]], device: str, store_root: str, threads: int,
-             position: int, progress: bool, deadline: Optional[float] = None,
-             rerun: bool = False, precision: str = "float32") -> List[Dict[str, Any]]:
-    """Train the runs ``members`` ((config, seed) each) in this process, as one group
-    (``train.train_group``; one run alone is a group of one); each one's record. A run that diverges
-    gives its stored "diverged" record, with a warning."""
-    torch.set_num_threads(threads)
-    make_task, _ = experiments.get(experiment)
-    errors: Dict[str, str] = {}
-    records = train_group(make_task, members, device, RunStore(store_root), progress=progress, position=position,
-                          deadline=deadline, rerun=rerun, errors=errors, precision=precision)
-    for message in errors.values():  # a result: its record says where
-        warnings.warn(message, RuntimeWarning)
-    return records
 
 
 def fuse_groups(experiment: str, rows: Sequence[Dict[str, Any]], fuse: Union[bool, int] = False,
@@ -132,7 +102,7 @@ def _run_remote(experiment: str, config, seed: int, device: str, threads: int) -
     rid = run_id(config, seed)
     stored = store.find(experiment, config.scale, rid)
     stale = stored is not None and stored.get("commit") != git_commit()
-    return _run_one(experiment, [(config, seed)], device, str(store.root), threads, 0, False, rerun=stale)[0]
+    return run_job(Job(experiment, ((config, seed),), device, str(store.root), threads, rerun=stale))[0]
 
 
 def _run_with_ray(todo, experiment: str, device: str, jobs: int, store: RunStore, bar, failures) -> None:
@@ -178,22 +148,6 @@ def _run_with_submitit(todo, experiment: str, device: str, jobs: int, store: Run
         except Exception as e:
             failures.append((r, e))
         bar.update(1)
-
-
-def run_each(todo: Sequence[Sequence[Dict[str, Any]]], jobs: int, args_of: Callable[[int, Sequence[Dict[str, Any]]], tuple],
-             settle: Callable[[Sequence[Dict[str, Any]], Callable[[], List[Dict[str, Any]]]], None]) -> None:
-    """Train each group of rows in ``todo`` (``_run_one(*args_of(i, group))``; a run alone is a group of
-    one), ``jobs`` groups at a time in spawned worker processes (in this one where ``jobs`` is 1).
-    ``settle(group, result)`` takes each as it ends; ``result()`` gives its records or raises what the
-    group raised."""
-    if jobs == 1:
-        for i, group in enumerate(todo):
-            settle(group, lambda: _run_one(*args_of(i, group)))
-        return
-    with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
-        futures = {pool.submit(_run_one, *args_of(i, group)): group for i, group in enumerate(todo)}
-        for fut in as_completed(futures):
-            settle(futures[fut], fut.result)
 
 
 ENGINES = ("local", "ray", "submitit")
@@ -259,7 +213,7 @@ def stored_rows(experiment: str, scale: str, grid: str = "table",
     """``grid_rows`` of ``experiment`` at ``scale`` for every seed stored there; None where no record is
     stored at that scale or its config no longer has it."""
     store = store or RunStore()
-    if scale not in experiments.EXPERIMENTS[experiment].config.SCALES or not store.records(experiment, scale):
+    if scale not in experiments.EXPERIMENTS[experiment].config.SCALES or not store.has_records(experiment, scale):
         return None
     return grid_rows(experiment, scale, stored_seeds(experiment, scale, store), grid, store=store)
 
@@ -303,27 +257,25 @@ def run_grid(experiment: str, scale: str, seeds: Sequence[int] = (0,), device: s
                      disable=not progress, position=0, dynamic_ncols=True)
     failures = []
 
-    def settle(group, result):
-        try:
-            for r, record in zip(group, result()):
-                r.update(run_fields(store, record))
-        except Exception as e:  # keep going: the other runs' records are worth having
-            for r in group:  # a group's members that finished before the error keep their records
-                record = store.find(experiment, r["config"].scale, r["run_id"])
-                if store.is_done(record):
-                    r.update(run_fields(store, record))
-                else:
-                    failures.append((r, e))
-        sweep_bar.update(len(group))
+    def took(row, record):
+        row.update(run_fields(store, record))
+        sweep_bar.update(1)
+
+    def failed(row, error):  # the other runs go on: their records are worth having
+        failures.append((row, error))
+        sweep_bar.update(1)
+
+    def job(i, group):
+        return Job(experiment, tuple((r["config"], r["seed"]) for r in group), device, str(store.root), threads,
+                   position=1 + i % jobs, progress=progress,
+                   rerun=any(r["record"] or r["diverged"] for r in group), precision=precision)
     try:
         if engine == "ray":
             _run_with_ray(todo, experiment, device, jobs, store, sweep_bar, failures)
         elif engine == "submitit":
             _run_with_submitit(todo, experiment, device, jobs, store, sweep_bar, failures)
         else:
-            run_each(groups, jobs, lambda i, g: (experiment, [(r["config"], r["seed"]) for r in g], device,
-                                                 str(store.root), threads, 1 + i % jobs, progress, None,
-                                                 any(r["record"] or r["diverged"] for r in g), precision), settle)
+            run_groups(groups, jobs, job, store, took, failed)
     finally:
         sweep_bar.close()
     if failures:

@@ -9,7 +9,7 @@ import types
 import pytest
 import torch
 
-from recdrop import campaign, sweep, train
+from recdrop import campaign, runner, sweep, train
 from recdrop.campaign import Entry, load_campaign, pack, parse_budget, pending_runs, run_campaign, unpack
 from recdrop.config import run_id
 from recdrop.experiments.temporal_order import TemporalOrderConfig, TemporalOrderTask
@@ -171,7 +171,7 @@ def test_the_budget_stops_a_run_midway_and_the_next_call_resumes_it(store, clean
                                                              time=lambda: 0.0 if next(calls) < 3 else float("inf")))
     if jobs > 1:  # forked workers (one thread each) share the clock above; spawned ones would import the real one
         fork = multiprocessing.get_context("fork")
-        monkeypatch.setattr(sweep.mp, "get_context", lambda method: fork)
+        monkeypatch.setattr(runner.mp, "get_context", lambda method: fork)
         monkeypatch.setattr(os, "cpu_count", lambda: jobs)
     out = run_campaign([CI_ENTRY], "cpu", jobs, 600.0, store, progress=False)
     assert out["stopped"] and not out["finished"] + out["failed"]
@@ -471,7 +471,8 @@ def test_a_run_that_diverges_is_recorded_packed_and_not_run_again(store, tmp_pat
 
 
 def test_the_sweep_and_the_campaign_share_the_cpus_out_alike(monkeypatch):
-    monkeypatch.setattr(sweep.os, "cpu_count", lambda: 8)
-    assert [sweep.worker_threads(jobs) for jobs in (2, 3, 8, 16)] == [4, 2, 1, 1]
-    assert sweep.worker_threads(1) == torch.get_num_threads()  # one worker: torch's own default
-    assert campaign.worker_threads is sweep.worker_threads
+    monkeypatch.setattr(runner.os, "cpu_count", lambda: 8)
+    assert [runner.worker_threads(jobs) for jobs in (2, 3, 8, 16)] == [4, 2, 1, 1]
+    assert runner.worker_threads(1) == torch.get_num_threads()  # one worker: torch's own default
+    assert campaign.worker_threads is sweep.worker_threads is runner.worker_threads
+    assert campaign.run_groups is sweep.run_groups is runner.run_groups  # one runner of groups

@@ -287,7 +287,9 @@ def test_a_sweep_of_uncommitted_code_into_a_committed_store_starts_nothing(tmp_p
     (tmp_path / "repo" / ".git").mkdir(parents=True)
     monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(sweep, "git_commit", lambda: "0123456789-dirty")
-    monkeypatch.setattr(sweep, "_run_one", lambda *a, **k: pytest.fail("a run started"))
+    from recdrop import runner
+    for module in (runner, sweep):
+        monkeypatch.setattr(module, "run_job", lambda *a, **k: pytest.fail("a run started"))
     with pytest.raises(DirtyTreeError, match="4 runs of temporal_order are not started: .*0123456789-dirty"):
         run_grid("temporal_order", "ci", store=RunStore(tmp_path / "repo" / "runs"), engine=engine, progress=False,
                  only={"length": "short", "scheme": "moon"}, epochs=1)

@@ -13,7 +13,7 @@ LAYERS = [
      "route", "stacked", "step_graph"},
     {"config", "store", "train", "report", "perf", "figure1", "demo", "data"},  # data: its checksums and writes
     {"experiments"},
-    {"sweep", "campaign"},
+    {"runner", "sweep", "campaign"},
     {"chapters"},
     {"book", "summary"},
 ]

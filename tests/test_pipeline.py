@@ -117,6 +117,23 @@ def test_record_contents(store):
     assert train_run(TemporalOrderTask, ci_config(), seed=3, store=store) == rec  # loaded, not retrained
 
 
+def test_a_process_parses_a_record_once_and_again_once_it_is_rewritten(store, monkeypatch):
+    """A chapter reads the same records many times: the store parses each file once, and a record
+    written since (a rerun, by a rename) is parsed again; telling whether a scale has records parses none."""
+    from recdrop import store as store_module
+    rec = train_run(TemporalOrderTask, ci_config(), seed=4, store=store, progress=False)
+    parsed = []
+    real_loads = store_module.json.loads
+    monkeypatch.setattr(store_module.json, "loads", lambda text: parsed.append(1) or real_loads(text))
+    assert store.has_records("temporal_order", "ci") and not store.has_records("temporal_order", "paper")
+    assert parsed == []
+    first = store.load("temporal_order", "ci", rec["run_id"])
+    assert store.load("temporal_order", "ci", rec["run_id"]) is first and store.records("temporal_order")[0] is first
+    assert len(parsed) == 1
+    store.save({**rec, "finished": "later"})
+    assert store.load("temporal_order", "ci", rec["run_id"])["finished"] == "later" and len(parsed) == 2
+
+
 # -- trainer -------------------------------------------------------------------------------------
 class Interrupt(Exception):
     pass
