@@ -28,12 +28,19 @@ def best_cell(e, t: pd.DataFrame):
 SO_FAR_LISTED = 4  # up to this many paper-scale cells are listed with their numbers; past it, the best cell
 
 
-def paper_so_far(e, grid: str = "table", store: Optional[RunStore] = None) -> str:
+def paper_comparison(e, grid: str = "table", store: Optional[RunStore] = None) -> Optional[pd.DataFrame]:
+    """Experiment ``e``'s ``grid`` at ``paper`` scale beside the paper's numbers (``report.verdict_rows``);
+    None where nothing of it is stored there."""
+    rows = stored_rows(e.name, "paper", grid, store)
+    return verdict_rows(e.comparison(rows)) if rows else None
+
+
+def paper_so_far(e, grid: str = "table", store: Optional[RunStore] = None,
+                 t: Optional[pd.DataFrame] = None) -> str:
     """What of experiment ``e``'s ``grid`` has run at ``paper`` scale: how many of the table's cells, and
     ours beside the paper's for each of them (up to ``SO_FAR_LISTED``; past it, the paper's best cell
-    where it ran); "none run" where none has."""
-    rows = stored_rows(e.name, "paper", grid, store)
-    t = verdict_rows(e.comparison(rows)) if rows else None
+    where it ran); "none run" where none has. ``t``: its ``paper_comparison``, where made already."""
+    t = paper_comparison(e, grid, store) if t is None else t
     ran = t[t["verdict"] != "not yet run"] if t is not None else ()
     if not len(ran):
         return "none run"

@@ -4,17 +4,18 @@ stored records and ``data/paper_results.csv`` by the same table functions the ch
 """
 from __future__ import annotations
 
-from typing import Optional
+import dataclasses
+from typing import Any, Dict, List, Optional
 
 import pandas as pd
 
 from .book import chapter_scale, chapter_seeds
-from .chapters import best_cell, judged_claims, paper_so_far
+from .chapters import best_cell, judged_claims, paper_comparison, paper_so_far
 from .experiments import EXPERIMENTS, conjecture
 from .experiments import seeds as seeds_study
 from .report import VERDICTS, claim_verdicts, stamp, verdict_kind, verdict_rows, verdict_tally
 from .store import RunStore
-from .sweep import run_grid, stored_rows, stored_scales
+from .sweep import run_grid, stored_scales
 
 QUICK_CAVEAT = "; at quick, a smoke test whose models under-fit: not a test of the claim (see Deviations)"
 PAPER_COLUMN = "on the paper's numbers"  # a claims table's verdict on the paper's own table
@@ -131,14 +132,50 @@ def study_claims(store: Optional[RunStore] = None) -> list:
     return out
 
 
-def _table_row(e, what: str, scale: Optional[str], rows, so_far: str) -> dict:
-    """A landing-table row: experiment ``e``'s comparison of ``rows`` at ``scale``, at the paper's best
-    cell; ``so_far``, what has run at ``paper`` scale where that is not the scale shown."""
-    t = verdict_rows(e.comparison(rows))
+@dataclasses.dataclass(frozen=True)
+class Shown:
+    """One grid of a table (its own, or an ablation's) as the landing page shows it, compared with the
+    paper's numbers once (``report.verdict_rows``): at the scale its chapter shows (``chapter_scale``;
+    None where nothing is stored) and, where that is smaller, at `paper` scale so far (None where none ran)."""
+
+    experiment: Any  # an ``experiments.Experiment``
+    what: str  # the landing table's label
+    grid: str
+    scale: Optional[str]
+    rows: List[Dict[str, Any]]
+    comparison: pd.DataFrame
+    at_paper: Optional[pd.DataFrame]
+
+    @property
+    def paper_so_far(self) -> str:
+        return "shown" if self.scale == "paper" else paper_so_far(self.experiment, self.grid, t=self.at_paper)
+
+
+def shown_tables(store: Optional[RunStore] = None) -> List[Shown]:
+    """Every table's grid and each of its ablations' (``Experiment.ablations``), as the landing page shows
+    them: each compared with the paper's once, for its table, picture and stamps alike."""
+    store = store or RunStore()
+    out = []
+    for e in EXPERIMENTS.values():
+        if e.comparison is None:
+            continue
+        scale = chapter_scale(e.name, store)
+        seeds = chapter_seeds(e.name, scale, store) if scale else [0]
+        for grid, what in (("table", e.title), *((g, f"{e.title}; ablation: {change}") for g, change in e.ablations)):
+            rows = run_grid(e.name, scale or "quick", seeds, train=False, store=store, grid=grid)
+            out.append(Shown(e, what, grid, scale, rows, verdict_rows(e.comparison(rows)),
+                             None if scale == "paper" else paper_comparison(e, grid, store)))
+    return out
+
+
+def _table_row(shown: Shown) -> dict:
+    """A landing-table row: the comparison ``shown`` at its scale, at the paper's best cell, and what has
+    run at ``paper`` scale where that is not the scale shown."""
+    e, t, scale = shown.experiment, shown.comparison, shown.scale
     m = e.metric
     best = best_cell(e, t)
     delta = t.loc[best, "delta"]
-    return {"what": what, "chapter": e.name, "scale": scale or "none stored",
+    return {"what": shown.what, "chapter": e.name, "scale": scale or "none stored",
             "the paper's best cell": t.loc[best, "setting"], "paper": f"{t.loc[best, 'paper']:.{m.digits}f} {m.unit}",
             "ours": t.loc[best, "ours"] + (" (n=1)" if t.loc[best, "n"] == 1 else ""),  # beside rows of n=3
             "delta": "—" if delta is None or pd.isna(delta) else f"{delta:+g} {m.delta_unit}",
@@ -146,53 +183,48 @@ def _table_row(e, what: str, scale: Optional[str], rows, so_far: str) -> dict:
             "verdict": _verdict(scale, t["verdict"]) + (
                 f" (without {e.paper_scale_lacks}: see Deviations)" if scale == "paper" and e.paper_scale_lacks
                 else ""),
-            "at paper scale so far": "shown" if scale == "paper" else so_far}
+            "at paper scale so far": shown.paper_so_far}
 
 
-def landing_table(store: Optional[RunStore] = None) -> pd.DataFrame:
+def landing_table(store: Optional[RunStore] = None, shown: Optional[List[Shown]] = None) -> pd.DataFrame:
     """One row per table and figure of the paper: the scale its chapter shows (``book.chapter_scale``),
     the paper's best cell and ours at that cell, the delta, how many cells are within the chapter's
     tolerance, and the verdict (``_verdict``: reproduced, reproduced within seed noise, partly or not
     reproduced once every cell ran at `paper` scale; else how many have run there), and what has run at
-    `paper` scale where the chapter shows a smaller one
-    (``paper_so_far``); beside a table, a row for each of its ablations (``Experiment.ablations``)."""
-    store = store or RunStore()
+    `paper` scale where the chapter shows a smaller one (``chapters.paper_so_far``); beside a table, a row
+    for each of its ablations (``Experiment.ablations``). ``shown``: ``shown_tables``, where made already."""
+    shown = shown_tables(store) if shown is None else shown
     out = [{"what": "Figure 1: the three schemes", "chapter": "schemes", "scale": "—", "the paper's best cell": "—",
             "paper": "—", "ours": "drawn by code from the scheme definitions", "delta": "—",
             "cells within tolerance": "—", "verdict": "drawn (no numbers)", "at paper scale so far": "—"}]
-    for e in EXPERIMENTS.values():
-        if e.comparison is None:
-            continue
-        scale = chapter_scale(e.name, store)
-        seeds = chapter_seeds(e.name, scale, store) if scale else [0]
-        rows = run_grid(e.name, scale or "quick", seeds, train=False, store=store)
-        out.append(_table_row(e, e.title, scale, rows, paper_so_far(e, store=store)))
-        for grid, change in e.ablations:  # beside the table, the runs of each of its ablations
-            ablated = run_grid(e.name, scale or "quick", seeds, train=False, store=store, grid=grid)
-            out.append(_table_row(e, f"{e.title}; ablation: {change}", scale, ablated, paper_so_far(e, grid, store)))
-        for figure in e.figures:  # the paper's figures drawn from this experiment's runs
-            row = figure(rows, scale)
-            out.append({"chapter": e.name, "paper": "—", "delta": "—", "cells within tolerance": "—", **row,
-                        "verdict": _verdict(scale, pd.Series([row["verdict"]])), "at paper scale so far": "—"})
+    for name in dict.fromkeys(s.experiment.name for s in shown):
+        table, *ablations = [s for s in shown if s.experiment.name == name]
+        out += [_table_row(s) for s in (table, *ablations)]
+        for figure in table.experiment.figures:  # the paper's figures drawn from this experiment's runs
+            row = figure(table.rows, table.scale)
+            out.append({"chapter": name, "paper": "—", "delta": "—", "cells within tolerance": "—", **row,
+                        "verdict": _verdict(table.scale, pd.Series([row["verdict"]])), "at paper scale so far": "—"})
     cols = ["what", "scale", "the paper's best cell", "paper", "ours", "delta", "cells within tolerance", "verdict",
             "at paper scale so far", "chapter"]
     return pd.DataFrame(out)[cols]
 
 
-def landing_stamps(store: Optional[RunStore] = None) -> pd.DataFrame:
+def landing_stamps(store: Optional[RunStore] = None, shown: Optional[List[Shown]] = None) -> pd.DataFrame:
     """Where the landing page's numbers came from: for each table, at each scale its row or its claims
     show (``landing_table``, ``landing_claims``), the chapter's stamp of those runs (``report.stamp``:
-    scale, runs and seeds, hardware, torch, commit and dates)."""
+    scale, runs and seeds, hardware, torch, commit and dates). ``shown``: ``shown_tables``, where made."""
     store = store or RunStore()
+    shown = shown_tables(store) if shown is None else shown
     out = []
     for e in EXPERIMENTS.values():
         if e.comparison is None:
             continue
-        shown = {chapter_scale(e.name, store)} | {scale for scale, _ in judged_claims(e.name, store).values()}
-        if any(paper_so_far(e, grid, store) != "none run" for grid in ("table", *(g for g, _ in e.ablations))):
-            shown.add("paper")  # the cells run there so far are beside the table
+        mine = [s for s in shown if s.experiment.name == e.name]
+        scales = {s.scale for s in mine[:1]} | {scale for scale, _ in judged_claims(e.name, store).values()}
+        if any(s.paper_so_far not in ("none run", "shown") for s in mine):
+            scales.add("paper")  # the cells run there so far are beside the table
         for scale, rows in stored_scales(e.name, store=store):
-            if scale in shown:
+            if scale in scales:
                 out.append({"table": e.title.split(":")[0], "scale": scale,
                             "where the numbers came from": stamp(rows), "chapter": e.name})
     return pd.DataFrame(out, columns=["table", "scale", "where the numbers came from", "chapter"])
@@ -255,27 +287,20 @@ def bottom_line(table: pd.DataFrame, claims: pd.DataFrame) -> str:
     return " ".join(parts)
 
 
-def landing_figure(store: Optional[RunStore] = None):
+def landing_figure(store: Optional[RunStore] = None, shown: Optional[List[Shown]] = None):
     """The landing page's picture: for each table, ours against the paper's cell by cell (test numbers,
     mean over seeds) at the scale its chapter shows, and as stars the cells run at `paper` scale so far,
-    with the diagonal where ours equals the paper's."""
+    with the diagonal where ours equals the paper's. ``shown``: ``shown_tables``, where made already."""
     import matplotlib.pyplot as plt
 
-    store = store or RunStore()
-    shown = [e for e in EXPERIMENTS.values() if e.comparison is not None]
-    fig, axes = plt.subplots(1, len(shown), figsize=(2.9 * len(shown), 3.1), squeeze=False)
+    tables = [s for s in (shown_tables(store) if shown is None else shown) if s.grid == "table"]
+    fig, axes = plt.subplots(1, len(tables), figsize=(2.9 * len(tables), 3.1), squeeze=False)
     axes = axes[0]
-    for ax, e in zip(axes, shown):
-        scale = chapter_scale(e.name, store)
-        seeds = chapter_seeds(e.name, scale, store) if scale else [0]
-        points = []
-        t = verdict_rows(e.comparison(run_grid(e.name, scale or "quick", seeds, train=False, store=store)))
-        points.append((t[t["n"] > 0], "o", f"at {scale or 'quick'}"))
-        if scale != "paper":
-            rows = stored_rows(e.name, "paper", "table", store)
-            if rows:
-                p = verdict_rows(e.comparison(rows))
-                points.append((p[p["n"] > 0], "*", "at paper"))
+    for ax, s in zip(axes, tables):
+        e, t = s.experiment, s.comparison
+        points = [(t[t["n"] > 0], "o", f"at {s.scale or 'quick'}")]
+        if s.at_paper is not None:
+            points.append((s.at_paper[s.at_paper["n"] > 0], "*", "at paper"))
         values = []
         for t, marker, label in points:
             if len(t):
