@@ -212,6 +212,10 @@ class Task:
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         pass
 
+    def begin(self) -> None:
+        """Work a run does once before its first epoch (sentiment's pre-training): the trainer calls it on
+        a run that starts, not on one that resumes (its checkpoint holds the result, in ``state_dict``)."""
+
 
 def optimise_group(tasks: Sequence[Task], losses: torch.Tensor, clip_norms: Sequence[float],
                    lrs: Optional[torch.Tensor] = None) -> List[torch.Tensor]:
@@ -353,7 +357,9 @@ class Run:
                           f"would refuse: run {self.name}/{self.rid} starts from scratch, and its new checkpoints "
                           "replace that one")
             ck = None
-        if ck is not None:
+        if ck is None:
+            self.task.begin()  # a stage of a run that starts, its masks from the run's own generator
+        else:
             _restore(self.task, ck, self.ckpt_path)
             kind = torch.device(device).type
             if "generator" in ck and ck.get("generator_device", "cpu") == kind:

@@ -56,6 +56,38 @@ def test_pretraining_runs_before_training_and_is_recorded(tmp_path, monkeypatch)
         {f"test_f1:{t}" for t in ("Twitter13", "LiveJournal14", "Twitter15", "Twitter14", "SMS13", "Sarcasm14")}
 
 
+@needs_semeval
+def test_pretraining_is_a_stage_that_a_resumed_run_does_not_repeat(tmp_path, monkeypatch):
+    """A run stopped after its first epoch resumes from its checkpoint without pre-training again, and
+    ends with the record of the run that went straight through (the count of messages pre-trained on
+    comes back with the checkpoint)."""
+    from recdrop.store import RunStore
+    from recdrop.train import train_run
+
+    f = tmp_path / "weak.txt"
+    f.write_text("good game :)\nbad day :(\n" * 20)
+    monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "cache"))
+    cfg = SentimentConfig.at_scale("ci", epochs=2, pretrain_corpus=str(f))
+    calls = []
+    real = sentiment.SentimentTask.pretrain
+    monkeypatch.setattr(sentiment.SentimentTask, "pretrain", lambda self, weak: calls.append(1) or real(self, weak))
+    straight = train_run(sentiment.SentimentTask, cfg, store=RunStore(tmp_path / "straight"), progress=False)
+    assert len(calls) == 1
+
+    class Stop(Exception):
+        pass
+
+    def stop(event, epoch, batch):
+        if event == "epoch" and epoch == 0:
+            raise Stop
+    with pytest.raises(Stop):
+        train_run(sentiment.SentimentTask, cfg, store=RunStore(tmp_path / "resumed"), progress=False, callback=stop)
+    resumed = train_run(sentiment.SentimentTask, cfg, store=RunStore(tmp_path / "resumed"), progress=False)
+    assert len(calls) == 2  # the stopped run pre-trained; its resumption did not
+    assert resumed["metrics"] == straight["metrics"] and resumed["metrics"]["pretrained_messages"] == 40
+    assert resumed["curves"] == straight["curves"]
+
+
 def test_claims_are_not_yet_run_without_records():
     rows = [{**label, "seed": 0, "config": cfg, "record": None} for label, cfg in grid("ci")]
     out = sentiment.claims(rows)

@@ -127,13 +127,24 @@ class SentimentTask(Task):
         self.tests = {name: encode(tokens[f"test:{name}"], self.word_row) for name in TEST_SETS}
         self.model = classifier(cfg, vectors).to(device)
         self.optimizer = cfg.make_optimizer(self.model)
-        self.pretrained = self.pretrain(tokens["pretrain"]) if cfg.pretrain_corpus else 0
+        self.weak = tokens.get("pretrain", [])
+        self.pretrained = 0  # messages of pre-training done: a stage of a run that starts (``begin``)
+
+    def begin(self) -> None:
+        """The pre-training stage, where there is a corpus (``pretrain``): once, when the run starts; a
+        resumed run's checkpoint holds its result."""
+        if self.cfg.pretrain_corpus:
+            self.pretrained = self.pretrain(self.weak)
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {"pretrained": self.pretrained}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        self.pretrained = state.get("pretrained", 0)
 
     def pretrain(self, weak) -> int:
         """Distant supervision (Severyn and Moschitti 2015): ``pretrain_epochs`` over the weakly
-        labelled, tokenized messages before the SemEval training; returns how many were used.
-        It runs when the task is built, so a resumed run redoes it before its checkpoint replaces
-        the result: correct, but repeated work for a large corpus."""
+        labelled, tokenized messages before the SemEval training; returns how many were used."""
         g = torch.Generator().manual_seed(self.seed)
         for _ in range(self.cfg.pretrain_epochs):
             for idx in torch.randperm(len(weak), generator=g).split(self.cfg.batch_size):
