@@ -399,7 +399,7 @@ def main(argv=None) -> int:
     ap.add_argument("--pack", type=Path, metavar="DIR", help="afterwards, pack records and checkpoints into DIR")
     ap.add_argument("--unpack", type=Path, metavar="DIR", help="put a pack's checkpoints and records in place, first")
     ap.add_argument("--fuse", nargs="?", type=int, const=True, default=False, metavar="N",
-                    help="train the runs that can share one model as one (issue 35), at most N to a group")
+                    help="train the runs that can share one model as one, at most N to a group")
     add_precision_options(ap)
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)

@@ -90,7 +90,7 @@ class _OneDNNLinear(torch.autograd.Function):
 
 
 def group_linear(x: Tensor, w: Tensor, b: Optional[Tensor] = None) -> Tensor:
-    """``x W^T + b`` for a group of runs (issue 35), each with its own weight: ``x`` ``(T, R, B, I)``,
+    """``x W^T + b`` for a group of runs, each with its own weight: ``x`` ``(T, R, B, I)``,
     ``w`` ``(R, G, I)``, ``b`` ``(R, G)`` -> ``(T, R, B, G)``, in one batched product."""
     if x.dim() != 4 or x.shape[1] != w.shape[0]:
         raise ValueError(f"a group's weights {tuple(w.shape)} need inputs of shape (T, R, B, I) with R = {w.shape[0]}, "
@@ -122,20 +122,17 @@ def _packed_matmul_usable(w: Tensor) -> bool:
 
 
 # Multiply-adds of a per-step product at or below which it runs on MKL's addmm, not oneDNN's packed call:
-# measured on an Intel Xeon (one thread), oneDNN's fixed cost is about 15 us a call, so MKL was 3.4x
-# faster at batch 10 x 400 x 100 (6 against 21 us) and still ahead at 64 x 2048 x 512, while oneDNN was
-# 1.8x ahead at 16 x 2048 x 512 on the AMD EPYC of earlier sessions; a BiLSTM of 100 units at batch 10
-# went from 2.17x to 1.50x torch.nn's time. Below this size both vendors' overheads dominate.
+# oneDNN's packed call has a fixed cost a call that only a large product repays, and below this size the
+# fixed costs of both dominate (benchmarks/bench_matmul.py times the two on the products of the experiments).
 SMALL_PRODUCT = 2**19
 
 
 def _times_transposed(w: Tensor, batch: int, bias: Optional[Tensor] = None):
     """``(x, add=None, out=None) -> add + x @ w.T`` (``+ bias`` where given, without ``add``), for the
     per-step matmuls of one sequence. On a CPU in float32 the weight is packed once per sequence for
-    oneDNN where the product is larger than ``SMALL_PRODUCT``: measured on the AMD EPYC of earlier
-    sessions (one thread, batch 16, 512 units), 1.8x faster than ``torch.mm`` for the forward's product
-    and 3x for the backward's; smaller products run on ``torch.addmm``. The results agree with
-    ``torch.mm`` to float32 rounding (another summation order). For a group of runs (issue 35), ``w``
+    oneDNN where the product is larger than ``SMALL_PRODUCT`` (faster than ``torch.mm`` there:
+    ``benchmarks/bench_matmul.py``); smaller products run on ``torch.addmm``. The results agree with
+    ``torch.mm`` to float32 rounding (another summation order). For a group of runs, ``w``
     ``(R, G, H)`` and ``x`` ``(R, B, H)``: one batched product, each run with its own weight."""
     if w.dim() == 3:
         w_t = w.transpose(1, 2).contiguous()

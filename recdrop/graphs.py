@@ -1,4 +1,4 @@
-"""CUDA graphs of the fast path's time loops (issue 36).
+"""CUDA graphs of the fast path's time loops.
 
 On a GPU a small layer's step is launch-bound: a step of ``recdrop.fused`` is about 9 kernels forward
 and 7 backward, each a few microseconds of host work, so a sequence of 35 steps spends most of its time

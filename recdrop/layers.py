@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
-from . import graphs, triton_kernels
+from . import graphs, route, triton_kernels
 from .cells import ACTIVATIONS, CELL_SCHEMES, check_activation, gru_step, lstm_step, rnn_step, states_of
 from .fused import gru_sequence, linear, lstm_sequence, plain_ops_needed, rnn_sequence, transformed
 from .masks import DropoutSettings, RecurrentDropout, StepFactors, stack_factors
@@ -49,7 +49,7 @@ class _RecurrentLayer(DropoutSettings, nn.RNNBase):
     n_states = 1  # h_t; the LSTM carries (h_t, c_t)
     fused = True  # the fast path of recdrop.fused where it can run (plain_ops_needed); False: always the loop
     torch_kernels = True  # where no recurrent dropout acts, torch.nn's forward; False: recdrop's own there too
-    generator: Optional[torch.Generator] = None  # draws the masks; None: torch's global one (a run's own: issue 35)
+    generator: Optional[torch.Generator] = None  # draws the masks; None: torch's global one (a run's own in a group)
     has_triton = True  # whether its fused sequence has Triton kernels for its pointwise parts
     last_route: Optional[Route] = None  # the path of its last call (``route``), which the trainer records
 
@@ -243,7 +243,7 @@ class _RecurrentLayer(DropoutSettings, nn.RNNBase):
                               masks: Optional[Dict[str, Tensor]], *, lengths: Tensor, sizes: Tensor):
         """One direction over sequences sorted longest first: ``x`` is reversed within each sequence for
         the reverse direction (so that every sequence starts at its own end), then run in one call over
-        the padded batch (issue 36); a sequence's outputs are kept up to its end and its final state is
+        the padded batch; a sequence's outputs are kept up to its end and its final state is
         taken there (h_t from the outputs, the LSTM's c_t from every step's). The steps past an end
         compute on padding and take no part: nothing of them reaches an output, a final state or a
         gradient. Where the nonlinearity is unbounded (relu) they could overflow, so there it runs in
@@ -444,24 +444,15 @@ class RNN(_RecurrentLayer, nn.RNN):
         return rnn_sequence(gx, *state, w_hh, factors, self.nonlinearity, reverse)
 
 
-# Whether a group's runs are stacked on a CPU too. There the products are compute-bound and each run's
-# weights stay in cache over its own steps, so a group runs each layer's own forward on its slice (torch.nn's
-# oneDNN kernels where no dropout acts): measured by benchmarks/bench_groups.py (paper shapes, 1 thread),
-# stacked groups of 13 and 26 word LMs took 1.4x and 1.8x the time of the runs one after the other, and 2
-# char LMs (one without dropout) 1.5x. Elsewhere (a GPU, where one step of one run is launch-bound) they are
-# stacked. Tests set it to check the stacked path here.
-STACK_ON_CPU = False
-
-
 def run_group(layers: List[_RecurrentLayer], x: Tensor, hx: Tuple[Tensor, ...]):
-    """The forward of each of ``layers`` on its own slice of ``x``, as one group (issue 35): ``x``
+    """The forward of each of ``layers`` on its own slice of ``x``, as one group: ``x``
     ``(T, R, B, input_size)`` time-major with a run dimension, ``hx`` the initial states ``(R, B, H)``
     (h_0, and c_0 for the LSTM) -> outputs ``(T, R, B, H)`` and the final states ``(R, B, H)``.
 
     The layers are one run's each: one unidirectional layer without projection, all of one kind,
     sizes, nonlinearity and mode (training or eval); each draws its own masks from its own
     ``generator`` as it does alone, and its weights are stacked at the call (autograd gives each its
-    own gradient); on a CPU each runs its own forward (``STACK_ON_CPU``). Each run's slice is what its
+    own gradient), where ``route.stacks``; on a CPU each runs its own forward. Each run's slice is what its
     layer computes alone on its slice (``tests/test_run_groups.py``)."""
     first = layers[0]
     for m in layers:
@@ -475,7 +466,7 @@ def run_group(layers: List[_RecurrentLayer], x: Tensor, hx: Tuple[Tensor, ...]):
         raise ValueError(f"a group of {len(layers)} layers needs inputs of shape (T, R, B, I) with R = {len(layers)}, "
                          f"got {tuple(x.shape)}")
     steps, batch = x.shape[0], x.shape[2]
-    if x.device.type == "cpu" and not STACK_ON_CPU:  # each layer's own forward: its weights, its kernels
+    if not route.stacks(x.device):  # each layer's own forward: its weights, its kernels
         outs = [m(x[:, r], tuple(s[r:r + 1] for s in hx) if len(hx) == 2 else hx[0][r:r + 1])
                 for r, m in enumerate(layers)]
         states = [st if isinstance(st, tuple) else (st,) for _, st in outs]

@@ -169,7 +169,7 @@ TARGETS = ("gal", "semeniuta", "moon")  # StepFactors' order
 
 
 def stack_factors(runs: Sequence[StepFactors], steps: int, batch: int, hidden: int, like: torch.Tensor) -> StepFactors:
-    """The factors of a group of runs stacked on a leading run dimension (issue 35), so that one step
+    """The factors of a group of runs stacked on a leading run dimension, so that one step
     of the group applies each run's own d(.): per target, ``(T, R, B, H)`` where some run draws a
     mask per step, else ``(R, B, H)`` where some run has a mask, else ``(R, 1, 1)`` of constants
     (each run's (1 - p) at test, Eq. 3); a run that does not drop a target multiplies it by 1. A

@@ -18,7 +18,7 @@ from typing import Optional, Sequence, Tuple
 import torch
 import torch.nn.functional as F
 
-from . import layers
+from . import layers, route
 from .fused import group_linear, linear
 
 
@@ -61,7 +61,7 @@ def init_uniform_(module: torch.nn.Module, scale: float) -> torch.nn.Module:
 
 class ForwardDropout(torch.nn.Dropout):
     """``torch.nn.Dropout`` (inverted: mask / (1 - p) while training, identity at test) that draws its
-    mask from ``generator`` where one is set (a run's own, issue 35), else as ``torch.nn.Dropout``."""
+    mask from ``generator`` where one is set (a run's own), else as ``torch.nn.Dropout``."""
 
     generator: Optional[torch.Generator] = None
 
@@ -73,7 +73,7 @@ class ForwardDropout(torch.nn.Dropout):
 
 def set_generator(model: torch.nn.Module, generator: Optional[torch.Generator]) -> torch.nn.Module:
     """Draw every mask of ``model`` (its recurrent layers' and its forward dropouts') from ``generator``,
-    a run's own: then what a run draws does not depend on the runs it trains beside (issue 35)."""
+    a run's own: then what a run draws does not depend on the runs it trains beside."""
     for m in model.modules():
         if isinstance(m, (ForwardDropout, layers._RecurrentLayer)):
             m.generator = generator
@@ -122,7 +122,7 @@ def _group_outputs(models: Sequence[LanguageModel], tokens: torch.Tensor, states
 
 def language_models_forward(models: Sequence[LanguageModel], tokens: torch.Tensor, states: Tuple[torch.Tensor, ...]):
     """``LanguageModel.forward`` of each of ``models`` (one run's each: one size and mode, any dropout)
-    on the same ``tokens`` ``(T, B)``, as one group (issue 35): each run's own embedding and forward
+    on the same ``tokens`` ``(T, B)``, as one group: each run's own embedding and forward
     dropouts, the recurrent layers through ``layers.run_group``, the decoders in one batched product.
     ``states``: (h, c), each ``(R, B, H)``. Returns logits ``(T, R, B, vocab)`` and the new states."""
     if len(models) == 1:  # a run alone: its own forward (torch.nn's kernels where no dropout acts)
@@ -137,14 +137,13 @@ def language_models_nll(models: Sequence[LanguageModel], tokens: torch.Tensor, s
                         targets: torch.Tensor, reduction: str = "mean"):
     """Each run's negative log-likelihood of ``targets`` ``(T, B)`` after ``tokens``, its mean over the
     tokens (or its sum, ``reduction="sum"``), ``(R,)``, and the new states: ``language_models_forward``
-    and ``token_nll`` in one. On a CPU each run's decoder and loss run on their own (the products are
-    compute-bound there, and the group's logits need not be stacked: measured by
-    ``benchmarks/bench_groups.py``); elsewhere the decoders are one batched product."""
+    and ``token_nll`` in one. Where a group stacks (``route.stacks``: off the CPU) the decoders are one
+    batched product; on a CPU each run's decoder and loss run on their own, its logits not stacked."""
     flat = targets.reshape(-1)
     if len(models) == 1:
         logits, states = models[0](tokens, tuple(states))
         return F.cross_entropy(logits.reshape(flat.numel(), -1), flat, reduction=reduction).reshape(1), states
-    if tokens.device.type != "cpu":
+    if route.stacks(tokens.device):
         logits, states = language_models_forward(models, tokens, states)
         nll = token_nll(logits, targets)
         return (nll * flat.numel() if reduction == "sum" else nll), states

@@ -17,7 +17,7 @@ from .paths import DATA_DIR
 from .store import atomic_write_bytes, git_commit, is_clean_commit
 
 BENCH_DIR = DATA_DIR / "benchmarks"
-GROUP_DIR = BENCH_DIR / "groups"  # fused groups of runs against one run at a time (issue 35)
+GROUP_DIR = BENCH_DIR / "groups"  # fused groups of runs against one run at a time
 IMPLEMENTATIONS = {"torch_nn_ms": "torch.nn, no dropout", "recdrop_ms": "recdrop fast path, dropout 0.25",
                    "ungraphed_ms": "recdrop fast path without CUDA graphs, dropout 0.25",
                    "loop_ms": "recdrop plain loop, dropout 0.25"}
@@ -60,7 +60,7 @@ def peak_tflops(hardware: str, tf32: bool) -> Optional[float]:
 
 
 PROVENANCE = ["hardware", "device", "threads", "torch", "commit", "batch", "tf32", "packed"]
-# Issue 6's targets for the fast path on a GPU, at its two shapes (hidden, sequence length).
+# The fast path's targets on a GPU, at the language models' two shapes (hidden, sequence length).
 TARGET_SHAPES = [(256, 35), (1024, 100)]
 TARGET_RATIO = 1.5  # recdrop with dropout / torch.nn (cuDNN) without, at most
 TARGET_LOOP_SPEEDUP = 5.0  # the plain per-step loop / the fast path, at least
@@ -80,7 +80,7 @@ def load_benchmarks(folder: Path = BENCH_DIR) -> pd.DataFrame:
 
 def provenance(df: pd.DataFrame) -> pd.DataFrame:
     """Where and when each benchmark file was measured: one row per file, its date the one its rows
-    record, else "on or after" the date of the commit they name (from git; rows before issue 48 have
+    record, else "on or after" the date of the commit they name (from git; the earliest rows have
     none). Whether the machine was idle is not recorded in any row."""
     cols = [c for c in PROVENANCE if c in df]
     out = df.groupby("file", sort=True)[cols].first().reset_index()
@@ -133,8 +133,8 @@ def graph_speedups(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def gpu_targets(df: pd.DataFrame) -> pd.DataFrame:
-    """Issue 6's targets on each GPU measured: the worst ratio to cuDNN and the worst speed-up over the
-    plain loop at the target shapes, over cells and schemes, on padded input (the targets' case; a
+    """The fast path's targets (``TARGET_RATIO``, ``TARGET_LOOP_SPEEDUP``) on each GPU measured: the worst
+    ratio to cuDNN and the worst speed-up over the plain loop at the target shapes, over cells and schemes, on padded input (the targets' case; a
     PackedSequence's rows are in ``ratio_table``), and whether each target is met ("yes" / "no")."""
     rows = []
     gpu = df[df.get("device", pd.Series(dtype=str)).astype(str).str.startswith("cuda")] if not df.empty else df
@@ -176,8 +176,8 @@ def plot_time_per_step(df: pd.DataFrame):
 
 
 def group_setting(df: pd.DataFrame) -> pd.Series:
-    """How a row's steps ran: the whole step as one CUDA graph or eagerly (rows before issue 46 were
-    eager), the layers' path where the row names it (``layers._RecurrentLayer.route``), and its products'
+    """How a row's steps ran: the whole step as one CUDA graph or eagerly (rows without a ``step`` column
+    ran eagerly), the layers' path where the row names it (``layers._RecurrentLayer.route``), and its products'
     precision."""
     step = df["step"].fillna("eager") if "step" in df else pd.Series("eager", index=df.index)
     if "path" in df:

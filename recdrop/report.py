@@ -198,7 +198,7 @@ def claim_verdict(test: Callable[[Dict[Any, float]], bool], by_seed: Dict[int, D
     return f"open (holds in {sum(outcomes)} of {n} seeds)"
 
 
-# The one vocabulary of verdicts (issue 48): each verdict ``claim_verdict`` (and a study's) gives begins with
+# The one vocabulary of verdicts: each verdict ``claim_verdict`` (and a study's) gives begins with
 # one of these words; the landing page shows each with its symbol and colour, and counts them.
 VERDICTS = (  # (first words, symbol, what it means)
     ("confirmed", "✔", f"holds on the means and in each of {MIN_SEEDS_TO_JUDGE} or more seeds"),

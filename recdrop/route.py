@@ -1,4 +1,5 @@
-"""Which path a recurrent layer's call runs, and the environment switches that steer it (issue 47).
+"""Which path a recurrent layer's call runs, whether a group of runs computes as one stacked model, and
+the environment switches that steer them.
 
 A layer's call runs one of three bodies, chosen by ``layers._RecurrentLayer.route`` (the one function
 that chooses, at each call):
@@ -10,8 +11,9 @@ that chooses, at each call):
 - ``fused``: ``recdrop.fused``'s sequence Functions, on a GPU with each step's pointwise part in one
   Triton kernel (``triton``) and each loop captured as a CUDA graph (``graphs``) where they can run.
 
-Above the layer, a group of runs may be one stacked model (``recdrop.stacked``) and its whole training
-step one CUDA graph (``recdrop.step_graph``; a record's ``step``). Each record names the route of its
+Above the layer, a group of runs computes as one stacked model where ``stacks`` says so (``layers.run_group``,
+``models.language_models_nll``, ``recdrop.stacked``), and its whole training step may be one CUDA graph
+(``recdrop.step_graph``; a record's ``step``). Each record names the route of its
 training and the switches set when it ran (``switches``).
 """
 from __future__ import annotations
@@ -19,6 +21,8 @@ from __future__ import annotations
 import dataclasses
 import os
 from typing import Dict
+
+import torch
 
 # The switches, each on unless set to "0": every CUDA graph (the loops' and a whole step's), the whole
 # step's graph alone, and the Triton kernels.
@@ -35,6 +39,18 @@ def switched_on(name: str) -> bool:
 def switches() -> Dict[str, str]:
     """The switches set in the environment now, with their values (what a record keeps)."""
     return {name: os.environ[name] for name in SWITCHES if name in os.environ}
+
+
+# Whether a group's runs compute as one stacked model on a CPU too: tests set it to check that path there.
+STACK_ON_CPU = False
+
+
+def stacks(device) -> bool:
+    """Whether a group of runs computes as one model on ``device``, its weights stacked on a run dimension:
+    off the CPU, where one run's step is bound by its kernel launches. On a CPU the products are
+    compute-bound and each run's weights stay in cache over its own steps, so each run computes on its
+    own (``benchmarks/bench_groups.py`` times both ways)."""
+    return torch.device(device).type != "cpu" or STACK_ON_CPU
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """A group of language models as one model: every parameter stacked once on a leading run dimension.
 
-A group of runs that share a model's shape (issue 35) trains as one model (issue 46): the embedding
+A group of runs that share a model's shape trains as one model: the embedding
 ``(R, V, E)``, the LSTM's ``W_ih`` ``(R, 4H, E)``, ``W_hh`` ``(R, 4H, H)`` and biases, the decoder
 ``(R, V, H)``, made once when the group forms. Each member's own parameters become views of its
 slice, so that its ``state_dict``, checkpoint and record are what they are alone. One step then
@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from . import layers
+from . import route
 from .fused import group_linear
 from .masks import SAMPLINGS, TARGETS, StepFactors
 from .models import LanguageModel, token_nll
@@ -301,6 +301,5 @@ class StackedAdam:
 
 
 def stacking(models: Sequence[LanguageModel], device) -> bool:
-    """Whether a group of ``models`` trains stacked: more than one run, off the CPU (where each run's own
-    products are faster: ``layers.STACK_ON_CPU``, which tests set to check this path there)."""
-    return len(models) > 1 and (torch.device(device).type != "cpu" or layers.STACK_ON_CPU)
+    """Whether a group of ``models`` trains as one stacked model: more than one run, where ``route.stacks``."""
+    return len(models) > 1 and route.stacks(device)

@@ -1,4 +1,4 @@
-"""A group's whole training step as one CUDA graph (issue 46).
+"""A group's whole training step as one CUDA graph.
 
 The host's work for one step of a fused group grows with its runs: each run's clipping, update, mask
 draws and weight stacking are so many small launches, and a group of word LMs on a GPU waits on its

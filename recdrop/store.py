@@ -60,7 +60,7 @@ def save_checkpoint(path: Path, state: Dict[str, Any]) -> None:
 
 def save_checkpoints(items: List[Tuple[Path, Dict[str, Any]]]) -> None:
     """Write each (path, state) checkpoint: every file whole in a temp file first, then all renamed in
-    place, so that a group's checkpoints (issue 35) all move on together but for the instant of the
+    place, so that a group's checkpoints all move on together but for the instant of the
     renames."""
     temps = []
     try:

@@ -312,7 +312,7 @@ def main(argv=None) -> int:
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="override config fields")
     ap.add_argument("--only", nargs="*", default=[], metavar="LABEL=VALUE", help="run only the cells with these labels")
     ap.add_argument("--fuse", nargs="?", type=int, const=True, default=False, metavar="N",
-                    help="train the runs that can share one model as one (issue 35), at most N to a group")
+                    help="train the runs that can share one model as one, at most N to a group")
     add_precision_options(ap)
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)

@@ -95,9 +95,9 @@ def denormals_flushed(device: str):
     """On a CPU, denormal floats computed as zero while training (FTZ and DAZ, as a GPU's fast math
     does), and the former mode restored afterwards. The carried cell state of a unit dropped for a
     whole sequence decays geometrically into them, and on Intel CPUs each product with one takes a
-    microcode assist: a word-LM step with per-sequence masks (gal+semeniuta, 0.5) took 2.4x as long
-    as with per-step masks, and as long once they were flushed. A value below 1.2e-38 changes no
-    float32 sum of values of the sizes a network computes."""
+    microcode assist, which made a word-LM step with per-sequence masks much slower than one with
+    per-step masks. A value below 1.2e-38 changes no float32 sum of values of the sizes a network
+    computes."""
     if not str(device).startswith("cpu"):
         yield
         return
@@ -324,7 +324,7 @@ def _restore(task, ck: Dict[str, Any], path) -> None:
 
 
 def mask_generator(seed: int, device: str) -> torch.Generator:
-    """A run's own generator of its dropout masks, recurrent and forward (issue 35): seeded from its seed
+    """A run's own generator of its dropout masks, recurrent and forward: seeded from its seed
     (apart from the stream that initialises its weights), so that what it draws does not depend on the
     runs it trains beside."""
     return torch.Generator(device=torch.device(device)).manual_seed(MASK_SEED_OFFSET + seed)
@@ -526,7 +526,7 @@ READ_LATER_ON_CPU = False  # a CPU's outputs are read at every step (nothing wai
 class StepOutputs:
     """A group's step outputs since the host last read them, left where they were computed: the trainer
     reads them every ``READ_EVERY`` steps, before each checkpoint and at each epoch's end, so that the
-    host does not wait for the device after every step (issue 46). Read, they are each run's outputs of
+    host does not wait for the device after every step. Read, they are each run's outputs of
     each step, in order, as floats: a run's sums and its first non-finite loss are what they are when
     read at every step."""
 

@@ -10,7 +10,7 @@ import types
 import pytest
 import torch
 
-from recdrop import campaign, layers, sweep, train
+from recdrop import campaign, sweep, train
 from recdrop.campaign import Entry, pack, run_campaign, unpack
 from recdrop.config import run_id
 from recdrop.experiments.char_lm import CharLMConfig, CharLMTask
@@ -64,7 +64,7 @@ def float64():
 
 
 # Where: the CPU's path (each run's own forward), a GPU's path on the CPU (the runs' weights stacked,
-# ``layers.STACK_ON_CPU``), and a GPU itself where there is one (skipped here: the lent GPU's first check).
+# ``route.STACK_ON_CPU``), and a GPU itself where there is one (skipped here: the lent GPU's first check).
 WHERE = [("cpu", False), ("cpu", True),
          pytest.param("cuda", True, marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU"))]
 
@@ -73,7 +73,7 @@ WHERE = [("cpu", False), ("cpu", True),
 @pytest.mark.parametrize("device,stacked", WHERE)
 def test_each_member_of_a_fused_group_ends_with_the_record_it_has_alone(experiment, device, stacked, tmp_path,
                                                                         monkeypatch, float64):
-    monkeypatch.setattr(layers, "STACK_ON_CPU", stacked)
+    monkeypatch.setattr("recdrop.route.STACK_ON_CPU", stacked)
     monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "cache"))
     _, task = TASKS[experiment]
     runs = members(experiment)
@@ -90,7 +90,7 @@ def test_each_member_of_a_fused_group_ends_with_the_record_it_has_alone(experime
 @pytest.mark.parametrize("experiment", list(TASKS))
 def test_in_float32_a_member_agrees_with_its_run_alone_to_the_rounding_of_batched_products(experiment, tmp_path,
                                                                                          monkeypatch):
-    monkeypatch.setattr(layers, "STACK_ON_CPU", True)  # the batched products of a GPU's path
+    monkeypatch.setattr("recdrop.route.STACK_ON_CPU", True)  # the batched products of a GPU's path
     monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "cache"))
     _, task = TASKS[experiment]
     runs = members(experiment)

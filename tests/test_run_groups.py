@@ -182,10 +182,9 @@ def test_a_group_of_layers_computes_what_each_layer_computes_alone(kind, trainin
     generator, on the fast path and on the reference loop; outputs, final states and every weight's
     gradient per run equal the layer's own forward on its slice, in float64."""
     import recdrop
-    from recdrop import layers as layers_module
     from recdrop.layers import run_group
 
-    monkeypatch.setattr(layers_module, "STACK_ON_CPU", stacked)  # a GPU's stacked weights, or each run's own
+    monkeypatch.setattr("recdrop.route.STACK_ON_CPU", stacked)  # a GPU's stacked weights, or each run's own
     T, I = 6, 3
     dropouts = [dict(recurrent_dropout=0.25, scheme="semeniuta", sampling="per-step", scaling="paper"),
                 dict(recurrent_dropout=0.5, scheme="gal", sampling="per-sequence"),

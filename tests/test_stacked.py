@@ -7,7 +7,6 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from recdrop import layers
 from recdrop.data import data_root
 from recdrop.models import Dropout, LanguageModel, language_models_nll, set_generator
 from recdrop.stacked import StackedLanguageModels
@@ -134,7 +133,7 @@ def test_a_groups_step_dispatches_about_the_same_ops_for_26_runs_as_for_2(monkey
     every op the others bring is one a group of two has; the others are Table 2's cells."""
     from recdrop.experiments.word_lm import WordLMTask, grid
 
-    monkeypatch.setattr(layers, "STACK_ON_CPU", True)
+    monkeypatch.setattr("recdrop.route.STACK_ON_CPU", True)
     cells = [c for _, c in grid("ci")]
     first = [cells[0].replace(recurrent_dropout=0.25, scheme="gal+semeniuta", input_dropout=0.2, output_dropout=0.5),
              cells[0].replace(recurrent_dropout=0.5, scheme="moon", sampling="per-sequence")]

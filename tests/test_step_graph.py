@@ -241,7 +241,7 @@ def test_a_group_on_a_gpus_way_ends_with_each_members_record_alone(experiment, s
     smaller batch of each epoch eagerly), the outputs read every few steps and at each checkpoint rather
     than at every step. Each member ends with the record of the same run trained alone the CPU's way
     (each run's own model, its own Adam or SGD, its outputs read at every step), to float64's rounding."""
-    from recdrop import layers, train
+    from recdrop import train
     from test_fused_training import TASKS, close, members
 
     _, task = TASKS[experiment]
@@ -249,7 +249,7 @@ def test_a_group_on_a_gpus_way_ends_with_each_members_record_alone(experiment, s
     torch.set_default_dtype(torch.float64)
     try:
         with monkeypatch.context() as gpu_way:
-            gpu_way.setattr(layers, "STACK_ON_CPU", True)
+            gpu_way.setattr("recdrop.route.STACK_ON_CPU", True)
             gpu_way.setattr(train, "READ_LATER_ON_CPU", True)
             gpu_way.setattr(train, "READ_EVERY", 5)
             gpu_way.setenv("RECDROP_CACHE", str(tmp_path / "cache"))
@@ -271,7 +271,7 @@ def test_a_member_that_diverges_between_reads_is_recorded_where_it_diverged(tmp_
     the others finish as alone; and no step reads a tensor on the host: only the reads do."""
     from torch.overrides import TorchFunctionMode
 
-    from recdrop import layers, train
+    from recdrop import train
     from test_fused_training import close, members
 
     class HostReads(TorchFunctionMode):
@@ -298,7 +298,7 @@ def test_a_member_that_diverges_between_reads_is_recorded_where_it_diverged(tmp_
             return outs
         return step
     monkeypatch.setattr(WordLMTask, "group_stepper", classmethod(stepper))
-    monkeypatch.setattr(layers, "STACK_ON_CPU", True)
+    monkeypatch.setattr("recdrop.route.STACK_ON_CPU", True)
     monkeypatch.setattr(train, "READ_LATER_ON_CPU", True)
     monkeypatch.setattr(train, "READ_EVERY", 4)
     reads = []

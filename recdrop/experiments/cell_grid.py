@@ -32,7 +32,8 @@ class RMSPropConfig(ExperimentConfig):
     equivalent to the ones used in the NER task"): RMSProp with rho 0.9, its rate times 0.99 after
     every epoch, and global-norm clipping."""
 
-    # Added by issue 34: the records before it were trained with torch's RMSprop and no clipping.
+    # Added with Lasagne's RMSProp and clipping: the records before were trained with torch's RMSprop and no
+    # clipping (the ``torch-rmsprop`` ablation).
     ADDED = {"optimizer": "rmsprop-torch", "clip_norm": 0.0}
 
     lr: float = 0.01  # paper Sec. 4.4: RMSProp's learning rate (Sec. 4.5: 0.001)
@@ -67,8 +68,8 @@ def cell_rate_grid(scale: str, config_class, **overrides) -> List[Tuple[Dict[str
 
 
 def with_torch_rmsprop(grid):
-    """``grid`` trained with torch's RMSprop and no clipping: how Tables 4 and 5 were trained before
-    issue 34, kept as an ablation of the optimiser (those runs' records keep their ids)."""
+    """``grid`` trained with torch's RMSprop and no clipping: how Tables 4 and 5 were first trained,
+    kept as an ablation of the optimiser (those runs' records keep their ids)."""
     def ablation(scale: str, **overrides):
         return grid(scale, **{**RMSPropConfig.ADDED, **overrides})
     return ablation
@@ -109,14 +110,14 @@ def plot_cell_runs(rows):
     return fig
 
 
-UNSTABLE_RATIO = 10.0  # issue 34: no epoch's mean training loss may be over 10 times the first epoch's
+UNSTABLE_RATIO = 10.0  # stable: no epoch's mean training loss may be over 10 times the first epoch's
 
 
 PROBES = DATA_DIR / "probes" / "issue-34"  # the shortened runs that chose the optimiser and the clipping
 
 
 def optimiser_probes(experiment: str, folder: Path = PROBES) -> "pd.DataFrame":
-    """The probes of issue 34 (records of shortened runs at the paper's settings, kept outside the
+    """The probes that chose the optimiser and the clipping (records of shortened runs at the paper's settings, kept outside the
     store, each from a clean commit): per run, its optimiser's form and clipping threshold, how its
     training went (first epoch's loss, the highest epoch loss over it, the largest ratio of an
     epoch's loss to the epoch's before, the highest epoch-mean gradient norm, the most steps of an

@@ -62,7 +62,7 @@ def headline_cells(paper_table: int) -> List[Tuple[Dict[str, object], Dict[str, 
 
 
 def pilot_cells(paper_table: int) -> List[Tuple[Dict[str, object], Dict[str, object]]]:
-    """The pilot of a new scale (issue 16): without forward dropout, no recurrent dropout and the
+    """The pilot of a new scale: without forward dropout, no recurrent dropout and the
     paper's best cell of that block (by its test column). Their gap must exceed our seed noise
     before the whole grid is worth running."""
     paper = paper_values(paper_table)
@@ -214,7 +214,7 @@ def _last_valid_sds(rows, unit: str) -> Dict[Cell, float]:
 
 def fit_table(rows, unit: str) -> "pd.DataFrame":
     """Per stored run, from its curves: does it over-fit, has it converged, and is its number settled
-    (issue 16's conditions for a reduced scale; ``describe_fit`` says the rules in words)? The epoch of
+    (the conditions a reduced scale must meet; ``describe_fit`` says the rules in words)? The epoch of
     the lowest validation ``valid_<unit>``; how far validation and training (``train_<unit>``) moved
     from that epoch to the last, in %; the last learning rate as a fraction of the first; the fit;
     whether it converged; how far validation moved over the last ``FIT_WINDOW`` epochs (what stopping
@@ -259,7 +259,7 @@ def fit_table(rows, unit: str) -> "pd.DataFrame":
 
 
 def pilot_table(rows, unit: str, paper_table: int) -> "pd.DataFrame":
-    """The pilot's test of a new scale (issue 16), one row per model tested: the final test
+    """The pilot's test of a new scale, one row per model tested: the final test
     ``test_<unit>`` (the model the paper tests) and that of the best-validation epoch (what early
     stopping would test), each of its two cells (no dropout, and the paper's best cell; without
     forward dropout), mean ± sd over seeds; the gap between their means; and the seed noise of that

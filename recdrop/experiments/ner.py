@@ -268,7 +268,7 @@ def grid(scale: str, **overrides):
 
 def tuned_embeddings_grid(scale: str, **overrides):
     """The RNN's two cells of Table 4 with the word vectors trained too (the paper keeps them static):
-    the chapter's ablation of the inputs, on its cheapest cell (issue 49)."""
+    the chapter's ablation of the inputs, on its cheapest cell."""
     return [(labels, cfg) for labels, cfg in grid(scale, **{"tune_embeddings": True, **overrides})
             if labels["cell"] == "RNN"]
 

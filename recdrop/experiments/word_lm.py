@@ -43,7 +43,7 @@ class WordLMConfig(ExperimentConfig):
                       hidden_size=64, epochs=12),
         # The paper's model, optimiser and schedule on the first 116k of the 930k training tokens
         # (103 updates an epoch), 20 epochs, full validation and test sets: about 70 s an epoch on
-        # one CPU thread, 10 core-hours for the table. Measured for issue 16 (one seed): without dropout the
+        # one CPU thread, 10 core-hours for the table. Measured when the scale was chosen (one seed): without dropout the
         # best validation perplexity is 302 at epoch 6, then it over-fits (train 34, valid 383 at
         # epoch 15, the learning rate down to 0.04); ours at 0.5 per-sequence reaches 283 at epoch 12
         # and is flat by epoch 14.
