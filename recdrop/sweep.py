@@ -22,8 +22,7 @@ import ast
 import inspect
 import os
 import sys
-import warnings
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import torch
 from tqdm.auto import tqdm
