@@ -64,6 +64,41 @@ class Entry:
     devices: Tuple[str, ...] = DEVICES  # where its runs may start (a checkpoint resumes anywhere)
 
 
+@dataclasses.dataclass
+class Pending:
+    """A run the campaign has still to do: its row of the entry's grid (``sweep.grid_rows``), the entry
+    it comes from, whether a checkpoint resumes it and whether a stored record of it is to be replaced;
+    once it has run, its record (``record``) or what stopped it (``error``)."""
+
+    row: Dict[str, Any]
+    entry: Entry
+    resumable: bool = False
+    rerun: bool = False
+    record: Optional[Dict[str, Any]] = None
+    error: str = ""
+
+    @property
+    def run_id(self) -> str:
+        return self.row["run_id"]
+
+    @property
+    def config(self):
+        return self.row["config"]
+
+    @property
+    def seed(self) -> int:
+        return self.row["seed"]
+
+    @property
+    def experiment(self) -> str:
+        return self.entry.experiment
+
+    def label(self) -> str:
+        """The run as the command line lists it: experiment, scale, run id and its cell's labels."""
+        cell = " ".join(f"{k}={v}" for k, v in self.row.items() if k not in RUN_FIELDS)
+        return f"{self.entry.experiment}/{self.entry.scale} {self.run_id} {cell}"
+
+
 def load_campaign(path: os.PathLike = CAMPAIGN) -> List[Entry]:
     """The entries of a campaign file, checked: unknown keys, bad seeds or devices are errors."""
     path = Path(path)
@@ -100,7 +135,7 @@ def _resumable(path: Path, store: RunStore) -> bool:
         return True
 
 
-def pending_runs(entries: Sequence[Entry], device: str, store: RunStore) -> List[Dict[str, Any]]:
+def pending_runs(entries: Sequence[Entry], device: str, store: RunStore) -> List[Pending]:
     """The runs still to do, in campaign order: those not done (``RunStore.is_done``). Runs of an entry
     kept to other devices are left out unless a checkpoint can resume them."""
     kind = str(device).partition(":")[0]
@@ -114,7 +149,7 @@ def pending_runs(entries: Sequence[Entry], device: str, store: RunStore) -> List
             resumable = _resumable(store.checkpoint_path(entry.experiment, row["run_id"]), store)
             if kind in entry.devices or resumable:
                 rerun = store.has(entry.experiment, row["config"].scale, row["run_id"])
-                todo.append({**row, "entry": entry, "resumable": resumable, "rerun": rerun})
+                todo.append(Pending(row, entry, resumable, rerun))
     return todo
 
 
@@ -124,7 +159,7 @@ DROPOUT_FIELDS = ("scheme", "sampling", "recurrent_dropout", "scaling", "input_d
 RECENT_RUNS = 4  # the estimate reads this many of the newest stored runs like it (the code gets faster)
 
 
-def expected_seconds(row: Dict[str, Any], store: RunStore) -> Optional[float]:
+def expected_seconds(run: Pending, store: RunStore) -> Optional[float]:
     """What a pending run should take: the mean wall time of the newest ``RECENT_RUNS`` stored runs (not
     diverged) of its experiment at its scale whose configs differ from its own only in the dropout
     fields and the fields added since some were stored (``ExperimentConfig.ADDED``: the optimiser's
@@ -132,7 +167,7 @@ def expected_seconds(row: Dict[str, Any], store: RunStore) -> Optional[float]:
     run torch.nn's kernels, up to twice as fast on a CPU); for a run that resumes, the part of it
     left (``checkpoint_progress``), at its own pace so far where no run like it is stored. None where
     neither tells."""
-    e, cfg = row["entry"], row["config"]
+    e, cfg = run.entry, run.config
 
     def rest(config: Dict[str, Any]) -> Dict[str, Any]:  # nor in the fields added since (the optimiser's form)
         return {k: v for k, v in config.items() if k not in DROPOUT_FIELDS and k not in type(cfg).ADDED}
@@ -142,8 +177,8 @@ def expected_seconds(row: Dict[str, Any], store: RunStore) -> Optional[float]:
             if r.get("wall_time_s") and not r.get("diverged") and rest(r["config"]) == rest(mine)]
     dropout = bool(mine.get("recurrent_dropout"))
     alike = [r for r in like if bool(r["config"].get("recurrent_dropout")) == dropout] or like
-    done, spent = (checkpoint_progress(store.checkpoint_path(e.experiment, row["run_id"]))
-                   if row.get("resumable") else (0.0, 0.0))
+    done, spent = (checkpoint_progress(store.checkpoint_path(e.experiment, run.run_id))
+                   if run.resumable else (0.0, 0.0))
     if alike:
         newest = sorted(alike, key=lambda r: r.get("finished", ""))[-RECENT_RUNS:]
         whole = sum(r["wall_time_s"] for r in newest) / len(newest)
@@ -174,21 +209,15 @@ def parse_budget(text: str) -> float:
     return h * 3600 + mins * 60 + s
 
 
-def _label(row: Dict[str, Any]) -> str:
-    skip = {*RUN_FIELDS, "entry", "resumable", "rerun"}  # the cell's labels and seed are left
-    cell = " ".join(f"{k}={v}" for k, v in row.items() if k not in skip)
-    return f"{row['entry'].experiment}/{row['entry'].scale} {row['run_id']} {cell}"
-
-
 def run_campaign(entries: Sequence[Entry], device: str = "cpu", jobs: int = 1, budget_s: float = 3600.0,
                  store: Optional[RunStore] = None, progress: bool = True,
-                 fuse: Union[bool, int] = False, precision: str = "float32") -> Dict[str, List[Dict[str, Any]]]:
+                 fuse: Union[bool, int] = False, precision: str = "float32") -> Dict[str, List[Pending]]:
     """Run the pending runs in order with ``jobs`` worker processes until all are done or ``budget_s``
     seconds have passed; then every running run checkpoints and stops. With ``fuse`` (True, or a cap
     on a group's size) the runs of an experiment that can share one model train as one group
     (``sweep.fuse_groups``), groups in the order of their first run. Returns the rows by outcome:
-    ``finished``, ``diverged`` (recorded as such), ``stopped`` (checkpoint saved), ``failed`` (with
-    ``error``), ``not_started``."""
+    ``finished`` and ``diverged`` (recorded as such) with their ``record``; ``stopped`` (checkpoint
+    saved), ``failed`` and ``not_started``, with their ``error``."""
     device = check_device(device)
     check_jobs(jobs)
     set_precision(precision, device)
@@ -201,23 +230,25 @@ def run_campaign(entries: Sequence[Entry], device: str = "cpu", jobs: int = 1, b
     bar = tqdm(total=len(todo), desc=f"campaign on {device}", disable=not progress, position=0, dynamic_ncols=True)
     threads = worker_threads(jobs)
 
-    def took(row, record):
-        row["record"] = record
-        out["diverged" if record.get("diverged") else "finished"].append(row)
+    def took(run: Pending, record):
+        run.record = record
+        out["diverged" if record.get("diverged") else "finished"].append(run)
         bar.update(1)
 
-    def failed(row, error):
+    def failed(run: Pending, error):
         if isinstance(error, BudgetExhausted):
-            started = store.checkpoint_path(row["entry"].experiment, row["run_id"]).exists()
-            out["stopped" if started else "not_started"].append({**row, "error": str(error)})
+            run.error = str(error)
+            started = store.checkpoint_path(run.experiment, run.run_id).exists()
+            out["stopped" if started else "not_started"].append(run)
         else:  # keep going: the other runs are worth having
-            out["failed"].append({**row, "error": f"{type(error).__name__}: {error}"})
+            run.error = f"{type(error).__name__}: {error}"
+            out["failed"].append(run)
         bar.update(1)
 
-    def job(i, group):
-        return Job(group[0]["entry"].experiment, tuple((r["config"], r["seed"]) for r in group), device,
-                   str(store.root), threads, position=1 + i % jobs, progress=progress, deadline=deadline,
-                   rerun=any(r["rerun"] for r in group), precision=precision)
+    def job(i, group: List[Pending]):
+        return Job(group[0].experiment, tuple((r.config, r.seed) for r in group), device, str(store.root), threads,
+                   position=1 + i % jobs, progress=progress, deadline=deadline, rerun=any(r.rerun for r in group),
+                   precision=precision)
     try:
         run_groups(groups, jobs, job, store, took, failed)
     finally:
@@ -225,16 +256,22 @@ def run_campaign(entries: Sequence[Entry], device: str = "cpu", jobs: int = 1, b
     return out
 
 
-def campaign_groups(todo: Sequence[Dict[str, Any]], fuse: Union[bool, int], device: str) -> List[List[Dict[str, Any]]]:
-    """The pending rows as the groups that train together (``sweep.fuse_groups`` per experiment; each
-    alone without ``fuse``, and those of an experiment whose runs cannot share a model): the groups
-    that resume a checkpoint first, then in the order of each group's first row."""
-    experiments_in_order = list(dict.fromkeys(r["entry"].experiment for r in todo))
-    groups = [g for e in experiments_in_order  # an experiment whose runs cannot share a model: one at a time
-              for g in fuse_groups(e, [r for r in todo if r["entry"].experiment == e],
-                                   fuse if experiments.EXPERIMENTS[e].task.FUSABLE_FIELDS else False, device)]
+def campaign_groups(todo: Sequence[Pending], fuse: Union[bool, int], device: str) -> List[List[Pending]]:
+    """The pending runs as the groups that train together (``sweep.fuse_groups`` per experiment; each
+    alone without ``fuse``, and those of an experiment whose runs cannot share a model): the runs that
+    resume a checkpoint first within an experiment (so that they train together rather than each beside a
+    run that must first catch up with it), the groups that resume first, then in the order of each
+    group's first run."""
+    experiments_in_order = list(dict.fromkeys(r.experiment for r in todo))
+    groups = []
+    for e in experiments_in_order:
+        mine = sorted((r for r in todo if r.experiment == e), key=lambda r: not r.resumable)  # stable
+        of_row = {id(r.row): r for r in mine}
+        fused = fuse_groups(e, [r.row for r in mine],  # an experiment whose runs cannot share a model: one at a time
+                            fuse if experiments.EXPERIMENTS[e].task.FUSABLE_FIELDS else False, device)
+        groups += [[of_row[id(row)] for row in g] for g in fused]
     order = {id(r): i for i, r in enumerate(todo)}
-    return sorted(groups, key=lambda g: (not any(r.get("resumable") for r in g), order[id(g[0])]))
+    return sorted(groups, key=lambda g: (not any(r.resumable for r in g), order[id(g[0])]))
 
 
 def _tar_size(sizes: Sequence[int]) -> int:
@@ -249,21 +286,21 @@ def _tar_size(sizes: Sequence[int]) -> int:
 PART_BYTES, MAX_PARTS = 10 * 2**20, 6
 
 
-def pack(out_dir: os.PathLike, rows: Sequence[Dict[str, Any]], records: Sequence[Dict[str, Any]],
+def pack(out_dir: os.PathLike, runs: Sequence[Pending], records: Sequence[Dict[str, Any]],
          store: RunStore, part_bytes: int = PART_BYTES, max_parts: int = MAX_PARTS) -> List[Path]:
-    """Write ``records`` and the checkpoints of ``rows`` (in order, as many as fit) into a tar split
+    """Write ``records`` and the checkpoints of ``runs`` (in order, as many as fit) into a tar split
     into at most ``max_parts`` files of ``part_bytes``, with a manifest of SHA-256 sums."""
     room = part_bytes * max_parts
     files, skipped = {}, []
     manifest_bytes = 200  # per file listed in the manifest, more than a name and a hex digest take
     for rec in records:
         files[_member_name(rec)] = store.path(rec["experiment"], rec["config"]["scale"], rec["run_id"]).read_bytes()
-    for row in rows:
-        path = store.checkpoint_path(row["entry"].experiment, row["run_id"])
+    for run in runs:
+        path = store.checkpoint_path(run.experiment, run.run_id)
         if path.exists():
             sizes = [len(d) for d in files.values()] + [path.stat().st_size]
             if _tar_size(sizes + [manifest_bytes * len(sizes)]) <= room:
-                files[f"checkpoints/{row['entry'].experiment}/{row['run_id']}.pt"] = path.read_bytes()
+                files[f"checkpoints/{run.experiment}/{run.run_id}.pt"] = path.read_bytes()
             else:
                 skipped.append(path)
     manifest = {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}
@@ -419,11 +456,11 @@ def main(argv=None) -> int:
         entries = load_campaign(args.file)
         if args.list:
             total, unknown = 0.0, 0
-            for row in pending_runs(entries, args.device, store):
-                state = "resumes" if row["resumable"] else "reruns" if row["rerun"] else "new"
-                t = expected_seconds(row, store)
+            for run in pending_runs(entries, args.device, store):
+                state = "resumes" if run.resumable else "reruns" if run.rerun else "new"
+                t = expected_seconds(run, store)
                 total, unknown = total + (t or 0.0), unknown + (t is None)
-                print(f"{state:8s} {'?' if t is None else f'{t / 60:.0f} min':>8s}  {_label(row)}")
+                print(f"{state:8s} {'?' if t is None else f'{t / 60:.0f} min':>8s}  {run.label()}")
             print(f"about {total / 3600:.1f} hours of runs on the hardware of their stored runs, one at a time"
                   + (f", and {unknown} runs of no known cost" if unknown else ""))
             return 1 if refused else 0
@@ -434,14 +471,14 @@ def main(argv=None) -> int:
     except (ValueError, RuntimeError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    for outcome, rows in out.items():
-        for row in rows:
-            print(f"{outcome:11s} {_label(row)}" + (f"  ({row['error']})" if outcome == "failed" else ""))
+    for outcome, runs in out.items():
+        for run in runs:
+            print(f"{outcome:11s} {run.label()}" + (f"  ({run.error})" if outcome == "failed" else ""))
     print(f"campaign: {len(out['finished'])} finished, {len(out['diverged'])} diverged (recorded), "
           f"{len(out['stopped'])} stopped with a checkpoint, "
           f"{len(out['failed'])} failed, {len(out['not_started'])} not started, in {time.time() - started:.0f} s")
     if args.pack:
-        pack(args.pack, out["stopped"] + out["failed"], [r["record"] for r in out["finished"] + out["diverged"]], store)
+        pack(args.pack, out["stopped"] + out["failed"], [r.record for r in out["finished"] + out["diverged"]], store)
     return 1 if out["failed"] or refused else 0
 
 

@@ -18,11 +18,11 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from . import experiments
-from .config import ExperimentConfig
+from .config import ExperimentConfig, run_id
 from .store import RunStore
 from .train import train_group
 
-Row = Dict[str, Any]  # a row of ``sweep.grid_rows`` (the campaign's with its entry)
+Row = Any  # what a group holds, one a run: a row of ``sweep.grid_rows``, or the campaign's ``Pending``
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,16 +71,16 @@ def run_job(job: Job) -> List[Dict[str, Any]]:
 def run_groups(groups: Sequence[Sequence[Row]], jobs: int, job_of: Callable[[int, Sequence[Row]], Job],
                store: RunStore, took: Callable[[Row, Dict[str, Any]], None],
                failed: Callable[[Row, Exception], None]) -> None:
-    """Train each group of rows (``run_job(job_of(i, group))``), ``jobs`` groups at a time in spawned
-    worker processes (in this one where ``jobs`` is 1). As a group ends, each of its rows goes to
-    ``took(row, record)``, or, where the group raised before that run was done, to
-    ``failed(row, error)``: the other groups go on."""
-    def settle(group: Sequence[Row], result: Callable[[], List[Dict[str, Any]]]) -> None:
+    """Train each group of rows (``run_job(job_of(i, group))``, the job's members the rows' runs in
+    order), ``jobs`` groups at a time in spawned worker processes (in this one where ``jobs`` is 1). As
+    a group ends, each of its rows goes to ``took(row, record)``, or, where the group raised before that
+    run was done, to ``failed(row, error)``: the other groups go on."""
+    def settle(group: Sequence[Row], job: Job, result: Callable[[], List[Dict[str, Any]]]) -> None:
         try:
             records = result()
         except Exception as e:  # at a budget, or a failure: the group's finished members keep their records
-            for row in group:
-                record = store.finished(row["config"].experiment, row["config"].scale, row["run_id"])
+            for row, (config, seed) in zip(group, job.members):
+                record = store.finished(job.experiment, config.scale, run_id(config, seed))
                 if record is not None:
                     took(row, record)
                 else:
@@ -88,11 +88,12 @@ def run_groups(groups: Sequence[Sequence[Row]], jobs: int, job_of: Callable[[int
             return
         for row, record in zip(group, records):
             took(row, record)
+    jobs_of = [job_of(i, group) for i, group in enumerate(groups)]
     if jobs == 1:
-        for i, group in enumerate(groups):
-            settle(group, lambda: run_job(job_of(i, group)))
+        for group, job in zip(groups, jobs_of):
+            settle(group, job, lambda: run_job(job))
         return
     with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
-        futures = {pool.submit(run_job, job_of(i, group)): group for i, group in enumerate(groups)}
+        futures = {pool.submit(run_job, job): (group, job) for group, job in zip(groups, jobs_of)}
         for fut in as_completed(futures):
-            settle(futures[fut], fut.result)
+            settle(*futures[fut], fut.result)

@@ -49,9 +49,7 @@ def fuse_groups(experiment: str, rows: Sequence[Dict[str, Any]], fuse: Union[boo
                 device: str = "cpu") -> List[List[Dict[str, Any]]]:
     """``rows`` (``grid_rows``) as the groups that train together: each alone where ``fuse`` is False;
     else the runs that can share one model (``Task.group_key``: one model shape and batch order), in
-    groups of at most ``fuse`` runs (True: no cap), in the order of their first run; the rows marked
-    ``resumable`` (with a checkpoint: ``campaign.pending_runs``) come first, so that they train
-    together rather than each beside a run that must first catch up with it. A ValueError
+    groups of at most ``fuse`` runs (True: no cap), in the order of their first run. A ValueError
     where ``fuse`` is not True, False or a positive int, where the experiment's runs cannot share a
     model, or where a group would not fit the device's memory (``Task.group_bytes``, estimated
     before any run starts)."""
@@ -69,7 +67,7 @@ def fuse_groups(experiment: str, rows: Sequence[Dict[str, Any]], fuse: Union[boo
         raise ValueError(f"--fuse: the runs of {experiment} cannot share one model (its task trains one run at a "
                          "time); run them without --fuse")
     by_key: Dict[Any, List[Dict[str, Any]]] = {}
-    for key, row in sorted(zip(keys, rows), key=lambda kr: not kr[1].get("resumable", False)):  # stable
+    for key, row in zip(keys, rows):
         by_key.setdefault(key, []).append(row)
     groups = [members[i:i + cap] for members in by_key.values() for i in range(0, len(members), cap)]
     free = free_memory(device)

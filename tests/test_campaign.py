@@ -1,4 +1,5 @@
 """The campaign runner: its list, its time budget, resuming, packing for a lent GPU, clean records."""
+import dataclasses
 import itertools
 import json
 import multiprocessing
@@ -10,7 +11,7 @@ import pytest
 import torch
 
 from recdrop import campaign, runner, sweep, train
-from recdrop.campaign import Entry, load_campaign, pack, parse_budget, pending_runs, run_campaign, unpack
+from recdrop.campaign import Entry, Pending, load_campaign, pack, parse_budget, pending_runs, run_campaign, unpack
 from recdrop.config import run_id
 from recdrop.experiments.temporal_order import TemporalOrderConfig, TemporalOrderTask
 from recdrop.store import DirtyTreeError, RunStore, load_checkpoint
@@ -114,16 +115,16 @@ def test_the_campaign_runs_what_is_missing_in_order_and_reruns_unclean_records(t
     monkeypatch.setattr(campaign, "git_commit", lambda: "0123456789")
     entries = [CI_ENTRY]
     todo = pending_runs(entries, "cpu", store)
-    assert [r["sampling"] for r in todo] == ["per-step", "per-sequence"]
+    assert [r.row["sampling"] for r in todo] == ["per-step", "per-sequence"]
     out = run_campaign(entries, "cpu", 1, 600.0, store, progress=False)
     assert len(out["finished"]) == 2 and not out["stopped"] + out["failed"] + out["not_started"]
     assert pending_runs(entries, "cpu", store) == []
     # a record from uncommitted code is run again and replaced
-    rec = out["finished"][0]["record"]
+    rec = out["finished"][0].record
     path = store.path("temporal_order", "ci", rec["run_id"])
     path.write_text(json.dumps({**rec, "commit": "0123456789-dirty", "finished": "never"}))
-    rerun = [r for r in pending_runs(entries, "cpu", store) if r["run_id"] == rec["run_id"]]
-    assert rerun and rerun[0]["rerun"]
+    rerun = [r for r in pending_runs(entries, "cpu", store) if r.run_id == rec["run_id"]]
+    assert rerun and rerun[0].rerun
     run_campaign(entries, "cpu", 1, 600.0, store, progress=False)
     assert json.loads(path.read_text())["finished"] != "never"
 
@@ -132,7 +133,7 @@ def test_the_campaign_and_the_sweep_agree_on_what_is_done(tmp_path, store, clean
     """One rule (``RunStore.is_done``): a diverged run's record finishes it; a record of uncommitted code
     finishes it in a scratch store, and not in one whose records are committed."""
     out = run_campaign([CI_ENTRY], "cpu", 1, 600.0, store, progress=False)
-    dirty, diverged = (r["record"] for r in out["finished"])
+    dirty, diverged = (r.record for r in out["finished"])
     store.path("temporal_order", "ci", dirty["run_id"]).write_text(json.dumps({**dirty, "commit": "0123456789-dirty"}))
     path = store.path("temporal_order", "ci", diverged["run_id"])
     path.write_text(json.dumps({**diverged, "metrics": {}, "diverged": {"epoch": 1, "batch": 2, "loss": "nan"}}))
@@ -142,7 +143,7 @@ def test_the_campaign_and_the_sweep_agree_on_what_is_done(tmp_path, store, clean
     (tmp_path / ".git").mkdir()
     for module in (campaign, sweep):
         monkeypatch.setattr(module, "git_commit", lambda: "0123456789")
-    assert [r["run_id"] for r in pending_runs([CI_ENTRY], "cpu", store)] == [dirty["run_id"]]
+    assert [r.run_id for r in pending_runs([CI_ENTRY], "cpu", store)] == [dirty["run_id"]]
     rows = run_grid("temporal_order", "ci", only=CI_ENTRY.only, store=store, progress=False)
     assert rows[0]["record"]["commit"] == "0123456789" and pending_runs([CI_ENTRY], "cpu", store) == []
 
@@ -153,7 +154,7 @@ def test_entries_kept_to_a_device_start_only_there_but_resume_anywhere(store, st
     cfg = grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)[0]["config"]
     with pytest.raises(BudgetExhausted):
         train_run(TemporalOrderTask, cfg, store=store, progress=False, deadline=1.0, callback=stop_after("batch", 0, 1))
-    assert [r["run_id"] for r in pending_runs(entries, "cpu", store)] == [run_id(cfg, 0)]
+    assert [r.run_id for r in pending_runs(entries, "cpu", store)] == [run_id(cfg, 0)]
 
 
 def test_a_spent_budget_starts_nothing(store):
@@ -177,15 +178,15 @@ def test_the_budget_stops_a_run_midway_and_the_next_call_resumes_it(store, clean
     assert out["stopped"] and not out["finished"] + out["failed"]
     assert len(out["stopped"]) + len(out["not_started"]) == 2
     for row in out["stopped"]:
-        assert "stopped at the time budget in epoch 1, batch 3" in row["error"]
-        assert store.checkpoint_path("temporal_order", row["run_id"]).exists()
+        assert "stopped at the time budget in epoch 1, batch 3" in row.error
+        assert store.checkpoint_path("temporal_order", row.run_id).exists()
     monkeypatch.setattr(train, "time", time)
     again = run_campaign([CI_ENTRY], "cpu", 1, 600.0, store, progress=False)
     assert len(again["finished"]) == 2 and pending_runs([CI_ENTRY], "cpu", store) == []
     for row in out["stopped"]:
-        first, _ = store.load("temporal_order", "ci", row["run_id"])["segments"]
+        first, _ = store.load("temporal_order", "ci", row.run_id)["segments"]
         assert first["to_epoch"] == 0.75  # 3 of its 4 batches
-        assert not store.checkpoint_path("temporal_order", row["run_id"]).exists()
+        assert not store.checkpoint_path("temporal_order", row.run_id).exists()
 
 
 def test_records_from_unclean_code_are_refused_where_they_can_be_committed(tmp_path, store):
@@ -211,12 +212,12 @@ def test_the_campaign_refuses_to_start_from_unclean_code_for_a_committed_store(t
 
 
 def test_pack_and_unpack_carry_records_and_checkpoints(store, tmp_path, monkeypatch, stop_after, clean_code):
-    rows = [{**r, "entry": CI_ENTRY} for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
-    finished = train_run(TemporalOrderTask, rows[0]["config"], store=store, progress=False)
+    rows = [Pending(r, CI_ENTRY) for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
+    finished = train_run(TemporalOrderTask, rows[0].config, store=store, progress=False)
     with pytest.raises(BudgetExhausted):
-        train_run(TemporalOrderTask, rows[1]["config"], store=store, progress=False, deadline=1.0,
+        train_run(TemporalOrderTask, rows[1].config, store=store, progress=False, deadline=1.0,
                   callback=stop_after("batch", 0, 1))
-    ckpt = store.checkpoint_path("temporal_order", rows[1]["run_id"])
+    ckpt = store.checkpoint_path("temporal_order", rows[1].run_id)
     parts = pack(tmp_path / "out", rows, [finished], store)
     assert parts
     # another machine: an empty store and cache
@@ -224,21 +225,21 @@ def test_pack_and_unpack_carry_records_and_checkpoints(store, tmp_path, monkeypa
     there = RunStore(tmp_path / "runs2")
     assert unpack(tmp_path / "out", there) == {"records": 1, "checkpoints": 1, "kept": 0, "refused": []}
     assert there.load("temporal_order", "ci", finished["run_id"]) == finished
-    assert there.checkpoint_path("temporal_order", rows[1]["run_id"]).read_bytes() == ckpt.read_bytes()
+    assert there.checkpoint_path("temporal_order", rows[1].run_id).read_bytes() == ckpt.read_bytes()
     assert unpack(tmp_path / "out", there)["kept"] == 1  # a clean record already there is kept
     # the resumed run finishes there
-    assert train_run(TemporalOrderTask, rows[1]["config"], store=there, progress=False)["segments"]
+    assert train_run(TemporalOrderTask, rows[1].config, store=there, progress=False)["segments"]
 
 
 def test_unpack_leaves_out_the_checkpoint_of_a_run_in_training(store, tmp_path, stop_after, clean_code):
-    rows = [{**r, "entry": CI_ENTRY} for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
+    rows = [Pending(r, CI_ENTRY) for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
     with pytest.raises(BudgetExhausted):
-        train_run(TemporalOrderTask, rows[0]["config"], store=store, progress=False, deadline=1.0,
+        train_run(TemporalOrderTask, rows[0].config, store=store, progress=False, deadline=1.0,
                   callback=stop_after("batch", 0, 1))
-    ckpt = store.checkpoint_path("temporal_order", rows[0]["run_id"])
+    ckpt = store.checkpoint_path("temporal_order", rows[0].run_id)
     pack(tmp_path / "out", rows, [], store)
     ckpt.unlink()
-    with store.hold_runs("temporal_order", [rows[0]["run_id"]]):  # a campaign training it here
+    with store.hold_runs("temporal_order", [rows[0].run_id]):  # a campaign training it here
         counts = unpack(tmp_path / "out", store)
     assert counts["checkpoints"] == 0 and not ckpt.exists()
     assert len(counts["refused"]) == 1 and "is left out: run temporal_order/" in counts["refused"][0]
@@ -246,42 +247,42 @@ def test_unpack_leaves_out_the_checkpoint_of_a_run_in_training(store, tmp_path, 
 
 
 def test_pack_splits_into_parts_and_leaves_behind_what_does_not_fit(store, tmp_path, capsys, stop_after):
-    rows = [{**r, "entry": CI_ENTRY} for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
+    rows = [Pending(r, CI_ENTRY) for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
     for i, r in enumerate(rows):
         with pytest.raises(BudgetExhausted):
-            train_run(TemporalOrderTask, r["config"], store=store, progress=False, deadline=1.0,
+            train_run(TemporalOrderTask, r.config, store=store, progress=False, deadline=1.0,
                       callback=stop_after("batch", 0, i + 1))
-    sizes = [store.checkpoint_path("temporal_order", r["run_id"]).stat().st_size for r in rows]
+    sizes = [store.checkpoint_path("temporal_order", r.run_id).stat().st_size for r in rows]
     part_bytes = 4096  # parts of 4 KiB: room for the first checkpoint and the tar's headers, not for both
     max_parts = -(-campaign._tar_size([sizes[0], 200]) // part_bytes)
     assert campaign._tar_size(sizes + [400]) > max_parts * part_bytes
     parts = pack(tmp_path / "out", rows, [], store, part_bytes=part_bytes, max_parts=max_parts)
     assert 2 <= len(parts) <= max_parts and all(p.stat().st_size <= part_bytes for p in parts)
-    assert f"{rows[1]['run_id']}.pt did not fit" in capsys.readouterr().err
+    assert f"{rows[1].run_id}.pt did not fit" in capsys.readouterr().err
     there = RunStore(tmp_path / "runs2")
     assert unpack(tmp_path / "out", there)["checkpoints"] == 1
 
 
 def test_unpack_keeps_a_further_checkpoint_and_none_for_a_run_with_a_record(store, tmp_path, stop_after, clean_code):
-    rows = [{**r, "entry": CI_ENTRY} for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
-    ahead, done = [store.checkpoint_path("temporal_order", r["run_id"]) for r in rows]
+    rows = [Pending(r, CI_ENTRY) for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
+    ahead, done = [store.checkpoint_path("temporal_order", r.run_id) for r in rows]
     for r in rows:
         with pytest.raises(BudgetExhausted):
-            train_run(TemporalOrderTask, r["config"], store=store, progress=False, deadline=1.0,
+            train_run(TemporalOrderTask, r.config, store=store, progress=False, deadline=1.0,
                       callback=stop_after("batch", 0, 1))
     pack(tmp_path / "out", rows, [], store)  # both checkpoints at epoch 1, batch 2
     with pytest.raises(BudgetExhausted):  # here, the first goes on to epoch 2, batch 1
-        train_run(TemporalOrderTask, rows[0]["config"], store=store, progress=False, deadline=1.0,
+        train_run(TemporalOrderTask, rows[0].config, store=store, progress=False, deadline=1.0,
                   callback=stop_after("batch", 1, 0))
-    train_run(TemporalOrderTask, rows[1]["config"], store=store, progress=False)  # and the second finishes
+    train_run(TemporalOrderTask, rows[1].config, store=store, progress=False)  # and the second finishes
     further = ahead.read_bytes()
     assert unpack(tmp_path / "out", store) == {"records": 0, "checkpoints": 0, "kept": 2, "refused": []}
     assert ahead.read_bytes() == further and not done.exists()
 
 
 def test_unpack_goes_on_past_a_refused_record_and_reports_it(store, tmp_path, monkeypatch, capsys, clean_code):
-    rows = [{**r, "entry": CI_ENTRY} for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
-    records = sorted((train_run(TemporalOrderTask, r["config"], store=store, progress=False) for r in rows),
+    rows = [Pending(r, CI_ENTRY) for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
+    records = sorted((train_run(TemporalOrderTask, r.config, store=store, progress=False) for r in rows),
                      key=lambda rec: rec["run_id"])
     dirty, clean = records  # the refused one comes first in the pack
     store.path("temporal_order", "ci", dirty["run_id"]).write_text(json.dumps({**dirty, "commit": "0123456789-dirty"}))
@@ -302,8 +303,8 @@ def test_unpack_goes_on_past_a_refused_record_and_reports_it(store, tmp_path, mo
 
 
 def test_unpack_alone_brings_the_files_back_and_runs_nothing(store, tmp_path, monkeypatch, clean_code):
-    rows = [{**r, "entry": CI_ENTRY} for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
-    record = train_run(TemporalOrderTask, rows[0]["config"], store=store, progress=False)
+    rows = [Pending(r, CI_ENTRY) for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
+    record = train_run(TemporalOrderTask, rows[0].config, store=store, progress=False)
     pack(tmp_path / "out", [], [record], store)
     (tmp_path / "campaign.toml").write_text(CI_TOML)
     campaigns = []
@@ -318,12 +319,12 @@ def test_unpack_alone_brings_the_files_back_and_runs_nothing(store, tmp_path, mo
 
 def test_unpack_puts_records_in_first_and_reports_a_checkpoint_that_does_not_load(store, tmp_path, monkeypatch,
                                                                                    stop_after, clean_code):
-    rows = [{**r, "entry": CI_ENTRY} for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
-    unfinished, done = (store.checkpoint_path("temporal_order", r["run_id"]) for r in rows)
+    rows = [Pending(r, CI_ENTRY) for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
+    unfinished, done = (store.checkpoint_path("temporal_order", r.run_id) for r in rows)
     with pytest.raises(BudgetExhausted):
-        train_run(TemporalOrderTask, rows[0]["config"], store=store, progress=False, deadline=1.0,
+        train_run(TemporalOrderTask, rows[0].config, store=store, progress=False, deadline=1.0,
                   callback=stop_after("batch", 0, 1))
-    finished = train_run(TemporalOrderTask, rows[1]["config"], store=store, progress=False)
+    finished = train_run(TemporalOrderTask, rows[1].config, store=store, progress=False)
     done.write_bytes(unfinished.read_bytes())  # a pack with a record and a checkpoint of one run
     pack(tmp_path / "out", rows, [finished], store)
     unfinished.write_bytes(b"not a checkpoint")
@@ -332,10 +333,10 @@ def test_unpack_puts_records_in_first_and_reports_a_checkpoint_that_does_not_loa
     there = RunStore(tmp_path / "runs2")
     assert unpack(tmp_path / "out", there) == {"records": 1, "checkpoints": 1, "kept": 1, "refused": []}
     assert there.load("temporal_order", "ci", finished["run_id"]) == finished
-    assert there.checkpoint_path("temporal_order", rows[0]["run_id"]).exists()
-    assert not there.checkpoint_path("temporal_order", rows[1]["run_id"]).exists()
+    assert there.checkpoint_path("temporal_order", rows[0].run_id).exists()
+    assert not there.checkpoint_path("temporal_order", rows[1].run_id).exists()
     # a pack's checkpoint that does not load is reported, and the local one stays
-    local = there.checkpoint_path("temporal_order", rows[0]["run_id"])
+    local = there.checkpoint_path("temporal_order", rows[0].run_id)
     ours = local.read_bytes()
     counts = unpack(tmp_path / "out2", there)
     assert (counts["records"], counts["checkpoints"], counts["kept"]) == (0, 0, 0)
@@ -344,9 +345,9 @@ def test_unpack_puts_records_in_first_and_reports_a_checkpoint_that_does_not_loa
 
 
 def test_unpack_refuses_a_record_under_another_runs_name(store, tmp_path):
-    rows = [{**r, "entry": CI_ENTRY} for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
-    finished = train_run(TemporalOrderTask, rows[0]["config"], store=store, progress=False)
-    other = rows[1]["run_id"]
+    rows = [Pending(r, CI_ENTRY) for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
+    finished = train_run(TemporalOrderTask, rows[0].config, store=store, progress=False)
+    other = rows[1].run_id
     first = store.path("temporal_order", "ci", finished["run_id"])
     store.path("temporal_order", "ci", other).write_bytes(first.read_bytes())
     pack(tmp_path / "out", [], [{**finished, "run_id": other}], store)  # the first run's record, named as the second
@@ -357,8 +358,8 @@ def test_unpack_refuses_a_record_under_another_runs_name(store, tmp_path):
 
 
 def test_a_damaged_pack_is_a_clear_error(store, tmp_path):
-    rows = [{**r, "entry": CI_ENTRY} for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
-    finished = train_run(TemporalOrderTask, rows[0]["config"], store=store, progress=False)
+    rows = [Pending(r, CI_ENTRY) for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
+    finished = train_run(TemporalOrderTask, rows[0].config, store=store, progress=False)
     (part,) = pack(tmp_path / "out", rows, [finished], store)
     blob = bytearray(part.read_bytes())
     blob[blob.index(b'"curves"') + 2] ^= 0x01  # change a letter inside the record
@@ -374,42 +375,42 @@ def test_a_damaged_pack_is_a_clear_error(store, tmp_path):
 
 
 def test_the_list_estimates_a_runs_time_from_the_stored_runs_like_it(store):
-    rows = [{**r, "entry": CI_ENTRY} for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
+    rows = [Pending(r, CI_ENTRY) for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
     assert campaign.expected_seconds(rows[0], store) is None  # nothing of its kind has run
-    rec = train_run(TemporalOrderTask, rows[0]["config"], store=store, progress=False)
+    rec = train_run(TemporalOrderTask, rows[0].config, store=store, progress=False)
     assert campaign.expected_seconds(rows[1], store) == rec["wall_time_s"]
-    bigger = {**rows[1], "config": rows[1]["config"].replace(hidden_size=32)}
+    bigger = Pending({**rows[1].row, "config": rows[1].config.replace(hidden_size=32)}, CI_ENTRY)
     assert campaign.expected_seconds(bigger, store) is None  # another model size says nothing of it
-    plain = {**rows[1], "config": rows[1]["config"].replace(recurrent_dropout=0.0)}
+    plain = Pending({**rows[1].row, "config": rows[1].config.replace(recurrent_dropout=0.0)}, CI_ENTRY)
     assert campaign.expected_seconds(plain, store) == rec["wall_time_s"]  # no run without dropout yet: any of its size
-    plain_rec = train_run(TemporalOrderTask, plain["config"], store=store, progress=False)
+    plain_rec = train_run(TemporalOrderTask, plain.config, store=store, progress=False)
     assert campaign.expected_seconds(plain, store) == plain_rec["wall_time_s"]  # now the runs like it
     assert campaign.expected_seconds(rows[1], store) == rec["wall_time_s"]
 
 
 def test_the_estimate_reads_the_newest_runs_and_what_a_resumed_run_has_left(store, stop_after):
-    rows = [{**r, "entry": CI_ENTRY} for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
-    rec = train_run(TemporalOrderTask, rows[0]["config"], store=store, progress=False)
+    rows = [Pending(r, CI_ENTRY) for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
+    rec = train_run(TemporalOrderTask, rows[0].config, store=store, progress=False)
     for i in range(campaign.RECENT_RUNS + 2):  # older runs, slower ones first, then the newest runs
         store.save({**rec, "run_id": f"old{i}", "wall_time_s": 1000.0 if i < 2 else 10.0,
                     "finished": f"2000-01-0{i + 1}T00:00:00+00:00"})
     store.save({**rec, "finished": "2000-02-01T00:00:00+00:00", "wall_time_s": 10.0})
     assert campaign.expected_seconds(rows[1], store) == pytest.approx(10.0)  # the slow old runs are not read
-    cfg = rows[1]["config"]  # stopped early in its second epoch, with a checkpoint
+    cfg = rows[1].config  # stopped early in its second epoch, with a checkpoint
     n_batches = len(TemporalOrderTask(cfg, "cpu", 0).batches(0))
     with pytest.raises(BudgetExhausted):
         train_run(TemporalOrderTask, cfg, store=store, progress=False, deadline=1.0,
                   callback=stop_after("epoch", 0, n_batches))
-    path = store.checkpoint_path("temporal_order", rows[1]["run_id"])
+    path = store.checkpoint_path("temporal_order", rows[1].run_id)
     ck = load_checkpoint(path)
     done = ck["epoch"] + ck["batch"] / n_batches
     assert 1 <= done < 2 and campaign.checkpoint_progress(path) == pytest.approx((done, ck["elapsed"]))
-    resumable = {**rows[1], "resumable": True}
+    resumable = dataclasses.replace(rows[1], resumable=True)
     assert campaign.expected_seconds(resumable, store) == pytest.approx(10.0 * (1 - done / cfg.epochs))
     elsewhere = RunStore(store.root.parent / "no-records")  # the same checkpoints, no run like it stored: its own pace
     assert campaign.expected_seconds(resumable, elsewhere) == pytest.approx(ck["elapsed"] / done * (cfg.epochs - done))
     assert campaign.expected_seconds(rows[1], elsewhere) is None  # not resuming, and nothing like it
-    store.checkpoint_path("temporal_order", rows[1]["run_id"]).write_bytes(b"not a checkpoint")
+    store.checkpoint_path("temporal_order", rows[1].run_id).write_bytes(b"not a checkpoint")
     assert campaign.expected_seconds(resumable, store) == pytest.approx(10.0)  # unreadable: all of it
 
 
@@ -441,13 +442,13 @@ def test_a_checkpoint_of_uncommitted_code_is_not_resumable_into_a_committed_stor
     monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "cache"))
     (tmp_path / "repo" / ".git").mkdir(parents=True)
     committed, scratch = RunStore(tmp_path / "repo" / "data" / "runs"), RunStore(tmp_path / "scratch")
-    rid = pending_runs([CI_ENTRY], "cpu", committed)[0]["run_id"]
+    rid = pending_runs([CI_ENTRY], "cpu", committed)[0].run_id
     path = committed.checkpoint_path("temporal_order", rid)
     save_checkpoint(path, {"commit": "0123456789-dirty", "segments": []})
-    assert not next(r for r in pending_runs([CI_ENTRY], "cpu", committed) if r["run_id"] == rid)["resumable"]
-    assert next(r for r in pending_runs([CI_ENTRY], "cpu", scratch) if r["run_id"] == rid)["resumable"]
+    assert not next(r for r in pending_runs([CI_ENTRY], "cpu", committed) if r.run_id == rid).resumable
+    assert next(r for r in pending_runs([CI_ENTRY], "cpu", scratch) if r.run_id == rid).resumable
     save_checkpoint(path, {"commit": "0123456789", "segments": [{"commit": "0123456789"}]})
-    assert next(r for r in pending_runs([CI_ENTRY], "cpu", committed) if r["run_id"] == rid)["resumable"]
+    assert next(r for r in pending_runs([CI_ENTRY], "cpu", committed) if r.run_id == rid).resumable
 
 
 def test_a_run_that_diverges_is_recorded_packed_and_not_run_again(store, tmp_path, monkeypatch, capsys, clean_code):

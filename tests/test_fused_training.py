@@ -161,7 +161,7 @@ def test_the_campaign_fuses_stops_at_its_budget_packs_and_resumes_elsewhere_to_t
     entry = Entry(experiment="word_lm", scale="ci", why="test", only={"forward": "without forward dropout", "rate": 0.5})
     monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "ref-cache"))
     reference = {r["run_id"]: r for r in run_campaign([entry], "cpu", 1, 3600, RunStore(tmp_path / "ref"), False,
-                                                      fuse=True)["finished"] for r in [r["record"]]}
+                                                      fuse=True)["finished"] for r in [r.record]}
     assert len(reference) == 6 and all(len(r["group"]) == 6 for r in reference.values())
 
     monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "cache"))
@@ -180,8 +180,8 @@ def test_the_campaign_fuses_stops_at_its_budget_packs_and_resumes_elsewhere_to_t
     assert unpack(tmp_path / "pack", there)["checkpoints"] == 6
     done = run_campaign([entry], "cpu", 1, 3600, there, False, fuse=True)["finished"]
     assert len(done) == 6
-    for row in done:
-        rec = row["record"]
+    for run in done:
+        rec = run.record
         assert close(rec, reference[rec["run_id"]], rtol=0.0)
         assert [s["to_epoch"] for s in rec["segments"]][-1] == rec["config"]["epochs"]
 
@@ -198,12 +198,12 @@ def test_groups_are_formed_by_model_shape_and_seed_and_capped(store):
 
 
 def test_the_runs_with_a_checkpoint_train_together_and_first(store):
-    rows = [{**r, "entry": Entry(experiment="word_lm", scale="ci", why="test"), "resumable": i in (3, 4)}
-            for i, r in enumerate(grid_rows("word_lm", "ci", store=store))]
-    ids = [r["run_id"] for r in rows]
-    groups = campaign.campaign_groups(rows, 2, "cpu")
-    assert [[ids.index(r["run_id"]) for r in g] for g in groups[:3]] == [[3, 4], [0, 1], [2, 5]]
-    assert [[ids.index(r["run_id"]) for r in g] for g in campaign.campaign_groups(rows, False, "cpu")[:3]] == [[3], [4], [0]]
+    entry = Entry(experiment="word_lm", scale="ci", why="test")
+    runs = [campaign.Pending(r, entry, resumable=i in (3, 4)) for i, r in enumerate(grid_rows("word_lm", "ci", store=store))]
+    ids = [r.run_id for r in runs]
+    groups = campaign.campaign_groups(runs, 2, "cpu")
+    assert [[ids.index(r.run_id) for r in g] for g in groups[:3]] == [[3, 4], [0, 1], [2, 5]]
+    assert [[ids.index(r.run_id) for r in g] for g in campaign.campaign_groups(runs, False, "cpu")[:3]] == [[3], [4], [0]]
 
 
 @pytest.mark.parametrize("fuse,message", [(0, "at least 1"), (-2, "at least 1"), (2.5, "at least 1"),
@@ -348,7 +348,7 @@ def test_a_fused_campaign_trains_the_experiments_that_cannot_fuse_one_run_at_a_t
                Entry(experiment="word_lm", scale="ci", why="test", only={"forward": "without forward dropout",
                                                                          "rate": 0.25, "sampling": "per-step"})]
     out = run_campaign(entries, "cpu", 1, 3600, RunStore(tmp_path / "runs"), False, fuse=True)
-    records = [r["record"] for r in out["finished"]]
+    records = [r.record for r in out["finished"]]
     assert len(records) == 4 + 3 and not out["failed"]
     assert [len(r.get("group", [r["run_id"]])) for r in records if r["experiment"] == "temporal_order"] == [1] * 4
     assert [len(r["group"]) for r in records if r["experiment"] == "word_lm"] == [3] * 3
