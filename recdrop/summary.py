@@ -148,7 +148,9 @@ class Shown:
 
     @property
     def paper_so_far(self) -> str:
-        return "shown" if self.scale == "paper" else paper_so_far(self.experiment, self.grid, t=self.at_paper)
+        if self.scale == "paper":
+            return "shown"
+        return "none run" if self.at_paper is None else paper_so_far(self.experiment, self.grid, t=self.at_paper)
 
 
 def shown_tables(store: Optional[RunStore] = None) -> List[Shown]:

@@ -91,6 +91,8 @@ def test_landing_page_says_not_yet_run_below_paper_scale(tmp_path):
         " ".join(table["what"])
     assert set(table["verdict"].iloc[1:]) == {"not yet run at paper scale"}
     assert table.set_index("chapter").loc["word_lm", "paper"].iloc[0] == "87.0 ppl"  # the paper's best, as it prints it
+    # what has run at paper scale is this store's: none (the project's store has some of Tables 2, 4 and 5)
+    assert set(table["at paper scale so far"].iloc[1:]) <= {"none run", "—"}
 
 
 def test_the_landing_verdict_names_what_a_paper_scale_lacks(tmp_path):

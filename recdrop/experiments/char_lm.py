@@ -235,9 +235,11 @@ class CharLMTask(Task):
         full = StepGraph(lambda chunk: window.copy_(chunk.t()), lambda: forward(window), [], device,
                          enabled=step_graph.capturable(device))
         totals = torch.zeros(len(tasks), dtype=torch.float64, device=weight.device)
-        for chunk in seqs.split(batch):  # each run's total in float64, in order, read once
-            totals += full(chunk) if chunk.shape[0] == batch else forward(chunk.t())
-        full.release()
+        try:
+            for chunk in seqs.split(batch):  # each run's total in float64, in order, read once
+                totals += full(chunk) if chunk.shape[0] == batch else forward(chunk.t())
+        finally:
+            full.release()
         return [total / (seqs.shape[0] * (seqs.shape[1] - 1)) / LN2 for total in totals.tolist()]
 
     def evaluate(self, epoch: int, train_stats: Dict[str, float]) -> Dict[str, Optional[float]]:
