@@ -41,7 +41,7 @@ def complete_scale(experiment: str, grid: str = "table", store: RunStore | None 
         if e.comparison is not None:
             if (verdict_rows(e.comparison(rows))["verdict"] != "not yet run").all():
                 return scale
-        elif {r["config"] for r in rows} == {r["config"] for r in rows if r["done"]}:
+        elif {r.config for r in rows} == {r.config for r in rows if r.done}:
             return scale
     return None
 
@@ -61,7 +61,7 @@ def chapter_scale(name: str, store: RunStore | None = None) -> str | None:
             continue  # a chapter drawing on several experiments shows a scale that all of them have
         for experiment, grid in chapter.grids:
             rows = stored_rows(experiment, scale, grid, store) or []
-            seeds_per_cell = Counter(r["config"] for r in rows if r["record"])
+            seeds_per_cell = Counter(r.config for r in rows if r.record)
             if seeds_per_cell and max(seeds_per_cell.values()) >= chapter.min_seeds:
                 return scale
     return None

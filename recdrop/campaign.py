@@ -43,8 +43,9 @@ from . import experiments
 from .paths import DATA_DIR
 from .store import (CorruptCheckpointError, DirtyTreeError, RunInUseError, RunStore, atomic_write_bytes, git_commit,
                     load_checkpoint, unclean_commits)
+from .records import Record, Row
 from .runner import Job, check_jobs, run_groups, worker_threads
-from .sweep import RUN_FIELDS, check_seeds, fuse_groups, grid_rows
+from .sweep import check_seeds, fuse_groups, grid_rows, set_stored
 from .train import DEVICES, BudgetExhausted, add_precision_options, check_device, precision_option, set_precision
 
 CAMPAIGN = DATA_DIR / "campaign.toml"
@@ -64,30 +65,21 @@ class Entry:
     devices: Tuple[str, ...] = DEVICES  # where its runs may start (a checkpoint resumes anywhere)
 
 
-@dataclasses.dataclass
-class Pending:
-    """A run the campaign has still to do: its row of the entry's grid (``sweep.grid_rows``), the entry
+@dataclasses.dataclass(kw_only=True)
+class Pending(Row):
+    """A run the campaign has still to do: a row of the entry's grid (``sweep.grid_rows``), with the entry
     it comes from, whether a checkpoint resumes it and whether a stored record of it is to be replaced;
-    once it has run, its record (``record``) or what stopped it (``error``)."""
+    once it has run, its record (``stored``) or what stopped it (``error``)."""
 
-    row: Dict[str, Any]
     entry: Entry
     resumable: bool = False
     rerun: bool = False
-    record: Optional[Dict[str, Any]] = None
     error: str = ""
 
-    @property
-    def run_id(self) -> str:
-        return self.row["run_id"]
-
-    @property
-    def config(self):
-        return self.row["config"]
-
-    @property
-    def seed(self) -> int:
-        return self.row["seed"]
+    @classmethod
+    def of(cls, row: Row, entry: Entry, resumable: bool, rerun: bool) -> "Pending":
+        return cls(**{f.name: getattr(row, f.name) for f in dataclasses.fields(Row)}, entry=entry,
+                   resumable=resumable, rerun=rerun)
 
     @property
     def experiment(self) -> str:
@@ -95,7 +87,7 @@ class Pending:
 
     def label(self) -> str:
         """The run as the command line lists it: experiment, scale, run id and its cell's labels."""
-        cell = " ".join(f"{k}={v}" for k, v in self.row.items() if k not in RUN_FIELDS)
+        cell = " ".join(f"{k}={v}" for k, v in {**self.labels, "seed": self.seed}.items())
         return f"{self.entry.experiment}/{self.entry.scale} {self.run_id} {cell}"
 
 
@@ -142,14 +134,14 @@ def pending_runs(entries: Sequence[Entry], device: str, store: RunStore) -> List
     seen, todo = set(), []
     for entry in entries:
         for row in grid_rows(entry.experiment, entry.scale, entry.seeds, entry.grid, entry.only, store):
-            key = (entry.experiment, row["run_id"])
-            if key in seen or row["done"]:
+            key = (entry.experiment, row.run_id)
+            if key in seen or row.done:
                 continue
             seen.add(key)
-            resumable = _resumable(store.checkpoint_path(entry.experiment, row["run_id"]), store)
+            resumable = _resumable(store.checkpoint_path(entry.experiment, row.run_id), store)
             if kind in entry.devices or resumable:
-                rerun = store.has(entry.experiment, row["config"].scale, row["run_id"])
-                todo.append(Pending(row, entry, resumable, rerun))
+                rerun = store.has(entry.experiment, row.config.scale, row.run_id)
+                todo.append(Pending.of(row, entry, resumable, rerun))
     return todo
 
 
@@ -174,14 +166,14 @@ def expected_seconds(run: Pending, store: RunStore) -> Optional[float]:
 
     mine = json.loads(json.dumps(cfg.to_dict()))  # as a record holds it (tuples as lists)
     like = [r for r in store.records(e.experiment, e.scale)  # a diverged run stopped early: it says nothing
-            if r.get("wall_time_s") and not r.get("diverged") and rest(r["config"]) == rest(mine)]
+            if r.wall_time_s and not r.diverged and rest(r.config) == rest(mine)]
     dropout = bool(mine.get("recurrent_dropout"))
-    alike = [r for r in like if bool(r["config"].get("recurrent_dropout")) == dropout] or like
+    alike = [r for r in like if bool(r.config.get("recurrent_dropout")) == dropout] or like
     done, spent = (checkpoint_progress(store.checkpoint_path(e.experiment, run.run_id))
                    if run.resumable else (0.0, 0.0))
     if alike:
-        newest = sorted(alike, key=lambda r: r.get("finished", ""))[-RECENT_RUNS:]
-        whole = sum(r["wall_time_s"] for r in newest) / len(newest)
+        newest = sorted(alike, key=lambda r: r.finished)[-RECENT_RUNS:]
+        whole = sum(r.wall_time_s for r in newest) / len(newest)
     elif done > 0:
         whole = spent / done * cfg.epochs
     else:
@@ -230,9 +222,9 @@ def run_campaign(entries: Sequence[Entry], device: str = "cpu", jobs: int = 1, b
     bar = tqdm(total=len(todo), desc=f"campaign on {device}", disable=not progress, position=0, dynamic_ncols=True)
     threads = worker_threads(jobs)
 
-    def took(run: Pending, record):
-        run.record = record
-        out["diverged" if record.get("diverged") else "finished"].append(run)
+    def took(run: Pending, record: Record):
+        set_stored(store, run, record)
+        out["diverged" if record.diverged else "finished"].append(run)
         bar.update(1)
 
     def failed(run: Pending, error):
@@ -266,10 +258,8 @@ def campaign_groups(todo: Sequence[Pending], fuse: Union[bool, int], device: str
     groups = []
     for e in experiments_in_order:
         mine = sorted((r for r in todo if r.experiment == e), key=lambda r: not r.resumable)  # stable
-        of_row = {id(r.row): r for r in mine}
-        fused = fuse_groups(e, [r.row for r in mine],  # an experiment whose runs cannot share a model: one at a time
-                            fuse if experiments.EXPERIMENTS[e].task.FUSABLE_FIELDS else False, device)
-        groups += [[of_row[id(row)] for row in g] for g in fused]
+        groups += fuse_groups(e, mine,  # an experiment whose runs cannot share a model: one at a time
+                              fuse if experiments.EXPERIMENTS[e].task.FUSABLE_FIELDS else False, device)
     order = {id(r): i for i, r in enumerate(todo)}
     return sorted(groups, key=lambda g: (not any(r.resumable for r in g), order[id(g[0])]))
 
@@ -286,7 +276,7 @@ def _tar_size(sizes: Sequence[int]) -> int:
 PART_BYTES, MAX_PARTS = 10 * 2**20, 6
 
 
-def pack(out_dir: os.PathLike, runs: Sequence[Pending], records: Sequence[Dict[str, Any]],
+def pack(out_dir: os.PathLike, runs: Sequence[Pending], records: Sequence[Record],
          store: RunStore, part_bytes: int = PART_BYTES, max_parts: int = MAX_PARTS) -> List[Path]:
     """Write ``records`` and the checkpoints of ``runs`` (in order, as many as fit) into a tar split
     into at most ``max_parts`` files of ``part_bytes``, with a manifest of SHA-256 sums."""
@@ -294,7 +284,7 @@ def pack(out_dir: os.PathLike, runs: Sequence[Pending], records: Sequence[Dict[s
     files, skipped = {}, []
     manifest_bytes = 200  # per file listed in the manifest, more than a name and a hex digest take
     for rec in records:
-        files[_member_name(rec)] = store.path(rec["experiment"], rec["config"]["scale"], rec["run_id"]).read_bytes()
+        files[_member_name(rec)] = store.path(rec.experiment, rec.scale, rec.run_id).read_bytes()
     for run in runs:
         path = store.checkpoint_path(run.experiment, run.run_id)
         if path.exists():
@@ -327,9 +317,9 @@ def pack(out_dir: os.PathLike, runs: Sequence[Pending], records: Sequence[Dict[s
 _MEMBER = re.compile(r"(runs/\w+/\w+/[0-9a-f]{12}\.json|checkpoints/\w+/[0-9a-f]{12}\.pt)")
 
 
-def _member_name(record: Dict[str, Any]) -> str:
+def _member_name(record: Record) -> str:
     """A record's name in a pack: its path in the store."""
-    return f"runs/{record['experiment']}/{record['config']['scale']}/{record['run_id']}.json"
+    return f"runs/{record.experiment}/{record.scale}/{record.run_id}.json"
 
 
 def _progress(checkpoint: Dict[str, Any]) -> Tuple[int, int]:
@@ -364,7 +354,7 @@ def unpack(in_dir: os.PathLike, store: Optional[RunStore] = None) -> Dict[str, A
             raise ValueError(f"{name} in the pack in {in_dir} does not match its SHA-256 sum")
         if name.startswith("runs/"):
             try:
-                holds = _member_name(json.loads(data))
+                holds = _member_name(Record.from_json(json.loads(data), name))
             except (ValueError, KeyError, TypeError) as e:
                 raise ValueError(f"{name} in the pack in {in_dir} is not a run record ({type(e).__name__}: {e})") from e
             if holds != name:
@@ -410,8 +400,8 @@ def unpack(in_dir: os.PathLike, store: Optional[RunStore] = None) -> Dict[str, A
                 continue
             counts["checkpoints"] += 1
             continue
-        record = json.loads(data)
-        if has_clean_record(record["experiment"], record["run_id"]):
+        record = Record.from_json(json.loads(data), name)
+        if has_clean_record(record.experiment, record.run_id):
             counts["kept"] += 1
             continue
         try:
@@ -419,7 +409,7 @@ def unpack(in_dir: os.PathLike, store: Optional[RunStore] = None) -> Dict[str, A
         except DirtyTreeError as e:  # keep going: the other records are worth having
             counts["refused"].append(str(e))
             continue
-        store.checkpoint_path(record["experiment"], record["run_id"]).unlink(missing_ok=True)
+        store.checkpoint_path(record.experiment, record.run_id).unlink(missing_ok=True)
         counts["records"] += 1
     return counts
 
@@ -478,7 +468,7 @@ def main(argv=None) -> int:
           f"{len(out['stopped'])} stopped with a checkpoint, "
           f"{len(out['failed'])} failed, {len(out['not_started'])} not started, in {time.time() - started:.0f} s")
     if args.pack:
-        pack(args.pack, out["stopped"] + out["failed"], [r.record for r in out["finished"] + out["diverged"]], store)
+        pack(args.pack, out["stopped"] + out["failed"], [r.stored for r in out["finished"] + out["diverged"]], store)
     return 1 if out["failed"] or refused else 0
 
 

@@ -56,7 +56,7 @@ def judged_claims(name: str, store: Optional[RunStore] = None, up_to: Optional[s
     runs. Empty where no scale has runs. The landing page and the chapters judge claims through this."""
     judged: Dict[str, tuple] = {}
     for scale, rows in stored_scales(name, store=store, up_to=up_to):
-        if not any(r["record"] for r in rows):  # nothing of this table here (a scale since redefined)
+        if not any(r.record for r in rows):  # nothing of this table here (a scale since redefined)
             continue
         for claim, verdict in claim_verdicts(EXPERIMENTS[name].claims(rows)).items():
             if claim not in judged or (judged[claim][1] == "not yet run" and verdict != "not yet run"):
@@ -105,7 +105,7 @@ def show_ablations(name: str, scale: str, seeds, store: Optional[RunStore] = Non
         ablated = run_grid(name, scale, seeds, train=False, store=store, grid=grid)
         display(Markdown(f"### Ablation: {change}\n\n{stamp(ablated)}"))
         display(styled(side_by_side(e.comparison, {"the table's runs": rows, change: ablated}), e.metric.digits))
-        if e.curves is not None and any(r["record"] for r in ablated):
+        if e.curves is not None and any(r.record for r in ablated):
             fig = e.curves(ablated)
             display(fig)
             plt.close(fig)  # shown once, not again at the end of the cell
@@ -118,7 +118,7 @@ def show_other_scales(name: str, shown: str, store: Optional[RunStore] = None) -
     curves and the checks of the scale. Nothing where no other scale has runs."""
     e = EXPERIMENTS[name]
     for scale, grid in stored_scales(name, store=store):
-        rows = [r for r in grid if r["record"] or r["diverged"]]
+        rows = [r for r in grid if r.stored is not None]
         if scale == shown or not rows:
             continue
         display(Markdown(f"### At `{scale}` scale\n\n{stamp(grid)}"))  # its cells counted of the whole grid's
@@ -145,5 +145,5 @@ def moon_vs_ours_at_largest_scale(store=None):
     for scale, rows in stored_scales("temporal_order", store=store):
         table = temporal_order.moon_vs_ours_per_sequence(rows)
         if len(table):
-            return [r for r in rows if r["sampling"] == "per-sequence" and r["record"]], table
+            return [r for r in rows if r["sampling"] == "per-sequence" and r.record], table
     return [], temporal_order.moon_vs_ours_per_sequence([])

@@ -10,6 +10,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 import numpy as np
 import pandas as pd
 
+from .records import Row
 from .store import RunStore
 
 
@@ -17,34 +18,34 @@ def stored_seeds(experiment: str, scale: str, store: Optional[RunStore] = None) 
     """The seeds of the records stored for ``experiment`` at ``scale``, in order ([0] where none): what
     the book shows, so that every seed that ran counts."""
     store = store or RunStore()
-    return sorted({int(r["seed"]) for r in store.records(experiment, scale)}) or [0]
+    return sorted({int(r.seed) for r in store.records(experiment, scale)}) or [0]
 
 
-def stamp(rows: Iterable[Dict[str, Any]]) -> str:
+def stamp(rows: Iterable[Row]) -> str:
     """Scale, hardware, commit and dates of the records shown (each field lists its distinct values), how
     many cells of the grid shown have run (a chapter's grid can hold checks beyond the paper's cells, which
     the landing page's counts leave out), how many runs diverged, and how many ran at a precision other
     than float32 (TF32 products or bf16 autocast: ``train.set_precision``, an option); the hardware, torch
     and commit of a resumed run's every stretch (its ``segments``) count too."""
-    rows = list({r.get("run_id", i): r for i, r in enumerate(rows)}.values())  # a run shown by two grids counts once
-    recs = [r["record"] for r in rows if r.get("record")]
-    diverged = sum(bool(r.get("diverged")) for r in rows)
+    rows = list({r.run_id: r for r in rows}.values())  # a run shown by two grids counts once
+    recs = [r.record for r in rows if r.record]
+    diverged = sum(bool(r.diverged) for r in rows)
     if not recs:
         return (f"No finished runs: {diverged} diverged, the other cells are not yet run at this scale." if diverged
                 else "No stored runs: every cell of this table is not yet run at this scale.")
 
     def values(key):  # "(1 threads)" in the records of a CPU run alone reads "(1 thread)"
         return ", ".join(sorted({str(part[key]).replace("(1 threads)", "(1 thread)")
-                                 for r in recs for part in (r, *r.get("segments", ())) if key in part}))
-    scales = ", ".join(sorted({r["config"]["scale"] for r in recs}))
-    dates = sorted(r["finished"][:10] for r in recs)
+                                 for r in recs for part in r.stretches if key in part}))
+    scales = ", ".join(sorted({r.scale for r in recs}))
+    dates = sorted(r.finished[:10] for r in recs)
     seeds_per_cell: Dict[Any, int] = {}
     for r in rows:  # a cell is a config; its rows are its seeds
-        seeds_per_cell[r["config"]] = seeds_per_cell.get(r["config"], 0) + bool(r.get("record"))
+        seeds_per_cell[r.config] = seeds_per_cell.get(r.config, 0) + bool(r.record)
     ran = [n for n in seeds_per_cell.values() if n]
     seeds = f"{min(ran)}" if min(ran) == max(ran) else f"{min(ran)}–{max(ran)}"
     def using(precision):
-        return sum(any(part.get("precision") == precision for part in (r, *r.get("segments", ()))) for r in recs)
+        return sum(any(part.get("precision") == precision for part in r.stretches) for r in recs)
     others = "".join(f" | {what} in {n} of the runs" for what, n in (("TF32 products", using("tf32")),
                                                                      ("bf16 autocast", using("bf16"))) if n)
     return (f"Scale: {scales} | runs: {len(recs)} shown{f', {diverged} diverged' if diverged else ''} | grid cells: {len(ran)} of {len(seeds_per_cell)} run, "
@@ -53,15 +54,14 @@ def stamp(rows: Iterable[Dict[str, Any]]) -> str:
             + others)
 
 
-def summarize(rows: List[Dict[str, Any]], keys: List[str], metrics: List[str]) -> pd.DataFrame:
+def summarize(rows: List[Row], keys: List[str], metrics: List[str]) -> pd.DataFrame:
     """Mean, standard deviation and count over seeds of each metric, per cell (``keys``).
 
     Cells without a record keep a row with n = 0 and NaN values (shown as "not yet run")."""
     flat = []
     for r in rows:
-        m = r["record"]["metrics"] if r.get("record") else {}
-        flat.append({**{k: r[k] for k in keys}, **{name: m.get(name, np.nan) for name in metrics},
-                     "_ran": bool(r.get("record"))})
+        flat.append({**{k: r[k] for k in keys}, **{name: r.metrics.get(name, np.nan) for name in metrics},
+                     "_ran": bool(r.record)})
     df = pd.DataFrame(flat)
     g = df.groupby(keys, sort=False)
     out = g[metrics].agg(["mean", "std"])
@@ -84,14 +84,15 @@ def fmt_mean_sd(mean: float, sd: float, n: int, digits: int = 1) -> str:
     return f"{mean:.{digits}f} ± {sd:.{digits}f} (n={n})"
 
 
-def curves_frame(rows: List[Dict[str, Any]], keys: List[str]) -> pd.DataFrame:
+def curves_frame(rows: List[Row], keys: List[str]) -> pd.DataFrame:
     """The per-epoch curves of every stored run, long format, with the cell labels."""
     frames = []
     for r in rows:
-        if r.get("record"):
-            c = pd.DataFrame(r["record"]["curves"])
-            for k in keys + ["seed"]:
+        if r.record:
+            c = pd.DataFrame(r.record.curves)
+            for k in keys:
                 c[k] = r[k]
+            c["seed"] = r.seed
             frames.append(c)
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=keys + ["seed", "epoch"])
 
@@ -105,19 +106,19 @@ class SeedValues(dict):
         self.diverged: Dict[int, set] = {}
 
 
-def seed_values(rows: Iterable[Dict[str, Any]],
-                values_of: Callable[[Dict[str, Any], Dict[str, Any]], Dict[Any, float]]) -> SeedValues:
+def seed_values(rows: Iterable[Row],
+                values_of: Callable[[Row, Dict[str, Any]], Dict[Any, float]]) -> SeedValues:
     """Our numbers seed by seed (``SeedValues``): ``values_of(row, metrics)`` gives one stored run's
     ``{key: value}`` (a claim's cells); missing and NaN values are left out. A diverged run's keys
     (``values_of(row, {})``) go to ``diverged``."""
     out = SeedValues()
     for r in rows:
-        if r.get("record"):
-            for key, v in values_of(r, r["record"]["metrics"]).items():
+        if r.record:
+            for key, v in values_of(r, r.record.metrics).items():
                 if v is not None and not pd.isna(v):
-                    out.setdefault(r["seed"], {})[key] = float(v)
-        elif r.get("diverged"):
-            out.diverged.setdefault(r["seed"], set()).update(values_of(r, {}))
+                    out.setdefault(r.seed, {})[key] = float(v)
+        elif r.diverged:
+            out.diverged.setdefault(r.seed, set()).update(values_of(r, {}))
     return out
 
 
@@ -289,7 +290,7 @@ class Metric:
 JUDGED = ("reproduced", "within seed noise", "not reproduced")  # a cell's verdicts at the paper's scale
 
 
-def compare(rows: List[Dict[str, Any]], cells: Iterable[Tuple[Dict[str, Any], Optional[float], str]],
+def compare(rows: List[Row], cells: Iterable[Tuple[Dict[str, Any], Optional[float], str]],
             cell_keys: Sequence[str], metric: Metric, factor: float = 1.0,
             extras: Sequence[Tuple[str, Callable[[Dict[str, Any]], Optional[str]]]] = ()) -> pd.DataFrame:
     """The comparison table of one paper table: one row per entry of ``cells``.
@@ -305,8 +306,8 @@ def compare(rows: List[Dict[str, Any]], cells: Iterable[Tuple[Dict[str, Any], Op
     out = []
     for labels, paper, key in cells:
         mine = [r for r in rows if all(r[k] == labels[k] for k in cell_keys)]
-        runs = [r["record"]["metrics"] for r in mine if r.get("record")]
-        diverged = sum(bool(r.get("diverged")) for r in mine)
+        runs = [r.record.metrics for r in mine if r.record]
+        diverged = sum(bool(r.diverged) for r in mine)
         values = [m[key] * factor for m in runs if m.get(key) is not None and not pd.isna(m.get(key))]
         n = len(values)
         mean = float(np.mean(values)) if n else float("nan")
@@ -314,7 +315,7 @@ def compare(rows: List[Dict[str, Any]], cells: Iterable[Tuple[Dict[str, Any], Op
         paper = float("nan") if paper is None else float(paper)
         delta = metric.delta(mean, paper) if n and not math.isnan(paper) else None
         ours, verdict = fmt_mean_sd(mean, sd, n, metric.digits), metric.verdict(values, paper)
-        below = sorted({r["record"].get("config", {}).get("scale") for r in mine if r.get("record")} - {"paper", None})
+        below = sorted({r.record.scale for r in mine if r.record} - {"paper"})
         if below and verdict in JUDGED:  # a smaller model or corpus: its level is not the paper's to match
             verdict = f"not judged at {below[0]} scale"
         if diverged:  # a run whose training loss became NaN or infinite: a result, not a gap
@@ -338,8 +339,8 @@ def compare(rows: List[Dict[str, Any]], cells: Iterable[Tuple[Dict[str, Any], Op
     return pd.DataFrame(out)
 
 
-def side_by_side(comparison: Callable[[List[Dict[str, Any]]], pd.DataFrame],
-                 variants: Dict[str, List[Dict[str, Any]]], digits: int = 2) -> pd.DataFrame:
+def side_by_side(comparison: Callable[[List[Row]], pd.DataFrame],
+                 variants: Dict[str, List[Row]], digits: int = 2) -> pd.DataFrame:
     """One paper table's comparison (``comparison``: rows -> ``compare``'s table) for each variant of
     its runs (name -> rows: another optimiser, say), side by side: setting | paper | ours under each
     variant (mean ± sd, n) | the first variant's mean less each other's."""

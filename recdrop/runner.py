@@ -13,16 +13,15 @@ import multiprocessing as mp
 import os
 import warnings
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
 from . import experiments
 from .config import ExperimentConfig, run_id
+from .records import Record, Row
 from .store import RunStore
 from .train import train_group
-
-Row = Any  # what a group holds, one a run: a row of ``sweep.grid_rows``, or the campaign's ``Pending``
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,7 +53,7 @@ def worker_threads(jobs: int) -> int:
     return max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else torch.get_num_threads()
 
 
-def run_job(job: Job) -> List[Dict[str, Any]]:
+def run_job(job: Job) -> List[Record]:
     """Train ``job``'s runs in this process, as one group (``train.train_group``); each one's record. A
     run that diverges gives its stored "diverged" record, with a warning."""
     torch.set_num_threads(job.threads)
@@ -69,13 +68,13 @@ def run_job(job: Job) -> List[Dict[str, Any]]:
 
 
 def run_groups(groups: Sequence[Sequence[Row]], jobs: int, job_of: Callable[[int, Sequence[Row]], Job],
-               store: RunStore, took: Callable[[Row, Dict[str, Any]], None],
+               store: RunStore, took: Callable[[Row, Record], None],
                failed: Callable[[Row, Exception], None]) -> None:
     """Train each group of rows (``run_job(job_of(i, group))``, the job's members the rows' runs in
     order), ``jobs`` groups at a time in spawned worker processes (in this one where ``jobs`` is 1). As
     a group ends, each of its rows goes to ``took(row, record)``, or, where the group raised before that
     run was done, to ``failed(row, error)``: the other groups go on."""
-    def settle(group: Sequence[Row], job: Job, result: Callable[[], List[Dict[str, Any]]]) -> None:
+    def settle(group: Sequence[Row], job: Job, result: Callable[[], List[Record]]) -> None:
         try:
             records = result()
         except Exception as e:  # at a budget, or a failure: the group's finished members keep their records

@@ -22,13 +22,14 @@ import subprocess
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
 
 from . import route
 from .paths import DATA_DIR, REPO_ROOT
+from .records import Record
 
 DEFAULT_RUNS = DATA_DIR / "runs"
 
@@ -181,9 +182,11 @@ def is_clean_commit(commit: str) -> bool:
     return commit != "unknown" and not commit.endswith("-dirty")
 
 
-def unclean_commits(record: Dict[str, Any]) -> List[str]:
-    """The commits behind ``record`` that are not clean: its own, the one it was resumed from, and
-    each stretch's."""
+def unclean_commits(record: Union[Record, Dict[str, Any]]) -> List[str]:
+    """The commits behind ``record`` (a ``Record``, or a dict with its commit and segments, such as a
+    checkpoint's) that are not clean: its own, the one it was resumed from, and each stretch's."""
+    if isinstance(record, Record):
+        record = record.json()
     commits = [record.get("commit", "unknown")] + [s.get("commit", "unknown") for s in record.get("segments", [])]
     if "resumed_from_commit" in record:
         commits.append(record["resumed_from_commit"])
@@ -207,7 +210,7 @@ class RunInUseError(RuntimeError):
     """The run is being trained elsewhere: two trainings of one run would overwrite each other's checkpoints."""
 
 
-_READ: Dict[Path, Tuple[str, Dict[str, Any]]] = {}  # path -> (its text, the record parsed): RunStore.read
+_READ: Dict[Path, Tuple[str, Record]] = {}  # path -> (its text, the record parsed): RunStore.read
 
 
 class RunStore:
@@ -265,13 +268,13 @@ class RunStore:
         stretches = {"commit": checkpoint.get("commit", "unknown"), "segments": checkpoint.get("segments", [])}
         return not (inside_git_tree(self.root) and unclean_commits(stretches))
 
-    def is_done(self, record: Optional[Dict[str, Any]]) -> bool:
+    def is_done(self, record: Optional[Record]) -> bool:
         """Whether a stored ``record`` (None: no record) finishes its run: it is one this store would keep
         now. A store whose records are committed keeps only records of clean code, so a run with a
         record of uncommitted code is done again; a scratch store keeps what any code made."""
         return record is not None and not (inside_git_tree(self.root) and unclean_commits(record))
 
-    def finished(self, experiment: str, scale: str, rid: str) -> Optional[Dict[str, Any]]:
+    def finished(self, experiment: str, scale: str, rid: str) -> Optional[Record]:
         """The stored record of run ``rid`` where it finishes the run (``is_done``), else None."""
         record = self.find(experiment, scale, rid)
         return record if self.is_done(record) else None
@@ -279,25 +282,25 @@ class RunStore:
     def has(self, experiment: str, scale: str, rid: str) -> bool:
         return self.path(experiment, scale, rid).exists()
 
-    def load(self, experiment: str, scale: str, rid: str) -> Dict[str, Any]:
+    def load(self, experiment: str, scale: str, rid: str) -> Record:
         return self.read(self.path(experiment, scale, rid))
 
-    def find(self, experiment: str, scale: str, rid: str) -> Optional[Dict[str, Any]]:
+    def find(self, experiment: str, scale: str, rid: str) -> Optional[Record]:
         """The stored record of run ``rid``, or None where there is none."""
         return self.load(experiment, scale, rid) if self.has(experiment, scale, rid) else None
 
     @staticmethod
-    def read(path: Path) -> Dict[str, Any]:
-        """The record at ``path``; one that is not JSON is a ValueError naming it. A process parses each
-        record file once (a chapter and the landing page read the same records many times): the dict it
-        gives is shared, for reading; a file whose text has changed is parsed again."""
+    def read(path: Path) -> Record:
+        """The record at ``path``; one that is not JSON, or not a record, is a ValueError naming it. A
+        process parses each record file once (a chapter and the landing page read the same records many
+        times): the ``Record`` it gives is shared, for reading; a file whose text has changed is parsed again."""
         path = Path(path)
         text = path.read_text()
         cached = _READ.get(path)
         if cached is not None and cached[0] == text:
             return cached[1]
         try:
-            record = json.loads(text)
+            record = Record.from_json(json.loads(text), f"run record {path}")
         except json.JSONDecodeError as e:
             raise ValueError(f"run record {path} is not valid JSON ({e}); delete it to rerun that run") from e
         _READ[path] = (text, record)
@@ -307,9 +310,11 @@ class RunStore:
         """Whether any record of ``experiment`` at ``scale`` is stored (none is read)."""
         return any((self.root / experiment / scale).glob("*.json"))
 
-    def save(self, record: Dict[str, Any]) -> Path:
-        """Write ``record`` atomically. A store inside a git work tree (records that can be committed,
+    def save(self, record: Union[Record, Dict[str, Any]]) -> Path:
+        """Write ``record`` (a ``Record``, or the dict the trainer makes of one) atomically. A store inside a git work tree (records that can be committed,
         like ``data/runs``) refuses a record whose code was not a clean commit."""
+        if isinstance(record, Record):
+            record = record.json()
         path = self.path(record["experiment"], record["config"]["scale"], record["run_id"])
         unclean = unclean_commits(record)
         if unclean and inside_git_tree(self.root):
@@ -320,7 +325,7 @@ class RunStore:
         atomic_write_bytes(path, (json.dumps(record, indent=1, sort_keys=True) + "\n").encode())
         return path
 
-    def records(self, experiment: str, scale: Optional[str] = None) -> List[Dict[str, Any]]:
+    def records(self, experiment: str, scale: Optional[str] = None) -> List[Record]:
         """All finished records of ``experiment`` (at ``scale`` if given)."""
         folder = self.root / experiment
         pattern = f"{scale}/*.json" if scale else "*/*.json"

@@ -5,7 +5,7 @@ stored records and ``data/paper_results.csv`` by the same table functions the ch
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, List, Optional
+from typing import Any, List, Optional
 
 import pandas as pd
 
@@ -14,6 +14,7 @@ from .chapters import best_cell, judged_claims, paper_comparison, paper_so_far
 from .experiments import EXPERIMENTS, conjecture
 from .experiments import seeds as seeds_study
 from .report import VERDICTS, claim_verdicts, stamp, verdict_kind, verdict_rows, verdict_tally
+from .records import Row
 from .store import RunStore
 from .sweep import run_grid, stored_scales
 
@@ -142,7 +143,7 @@ class Shown:
     what: str  # the landing table's label
     grid: str
     scale: Optional[str]
-    rows: List[Dict[str, Any]]
+    rows: List[Row]
     comparison: pd.DataFrame
     at_paper: Optional[pd.DataFrame]
 

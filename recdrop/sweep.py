@@ -19,16 +19,18 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import inspect
 import os
 import sys
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import torch
 from tqdm.auto import tqdm
 
 from . import experiments
 from .config import SCALE_NAMES, run_id
+from .records import Record, Row
 from .report import stored_seeds
 from .runner import Job, check_jobs, run_groups, run_job, worker_threads
 from .store import RunStore, cache_dir, git_commit
@@ -45,8 +47,8 @@ def check_seeds(seeds) -> List[int]:
     return list(seeds)
 
 
-def fuse_groups(experiment: str, rows: Sequence[Dict[str, Any]], fuse: Union[bool, int] = False,
-                device: str = "cpu") -> List[List[Dict[str, Any]]]:
+def fuse_groups(experiment: str, rows: Sequence[Row], fuse: Union[bool, int] = False,
+                device: str = "cpu") -> List[List[Row]]:
     """``rows`` (``grid_rows``) as the groups that train together: each alone where ``fuse`` is False;
     else the runs that can share one model (``Task.group_key``: one model shape and batch order), in
     groups of at most ``fuse`` runs (True: no cap), in the order of their first run. A ValueError
@@ -62,17 +64,17 @@ def fuse_groups(experiment: str, rows: Sequence[Dict[str, Any]], fuse: Union[boo
     else:
         raise ValueError(f"fuse must be True, False or a group size of at least 1, got {fuse!r}")
     make_task, _ = experiments.get(experiment)
-    keys = [group_key(make_task, r["config"], r["seed"]) for r in rows]
+    keys = [group_key(make_task, r.config, r.seed) for r in rows]
     if rows and None in keys:
         raise ValueError(f"--fuse: the runs of {experiment} cannot share one model (its task trains one run at a "
                          "time); run them without --fuse")
-    by_key: Dict[Any, List[Dict[str, Any]]] = {}
+    by_key: Dict[Any, List[Row]] = {}
     for key, row in zip(keys, rows):
         by_key.setdefault(key, []).append(row)
     groups = [members[i:i + cap] for members in by_key.values() for i in range(0, len(members), cap)]
     free = free_memory(device)
     for members in groups:
-        need = make_task.group_bytes(members[0]["config"], len(members))
+        need = make_task.group_bytes(members[0].config, len(members))
         if need is not None and free is not None and need > 0.9 * free:
             per_run = need / len(members)
             raise ValueError(f"--fuse: a group of {len(members)} runs of {experiment} needs about {need / 2**30:.1f} GiB "
@@ -91,38 +93,34 @@ def free_memory(device: str) -> Optional[int]:
         return None
 
 
-def _run_remote(experiment: str, config, seed: int, device: str, threads: int) -> Dict[str, Any]:
+def _run_remote(experiment: str, config, seed: int, device: str, threads: int) -> Record:
     """A Ray or submitit task: train into a store kept on the worker (so a finished run survives a driver that
     dies before saving it, and a resubmitted run is loaded, not retrained) and return the record. A record
     there from other code than the worker's is trained again, not handed back."""
     store = RunStore(cache_dir() / "worker-runs")
     rid = run_id(config, seed)
     stored = store.find(experiment, config.scale, rid)
-    stale = stored is not None and stored.get("commit") != git_commit()
+    stale = stored is not None and stored.commit != git_commit()
     return run_job(Job(experiment, ((config, seed),), device, str(store.root), threads, rerun=stale))[0]
 
 
-def _run_with_ray(todo, experiment: str, device: str, jobs: int, store: RunStore, bar, failures) -> None:
+def _ray_results(todo: Sequence[Row], experiment: str, device: str, jobs: int) -> Iterator[Tuple[Row, Callable]]:
+    """Each of ``todo``'s runs handed to a Ray cluster (``_run_remote``), as it ends: (row, its result)."""
     import ray
 
     if not ray.is_initialized():
         ray.init(address=os.environ.get("RAY_ADDRESS"), num_cpus=None if os.environ.get("RAY_ADDRESS") else jobs,
                  include_dashboard=False, log_to_driver=False)
     remote = ray.remote(num_cpus=1, num_gpus=1 if device.startswith("cuda") else 0)(_run_remote)
-    pending = {remote.remote(experiment, r["config"], r["seed"], device, 1): r for r in todo}
+    pending = {remote.remote(experiment, r.config, r.seed, device, 1): r for r in todo}
     while pending:
         done, _ = ray.wait(list(pending), num_returns=1)
-        r = pending.pop(done[0])
-        try:
-            record = ray.get(done[0])
-            store.save(record)  # the driver writes the store
-            r.update(run_fields(store, record))
-        except Exception as e:
-            failures.append((r, e))
-        bar.update(1)
+        yield pending.pop(done[0]), functools.partial(ray.get, done[0])
 
 
-def _run_with_submitit(todo, experiment: str, device: str, jobs: int, store: RunStore, bar, failures) -> None:
+def _submitit_results(todo: Sequence[Row], experiment: str, device: str,
+                      jobs: int) -> Iterator[Tuple[Row, Callable]]:
+    """Each of ``todo``'s runs handed to SLURM through submitit (``_run_remote``), as it ends: (row, its result)."""
     import submitit
 
     folder = os.environ.get("RECDROP_SUBMITIT_DIR") or str(cache_dir() / "submitit")
@@ -133,40 +131,30 @@ def _run_with_submitit(todo, experiment: str, device: str, jobs: int, store: Run
         params["slurm_partition"] = os.environ["RECDROP_SLURM_PARTITION"]
     executor.update_parameters(**params)
     with executor.batch():  # one SLURM job array
-        submitted = [(executor.submit(_run_remote, experiment, r["config"], r["seed"], device, 1), r) for r in todo]
+        submitted = [(executor.submit(_run_remote, experiment, r.config, r.seed, device, 1), r) for r in todo]
     by_job = {job.job_id: r for job, r in submitted}
     poll_s = 1 if executor.cluster == "local" else 10
     for job in submitit.helpers.as_completed([job for job, _ in submitted], poll_frequency=poll_s):
-        r = by_job[job.job_id]
-        try:
-            record = job.result()
-            store.save(record)  # the driver writes the store
-            r.update(run_fields(store, record))
-        except Exception as e:
-            failures.append((r, e))
-        bar.update(1)
+        yield by_job[job.job_id], job.result
 
 
-ENGINES = ("local", "ray", "submitit")
+REMOTE_ENGINES = {"ray": _ray_results, "submitit": _submitit_results}
 
 
-RUN_FIELDS = ("run_id", "config", "record", "diverged", "done")  # what a row of grid_rows holds beside its labels
+ENGINES = ("local", *REMOTE_ENGINES)
 
 
-def run_fields(store: RunStore, record: Optional[Dict[str, Any]]) -> Dict[str, Any]:
-    """A row's ``record``, ``diverged`` and ``done`` (``grid_rows``) from its stored record or None."""
-    diverged = record.get("diverged") if record else None
-    return {"record": None if diverged else record, "diverged": diverged, "done": store.is_done(record)}
+def set_stored(store: RunStore, row: Row, record: Optional[Record]) -> None:
+    """``row`` now holds ``record``, its run's stored record (or None), and whether that is done."""
+    row.stored, row.done = record, store.is_done(record)
 
 
 def grid_rows(experiment: str, scale: str, seeds: Sequence[int] = (0,), grid: str = "table",
               only: Optional[Dict[str, Any]] = None, store: Optional[RunStore] = None,
-              **overrides) -> List[Dict[str, Any]]:
-    """The runs of ``experiment``'s ``grid`` at ``scale``, for each seed, in the grid's order: one row per
-    run with the cell's labels, ``seed``, ``run_id``, ``config``, ``record`` (None where not run, or
-    where training diverged), ``diverged`` (then where: epoch, batch and loss; else None) and ``done``
-    (``RunStore.is_done``: a record of a diverged run counts). ``only`` keeps the cells whose labels
-    have these values (e.g. ``{"scheme": "moon"}``)."""
+              **overrides) -> List[Row]:
+    """The runs of ``experiment``'s ``grid`` at ``scale``, for each seed, in the grid's order: a ``Row``
+    per run, with the cell's labels, its seed, run id and config, and its stored record if any.
+    ``only`` keeps the cells whose labels have these values (e.g. ``{"scheme": "moon"}``)."""
     _, grid_cells = experiments.get(experiment, grid)
     seeds = check_seeds(seeds)
     store = store or RunStore()
@@ -188,13 +176,14 @@ def grid_rows(experiment: str, scale: str, seeds: Sequence[int] = (0,), grid: st
     for label, cfg in cells:
         for seed in seeds:
             rid = run_id(cfg, seed)
-            rows.append({**label, "seed": seed, "run_id": rid, "config": cfg,
-                         **run_fields(store, store.find(experiment, cfg.scale, rid))})
+            row = Row(dict(label), seed, rid, cfg)
+            set_stored(store, row, store.find(experiment, cfg.scale, rid))
+            rows.append(row)
     return rows
 
 
 def stored_scales(experiment: str, grid: str = "table", store: Optional[RunStore] = None,
-                  up_to: Optional[str] = None) -> Iterator[Tuple[str, List[Dict[str, Any]]]]:
+                  up_to: Optional[str] = None) -> Iterator[Tuple[str, List[Row]]]:
     """(scale, ``grid_rows`` at every seed stored there) for each scale of ``experiment`` with stored
     records, largest first (``up_to`` at most); scales its config no longer has are passed over."""
     store = store or RunStore()
@@ -206,7 +195,7 @@ def stored_scales(experiment: str, grid: str = "table", store: Optional[RunStore
 
 
 def stored_rows(experiment: str, scale: str, grid: str = "table",
-                store: Optional[RunStore] = None) -> Optional[List[Dict[str, Any]]]:
+                store: Optional[RunStore] = None) -> Optional[List[Row]]:
     """``grid_rows`` of ``experiment`` at ``scale`` for every seed stored there; None where no record is
     stored at that scale or its config no longer has it."""
     store = store or RunStore()
@@ -218,9 +207,9 @@ def stored_rows(experiment: str, scale: str, grid: str = "table",
 def run_grid(experiment: str, scale: str, seeds: Sequence[int] = (0,), device: str = "cpu", jobs: int = 1,
              train: bool = True, store: Optional[RunStore] = None, progress: bool = True, engine: str = "local",
              only: Optional[Dict[str, Any]] = None, grid: str = "table", fuse: Union[bool, int] = False,
-             precision: str = "float32", **overrides) -> List[Dict[str, Any]]:
+             precision: str = "float32", **overrides) -> List[Row]:
     """Every cell of ``experiment``'s grid at ``scale`` for every seed: one row per run, as ``grid_rows``
-    gives them (``record`` None where not run and ``train`` is False, or where the run diverged).
+    gives them (``Row.record`` None where not run and ``train`` is False, or where the run diverged).
     ``only`` keeps the cells whose labels have these values (e.g. ``{"scheme": "moon"}``). ``grid``
     names which of the experiment's grids: "table" (the paper's), "headline" or "conjecture". With
     ``fuse`` (True, or a cap on a group's size), the runs that can share one model train as one
@@ -242,7 +231,7 @@ def run_grid(experiment: str, scale: str, seeds: Sequence[int] = (0,), device: s
         set_precision(precision, device)  # its errors before any run starts
     store = store or RunStore()
     rows = grid_rows(experiment, scale, seeds, grid, only, store, **overrides)
-    todo = [r for r in rows if not r["done"]]
+    todo = [r for r in rows if not r.done]
     if not train or not todo:
         return rows
     if (fuse is not False or precision != "float32") and engine != "local":
@@ -254,8 +243,8 @@ def run_grid(experiment: str, scale: str, seeds: Sequence[int] = (0,), device: s
                      disable=not progress, position=0, dynamic_ncols=True)
     failures = []
 
-    def took(row, record):
-        row.update(run_fields(store, record))
+    def ran(row, record):
+        set_stored(store, row, record)
         sweep_bar.update(1)
 
     def failed(row, error):  # the other runs go on: their records are worth having
@@ -263,20 +252,25 @@ def run_grid(experiment: str, scale: str, seeds: Sequence[int] = (0,), device: s
         sweep_bar.update(1)
 
     def job(i, group):
-        return Job(experiment, tuple((r["config"], r["seed"]) for r in group), device, str(store.root), threads,
+        return Job(experiment, tuple((r.config, r.seed) for r in group), device, str(store.root), threads,
                    position=1 + i % jobs, progress=progress,
-                   rerun=any(r["record"] or r["diverged"] for r in group), precision=precision)
+                   rerun=any(r.stored is not None for r in group), precision=precision)
     try:
-        if engine == "ray":
-            _run_with_ray(todo, experiment, device, jobs, store, sweep_bar, failures)
-        elif engine == "submitit":
-            _run_with_submitit(todo, experiment, device, jobs, store, sweep_bar, failures)
+        if engine == "local":
+            run_groups(groups, jobs, job, store, ran, failed)
         else:
-            run_groups(groups, jobs, job, store, took, failed)
+            for row, result in REMOTE_ENGINES[engine](todo, experiment, device, jobs):
+                try:
+                    record = result()
+                    store.save(record)  # the driver writes the store
+                except Exception as e:
+                    failed(row, e)
+                else:
+                    ran(row, record)
     finally:
         sweep_bar.close()
     if failures:
-        lines = "\n".join(f"  {r['run_id']} {r['config']}: {type(e).__name__}: {e}" for r, e in failures)
+        lines = "\n".join(f"  {r.run_id} {r.config}: {type(e).__name__}: {e}" for r, e in failures)
         raise RuntimeError(f"{len(failures)} of {len(todo)} runs failed (finished records are kept):\n{lines}")
     return rows
 

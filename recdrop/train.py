@@ -24,6 +24,7 @@ from . import graphs
 from .config import ExperimentConfig, run_id
 from .layers import _RecurrentLayer
 from .models import set_generator
+from .records import Record
 from .store import CorruptCheckpointError, RunStore, environment, load_checkpoint, save_checkpoints, utc_now
 
 DEVICES = ("cpu", "cuda")
@@ -393,7 +394,7 @@ def train_run(make_task: Callable[..., Task], config: ExperimentConfig, seed: in
               store: Optional[RunStore] = None, resume: bool = True, progress: bool = True,
               checkpoint_every_s: float = 180.0, callback: Optional[Callable[[str, int, int], None]] = None,
               position: int = 0, deadline: Optional[float] = None, rerun: bool = False,
-              precision: str = "float32") -> Dict[str, Any]:
+              precision: str = "float32") -> Record:
     """Train one run of ``config`` with ``seed`` (or load its record if it is finished): a group of one
     (``train_group``). A run whose training loss stops being finite is recorded as diverged, and
     ``NonFiniteLossError`` says where."""
@@ -401,7 +402,7 @@ def train_run(make_task: Callable[..., Task], config: ExperimentConfig, seed: in
     (record,) = train_group(make_task, [(config, seed)], device, store, resume, progress, checkpoint_every_s,
                             callback, position, deadline, rerun, errors, precision)
     if errors:
-        raise NonFiniteLossError(errors[record["run_id"]])
+        raise NonFiniteLossError(errors[record.run_id])
     return record
 
 
@@ -409,7 +410,7 @@ def train_group(make_task: Callable[..., Task], members: Sequence[Tuple[Experime
                 store: Optional[RunStore] = None, resume: bool = True, progress: bool = True,
                 checkpoint_every_s: float = 180.0, callback: Optional[Callable[[str, int, int], None]] = None,
                 position: int = 0, deadline: Optional[float] = None, rerun: bool = False,
-                errors: Optional[Dict[str, str]] = None, precision: str = "float32") -> List[Dict[str, Any]]:
+                errors: Optional[Dict[str, str]] = None, precision: str = "float32") -> List[Record]:
     """Train the runs ``members`` ((config, seed) each) as one group, one model with a leading run
     dimension where there are several (``Task.group_step``), and return each one's record in order.
 
@@ -446,7 +447,7 @@ def train_group(make_task: Callable[..., Task], members: Sequence[Tuple[Experime
                          + ("their task trains one run at a time" if None in keys else
                             "they differ in more than the fields a group lets differ (Task.FUSABLE_FIELDS) or in a "
                             "seed that orders their batches"))
-    records: Dict[str, Dict[str, Any]] = {}
+    records: Dict[str, Record] = {}
 
     def unstored(pending: List[Tuple[ExperimentConfig, int]]) -> List[Tuple[ExperimentConfig, int]]:
         """The runs of ``pending`` to train: all with ``rerun``, else those without a stored record (the
@@ -492,9 +493,9 @@ def train_group(make_task: Callable[..., Task], members: Sequence[Tuple[Experime
                     behind = [r for r in runs if r.position == first]
                     ahead = [r.position for r in runs if r.position != first]
                     until = min(ahead) if ahead else None
-                    for record in _train_together(behind, store, progress, checkpoint_every_s, callback, position,
-                                                  deadline, until, diverged):
-                        records[record["run_id"]] = record
+                    for record in GroupTraining(behind, store, progress, checkpoint_every_s, callback, position,
+                                                deadline, until, diverged).run():
+                        records[record.run_id] = record
                     done = {r.rid for r in behind if r.rid in records}
                     caught_up = [build(r.config, r.seed, True) for r in behind if r.rid not in done]  # their checkpoints
                     runs = sorted([r for r in runs if r not in behind] + [r for r in caught_up if r is not None],
@@ -507,16 +508,6 @@ def train_group(make_task: Callable[..., Task], members: Sequence[Tuple[Experime
             raise GroupMemberError(f"{len(failed)} of {len(todo)} runs could not start (the others went on):\n"
                                    + "\n".join(f"  {rid}: {why}" for rid, why in failed.items()))
     return [records[rid] for rid in rids]
-
-
-def _train_together(runs: List[Run], store: RunStore, progress: bool, checkpoint_every_s: float, callback,
-                    position: int, deadline: Optional[float], until: Optional[Tuple[int, int]] = None,
-                    diverged: Optional[Dict[str, str]] = None) -> List[Dict[str, Any]]:
-    """The loop of ``train_group`` over ``runs``, which stand at one place (epoch, batch): to the end, or
-    to ``until`` (epoch, batch), where they checkpoint and stop (to go on with the runs already there).
-    Returns the records of the runs that finished or diverged; ``diverged`` gets each divergence's message."""
-    return GroupTraining(runs, store, progress, checkpoint_every_s, callback, position, deadline, until,
-                         diverged).run()
 
 
 READ_EVERY = 64  # steps whose outputs a GPU holds before the host reads them (``StepOutputs``)
@@ -599,7 +590,7 @@ class GroupTraining:
         self.start = self.lead.position
         self.group = [r.rid for r in runs] if len(runs) > 1 else None
         self.batch_counts: Dict[int, int] = {}
-        self.finished: List[Dict[str, Any]] = []  # the records of the runs that finished or diverged
+        self.finished: List[Record] = []  # the records of the runs that finished or diverged, as stored
         self.stepper = None
         self.outputs = StepOutputs()
         self.t_start = self.clock = time.perf_counter()
@@ -671,8 +662,7 @@ class GroupTraining:
                 for k, v in out.items():
                     r.sums[k] = r.sums.get(k, 0.0) + v
                 r.sums["_n"] = r.sums.get("_n", 0) + 1
-        gone = [r for r in self.live if r.diverged]
-        if gone:
+        if any(r.diverged for r in self.live):
             self.live = [r for r in self.live if not r.diverged]
             self.stepper = release(self.stepper)
 
@@ -702,7 +692,7 @@ class GroupTraining:
                 r.env["step"] = "cuda-graph"
         return outs
 
-    def run(self) -> List[Dict[str, Any]]:
+    def run(self) -> List[Record]:
         lead, epochs = self.lead, self.lead.config.epochs
         start_epoch, start_batch = self.start
         last_ckpt = time.monotonic()
@@ -762,9 +752,8 @@ class GroupTraining:
             release(self.stepper)
         for r in self.live:
             record = self.make_record(r, r.task.final_metrics(r.curves), epochs, 0)
-            self.store.save(record)
+            self.finished.append(self.store.read(self.store.save(record)))
             r.ckpt_path.unlink(missing_ok=True)
-            self.finished.append(record)
         return self.finished
 
     def end_epoch(self, epoch: int, bar) -> None:

@@ -1,6 +1,7 @@
 """What the book build decides by itself: which scale each chapter shows, and the landing page."""
 import json
 
+from made import RECORD_DEFAULTS
 from recdrop import book, chapters
 from recdrop.store import RunStore
 from recdrop.summary import landing_table
@@ -10,13 +11,13 @@ from recdrop.sweep import grid_rows
 def fake_record(store, experiment, scale, name="r1", seed=0):
     path = store.root / experiment / scale / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"experiment": experiment, "seed": seed, "metrics": {}}))
+    path.write_text(json.dumps({**RECORD_DEFAULTS, "experiment": experiment, "seed": seed, "metrics": {}}))
 
 
 def grid_record(store, experiment, scale, grid="table", cell=0, seed=0):
     """A stored record for one run of ``experiment``'s ``grid`` (the book only looks at which exist)."""
     row = [r for r in grid_rows(experiment, scale, [seed], grid, store=store)][cell]
-    fake_record(store, experiment, scale, row["run_id"], seed)
+    fake_record(store, experiment, scale, row.run_id, seed)
 
 
 def test_each_chapter_shows_the_largest_scale_stored(tmp_path, monkeypatch):
@@ -98,9 +99,9 @@ def test_landing_page_says_not_yet_run_below_paper_scale(tmp_path):
 def test_the_landing_verdict_names_what_a_paper_scale_lacks(tmp_path):
     store = RunStore(tmp_path)
     row = next(r for r in grid_rows("sentiment", "paper", [0], store=store))
-    path = store.path("sentiment", "paper", row["run_id"])
+    path = store.path("sentiment", "paper", row.run_id)
     path.parent.mkdir(parents=True)
-    path.write_text(json.dumps({"seed": 0, "config": {"scale": "paper"}, "metrics": {}}))
+    path.write_text(json.dumps({**RECORD_DEFAULTS, "seed": 0, "config": {"scale": "paper"}, "metrics": {}}))
     verdicts = landing_table(store).set_index("chapter")["verdict"]
     assert verdicts["sentiment"].iloc[0].endswith(
         "(without the pre-training on 1M weakly labelled tweets, the word2vec vectors (GloVe 50d here) and the 2013 "
@@ -116,10 +117,10 @@ def test_an_ablations_runs_show_beside_their_table_on_the_landing_page_and_in_th
     monkeypatch.setenv("RECDROP_RUNS", str(tmp_path))
     store = RunStore()
     row = grid_rows("ner", "paper", [0], "torch-rmsprop", store=store)[0]  # RNN without dropout
-    assert row["config"].optimizer == "rmsprop-torch" and row["config"].clip_norm == 0.0
-    path = store.path("ner", "paper", row["run_id"])
+    assert row.config.optimizer == "rmsprop-torch" and row.config.clip_norm == 0.0
+    path = store.path("ner", "paper", row.run_id)
     path.parent.mkdir(parents=True)
-    path.write_text(json.dumps({"seed": 0, "config": {"scale": "paper"}, "metrics": {"test_f1_short": 64.1},
+    path.write_text(json.dumps({**RECORD_DEFAULTS, "seed": 0, "config": {"scale": "paper"}, "metrics": {"test_f1_short": 64.1},
                                 "curves": [], "hardware": "cpu", "torch": "2.13.0", "commit": "0123456",
                                 "finished": "2026-11-25T18:00:00Z"}))
     assert book.chapter_scale("ner") == "paper"
@@ -176,7 +177,7 @@ def test_a_chapter_shows_the_runs_of_its_other_scales(store, monkeypatch):
     monkeypatch.setattr(chapters, "display", lambda obj: shown.append(obj))
     chapters.show_other_scales("temporal_order", "quick", store)
     assert shown == []  # nothing stored at another scale
-    train_run(TemporalOrderTask, grid_rows("temporal_order", "ci", [0], store=store)[0]["config"], store=store,
+    train_run(TemporalOrderTask, grid_rows("temporal_order", "ci", [0], store=store)[0].config, store=store,
               progress=False)
     chapters.show_other_scales("temporal_order", "quick", store)
     assert "At `ci` scale" in shown[0].data and "runs: 1 shown" in shown[0].data
@@ -197,11 +198,11 @@ def test_a_chapter_says_where_its_claims_not_yet_run_are_judged(store):
     rows = grid_rows("ner", "ci", [0], store=store)
 
     def ran(r):
-        path = store.root / "ner" / "ci" / f"{r['run_id']}.json"
+        path = store.root / "ner" / "ci" / f"{r.run_id}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         gain = (3.0 if r["cell"] == "LSTM" else 2.0) if r["rate"] else 0.0  # dropout helps, more after the
         # short stage, the most in the LSTM: every claim reads every cell (none fails before the last is read)
-        path.write_text(json.dumps({"experiment": "ner", "seed": 0, "metrics": {
+        path.write_text(json.dumps({**RECORD_DEFAULTS, "experiment": "ner", "seed": 0, "metrics": {
             "test_f1_short": 80.0 + gain, "test_f1_long": 85.0 + gain / 2}}))
     for r in rows[:-1]:  # every cell but one at ci: the claims still wait there too
         ran(r)
@@ -224,7 +225,7 @@ def test_stored_scales_walks_the_scales_with_records_largest_first(tmp_path):
     store = RunStore(tmp_path)
     for scale in ("ci", "reduced"):
         grid_record(store, "word_lm", scale, seed=1)
-    assert [(scale, {r["seed"] for r in rows}) for scale, rows in stored_scales("word_lm", store=store)] == \
+    assert [(scale, {r.seed for r in rows}) for scale, rows in stored_scales("word_lm", store=store)] == \
         [("reduced", {1}), ("ci", {1})]  # quick has none; the seeds are those stored
     assert [scale for scale, _ in stored_scales("word_lm", store=store, up_to="quick")] == ["ci"]
     grid_record(store, "sentiment", "ci")
@@ -252,14 +253,14 @@ def test_a_table_is_shown_at_the_largest_scale_where_every_cell_ran_with_the_pap
     n_cells = len(grid_rows("temporal_order", "quick", [0], store=store))
     for cell in range(n_cells):  # every cell of Table 1 at quick
         row = grid_rows("temporal_order", "quick", [0], store=store)[cell]
-        path = store.path("temporal_order", "quick", row["run_id"])
+        path = store.path("temporal_order", "quick", row.run_id)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"seed": 0, "metrics": {"train_acc": 1.0, "test_acc": 0.5}}))
+        path.write_text(json.dumps({**RECORD_DEFAULTS, "seed": 0, "metrics": {"train_acc": 1.0, "test_acc": 0.5}}))
     assert book.complete_scale("temporal_order") == "quick" and book.chapter_scale("temporal_order") == "quick"
     row = grid_rows("temporal_order", "paper", [0], store=store)[0]  # one cell at paper
-    path = store.path("temporal_order", "paper", row["run_id"])
+    path = store.path("temporal_order", "paper", row.run_id)
     path.parent.mkdir(parents=True)
-    path.write_text(json.dumps({"seed": 0, "config": {"scale": "paper"}, "metrics": {"train_acc": 1.0, "test_acc": 1.0},
+    path.write_text(json.dumps({**RECORD_DEFAULTS, "seed": 0, "config": {"scale": "paper"}, "metrics": {"train_acc": 1.0, "test_acc": 1.0},
                                 "curves": [], "hardware": "cpu", "torch": "2.13.0", "commit": "0123456",
                                 "finished": "2026-11-25T18:00:00Z"}))
     assert book.complete_scale("temporal_order") == "quick"  # paper has one cell: the chapter stays at quick

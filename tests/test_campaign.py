@@ -95,12 +95,12 @@ def test_a_run_stopped_at_its_deadline_resumes_to_the_same_record(store, tmp_pat
                   callback=stop_after("batch", 1, 2))
     assert store.checkpoint_path("temporal_order", run_id(cfg, 1)).exists()
     resumed = train_run(TemporalOrderTask, cfg, seed=1, store=store, progress=False)
-    assert resumed["curves"] == straight["curves"] and resumed["metrics"] == straight["metrics"]
-    first, second = resumed["segments"]
+    assert resumed.curves == straight.curves and resumed.metrics == straight.metrics
+    first, second = resumed.segments
     n = cfg.train_batches
     assert (first["from_epoch"], first["to_epoch"]) == (0.0, round(1 + 3 / n, 4))
     assert (second["from_epoch"], second["to_epoch"]) == (first["to_epoch"], 3.0)
-    assert "segments" not in straight  # a run trained in one go keeps the record format it had
+    assert "segments" not in straight.json()  # a run trained in one go keeps the record format it had
 
 
 def test_a_run_past_its_deadline_does_not_start(store):
@@ -115,15 +115,15 @@ def test_the_campaign_runs_what_is_missing_in_order_and_reruns_unclean_records(t
     monkeypatch.setattr(campaign, "git_commit", lambda: "0123456789")
     entries = [CI_ENTRY]
     todo = pending_runs(entries, "cpu", store)
-    assert [r.row["sampling"] for r in todo] == ["per-step", "per-sequence"]
+    assert [r["sampling"] for r in todo] == ["per-step", "per-sequence"]
     out = run_campaign(entries, "cpu", 1, 600.0, store, progress=False)
     assert len(out["finished"]) == 2 and not out["stopped"] + out["failed"] + out["not_started"]
     assert pending_runs(entries, "cpu", store) == []
     # a record from uncommitted code is run again and replaced
     rec = out["finished"][0].record
-    path = store.path("temporal_order", "ci", rec["run_id"])
-    path.write_text(json.dumps({**rec, "commit": "0123456789-dirty", "finished": "never"}))
-    rerun = [r for r in pending_runs(entries, "cpu", store) if r.run_id == rec["run_id"]]
+    path = store.path("temporal_order", "ci", rec.run_id)
+    path.write_text(json.dumps({**rec.json(), "commit": "0123456789-dirty", "finished": "never"}))
+    rerun = [r for r in pending_runs(entries, "cpu", store) if r.run_id == rec.run_id]
     assert rerun and rerun[0].rerun
     run_campaign(entries, "cpu", 1, 600.0, store, progress=False)
     assert json.loads(path.read_text())["finished"] != "never"
@@ -134,24 +134,24 @@ def test_the_campaign_and_the_sweep_agree_on_what_is_done(tmp_path, store, clean
     finishes it in a scratch store, and not in one whose records are committed."""
     out = run_campaign([CI_ENTRY], "cpu", 1, 600.0, store, progress=False)
     dirty, diverged = (r.record for r in out["finished"])
-    store.path("temporal_order", "ci", dirty["run_id"]).write_text(json.dumps({**dirty, "commit": "0123456789-dirty"}))
-    path = store.path("temporal_order", "ci", diverged["run_id"])
-    path.write_text(json.dumps({**diverged, "metrics": {}, "diverged": {"epoch": 1, "batch": 2, "loss": "nan"}}))
+    store.path("temporal_order", "ci", dirty.run_id).write_text(json.dumps({**dirty.json(), "commit": "0123456789-dirty"}))
+    path = store.path("temporal_order", "ci", diverged.run_id)
+    path.write_text(json.dumps({**diverged.json(), "metrics": {}, "diverged": {"epoch": 1, "batch": 2, "loss": "nan"}}))
     rows = run_grid("temporal_order", "ci", only=CI_ENTRY.only, store=store, progress=False)  # trains nothing
-    assert [r["done"] for r in rows] == [True, True] and pending_runs([CI_ENTRY], "cpu", store) == []
-    assert rows[1]["record"] is None and rows[1]["diverged"]["epoch"] == 1
+    assert [r.done for r in rows] == [True, True] and pending_runs([CI_ENTRY], "cpu", store) == []
+    assert rows[1].record is None and rows[1].diverged["epoch"] == 1
     (tmp_path / ".git").mkdir()
     for module in (campaign, sweep):
         monkeypatch.setattr(module, "git_commit", lambda: "0123456789")
-    assert [r.run_id for r in pending_runs([CI_ENTRY], "cpu", store)] == [dirty["run_id"]]
+    assert [r.run_id for r in pending_runs([CI_ENTRY], "cpu", store)] == [dirty.run_id]
     rows = run_grid("temporal_order", "ci", only=CI_ENTRY.only, store=store, progress=False)
-    assert rows[0]["record"]["commit"] == "0123456789" and pending_runs([CI_ENTRY], "cpu", store) == []
+    assert rows[0].record.commit == "0123456789" and pending_runs([CI_ENTRY], "cpu", store) == []
 
 
 def test_entries_kept_to_a_device_start_only_there_but_resume_anywhere(store, stop_after):
     entries = [Entry(**{**CI_ENTRY.__dict__, "devices": ("cuda",)})]
     assert pending_runs(entries, "cpu", store) == []
-    cfg = grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)[0]["config"]
+    cfg = grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)[0].config
     with pytest.raises(BudgetExhausted):
         train_run(TemporalOrderTask, cfg, store=store, progress=False, deadline=1.0, callback=stop_after("batch", 0, 1))
     assert [r.run_id for r in pending_runs(entries, "cpu", store)] == [run_id(cfg, 0)]
@@ -161,8 +161,8 @@ def test_a_spent_budget_starts_nothing(store):
     out = run_campaign([CI_ENTRY], "cpu", 1, 0.0, store, progress=False)
     assert len(out["not_started"]) == 2 and not out["finished"] + out["stopped"] + out["failed"]
     rows = grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)
-    assert not any(store.checkpoint_path("temporal_order", r["run_id"]).exists() for r in rows)
-    assert not any(r["record"] for r in rows)
+    assert not any(store.checkpoint_path("temporal_order", r.run_id).exists() for r in rows)
+    assert not any(r.record for r in rows)
 
 
 @pytest.mark.parametrize("jobs", [1, 2])
@@ -184,7 +184,7 @@ def test_the_budget_stops_a_run_midway_and_the_next_call_resumes_it(store, clean
     again = run_campaign([CI_ENTRY], "cpu", 1, 600.0, store, progress=False)
     assert len(again["finished"]) == 2 and pending_runs([CI_ENTRY], "cpu", store) == []
     for row in out["stopped"]:
-        first, _ = store.load("temporal_order", "ci", row.run_id)["segments"]
+        first, _ = store.load("temporal_order", "ci", row.run_id).segments
         assert first["to_epoch"] == 0.75  # 3 of its 4 batches
         assert not store.checkpoint_path("temporal_order", row.run_id).exists()
 
@@ -195,13 +195,13 @@ def test_records_from_unclean_code_are_refused_where_they_can_be_committed(tmp_p
     committed = RunStore(tmp_path / "repo" / "data" / "runs")
     for commit in ("0123456789-dirty", "unknown"):
         with pytest.raises(DirtyTreeError, match="not a clean commit"):
-            committed.save({**rec, "commit": commit})
+            committed.save({**rec.json(), "commit": commit})
     with pytest.raises(DirtyTreeError):  # a resumed run whose first stretch ran unclean code
-        committed.save({**rec, "commit": "0123456789", "segments": [{"commit": "abcdef0123-dirty"}]})
+        committed.save({**rec.json(), "commit": "0123456789", "segments": [{"commit": "abcdef0123-dirty"}]})
     with pytest.raises(DirtyTreeError, match="abcdef0123-dirty"):  # resumed from such a checkpoint
-        committed.save({**rec, "commit": "0123456789", "resumed_from_commit": "abcdef0123-dirty"})
-    assert committed.save({**rec, "commit": "0123456789"}).exists()
-    assert RunStore(tmp_path / "scratch").save({**rec, "commit": "0123456789-dirty"}).exists()
+        committed.save({**rec.json(), "commit": "0123456789", "resumed_from_commit": "abcdef0123-dirty"})
+    assert committed.save({**rec.json(), "commit": "0123456789"}).exists()
+    assert RunStore(tmp_path / "scratch").save({**rec.json(), "commit": "0123456789-dirty"}).exists()
 
 
 def test_the_campaign_refuses_to_start_from_unclean_code_for_a_committed_store(tmp_path, monkeypatch):
@@ -212,7 +212,7 @@ def test_the_campaign_refuses_to_start_from_unclean_code_for_a_committed_store(t
 
 
 def test_pack_and_unpack_carry_records_and_checkpoints(store, tmp_path, monkeypatch, stop_after, clean_code):
-    rows = [Pending(r, CI_ENTRY) for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
+    rows = [Pending.of(r, CI_ENTRY, False, False) for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
     finished = train_run(TemporalOrderTask, rows[0].config, store=store, progress=False)
     with pytest.raises(BudgetExhausted):
         train_run(TemporalOrderTask, rows[1].config, store=store, progress=False, deadline=1.0,
@@ -224,15 +224,15 @@ def test_pack_and_unpack_carry_records_and_checkpoints(store, tmp_path, monkeypa
     monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "cache2"))
     there = RunStore(tmp_path / "runs2")
     assert unpack(tmp_path / "out", there) == {"records": 1, "checkpoints": 1, "kept": 0, "refused": []}
-    assert there.load("temporal_order", "ci", finished["run_id"]) == finished
+    assert there.load("temporal_order", "ci", finished.run_id) == finished
     assert there.checkpoint_path("temporal_order", rows[1].run_id).read_bytes() == ckpt.read_bytes()
     assert unpack(tmp_path / "out", there)["kept"] == 1  # a clean record already there is kept
     # the resumed run finishes there
-    assert train_run(TemporalOrderTask, rows[1].config, store=there, progress=False)["segments"]
+    assert train_run(TemporalOrderTask, rows[1].config, store=there, progress=False).segments
 
 
 def test_unpack_leaves_out_the_checkpoint_of_a_run_in_training(store, tmp_path, stop_after, clean_code):
-    rows = [Pending(r, CI_ENTRY) for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
+    rows = [Pending.of(r, CI_ENTRY, False, False) for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
     with pytest.raises(BudgetExhausted):
         train_run(TemporalOrderTask, rows[0].config, store=store, progress=False, deadline=1.0,
                   callback=stop_after("batch", 0, 1))
@@ -247,7 +247,7 @@ def test_unpack_leaves_out_the_checkpoint_of_a_run_in_training(store, tmp_path, 
 
 
 def test_pack_splits_into_parts_and_leaves_behind_what_does_not_fit(store, tmp_path, capsys, stop_after):
-    rows = [Pending(r, CI_ENTRY) for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
+    rows = [Pending.of(r, CI_ENTRY, False, False) for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
     for i, r in enumerate(rows):
         with pytest.raises(BudgetExhausted):
             train_run(TemporalOrderTask, r.config, store=store, progress=False, deadline=1.0,
@@ -264,7 +264,7 @@ def test_pack_splits_into_parts_and_leaves_behind_what_does_not_fit(store, tmp_p
 
 
 def test_unpack_keeps_a_further_checkpoint_and_none_for_a_run_with_a_record(store, tmp_path, stop_after, clean_code):
-    rows = [Pending(r, CI_ENTRY) for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
+    rows = [Pending.of(r, CI_ENTRY, False, False) for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
     ahead, done = [store.checkpoint_path("temporal_order", r.run_id) for r in rows]
     for r in rows:
         with pytest.raises(BudgetExhausted):
@@ -281,29 +281,29 @@ def test_unpack_keeps_a_further_checkpoint_and_none_for_a_run_with_a_record(stor
 
 
 def test_unpack_goes_on_past_a_refused_record_and_reports_it(store, tmp_path, monkeypatch, capsys, clean_code):
-    rows = [Pending(r, CI_ENTRY) for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
+    rows = [Pending.of(r, CI_ENTRY, False, False) for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
     records = sorted((train_run(TemporalOrderTask, r.config, store=store, progress=False) for r in rows),
-                     key=lambda rec: rec["run_id"])
+                     key=lambda rec: rec.run_id)
     dirty, clean = records  # the refused one comes first in the pack
-    store.path("temporal_order", "ci", dirty["run_id"]).write_text(json.dumps({**dirty, "commit": "0123456789-dirty"}))
+    store.path("temporal_order", "ci", dirty.run_id).write_text(json.dumps({**dirty.json(), "commit": "0123456789-dirty"}))
     pack(tmp_path / "out", [], records, store)
     (tmp_path / "repo" / ".git").mkdir(parents=True)
     committed = RunStore(tmp_path / "repo" / "data" / "runs")
     counts = unpack(tmp_path / "out", committed)
     assert (counts["records"], counts["kept"]) == (1, 0)
-    assert len(counts["refused"]) == 1 and dirty["run_id"] in counts["refused"][0]
-    assert committed.load("temporal_order", "ci", clean["run_id"]) == clean
-    assert not committed.has("temporal_order", "ci", dirty["run_id"])
+    assert len(counts["refused"]) == 1 and dirty.run_id in counts["refused"][0]
+    assert committed.load("temporal_order", "ci", clean.run_id) == clean
+    assert not committed.has("temporal_order", "ci", dirty.run_id)
     # from the command line: what went in stays, the refusal is an error line and the exit status 1
     monkeypatch.setenv("RECDROP_RUNS", str(tmp_path / "repo" / "data" / "runs2"))
     (tmp_path / "campaign.toml").write_text(CI_TOML)
     assert campaign.main(["--unpack", str(tmp_path / "out"), "--list", "--file", str(tmp_path / "campaign.toml")]) == 1
     assert "error: unpack: run record" in capsys.readouterr().err
-    assert RunStore(tmp_path / "repo" / "data" / "runs2").load("temporal_order", "ci", clean["run_id"]) == clean
+    assert RunStore(tmp_path / "repo" / "data" / "runs2").load("temporal_order", "ci", clean.run_id) == clean
 
 
 def test_unpack_alone_brings_the_files_back_and_runs_nothing(store, tmp_path, monkeypatch, clean_code):
-    rows = [Pending(r, CI_ENTRY) for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
+    rows = [Pending.of(r, CI_ENTRY, False, False) for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
     record = train_run(TemporalOrderTask, rows[0].config, store=store, progress=False)
     pack(tmp_path / "out", [], [record], store)
     (tmp_path / "campaign.toml").write_text(CI_TOML)
@@ -313,13 +313,13 @@ def test_unpack_alone_brings_the_files_back_and_runs_nothing(store, tmp_path, mo
     for k, budget in enumerate([[], ["--for", "9m"]]):
         monkeypatch.setenv("RECDROP_RUNS", str(tmp_path / f"runs{k}"))
         assert campaign.main(["--unpack", str(tmp_path / "out"), "--file", str(tmp_path / "campaign.toml"), *budget]) == 0
-        assert RunStore(tmp_path / f"runs{k}").load("temporal_order", "ci", record["run_id"]) == record
+        assert RunStore(tmp_path / f"runs{k}").load("temporal_order", "ci", record.run_id) == record
         assert len(campaigns) == k  # only with a budget does a campaign follow the unpacking
 
 
 def test_unpack_puts_records_in_first_and_reports_a_checkpoint_that_does_not_load(store, tmp_path, monkeypatch,
                                                                                    stop_after, clean_code):
-    rows = [Pending(r, CI_ENTRY) for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
+    rows = [Pending.of(r, CI_ENTRY, False, False) for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
     unfinished, done = (store.checkpoint_path("temporal_order", r.run_id) for r in rows)
     with pytest.raises(BudgetExhausted):
         train_run(TemporalOrderTask, rows[0].config, store=store, progress=False, deadline=1.0,
@@ -332,7 +332,7 @@ def test_unpack_puts_records_in_first_and_reports_a_checkpoint_that_does_not_loa
     monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "cache2"))  # another machine
     there = RunStore(tmp_path / "runs2")
     assert unpack(tmp_path / "out", there) == {"records": 1, "checkpoints": 1, "kept": 1, "refused": []}
-    assert there.load("temporal_order", "ci", finished["run_id"]) == finished
+    assert there.load("temporal_order", "ci", finished.run_id) == finished
     assert there.checkpoint_path("temporal_order", rows[0].run_id).exists()
     assert not there.checkpoint_path("temporal_order", rows[1].run_id).exists()
     # a pack's checkpoint that does not load is reported, and the local one stays
@@ -345,12 +345,12 @@ def test_unpack_puts_records_in_first_and_reports_a_checkpoint_that_does_not_loa
 
 
 def test_unpack_refuses_a_record_under_another_runs_name(store, tmp_path):
-    rows = [Pending(r, CI_ENTRY) for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
+    rows = [Pending.of(r, CI_ENTRY, False, False) for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
     finished = train_run(TemporalOrderTask, rows[0].config, store=store, progress=False)
     other = rows[1].run_id
-    first = store.path("temporal_order", "ci", finished["run_id"])
+    first = store.path("temporal_order", "ci", finished.run_id)
     store.path("temporal_order", "ci", other).write_bytes(first.read_bytes())
-    pack(tmp_path / "out", [], [{**finished, "run_id": other}], store)  # the first run's record, named as the second
+    pack(tmp_path / "out", [], [dataclasses.replace(finished, run_id=other)], store)  # the first run's record, named as the second
     there = RunStore(tmp_path / "runs2")
     with pytest.raises(ValueError, match=f"runs/temporal_order/ci/{other}.json .* holds the record of another run"):
         unpack(tmp_path / "out", there)
@@ -358,7 +358,7 @@ def test_unpack_refuses_a_record_under_another_runs_name(store, tmp_path):
 
 
 def test_a_damaged_pack_is_a_clear_error(store, tmp_path):
-    rows = [Pending(r, CI_ENTRY) for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
+    rows = [Pending.of(r, CI_ENTRY, False, False) for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
     finished = train_run(TemporalOrderTask, rows[0].config, store=store, progress=False)
     (part,) = pack(tmp_path / "out", rows, [finished], store)
     blob = bytearray(part.read_bytes())
@@ -375,26 +375,26 @@ def test_a_damaged_pack_is_a_clear_error(store, tmp_path):
 
 
 def test_the_list_estimates_a_runs_time_from_the_stored_runs_like_it(store):
-    rows = [Pending(r, CI_ENTRY) for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
+    rows = [Pending.of(r, CI_ENTRY, False, False) for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
     assert campaign.expected_seconds(rows[0], store) is None  # nothing of its kind has run
     rec = train_run(TemporalOrderTask, rows[0].config, store=store, progress=False)
-    assert campaign.expected_seconds(rows[1], store) == rec["wall_time_s"]
-    bigger = Pending({**rows[1].row, "config": rows[1].config.replace(hidden_size=32)}, CI_ENTRY)
+    assert campaign.expected_seconds(rows[1], store) == rec.wall_time_s
+    bigger = dataclasses.replace(rows[1], config=rows[1].config.replace(hidden_size=32))
     assert campaign.expected_seconds(bigger, store) is None  # another model size says nothing of it
-    plain = Pending({**rows[1].row, "config": rows[1].config.replace(recurrent_dropout=0.0)}, CI_ENTRY)
-    assert campaign.expected_seconds(plain, store) == rec["wall_time_s"]  # no run without dropout yet: any of its size
+    plain = dataclasses.replace(rows[1], config=rows[1].config.replace(recurrent_dropout=0.0))
+    assert campaign.expected_seconds(plain, store) == rec.wall_time_s  # no run without dropout yet: any of its size
     plain_rec = train_run(TemporalOrderTask, plain.config, store=store, progress=False)
-    assert campaign.expected_seconds(plain, store) == plain_rec["wall_time_s"]  # now the runs like it
-    assert campaign.expected_seconds(rows[1], store) == rec["wall_time_s"]
+    assert campaign.expected_seconds(plain, store) == plain_rec.wall_time_s  # now the runs like it
+    assert campaign.expected_seconds(rows[1], store) == rec.wall_time_s
 
 
 def test_the_estimate_reads_the_newest_runs_and_what_a_resumed_run_has_left(store, stop_after):
-    rows = [Pending(r, CI_ENTRY) for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
+    rows = [Pending.of(r, CI_ENTRY, False, False) for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
     rec = train_run(TemporalOrderTask, rows[0].config, store=store, progress=False)
     for i in range(campaign.RECENT_RUNS + 2):  # older runs, slower ones first, then the newest runs
-        store.save({**rec, "run_id": f"old{i}", "wall_time_s": 1000.0 if i < 2 else 10.0,
+        store.save({**rec.json(), "run_id": f"old{i}", "wall_time_s": 1000.0 if i < 2 else 10.0,
                     "finished": f"2000-01-0{i + 1}T00:00:00+00:00"})
-    store.save({**rec, "finished": "2000-02-01T00:00:00+00:00", "wall_time_s": 10.0})
+    store.save({**rec.json(), "finished": "2000-02-01T00:00:00+00:00", "wall_time_s": 10.0})
     assert campaign.expected_seconds(rows[1], store) == pytest.approx(10.0)  # the slow old runs are not read
     cfg = rows[1].config  # stopped early in its second epoch, with a checkpoint
     n_batches = len(TemporalOrderTask(cfg, "cpu", 0).batches(0))
@@ -467,7 +467,7 @@ def test_a_run_that_diverges_is_recorded_packed_and_not_run_again(store, tmp_pat
     monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "cache2"))
     assert unpack(tmp_path / "out", there) == {"records": 2, "checkpoints": 0, "kept": 0, "refused": []}
     assert pending_runs([CI_ENTRY], "cpu", there) == []
-    assert [r["diverged"] is not None for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=there)] \
+    assert [r.diverged is not None for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=there)] \
         == [True, False]
 
 

@@ -4,9 +4,12 @@ import math
 import pytest
 import torch
 
+from made import record
+from recdrop.config import run_id
 from recdrop.data import data_root
 from recdrop.experiments import char_lm
 from recdrop.experiments.char_lm import CharLMConfig, CharLMTask, grid, sequences
+from recdrop.records import Row
 
 needs_data = pytest.mark.skipif(not (data_root() / "ptb_char").exists(), reason="PTB (characters) not available")
 
@@ -85,8 +88,8 @@ def test_learning_rate_decays_by_097_from_epoch_10():
 
 
 def test_claims_need_every_cell():
-    rows = [{**label, "seed": 0, "config": cfg, "record": None} for label, cfg in grid("ci")]
-    rows[0]["record"] = {"metrics": {"test_bpc": 1.0, "valid_bpc": 1.0, "best_test_bpc": 1.0}}
+    rows = [Row(label, 0, run_id(cfg, 0), cfg) for label, cfg in grid("ci")]
+    rows[0].stored = record(metrics={"test_bpc": 1.0, "valid_bpc": 1.0, "best_test_bpc": 1.0})
     assert set(char_lm.claims(rows)["on ours"]) == {"not yet run"}
     assert set(char_lm.claims(rows)["on the paper's numbers"]) == {"holds"}
 
@@ -101,7 +104,7 @@ def test_batch_check_gives_each_batch_size_its_cells_gap_and_order():
         for r in rows:
             if (r["scheme"], r["batch"], r["forward"]) == (scheme, batch, wo) and r["rate"] in (0.0, 0.25) \
                     and r["sampling"] in ("-", "per-step"):
-                r["record"] = {"metrics": {"test_bpc": bpc + 0.1 * r["seed"]}}
+                r.stored = record(**{"metrics": {"test_bpc": bpc + 0.1 * r.seed}})
 
     store("none", "default", 1.5)
     table = char_lm.batch_check(rows).set_index("batch")
@@ -130,8 +133,8 @@ def test_the_run_curves_leave_out_the_batch_size_check():
     wo = next(iter(char_lm.FORWARD))
     for r in rows:
         if r["forward"] == wo and (r["batch"] == "half" or r["scheme"] == "none"):
-            r["record"] = {"seed": 0, "curves": [{"epoch": e, "train_bpc": 2.0 / e, "valid_bpc": 2.2 / e}
-                                                 for e in (1, 2, 3)]}
+            r.stored = record(**{"seed": 0, "curves": [{"epoch": e, "train_bpc": 2.0 / e, "valid_bpc": 2.2 / e}
+                                                 for e in (1, 2, 3)]})
     fig = char_lm.plot_runs(rows)
     assert [ax.get_title() for ax in fig.axes] == ["no dropout"]
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]

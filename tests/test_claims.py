@@ -1,10 +1,10 @@
 """Claims judged against seed noise (report.claim_verdict), Table 1's claims, and the landing page's
 list of claims, each at the largest scale where it ran."""
-import json
 
 import pandas as pd
 import pytest
 
+from made import record, row, stored
 from recdrop.experiments import temporal_order
 from recdrop.report import claim_verdict, seed_values, stored_seeds
 from recdrop.store import RunStore
@@ -41,10 +41,10 @@ def test_a_seed_without_every_cell_of_a_claim_does_not_count():
 
 
 def test_seed_values_leave_out_missing_and_nan_values():
-    rows = [{"seed": 0, "cell": "x", "record": {"metrics": {"m": 1.0}}},
-            {"seed": 1, "cell": "x", "record": {"metrics": {"m": float("nan")}}},
-            {"seed": 0, "cell": "y", "record": None},
-            {"seed": 2, "cell": "y", "record": {"metrics": {}}}]
+    rows = [row(seed=0, cell="x", record={"metrics": {"m": 1.0}}),
+            row(seed=1, cell="x", record={"metrics": {"m": float("nan")}}),
+            row(seed=0, cell="y"),
+            row(seed=2, cell="y", record={"metrics": {}})]
     assert seed_values(rows, lambda r, m: {r["cell"]: m.get("m")}) == {0: {"x": 1.0}}
 
 
@@ -58,9 +58,8 @@ def table1_rows(accuracy, seeds=(0, 1, 2), reached_at=moon_per_step_later):
     rows = grid_rows("temporal_order", "reduced", list(seeds), store=RunStore("/nonexistent"))
     for r in rows:
         train, test = accuracy(r)
-        r["record"] = {"metrics": {"train_acc": train, "test_acc": test, "train_cell_norm": 2.0,
-                                   "test_cell_norm": 1.0},
-                       "curves": [{"epoch": e, "test_acc": test if e >= reached_at(r) else 0.25} for e in range(1, 8)]}
+        r.stored = record(metrics={"train_acc": train, "test_acc": test, "train_cell_norm": 2.0, "test_cell_norm": 1.0},
+                          curves=[{"epoch": e, "test_acc": test if e >= reached_at(r) else 0.25} for e in range(1, 8)])
     return rows
 
 
@@ -81,7 +80,7 @@ def test_table1_claims_against_seed_noise():
 
     def seed2_differs(r):  # Moon per-sequence, short: above chance at test in seed 2 only
         train, test = paper_like(r)
-        if (r["scheme"], r["sampling"], r["length"], r["seed"]) == ("moon", "per-sequence", "short", 2):
+        if (r["scheme"], r["sampling"], r["length"], r.seed) == ("moon", "per-sequence", "short", 2):
             test = 0.9
         return train, test
 
@@ -97,14 +96,14 @@ def test_moon_per_step_must_solve_the_short_length_later_than_the_lstm_without_d
     assert claims_of(table1_rows(lambda r: (1.0, 1.0), reached_at=lambda r: 3))[claim] == "refuted (3 of 3 seeds)"
 
     def later_in_seed_0_only(r):
-        return 5 if (r["scheme"], r["sampling"], r["seed"]) == ("moon", "per-step", 0) else 3
+        return 5 if (r["scheme"], r["sampling"], r.seed) == ("moon", "per-step", 0) else 3
     assert claims_of(table1_rows(lambda r: (1.0, 1.0), reached_at=later_in_seed_0_only))[claim] == (
         "open (holds in 1 of 3 seeds)")
 
 
 def test_table1_claims_are_inconclusive_where_the_lstm_without_dropout_fails_a_seed():
     def baseline_fails_medium_in_seed_1(r):
-        if (r["scheme"], r["length"], r["seed"]) == ("none", "medium", 1):
+        if (r["scheme"], r["length"], r.seed) == ("none", "medium", 1):
             return 0.3, 0.3
         return 1.0, 1.0
 
@@ -122,10 +121,8 @@ def test_table1_claims_wait_for_the_lstm_without_dropout_at_their_length():
     assert verdicts["short: Gal solves it, both samplings"] == "confirmed (3 of 3 seeds)"
 
 
-def store_record(store, row, metrics):
-    path = store.path("sentiment", row["config"].scale, row["run_id"])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"seed": row["seed"], "metrics": metrics, "config": {"scale": row["config"].scale}}))
+def store_record(store, grid_row, metrics):
+    stored(store, "sentiment", grid_row, metrics=metrics)
 
 
 def test_landing_claims_show_each_claim_at_the_largest_scale_where_it_ran(tmp_path):
@@ -137,7 +134,8 @@ def test_landing_claims_show_each_claim_at_the_largest_scale_where_it_ran(tmp_pa
     paper = ~claims["table"].str.startswith(BEYOND)
     assert set(claims[paper]["table"]) == {f"Table {i}" for i in range(1, 6)}
     orphan = grid_rows("sentiment", "paper", [0], store=store)[0]
-    store_record(store, {**orphan, "run_id": "0123456789ab"}, {})  # a record of no cell (a scale since redefined)
+    orphan.run_id = "0123456789ab"
+    store_record(store, orphan, {})  # a record of no cell (a scale since redefined)
     assert set(landing_claims(store).set_index("table").loc["Table 5", "scale"]) == {"none stored"}
 
     # the RNN cells at quick, seeds 0-2: dropout costs 1 F1 point on every test set
@@ -166,12 +164,12 @@ def test_figure2_row_judges_the_curves_against_seed_noise():
     assert word_lm.figure2_row(picked, "quick")["ours"] == "not yet run"
     for r in picked:  # with dropout: higher training, lower validation perplexity, except in seed 2's training
         ours = r["scheme"] == "semeniuta"
-        train = 120.0 if ours and r["seed"] != 2 else 100.0 if not ours else 90.0
-        r["record"] = {"metrics": {"train_ppl": train, "valid_ppl": 140.0 if ours else 150.0}}
+        train = 120.0 if ours and r.seed != 2 else 100.0 if not ours else 90.0
+        r.stored = record(metrics={"train_ppl": train, "valid_ppl": 140.0 if ours else 150.0})
     row = word_lm.figure2_row(picked, "quick")
     assert row["ours"] == "train 110.0 vs 100.0, valid 140.0 vs 150.0 (mean of 3 seeds): open (holds in 2 of 3 seeds)"
     assert row["verdict"] == "reproduced"  # on the means
-    one = [r for r in picked if r["seed"] == 1]
+    one = [r for r in picked if r.seed == 1]
     assert word_lm.figure2_row(one, "quick")["ours"] == (
         "train 120.0 vs 100.0, valid 140.0 vs 150.0 (seed 1): holds (1 seed, too few to judge against seed noise)")
 
@@ -196,9 +194,9 @@ def test_a_claim_whose_own_lookup_fails_raises_instead_of_looping():
 
 def test_seed_values_keep_the_keys_of_diverged_runs_apart():
     where = {"epoch": 3, "batch": 1, "loss": "nan"}
-    rows = [{"seed": 0, "cell": "a", "record": {"metrics": {"m": 1.0}}, "diverged": None},
-            {"seed": 0, "cell": "b", "record": None, "diverged": where},
-            {"seed": 1, "cell": "b", "record": None, "diverged": None}]  # not yet run: not diverged
+    rows = [row(seed=0, cell="a", record={"metrics": {"m": 1.0}}),
+            row(seed=0, cell="b", diverged=where),
+            row(seed=1, cell="b")]  # not yet run: not diverged
     by_seed = seed_values(rows, lambda r, m: {r["cell"]: m.get("m")})
     assert by_seed == {0: {"a": 1.0}} and by_seed.diverged == {0: {"b"}}
 
@@ -206,20 +204,20 @@ def test_seed_values_keep_the_keys_of_diverged_runs_apart():
 def test_a_claim_that_needs_a_diverged_run_cannot_be_judged():
     where = {"epoch": 3, "batch": 1, "loss": "nan"}
 
-    def row(cell, seed, value=None, diverged=False):
-        return {"seed": seed, "cell": cell, "record": None if value is None else {"metrics": {"m": value}},
-                "diverged": where if diverged else None}
+    def one(cell, seed, value=None, diverged=False):
+        return row(seed=seed, cell=cell, record=None if value is None else {"metrics": {"m": value}},
+                   diverged=where if diverged else None)
 
     def verdict(rows):
         return claim_verdict(a_beats_b, seed_values(rows, lambda r, m: {r["cell"]: m.get("m")}))
 
-    assert verdict([row("a", 0, 1.0), row("b", 0, diverged=True)]) == "cannot be judged: a run it needs diverged"
-    assert verdict([row("a", 0, 1.0), row("b", 0)]) == "not yet run"  # b not run: nothing diverged
+    assert verdict([one("a", 0, 1.0), one("b", 0, diverged=True)]) == "cannot be judged: a run it needs diverged"
+    assert verdict([one("a", 0, 1.0), one("b", 0)]) == "not yet run"  # b not run: nothing diverged
     # a seed that has both cells is judged; the diverged seed is left out, as a seed not yet run is
-    assert verdict([row("a", 0, 1.0), row("b", 0, 2.0), row("a", 1, 1.0), row("b", 1, diverged=True)]) == (
+    assert verdict([one("a", 0, 1.0), one("b", 0, 2.0), one("a", 1, 1.0), one("b", 1, diverged=True)]) == (
         "holds (1 seed, too few to judge against seed noise)")
     # a diverged run of a cell this claim does not read changes nothing
-    assert claim_verdict(lambda v: v["a"] < 2, seed_values([row("a", 0, 1.0), row("b", 0, diverged=True)],
+    assert claim_verdict(lambda v: v["a"] < 2, seed_values([one("a", 0, 1.0), one("b", 0, diverged=True)],
                                                            lambda r, m: {r["cell"]: m.get("m")})) == (
         "holds (1 seed, too few to judge against seed noise)")
 
@@ -228,7 +226,7 @@ def test_table1_claims_whose_lstm_without_dropout_diverged_cannot_be_judged():
     rows = table1_rows(lambda r: (1.0, 1.0))
     for r in rows:
         if (r["scheme"], r["length"]) == ("none", "medium"):
-            r["record"], r["diverged"] = None, {"epoch": 2, "batch": 5, "loss": "inf"}
+            r.stored = record(diverged={"epoch": 2, "batch": 5, "loss": "inf"})
     verdicts = claims_of(rows)
     medium = {v for c, v in verdicts.items() if c.startswith("medium")}
     assert medium == {"cannot be judged: a run it needs diverged"}
@@ -242,18 +240,15 @@ def test_the_landing_page_stamps_each_table_at_each_scale_it_shows(tmp_path):
     store = RunStore(tmp_path)
     assert landing_stamps(store).empty  # nothing stored: nothing to stamp
 
-    def stored(row, commit):
-        path = store.path("sentiment", row["config"].scale, row["run_id"])
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"seed": 0, "metrics": {f"test_f1:{t}": 60.0 for t in TEST_SETS},
-                                    "config": {"scale": row["config"].scale}, "hardware": "AMD EPYC",
-                                    "torch": "2.13.0+cpu", "commit": commit, "finished": "2026-11-24T00:00:00"}))
+    def store_run(grid_row, commit):
+        stored(store, "sentiment", grid_row, metrics={f"test_f1:{t}": 60.0 for t in TEST_SETS}, hardware="AMD EPYC",
+               torch="2.13.0+cpu", commit=commit, finished="2026-11-24T00:00:00")
 
-    stored(grid_rows("sentiment", "paper", [0], store=store)[0], "def5678")  # the chapter's scale: one cell
+    store_run(grid_rows("sentiment", "paper", [0], store=store)[0], "def5678")  # the chapter's scale: one cell
     assert list(landing_stamps(store)["scale"]) == ["paper"]  # no claim has its cells anywhere: paper only
     for r in grid_rows("sentiment", "quick", [0], store=store):
         if r["cell"] == "RNN":  # every cell of the RNN claim, at quick: that claim is judged there
-            stored(r, "abc1234")
+            store_run(r, "abc1234")
     stamps = landing_stamps(store)
     assert list(stamps["table"]) == ["Table 5", "Table 5"] and list(stamps["scale"]) == ["paper", "quick"]
     paper, quick = stamps["where the numbers came from"]

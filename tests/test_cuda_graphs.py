@@ -206,7 +206,7 @@ def test_a_fused_group_trained_through_graphs_has_the_plain_loops_records_and_fr
     monkeypatch.setenv("RECDROP_CUDA_GRAPHS", "0")
     plain = train_group(WordLMTask, runs, store=RunStore(tmp_path / "plain"), progress=False)
     for g, p in zip(graphed, plain):
-        assert close(g, p, rtol=0.0), (g["metrics"], p["metrics"])
+        assert close(g, p, rtol=0.0), (g.metrics, p.metrics)
 
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

@@ -73,10 +73,14 @@ def test_a_truncated_checkpoint_is_a_clear_error(store):
 
 def test_a_corrupt_record_is_a_clear_error(store):
     cell = dict(only={"length": "short", "scheme": "none"}, epochs=1, store=store)
-    rec = run_grid("temporal_order", "ci", progress=False, **cell)[0]["record"]
-    path = store.path("temporal_order", "ci", rec["run_id"])
+    rec = run_grid("temporal_order", "ci", progress=False, **cell)[0].record
+    path = store.path("temporal_order", "ci", rec.run_id)
     path.write_text(path.read_text()[:40])
     with pytest.raises(ValueError, match=f"run record {path} is not valid JSON.*delete it to rerun"):
+        run_grid("temporal_order", "ci", train=False, **cell)
+    path.write_text(json.dumps({**{k: v for k, v in rec.json().items() if k != "metrics"}, "score": 1.0}))
+    with pytest.raises(ValueError, match=rf"run record {path} is not a run record this code reads: unknown fields "
+                                         r"\['score'\]; missing fields \['metrics'\]"):
         run_grid("temporal_order", "ci", train=False, **cell)
 
 
@@ -169,7 +173,7 @@ def test_uncommitted_code_does_not_start_a_run_whose_record_would_be_refused(tmp
     with pytest.raises(DirtyTreeError, match="is not started: the code is not a clean commit"):
         train_run(TemporalOrderTask, cfg, store=committed, progress=False, callback=lambda *a: calls.append(a))
     assert calls == [] and not committed.checkpoint_path("temporal_order", run_id(cfg, 0)).exists()
-    assert train_run(TemporalOrderTask, cfg, store=store, progress=False)["commit"] == "0123456789-dirty"  # scratch
+    assert train_run(TemporalOrderTask, cfg, store=store, progress=False).commit == "0123456789-dirty"  # scratch
 
 
 def test_a_checkpoint_of_uncommitted_code_is_not_resumed_into_a_committed_store(tmp_path, store, monkeypatch):
@@ -182,9 +186,9 @@ def test_a_checkpoint_of_uncommitted_code_is_not_resumed_into_a_committed_store(
     _stamped(monkeypatch, "0123456789")
     with pytest.warns(UserWarning, match=f"checkpoint {ckpt} holds training by uncommitted code"):
         rec = train_run(TemporalOrderTask, cfg, store=committed, progress=False)
-    assert "resumed_from_commit" not in rec and "segments" not in rec and rec["commit"] == "0123456789"
-    assert rec["curves"] == straight["curves"] and not ckpt.exists()
-    assert committed.has("temporal_order", "ci", rec["run_id"])
+    assert "resumed_from_commit" not in rec.json() and "segments" not in rec.json() and rec.commit == "0123456789"
+    assert rec.curves == straight.curves and not ckpt.exists()
+    assert committed.has("temporal_order", "ci", rec.run_id)
 
 
 def test_a_run_that_another_process_trains_is_not_trained_beside_it(store):
@@ -205,13 +209,13 @@ def test_a_run_that_another_process_trains_is_not_trained_beside_it(store):
         holder.kill()
         holder.wait()
     record = train_run(TemporalOrderTask, cfg, store=store, progress=False)  # its lock went with its process
-    assert record["metrics"]["epoch"] == 2 and store.has("temporal_order", "ci", run_id(cfg, 0))
+    assert record.metrics["epoch"] == 2 and store.has("temporal_order", "ci", run_id(cfg, 0))
 
 
 def test_a_run_finished_elsewhere_while_this_one_took_its_lock_is_loaded_not_trained(store, monkeypatch):
     cfg = TemporalOrderConfig.at_scale("ci", epochs=2)
-    trained, real_hold, real_together = [], RunStore.hold_runs, train._train_together
-    monkeypatch.setattr(train, "_train_together", lambda runs, *a, **kw: trained.append(runs) or real_together(runs, *a, **kw))
+    trained, real_hold, real_run = [], RunStore.hold_runs, train.GroupTraining.run
+    monkeypatch.setattr(train.GroupTraining, "run", lambda self: trained.append(self) or real_run(self))
 
     @contextlib.contextmanager
     def finished_meanwhile(self, experiment, rids):  # another process trains the run to its end, then this one locks
@@ -231,7 +235,7 @@ def test_where_the_file_system_has_no_locks_a_run_trains_with_a_warning(store, m
     cfg = TemporalOrderConfig.at_scale("ci", epochs=2)
     with pytest.warns(UserWarning, match="cannot be locked .No locks available.: nothing stops another process"):
         record = train_run(TemporalOrderTask, cfg, store=store, progress=False)
-    assert record["metrics"]["epoch"] == 2
+    assert record.metrics["epoch"] == 2
 
 
 def test_a_checkpoint_that_does_not_fit_its_run_is_a_clear_error(store):
@@ -250,10 +254,10 @@ def test_a_checkpoint_that_does_not_fit_its_run_is_a_clear_error(store):
 
 def test_a_corrupt_record_among_many_is_named(store):
     rec = run_grid("temporal_order", "ci", progress=False, store=store, epochs=1,
-                   only={"length": "short", "scheme": "none"})[0]["record"]
+                   only={"length": "short", "scheme": "none"})[0].record
     bad = store.path("temporal_order", "ci", "0" * 12)
     bad.write_text("{")
-    assert store.path("temporal_order", "ci", rec["run_id"]).exists()
+    assert store.path("temporal_order", "ci", rec.run_id).exists()
     with pytest.raises(ValueError, match=f"run record {bad} is not valid JSON"):
         store.records("temporal_order")
 
@@ -274,11 +278,11 @@ def test_a_worker_record_from_other_code_is_trained_again(store, monkeypatch):
     from recdrop import sweep
     cfg = TemporalOrderConfig.at_scale("ci", epochs=1)
     first = sweep._run_remote("temporal_order", cfg, 0, "cpu", 1)
-    assert sweep._run_remote("temporal_order", cfg, 0, "cpu", 1)["finished"] == first["finished"]  # loaded
+    assert sweep._run_remote("temporal_order", cfg, 0, "cpu", 1).finished == first.finished  # loaded
     worker = RunStore(sweep.cache_dir() / "worker-runs")
-    worker.save({**first, "commit": "an-old-one", "finished": "then"})
+    worker.save({**first.json(), "commit": "an-old-one", "finished": "then"})
     again = sweep._run_remote("temporal_order", cfg, 0, "cpu", 1)
-    assert again["commit"] == first["commit"] and again["finished"] != "then"
+    assert again.commit == first.commit and again.finished != "then"
 
 
 @pytest.mark.parametrize("engine", ["local", "submitit"])

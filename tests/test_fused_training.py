@@ -22,6 +22,7 @@ from recdrop.sweep import fuse_groups, grid_rows, run_grid
 from recdrop.train import train_group, train_run
 
 from kills import REPO, kill_repeatedly, resume_to_the_end, stored_records, sweep_command
+from made import row
 
 TASKS = {"word_lm": (WordLMConfig, WordLMTask), "char_lm": (CharLMConfig, CharLMTask)}
 # Measured at ci scale on this session's 2-core Intel Xeon (torch 2.13.0+cpu), the runs' weights stacked
@@ -52,7 +53,7 @@ def close(a, b, rtol):
         if isinstance(x, list) and isinstance(y, list):
             return len(x) == len(y) and all(map(same, x, y))
         return x == y
-    return same(a["metrics"], b["metrics"]) and same(a["curves"], b["curves"])
+    return same(a.metrics, b.metrics) and same(a.curves, b.curves)
 
 
 @pytest.fixture
@@ -81,10 +82,10 @@ def test_each_member_of_a_fused_group_ends_with_the_record_it_has_alone(experime
     alone = [train_run(task, c, s, device, store=RunStore(tmp_path / "alone"), progress=False) for c, s in runs]
     ids = [run_id(c, s) for c, s in runs]
     for g, a, rid in zip(group, alone, ids):
-        assert g["run_id"] == a["run_id"] == rid  # how a run was trained is not in its id
-        assert g["group"] == ids and "group" not in a
-        assert close(g, a, rtol=1e-9), (rid, g["metrics"], a["metrics"])
-    assert len({json.dumps(g["metrics"], sort_keys=True) for g in group}) == len(group)  # the runs differ
+        assert g.run_id == a.run_id == rid  # how a run was trained is not in its id
+        assert g.group == ids and "group" not in a.json()
+        assert close(g, a, rtol=1e-9), (rid, g.metrics, a.metrics)
+    assert len({json.dumps(g.metrics, sort_keys=True) for g in group}) == len(group)  # the runs differ
 
 
 @pytest.mark.parametrize("experiment", list(TASKS))
@@ -97,7 +98,7 @@ def test_in_float32_a_member_agrees_with_its_run_alone_to_the_rounding_of_batche
     group = train_group(task, runs, store=RunStore(tmp_path / "group"), progress=False)
     alone = [train_run(task, c, s, store=RunStore(tmp_path / "alone"), progress=False) for c, s in runs]
     for g, a in zip(group, alone):
-        assert close(g, a, rtol=FLOAT32_RTOL), (g["metrics"], a["metrics"])
+        assert close(g, a, rtol=FLOAT32_RTOL), (g.metrics, a.metrics)
 
 
 def test_a_member_that_diverges_stops_alone_recorded_as_alone_and_the_others_finish(tmp_path, monkeypatch, float64):
@@ -124,11 +125,11 @@ def test_a_member_that_diverges_stops_alone_recorded_as_alone_and_the_others_fin
     with pytest.raises(train.NonFiniteLossError, match="epoch 2, batch 1"):
         train_run(WordLMTask, *runs[1], store=RunStore(tmp_path / "alone"), progress=False)
     alone = [train_run(WordLMTask, c, s, store=RunStore(tmp_path / "alone"), progress=False) for c, s in runs]
-    assert list(errors) == [group[1]["run_id"]] and "diverged" in errors[group[1]["run_id"]]
-    assert group[1]["diverged"] == alone[1]["diverged"] == {"epoch": 2, "batch": 1, "loss": "nan"}
-    assert close(group[1], alone[1], rtol=1e-9) and len(group[1]["curves"]) == 1 and group[1]["metrics"] == {}
+    assert list(errors) == [group[1].run_id] and "diverged" in errors[group[1].run_id]
+    assert group[1].diverged == alone[1].diverged == {"epoch": 2, "batch": 1, "loss": "nan"}
+    assert close(group[1], alone[1], rtol=1e-9) and len(group[1].curves) == 1 and group[1].metrics == {}
     for g, a in zip(group[::2], alone[::2]):
-        assert not g.get("diverged") and close(g, a, rtol=1e-9) and len(g["curves"]) == 2
+        assert not g.diverged and close(g, a, rtol=1e-9) and len(g.curves) == 2
     # a second call loads the diverged record: it is a result, not retried
     assert train_group(WordLMTask, runs, store=RunStore(tmp_path / "group"), progress=False)[1] == group[1]
 
@@ -160,9 +161,9 @@ def test_the_campaign_fuses_stops_at_its_budget_packs_and_resumes_elsewhere_to_t
     monkeypatch.setattr(train, "environment", lambda device: {**real_env(device), "commit": "0123456789"})
     entry = Entry(experiment="word_lm", scale="ci", why="test", only={"forward": "without forward dropout", "rate": 0.5})
     monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "ref-cache"))
-    reference = {r["run_id"]: r for r in run_campaign([entry], "cpu", 1, 3600, RunStore(tmp_path / "ref"), False,
+    reference = {r.run_id: r for r in run_campaign([entry], "cpu", 1, 3600, RunStore(tmp_path / "ref"), False,
                                                       fuse=True)["finished"] for r in [r.record]}
-    assert len(reference) == 6 and all(len(r["group"]) == 6 for r in reference.values())
+    assert len(reference) == 6 and all(len(r.group) == 6 for r in reference.values())
 
     monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "cache"))
     store = RunStore(tmp_path / "runs")
@@ -182,8 +183,8 @@ def test_the_campaign_fuses_stops_at_its_budget_packs_and_resumes_elsewhere_to_t
     assert len(done) == 6
     for run in done:
         rec = run.record
-        assert close(rec, reference[rec["run_id"]], rtol=0.0)
-        assert [s["to_epoch"] for s in rec["segments"]][-1] == rec["config"]["epochs"]
+        assert close(rec, reference[rec.run_id], rtol=0.0)
+        assert [s["to_epoch"] for s in rec.segments][-1] == rec.config["epochs"]
 
 
 def test_groups_are_formed_by_model_shape_and_seed_and_capped(store):
@@ -194,12 +195,13 @@ def test_groups_are_formed_by_model_shape_and_seed_and_capped(store):
     char = grid_rows("char_lm", "ci", seeds=[0, 1], only={"batch": "default"}, store=store)
     groups = fuse_groups("char_lm", char, True)
     assert [len(g) for g in groups] == [26, 26]  # its seed orders its batches
-    assert all(len({r["seed"] for r in g}) == 1 for g in groups)
+    assert all(len({r.seed for r in g}) == 1 for g in groups)
 
 
 def test_the_runs_with_a_checkpoint_train_together_and_first(store):
     entry = Entry(experiment="word_lm", scale="ci", why="test")
-    runs = [campaign.Pending(r, entry, resumable=i in (3, 4)) for i, r in enumerate(grid_rows("word_lm", "ci", store=store))]
+    runs = [campaign.Pending.of(r, entry, resumable=i in (3, 4), rerun=False)
+            for i, r in enumerate(grid_rows("word_lm", "ci", store=store))]
     ids = [r.run_id for r in runs]
     groups = campaign.campaign_groups(runs, 2, "cpu")
     assert [[ids.index(r.run_id) for r in g] for g in groups[:3]] == [[3, 4], [0, 1], [2, 5]]
@@ -234,10 +236,10 @@ def test_tf32_is_a_gpu_option_and_the_stamp_reports_each_precision(store):
     from recdrop.report import stamp
     record = {"config": {"scale": "paper"}, "finished": "2026-11-25", "hardware": "H100", "torch": "2.13",
               "commit": "abc", "run_id": "x"}
-    rows = [{"run_id": "x", "config": "c", "record": {**record, "precision": "tf32"}},
-            {"run_id": "y", "config": "d", "record": {**record, "run_id": "y"}}]
+    rows = [row(run_id="x", config="c", record={**record, "precision": "tf32"}),
+            row(run_id="y", config="d", record={**record, "run_id": "y"})]
     assert stamp(rows).endswith("| TF32 products in 1 of the runs") and "TF32" not in stamp(rows[1:])
-    rows.append({"run_id": "z", "config": "e", "record": {**record, "run_id": "z", "segments": [{"precision": "bf16"}]}})
+    rows.append(row(run_id="z", config="e", record={**record, "run_id": "z", "segments": [{"precision": "bf16"}]}))
     assert stamp(rows).endswith("| TF32 products in 1 of the runs | bf16 autocast in 1 of the runs")
 
 
@@ -306,8 +308,8 @@ def test_members_checkpointed_at_different_places_catch_up_and_finish_as_one_gro
     resumed = train_group(WordLMTask, runs, store=store, progress=False)
     for r, ref in zip(resumed, reference):
         assert close(r, ref, rtol=1e-9)
-        assert r["group"] == ref["group"] == [run_id(c, s) for c, s in runs]  # one group at the end
-        assert r["segments"][-1]["group"] == r["group"] and r["segments"][-1]["from_epoch"] == 1.5
+        assert r.group == ref.group == [run_id(c, s) for c, s in runs]  # one group at the end
+        assert r.segments[-1]["group"] == r.group and r.segments[-1]["from_epoch"] == 1.5
 
 
 def test_a_member_whose_checkpoint_does_not_load_fails_alone_and_the_others_finish(tmp_path, monkeypatch):
@@ -337,7 +339,7 @@ def test_a_checkpoint_from_another_kind_of_device_resumes_with_a_warning(tmp_pat
     torch.save(ck, path)
     with pytest.warns(UserWarning, match="resumes on a cpu from a checkpoint of a cuda"):
         record = train_run(WordLMTask, config, seed, store=store, progress=False)
-    assert record["metrics"]["epoch"] == config.epochs and record["segments"]
+    assert record.metrics["epoch"] == config.epochs and record.segments
 
 
 def test_a_fused_campaign_trains_the_experiments_that_cannot_fuse_one_run_at_a_time(tmp_path, monkeypatch):
@@ -350,5 +352,5 @@ def test_a_fused_campaign_trains_the_experiments_that_cannot_fuse_one_run_at_a_t
     out = run_campaign(entries, "cpu", 1, 3600, RunStore(tmp_path / "runs"), False, fuse=True)
     records = [r.record for r in out["finished"]]
     assert len(records) == 4 + 3 and not out["failed"]
-    assert [len(r.get("group", [r["run_id"]])) for r in records if r["experiment"] == "temporal_order"] == [1] * 4
-    assert [len(r["group"]) for r in records if r["experiment"] == "word_lm"] == [3] * 3
+    assert [len(r.group or [r.run_id]) for r in records if r.experiment == "temporal_order"] == [1] * 4
+    assert [len(r.group) for r in records if r.experiment == "word_lm"] == [3] * 3

@@ -83,10 +83,10 @@ def test_memory_loss_runs_train_what_table1_short_trains_and_record_the_probes(t
     monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "cache"))
     store = RunStore(tmp_path / "runs")
     only = {"scheme": "moon", "sampling": "per-sequence", "scaling": "paper"}
-    mem = run_grid("memory_loss", "ci", store=store, progress=False, only=only)[0]["record"]
-    to = run_grid("temporal_order", "ci", store=store, progress=False, only={**only, "length": "short"})[0]["record"]
-    assert [c["test_acc"] for c in mem["curves"]] == [c["test_acc"] for c in to["curves"]]
-    m = mem["metrics"]
+    mem = run_grid("memory_loss", "ci", store=store, progress=False, only=only)[0].record
+    to = run_grid("temporal_order", "ci", store=store, progress=False, only={**only, "length": "short"})[0].record
+    assert [c["test_acc"] for c in mem.curves] == [c["test_acc"] for c in to.curves]
+    m = mem.metrics
     cfg = memory_loss.MemoryLossConfig.at_scale("ci")
     assert sorted(m["test_acc_by_length"]) == sorted(map(str, cfg.test_lengths))
     for phase in ("test", "train"):

@@ -2,10 +2,13 @@
 import pytest
 import torch
 
+from made import record
+from recdrop.config import run_id
 from recdrop.data import data_root
 from recdrop.data.conll2003 import Sentence
 from recdrop.experiments import ner
 from recdrop.experiments.ner import CAPS, NERConfig, caps_feature, epoch_chunks, gather, grid, make_split
+from recdrop.records import Row
 
 needs_conll = pytest.mark.skipif(not (data_root() / "conll2003").exists(), reason="CoNLL-2003 not available")
 
@@ -63,7 +66,7 @@ def test_training_switches_to_long_spans_and_tests_each_stage_end_and_its_best_v
     monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "cache"))
     cfg = NERConfig.at_scale("ci", short_epochs=3, long_epochs=1)
     rec = train_run(ner.NERTask, cfg, store=RunStore(tmp_path), progress=False)
-    curves, m = rec["curves"], rec["metrics"]
+    curves, m = rec.curves, rec.metrics
     assert [c["span_len"] for c in curves] == [5, 5, 5, 15]
     assert all(c["test_f1"] is not None and c["grad_norm"] > 0 and 0 <= c["clipped"] <= 1 for c in curves)
     assert m["test_f1_short"] == curves[2]["test_f1"]
@@ -101,7 +104,7 @@ def test_the_progress_bar_counts_each_stages_batches(tmp_path, monkeypatch):
 
 
 def test_claims_are_not_yet_run_without_records():
-    rows = [{**label, "seed": 0, "config": cfg, "record": None} for label, cfg in grid("ci")]
+    rows = [Row(label, 0, run_id(cfg, 0), cfg) for label, cfg in grid("ci")]
     out = ner.claims(rows)
     assert set(out["on ours"]) == {"not yet run"}
     # the paper's own numbers: the LSTM's gain is the largest after the 5-word stage (1.10 against 0.88
@@ -149,8 +152,8 @@ def test_the_training_plot_draws_every_run_of_each_cell_and_marks_the_second_sta
     rows = grid_rows("ner", "ci", [0, 1], store=RunStore("/nonexistent"))
     for r in rows:
         if r["cell"] == "RNN":  # 2 rates x 2 seeds; 3 epochs, the last on long spans
-            r["record"] = {"curves": [{"epoch": e, "train_loss": 10.0 ** e, "valid_f1": 50.0 + e + r["seed"],
-                                       "span_len": 5 if e < 3 else 15} for e in (1, 2, 3)]}
+            r.stored = record(**{"curves": [{"epoch": e, "train_loss": 10.0 ** e, "valid_f1": 50.0 + e + r.seed,
+                                       "span_len": 5 if e < 3 else 15} for e in (1, 2, 3)]})
     fig = plot_cell_runs(rows)
     (loss, lstm_loss, _), (f1, _, _) = fig.axes[:3], fig.axes[3:6]
     runs = [line for line in loss.lines if line.get_linestyle() == "-"]
@@ -172,8 +175,8 @@ def test_the_training_summary_finds_each_runs_lowest_loss_and_best_validation_ep
     losses, f1s = [3.0, 0.5, 2e9, 0.9], [60.0, 70.0, 65.0, 61.0]  # loss lowest at epoch 2, F1 best at 2, then it blows up
     for r in rows:
         if r["cell"] in ("GRU", "RNN") and r["rate"] == 0.25:
-            r["record"] = {"curves": [{"epoch": e + 1, "train_loss": loss + r["seed"], "valid_f1": f1 - r["seed"]}
-                                      for e, (loss, f1) in enumerate(zip(losses, f1s))]}
+            r.stored = record(**{"curves": [{"epoch": e + 1, "train_loss": loss + r.seed, "valid_f1": f1 - r.seed}
+                                      for e, (loss, f1) in enumerate(zip(losses, f1s))]})
     table = training_summary(rows, chance_loss=4.0)
     assert list(zip(table["cell"], table["seed"])) == [("RNN", 0), ("RNN", 1), ("GRU", 0), ("GRU", 1)]  # CELLS order
     first = table.iloc[0].to_dict()
@@ -191,7 +194,7 @@ def test_the_training_summary_calls_a_run_unstable_past_ten_times_its_first_epoc
 
     rows = grid_rows("ner", "ci", [0], store=RunStore("/nonexistent"))
     for r, losses in zip(rows, ([1.0, 0.5, 10.0], [1.0, 0.5, 10.01], [59.0, 0.4, 7.5], [2.0, 0.4, 0.3])):
-        r["record"] = {"curves": [{"epoch": e + 1, "train_loss": x, "valid_f1": 50.0} for e, x in enumerate(losses)]}
+        r.stored = record(**{"curves": [{"epoch": e + 1, "train_loss": x, "valid_f1": 50.0} for e, x in enumerate(losses)]})
     table = training_summary(rows, chance_loss=2.0)
     # the third blew up in its first epoch (its mean above a uniform guess's 2.0), then recovered
     assert list(table["stable"]) == ["yes", "NO: loss rose 10.01x", "NO: epoch 1 above chance (59 > 2)", "yes"]

@@ -14,7 +14,7 @@ import torch
 from recdrop.config import run_id
 from recdrop.experiments.temporal_order import TemporalOrderConfig, TemporalOrderTask, generate, grid
 from recdrop.store import CorruptCheckpointError, RunStore, atomic_write_bytes
-from recdrop.sweep import run_grid
+from recdrop.sweep import grid_rows, run_grid
 from recdrop.train import NonFiniteLossError, train_run
 
 REPO = Path(__file__).resolve().parents[1]
@@ -58,15 +58,17 @@ def test_run_id_is_stable_and_discriminating():
     assert out.stdout.strip() == rid  # the same in a fresh process (no hash randomisation)
 
 
-def test_every_stored_record_keeps_the_id_its_config_hashes_to():
-    """A new config field must not orphan the records stored before it (``ExperimentConfig.ADDED``)."""
+def test_every_stored_record_keeps_the_id_its_config_hashes_to_and_reads_as_a_record_that_loses_nothing():
+    """A new config field must not orphan the records stored before it (``ExperimentConfig.ADDED``); a
+    ``Record`` holds every field of the file, as it is."""
     from recdrop.experiments import EXPERIMENTS
     paths = sorted((REPO / "data" / "runs").rglob("*.json"))
     assert len(paths) > 300
     for path in paths:
-        rec = json.loads(path.read_text())
-        cfg = EXPERIMENTS[rec["experiment"]].config.from_record(rec["config"])
-        assert run_id(cfg, rec["seed"]) == rec["run_id"] == path.stem, path
+        rec = RunStore.read(path)
+        assert rec.json() == json.loads(path.read_text()), path
+        cfg = EXPERIMENTS[rec.experiment].config.from_record(rec.config)
+        assert run_id(cfg, rec.seed) == rec.run_id == path.stem, path
 
 
 def test_an_added_field_at_its_earlier_value_keeps_the_id_and_any_other_value_changes_it():
@@ -107,13 +109,13 @@ def test_atomic_write_leaves_old_file_on_failure(tmp_path):
 
 def test_record_contents(store):
     rec = train_run(TemporalOrderTask, ci_config(), seed=3, store=store, progress=False)
-    saved = json.loads(store.path("temporal_order", "ci", rec["run_id"]).read_text())
-    assert saved == rec
+    saved = json.loads(store.path("temporal_order", "ci", rec.run_id).read_text())
+    assert saved == rec.json()
     for key in ("experiment", "config", "seed", "metrics", "curves", "wall_time_s", "hardware", "torch", "commit"):
-        assert key in rec
-    assert rec["config"]["scale"] == "ci" and rec["seed"] == 3
-    assert len(rec["curves"]) == 2 and 0 <= rec["metrics"]["test_acc"] <= 1
-    assert not store.checkpoint_path("temporal_order", rec["run_id"]).exists()
+        assert key in saved
+    assert rec.config["scale"] == "ci" and rec.seed == 3
+    assert len(rec.curves) == 2 and 0 <= rec.metrics["test_acc"] <= 1
+    assert not store.checkpoint_path("temporal_order", rec.run_id).exists()
     assert train_run(TemporalOrderTask, ci_config(), seed=3, store=store) == rec  # loaded, not retrained
 
 
@@ -127,11 +129,11 @@ def test_a_process_parses_a_record_once_and_again_once_it_is_rewritten(store, mo
     monkeypatch.setattr(store_module.json, "loads", lambda text: parsed.append(1) or real_loads(text))
     assert store.has_records("temporal_order", "ci") and not store.has_records("temporal_order", "paper")
     assert parsed == []
-    first = store.load("temporal_order", "ci", rec["run_id"])
-    assert store.load("temporal_order", "ci", rec["run_id"]) is first and store.records("temporal_order")[0] is first
-    assert len(parsed) == 1
-    store.save({**rec, "finished": "later"})
-    assert store.load("temporal_order", "ci", rec["run_id"])["finished"] == "later" and len(parsed) == 2
+    first = store.load("temporal_order", "ci", rec.run_id)
+    assert store.load("temporal_order", "ci", rec.run_id) is first and store.records("temporal_order")[0] is first
+    assert first is rec and parsed == []  # the trainer read its record back as it wrote it: parsed once, then
+    store.save({**rec.json(), "finished": "later"})
+    assert store.load("temporal_order", "ci", rec.run_id).finished == "later" and len(parsed) == 1
 
 
 # -- trainer -------------------------------------------------------------------------------------
@@ -155,8 +157,8 @@ def test_resume_ends_with_the_same_metrics(store, tmp_path, at):
     assert store.find("temporal_order", "ci", run_id(cfg, 1)) is None
     resumed = train_run(TemporalOrderTask, cfg, seed=1, store=store, progress=False)
     assert store.find("temporal_order", "ci", run_id(cfg, 1)) == resumed
-    assert resumed["curves"] == straight["curves"]
-    assert resumed["metrics"] == straight["metrics"]
+    assert resumed.curves == straight.curves
+    assert resumed.metrics == straight.metrics
 
 
 def test_nan_loss_stops_the_run_records_it_as_diverged_and_keeps_the_checkpoint(store):
@@ -174,11 +176,19 @@ def test_nan_loss_stops_the_run_records_it_as_diverged_and_keeps_the_checkpoint(
     ck = torch.load(store.checkpoint_path("temporal_order", rid), weights_only=True)
     assert ck["epoch"] == 1 and ck["batch"] == 0  # the last good one, at the end of epoch 1
     record = store.load("temporal_order", "ci", rid)  # a result: recorded, with where it diverged
-    assert record["diverged"] == {"epoch": 2, "batch": 2, "loss": "nan"} and record["metrics"] == {}
-    assert [c["epoch"] for c in record["curves"]] == [1]
+    assert record.diverged == {"epoch": 2, "batch": 2, "loss": "nan"} and record.metrics == {}
+    assert [c["epoch"] for c in record.curves] == [1]
     calls = Exploding.calls
     assert train_run(Exploding, cfg, seed=0, store=store, progress=False) == record  # not tried again
     assert Exploding.calls == calls
+
+
+def test_a_row_reads_its_cells_labels_by_key_and_its_run_by_attribute():
+    row = grid_rows("temporal_order", "ci", [1], store=RunStore("/nonexistent"))[0]
+    assert row["length"] == row.labels["length"] == "short" and row.seed == 1 and row.run_id == run_id(row.config, 1)
+    assert row.stored is None and row.record is None and row.diverged is None and row.metrics == {} and not row.done
+    with pytest.raises(KeyError, match="'record' is not a label of this row .* read row.record"):
+        row["record"]
 
 
 def test_a_sweep_shows_a_run_that_diverges_as_diverged_and_goes_on(store, monkeypatch):
@@ -188,9 +198,9 @@ def test_a_sweep_shows_a_run_that_diverges_as_diverged_and_goes_on(store, monkey
     with pytest.warns(RuntimeWarning, match="training loss is inf at epoch 1, batch 1"):
         rows = run_grid("temporal_order", "ci", store=store, progress=False, epochs=1,
                         only={"length": "short", "scheme": "semeniuta"})
-    assert [(r["sampling"], r["record"] is None, r["diverged"]) for r in rows] == [
+    assert [(r["sampling"], r.record is None, r.diverged) for r in rows] == [
         ("per-step", False, None), ("per-sequence", True, {"epoch": 1, "batch": 1, "loss": "inf"})]
-    assert all(r["done"] for r in rows)
+    assert all(r.done for r in rows)
 
 
 def test_corrupt_checkpoint_is_a_clear_error(store):
@@ -210,9 +220,9 @@ def test_device_is_checked(store):
 # -- sweep ---------------------------------------------------------------------------------------
 def test_sweep_render_only_and_train(store):
     rows = run_grid("temporal_order", "ci", seeds=[0], train=False, store=store)
-    assert len(rows) == len(grid("ci")) == 18 and all(r["record"] is None for r in rows)
+    assert len(rows) == len(grid("ci")) == 18 and all(r.record is None for r in rows)
     rows = run_grid("temporal_order", "ci", seeds=[0], store=store, progress=False, epochs=1)
-    assert all(r["record"] is not None for r in rows)
+    assert all(r.record is not None for r in rows)
     with pytest.raises(ValueError, match="seeds"):
         run_grid("temporal_order", "ci", seeds=[-1], store=store)
     with pytest.raises(ValueError, match="experiment='nope'"):
@@ -234,7 +244,7 @@ def test_sweep_with_two_workers_equals_one(store, tmp_path):
     two = run_grid("temporal_order", "ci", seeds=[0], store=RunStore(tmp_path / "two"), jobs=2,
                    progress=False, only=SUBSET, epochs=1)
     assert len(two) == 4
-    assert [r["record"]["metrics"] for r in one] == [r["record"]["metrics"] for r in two]
+    assert [r.record.metrics for r in one] == [r.record.metrics for r in two]
 
 
 def test_killed_sweep_loses_no_finished_record(tmp_path):
@@ -271,8 +281,8 @@ def test_sweep_through_ray_equals_the_plain_runner(store, tmp_path):
                            engine="ray", only=SUBSET, epochs=1)
     finally:
         ray.shutdown()
-    assert [r["record"]["metrics"] for r in via_ray] == [r["record"]["metrics"] for r in plain]
-    assert [r["record"]["curves"] for r in via_ray] == [r["record"]["curves"] for r in plain]
+    assert [r.record.metrics for r in via_ray] == [r.record.metrics for r in plain]
+    assert [r.record.curves for r in via_ray] == [r.record.curves for r in plain]
     assert len(ray_store.records("temporal_order", "ci")) == len(plain)  # written by the driver
 
 
@@ -285,8 +295,8 @@ def test_sweep_through_submitit_equals_the_plain_runner(store, tmp_path, monkeyp
     driver_store = RunStore(tmp_path / "driver")
     via_submitit = run_grid("temporal_order", "ci", seeds=[0], store=driver_store, jobs=2, progress=False,
                             engine="submitit", only=SUBSET, epochs=1)
-    assert [r["record"]["metrics"] for r in via_submitit] == [r["record"]["metrics"] for r in plain]
-    assert [r["record"]["curves"] for r in via_submitit] == [r["record"]["curves"] for r in plain]
+    assert [r.record.metrics for r in via_submitit] == [r.record.metrics for r in plain]
+    assert [r.record.curves for r in via_submitit] == [r.record.curves for r in plain]
     assert len(driver_store.records("temporal_order", "ci")) == len(plain)  # written by the driver
 
 

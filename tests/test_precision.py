@@ -31,10 +31,10 @@ def test_bf16_records_differ_from_float32_by_much_less_than_the_seed_noise(exper
     cfg = config.at_scale("ci").replace(recurrent_dropout=0.25)
     float32 = [train_run(task, cfg, seed, store=RunStore(tmp_path / "f32"), progress=False) for seed in (0, 1, 2)]
     bf16 = train_run(task, cfg, 0, store=RunStore(tmp_path / "bf16"), progress=False, precision="bf16")
-    assert bf16["precision"] == "bf16" and "precision" not in float32[0]
-    assert bf16["run_id"] == float32[0]["run_id"]  # a precision is how a run ran, not which run it is
-    noise = statistics.stdev(r["metrics"][metric] for r in float32)
-    moved = abs(bf16["metrics"][metric] - float32[0]["metrics"][metric])
+    assert bf16.precision == "bf16" and "precision" not in float32[0].json()
+    assert bf16.run_id == float32[0].run_id  # a precision is how a run ran, not which run it is
+    noise = statistics.stdev(r.metrics[metric] for r in float32)
+    moved = abs(bf16.metrics[metric] - float32[0].metrics[metric])
     assert 0 < moved < FRACTION_OF_SEED_SD * noise, (moved, noise)
 
 

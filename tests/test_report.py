@@ -2,11 +2,12 @@
 import pandas as pd
 import pytest
 
+from made import record, row
 from recdrop.report import Metric, compare, stamp
 
 
 def _runs(values, key="test_acc", **labels):
-    return [{**labels, "record": {"metrics": {key: v}}} for v in values]
+    return [row(**labels, record={"metrics": {key: v}}) for v in values]
 
 
 def test_the_verdict_weighs_the_tolerance_against_seed_noise():
@@ -27,7 +28,7 @@ def test_the_verdict_weighs_the_tolerance_against_seed_noise():
 
 def test_compare_builds_one_row_per_cell_with_the_same_columns():
     m = Metric("%", digits=1, tolerance=10.0)
-    rows = (_runs([0.9, 1.0], cell="a") + _runs([0.3], cell="b") + [{"cell": "c", "record": None}])
+    rows = (_runs([0.9, 1.0], cell="a") + _runs([0.3], cell="b") + [row(cell="c")])
     cells = [({"cell": "a"}, 100.0, "test_acc"), ({"cell": "b"}, 100.0, "test_acc"), ({"cell": "c"}, 50.0, "test_acc"),
              ({"cell": "a"}, None, "test_acc")]
     t = compare(rows, cells, ["cell"], m, factor=100)
@@ -41,8 +42,8 @@ def test_compare_builds_one_row_per_cell_with_the_same_columns():
 def test_compare_says_where_runs_diverged():
     m = Metric("%", digits=1, tolerance=10.0)
     where = {"epoch": 2, "batch": 5, "loss": "nan"}
-    rows = (_runs([0.9], cell="a") + [{"cell": "a", "record": None, "diverged": where}]
-            + [{"cell": "b", "record": None, "diverged": where}] * 2 + [{"cell": "c", "record": None, "diverged": None}])
+    rows = (_runs([0.9], cell="a") + [row(cell="a", diverged=where)]
+            + [row(cell="b", diverged=where) for _ in range(2)] + [row(cell="c")])
     cells = [({"cell": c}, 100.0, "test_acc") for c in "abc"] + [({"cell": "b"}, None, "test_acc")]
     t = compare(rows, cells, ["cell"], m, factor=100)
     assert t["ours"].tolist() == ["90.0; 1 diverged", "diverged (2 runs)", "not yet run", "diverged (2 runs)"]
@@ -52,7 +53,7 @@ def test_compare_says_where_runs_diverged():
 
 def test_compare_shows_extras_where_a_cell_has_them():
     m = Metric("F1", digits=2, tolerance=1.0)
-    rows = [{"cell": "a", "record": {"metrics": {"test": 90.0, "valid": 91.0}}}]
+    rows = [row(cell="a", record={"metrics": {"test": 90.0, "valid": 91.0}})]
     t = compare(rows, [({"cell": "a", "split": "Test"}, 90.5, "test"), ({"cell": "a", "split": "Valid"}, 91.0, "valid")],
                 ["cell"], m, extras=[("valid F1", lambda labels: "valid" if labels["split"] == "Test" else None)])
     assert t["valid F1"].tolist() == ["91.00", ""]
@@ -94,8 +95,8 @@ def test_fit_table_says_which_runs_over_fit_and_which_converged():
     def run(valid, train, lr, seed):
         curves = [{"epoch": e + 1, "valid_ppl": v, "train_ppl": t, "lr": l}
                   for e, (v, t, l) in enumerate(zip(valid, train, lr))]
-        return {"forward": "without forward dropout", "scheme": "none", "rate": 0.0, "sampling": "-", "seed": seed,
-                "record": {"curves": curves}}
+        return row(forward="without forward dropout", scheme="none", rate=0.0, sampling="-", seed=seed,
+                   record={"curves": curves})
 
     falling = [400, 300, 200, 150, 100, 80, 60, 50]
     assert FIT_WINDOW == 5  # the curves below are drawn for a window of 5 epochs
@@ -105,8 +106,7 @@ def test_fit_table_says_which_runs_over_fit_and_which_converged():
             run([500, 400, 300, 250, 200, 150, 120, 110], falling, [1.0] * 8, 2),
             run([500, 400, 300, 250, 240, 260], falling, [1.0] * 6, 3),  # up 8% from a best 1 epoch back
             run([500, 400, 301, 300.5, 300.2, 300.1, 300.3, 300.0], falling, [1.0] * 8, 4),
-            {"forward": "without forward dropout", "scheme": "none", "rate": 0.0, "sampling": "-", "seed": 5,
-             "record": None}]
+            row(forward="without forward dropout", scheme="none", rate=0.0, sampling="-", seed=5)]
     t = fit_table(rows, "ppl").set_index("seed")
     assert list(t.index) == [0, 1, 2, 3, 4]  # a cell not run has no row
     assert t.loc[0, "fit"] == "over-fits" and t.loc[0, "best validation epoch"] == 3
@@ -124,8 +124,8 @@ def test_fit_table_says_whether_the_last_epochs_moved_a_run_by_less_than_the_see
 
     def run(scheme, seed, valid):
         curves = [{"epoch": e + 1, "valid_ppl": v, "train_ppl": 100.0, "lr": 1.0} for e, v in enumerate(valid)]
-        return {"forward": "without forward dropout", "scheme": scheme, "rate": 0.25, "sampling": "per-step",
-                "seed": seed, "record": {"curves": curves}}
+        return row(forward="without forward dropout", scheme=scheme, rate=0.25, sampling="per-step",
+                   seed=seed, record={"curves": curves})
 
     rows = [run("gal", 0, [320, 310, 305, 301, 301, 300.5, 300.5, 300, 300]),  # its cell: sd(300, 302) = 1.41
             run("gal", 1, [320, 312, 308, 305, 304, 304, 303, 303, 302]),  # moved -3 over the last 5 epochs
@@ -144,25 +144,23 @@ def test_fit_table_says_whether_the_last_epochs_moved_a_run_by_less_than_the_see
 def test_stamp_counts_cells_and_their_seeds():
     from recdrop.report import stamp
 
-    def row(config, seed, ran):
+    def one(config, seed, ran, **fields):
         rec = {"config": {"scale": "reduced"}, "hardware": "cpu", "torch": "2.13", "commit": "abc",
-               "finished": f"2026-11-2{seed}T00:00:00"} if ran else None
-        return {"config": config, "seed": seed, "record": rec}
+               "finished": f"2026-11-2{seed}T00:00:00", **fields} if ran else None
+        return row(run_id=f"{config}{seed}", config=config, seed=seed, record=rec)
 
-    rows = [row("a", 0, True), row("a", 1, True), row("a", 2, True), row("b", 0, True), row("b", 1, False),
-            row("b", 2, False), row("c", 0, False), row("c", 1, False), row("c", 2, False)]
+    rows = [one("a", 0, True), one("a", 1, True), one("a", 2, True), one("b", 0, True), one("b", 1, False),
+            one("b", 2, False), one("c", 0, False), one("c", 1, False), one("c", 2, False)]
     s = stamp(rows)
     assert "Scale: reduced | runs: 4 shown | grid cells: 2 of 3 run, 1–3 seeds each |" in s
     assert "runs finished 2026-11-20 to 2026-11-22" in s
     assert "cells: 1 of 2 run, 1 seed each" in stamp(rows[3:])
     assert stamp(rows[4:6]).startswith("No stored runs")
-    rows[0]["record"]["segments"] = [{"hardware": "gpu", "torch": "2.13", "commit": "def"},
-                                     {"hardware": "cpu", "torch": "2.13", "commit": "abc"}]
+    rows[0] = one("a", 0, True, segments=[{"hardware": "gpu", "torch": "2.13", "commit": "def"},
+                                          {"hardware": "cpu", "torch": "2.13", "commit": "abc"}])
     assert "| hardware: cpu, gpu | torch 2.13 | commit: abc, def |" in stamp(rows)  # every stretch of a resumed run
-    for r in rows:
-        r["run_id"] = f"{r['config']}{r['seed']}"
     assert "runs: 4 shown | grid cells: 2 of 3 run, 1–3 seeds each" in stamp(rows + rows[:3])  # shown twice, counted once
-    rows[4]["diverged"] = {"epoch": 3, "batch": 1, "loss": "nan"}  # a result, not a cell not yet run
+    rows[4].stored = record(diverged={"epoch": 3, "batch": 1, "loss": "nan"})  # a result, not a cell not yet run
     assert "runs: 4 shown, 1 diverged |" in stamp(rows)
     assert stamp(rows[4:6]) == "No finished runs: 1 diverged, the other cells are not yet run at this scale."
 
@@ -174,7 +172,7 @@ def test_pilot_table_weighs_the_gap_against_the_seed_noise():
     assert (none["scheme"], best["scheme"], best["rate"], best["sampling"]) == ("none", "semeniuta", 0.5, "per-sequence")
 
     def rows(none_values, best_values, at_best=lambda v: v):
-        return [{**label, "seed": seed, "record": {"metrics": {"test_ppl": v, "best_test_ppl": at_best(v)}}}
+        return [row(**label, seed=seed, record={"metrics": {"test_ppl": v, "best_test_ppl": at_best(v)}})
                 for label, values in ((none, none_values), (best, best_values)) for seed, v in enumerate(values)]
 
     t = pilot_table(rows([390, 410], [270, 272]), "ppl", 2).iloc[0]
@@ -196,7 +194,7 @@ def test_plot_against_paper_draws_the_test_cells_that_ran_with_their_rank_correl
     metric = Metric("ppl", 1, 0.05, relative=True)
 
     def rows(values):
-        return [{"block": b, "cell": c, "seed": s, "record": {"metrics": {"test": v, "valid": v + 1}}}
+        return [row(block=b, cell=c, seed=s, record={"metrics": {"test": v, "valid": v + 1}})
                 for (b, c), vs in values.items() for s, v in enumerate(vs)]
 
     cells = [({"block": b, "cell": c, "split": split}, p, split.lower())
@@ -240,7 +238,7 @@ def test_side_by_side_puts_each_variants_numbers_beside_the_papers_and_the_diffe
         return compare(rows, cells, ["setting"], metric)
 
     def runs(values):  # one seed per value of cell "a"; cell "b" not run
-        return [{"setting": "a", "seed": i, "record": {"metrics": {"f1": v}}} for i, v in enumerate(values)]
+        return [row(setting="a", seed=i, record={"metrics": {"f1": v}}) for i, v in enumerate(values)]
     t = side_by_side(comparison, {"new": runs([78.0, 80.0]), "old": runs([65.0])})
     assert list(t.columns) == ["setting", "paper", "ours, new", "ours, old", "new − old"]
     assert t.iloc[0].to_dict() == {"setting": "a", "paper": 80.0, "ours, new": "79.00 ± 1.41 (n=2)",
@@ -250,9 +248,8 @@ def test_side_by_side_puts_each_variants_numbers_beside_the_papers_and_the_diffe
 
 def test_below_the_papers_scale_a_cell_is_not_judged_as_the_landing_page_says():
     m = Metric("%", digits=1, tolerance=10.0)
-    rows = _runs([0.9], cell="a") + _runs([0.3], cell="b")
-    for r in rows:
-        r["record"]["config"] = {"scale": "reduced" if r["cell"] == "a" else "paper"}
+    rows = ([row(cell="a", record={"metrics": {"test_acc": 0.9}, "config": {"scale": "reduced"}})]
+            + [row(cell="b", record={"metrics": {"test_acc": 0.3}, "config": {"scale": "paper"}})])
     cells = [({"cell": "a"}, 100.0, "test_acc"), ({"cell": "b"}, 100.0, "test_acc"), ({"cell": "a"}, None, "test_acc")]
     t = compare(rows, cells, ["cell"], m, factor=100)
     assert t["verdict"].tolist() == ["not judged at reduced scale", "not reproduced", "not in the paper"]
@@ -260,6 +257,6 @@ def test_below_the_papers_scale_a_cell_is_not_judged_as_the_landing_page_says():
 
 
 def test_the_stamp_says_one_thread_in_the_singular():
-    rows = [{"run_id": "a", "config": "c", "record": {"config": {"scale": "ci"}, "hardware": "AMD EPYC (1 threads)",
-                                                     "torch": "2.13", "commit": "abc", "finished": "2026-11-26T00:00"}}]
+    rows = [row(run_id="a", config="c", record={"config": {"scale": "ci"}, "hardware": "AMD EPYC (1 threads)",
+                                                "torch": "2.13", "commit": "abc", "finished": "2026-11-26T00:00"})]
     assert "hardware: AMD EPYC (1 thread) |" in stamp(rows)

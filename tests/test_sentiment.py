@@ -3,9 +3,11 @@ masks, RMSProp 0.001; pre-training from emoticons is pluggable."""
 import pytest
 import torch
 
+from recdrop.config import run_id
 from recdrop.data import data_root
 from recdrop.experiments import sentiment
 from recdrop.experiments.sentiment import SentimentConfig, classifier, encode, grid, read_pretrain_corpus
+from recdrop.records import Row
 
 needs_semeval = pytest.mark.skipif(not (data_root() / "semeval").exists(), reason="SemEval data not available")
 
@@ -51,8 +53,8 @@ def test_pretraining_runs_before_training_and_is_recorded(tmp_path, monkeypatch)
     monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "cache"))
     cfg = SentimentConfig.at_scale("ci", epochs=1, pretrain_corpus=str(f))
     rec = train_run(sentiment.SentimentTask, cfg, store=RunStore(tmp_path), progress=False)
-    assert rec["metrics"]["pretrained_messages"] == 40
-    assert set(k for k in rec["metrics"] if k.startswith("test_f1:")) == \
+    assert rec.metrics["pretrained_messages"] == 40
+    assert set(k for k in rec.metrics if k.startswith("test_f1:")) == \
         {f"test_f1:{t}" for t in ("Twitter13", "LiveJournal14", "Twitter15", "Twitter14", "SMS13", "Sarcasm14")}
 
 
@@ -84,11 +86,11 @@ def test_pretraining_is_a_stage_that_a_resumed_run_does_not_repeat(tmp_path, mon
         train_run(sentiment.SentimentTask, cfg, store=RunStore(tmp_path / "resumed"), progress=False, callback=stop)
     resumed = train_run(sentiment.SentimentTask, cfg, store=RunStore(tmp_path / "resumed"), progress=False)
     assert len(calls) == 2  # the stopped run pre-trained; its resumption did not
-    assert resumed["metrics"] == straight["metrics"] and resumed["metrics"]["pretrained_messages"] == 40
-    assert resumed["curves"] == straight["curves"]
+    assert resumed.metrics == straight.metrics and resumed.metrics["pretrained_messages"] == 40
+    assert resumed.curves == straight.curves
 
 
 def test_claims_are_not_yet_run_without_records():
-    rows = [{**label, "seed": 0, "config": cfg, "record": None} for label, cfg in grid("ci")]
+    rows = [Row(label, 0, run_id(cfg, 0), cfg) for label, cfg in grid("ci")]
     out = sentiment.claims(rows)
     assert set(out["on ours"]) == {"not yet run"} and set(out["on the paper's numbers"]) == {"holds"}

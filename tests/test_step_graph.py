@@ -160,9 +160,9 @@ def test_the_trainer_captures_a_groups_step_once_and_records_it(stand_in_graphs,
     assert len(train_steps) == 1 and train_steps[0].captures == 1
     assert train_steps[0].replays == steps - step_graph.WARMUP
     for g, e in zip(graphed, eager):
-        assert g["step"] == "cuda-graph" and "step" not in e
-        assert [c["lr"] for c in g["curves"]] == [c["lr"] for c in e["curves"]]  # the schedule followed
-        for a, b in zip(g["curves"], e["curves"]):
+        assert g.step == "cuda-graph" and "step" not in e.json()
+        assert [c["lr"] for c in g.curves] == [c["lr"] for c in e.curves]  # the schedule followed
+        for a, b in zip(g.curves, e.curves):
             assert a["train_ppl"] == pytest.approx(b["train_ppl"], rel=1e-9)
             assert a["valid_ppl"] == pytest.approx(b["valid_ppl"], rel=1e-9)
 
@@ -263,8 +263,8 @@ def test_a_group_on_a_gpus_way_ends_with_each_members_record_alone(experiment, s
     steps = [b for b in stand_in_graphs if b.captures]
     assert len(steps) == 1 and steps[0].replays > 0  # the group's training step (the evaluations' too few)
     for g, a in zip(group, alone):
-        assert g["step"] == "cuda-graph" and "step" not in a
-        assert close(g, a, rtol=1e-9), (g["metrics"], a["metrics"])
+        assert g.step == "cuda-graph" and "step" not in a.json()
+        assert close(g, a, rtol=1e-9), (g.metrics, a.metrics)
 
 
 def test_a_member_that_diverges_between_reads_is_recorded_where_it_diverged(tmp_path, monkeypatch):
@@ -315,7 +315,7 @@ def test_a_member_that_diverges_between_reads_is_recorded_where_it_diverged(tmp_
         with HostReads():
             group = train_group(WordLMTask, runs, store=RunStore(tmp_path / "group"), progress=False, errors=errors)
         group_reads, group_steps = list(reads), list(in_steps)  # the group's (the runs alone read at every step)
-        ckpt = torch.load(RunStore(tmp_path / "group").checkpoint_path("word_lm", group[1]["run_id"]),
+        ckpt = torch.load(RunStore(tmp_path / "group").checkpoint_path("word_lm", group[1].run_id),
                           weights_only=True)
         monkeypatch.setattr(train, "READ_LATER_ON_CPU", False)
         monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "cache-alone"))
@@ -324,15 +324,15 @@ def test_a_member_that_diverges_between_reads_is_recorded_where_it_diverged(tmp_
     finally:
         torch.set_default_dtype(torch.float32)
     assert batches > 4 and group_steps and set(group_steps) == {0}
-    epochs = len(group[0]["curves"])
+    epochs = len(group[0].curves)
     assert sum(group_reads) == len(group_steps) and max(group_reads) == 4  # each step's outputs read once, in fours
     assert len(group_reads) <= len(group_steps) / 4 + 2 * epochs  # and at each epoch's end and checkpoint
-    assert list(errors) == [group[1]["run_id"]]
-    assert group[1]["diverged"] == {"epoch": 2, "batch": 3, "loss": "nan"}
-    assert len(group[1]["curves"]) == 1 and group[1]["metrics"] == {}
+    assert list(errors) == [group[1].run_id]
+    assert group[1].diverged == {"epoch": 2, "batch": 3, "loss": "nan"}
+    assert len(group[1].curves) == 1 and group[1].metrics == {}
     assert (ckpt["epoch"], ckpt["batch"]) == (1, 0)  # the last good one, at the end of epoch 1
     for g, a in zip(group[::2], alone):
-        assert not g.get("diverged") and close(g, a, rtol=1e-9) and len(g["curves"]) == 2
+        assert not g.diverged and close(g, a, rtol=1e-9) and len(g.curves) == 2
 
 
 @needs_cuda

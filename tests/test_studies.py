@@ -1,6 +1,7 @@
 """The studies beyond the paper: the headline cells, the seed orderings, the conjecture table."""
 import pytest
 
+from made import RECORD_DEFAULTS, row
 from recdrop import chapters, experiments
 from recdrop.experiments import conjecture, seeds, temporal_order, word_lm
 from recdrop.experiments.lm_tables import COMBINED, FORWARD, conjecture_cells, headline_cells
@@ -45,9 +46,9 @@ def fake_rows(values, falling=()):
             slope = 10 if (cell, seed) in falling else 0
             curves = [] if v is None else [{"epoch": e, "valid_ppl": v + slope * (8 - e), "train_ppl": v, "lr": 1.0}
                                            for e in range(1, 9)]
-            rows.append({"forward": forward, "scheme": scheme, "rate": rate, "sampling": sampling, "seed": seed,
-                         "run_id": f"{forward}/{scheme}/{rate}/{sampling}/{seed}",
-                         "record": None if v is None else {"metrics": {"test_ppl": v}, "curves": curves}})
+            rows.append(row(forward=forward, scheme=scheme, rate=rate, sampling=sampling, seed=seed,
+                            run_id=f"{forward}/{scheme}/{rate}/{sampling}/{seed}",
+                            record=None if v is None else {"metrics": {"test_ppl": v}, "curves": curves}))
     return rows
 
 
@@ -175,9 +176,9 @@ def test_moon_vs_ours_is_shown_at_the_largest_scale_where_both_per_sequence_cell
     def record(scale, scheme, sampling, seed=0):
         row = next(r for r in grid_rows("temporal_order", scale, [seed], store=store)
                    if (r["length"], r["scheme"], r["sampling"], r["scaling"]) == ("short", scheme, sampling, "paper"))
-        path = store.path("temporal_order", scale, row["run_id"])
+        path = store.path("temporal_order", scale, row.run_id)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"seed": seed, "curves": [{"epoch": 1, "train_loss": 0.5}],
+        path.write_text(json.dumps({**RECORD_DEFAULTS, "seed": seed, "curves": [{"epoch": 1, "train_loss": 0.5}],
                                     "metrics": {"test_acc": 1.0}}))
 
     assert chapters.moon_vs_ours_at_largest_scale(store)[0] == []
@@ -185,25 +186,25 @@ def test_moon_vs_ours_is_shown_at_the_largest_scale_where_both_per_sequence_cell
     record("quick", "semeniuta", "per-sequence")
     record("reduced", "moon", "per-step")  # a larger scale's first runs, without the pair
     shown, table = chapters.moon_vs_ours_at_largest_scale(store)
-    assert len(table) == 1 and {r["config"].scale for r in shown} == {"quick"}
+    assert len(table) == 1 and {r.config.scale for r in shown} == {"quick"}
     record("reduced", "moon", "per-sequence")
     record("reduced", "semeniuta", "per-sequence")
     shown, table = chapters.moon_vs_ours_at_largest_scale(store)
-    assert len(table) == 1 and {r["config"].scale for r in shown} == {"reduced"}
+    assert len(table) == 1 and {r.config.scale for r in shown} == {"reduced"}
 
 
 def test_moon_vs_ours_says_when_the_training_losses_part():
     from recdrop.experiments.temporal_order import PARTED
 
-    def row(scheme, losses, test_acc):
-        return {"length": "medium", "scheme": scheme, "seed": 0, "sampling": "per-sequence", "scaling": "paper",
-                "record": {"curves": [{"epoch": e + 1, "train_loss": v} for e, v in enumerate(losses)],
-                           "metrics": {"test_acc": test_acc}}}
+    def one(scheme, losses, test_acc):
+        return row(length="medium", scheme=scheme, seed=0, sampling="per-sequence", scaling="paper",
+                   record={"curves": [{"epoch": e + 1, "train_loss": v} for e, v in enumerate(losses)],
+                           "metrics": {"test_acc": test_acc}})
 
     table = temporal_order.moon_vs_ours_per_sequence(
-        [row("moon", [1.0, 0.5, 0.4, 0.3], 0.2345), row("semeniuta", [1.0, 0.5 + 1e-9, 0.4 + 2 * PARTED, 0.1], 1.0)])
+        [one("moon", [1.0, 0.5, 0.4, 0.3], 0.2345), one("semeniuta", [1.0, 0.5 + 1e-9, 0.4 + 2 * PARTED, 0.1], 1.0)])
     t = table.iloc[0]
     assert t["first epoch apart by > 1e-06"] == 3 and abs(t["max |train loss, Moon - ours|"] - 0.2) < 1e-12
     assert (t["Moon test acc (%)"], t["ours test acc (%)"]) == (23.4, 100.0)
-    same = temporal_order.moon_vs_ours_per_sequence([row("moon", [1.0, 0.5], 0.3), row("semeniuta", [1.0, 0.5], 1.0)])
+    same = temporal_order.moon_vs_ours_per_sequence([one("moon", [1.0, 0.5], 0.3), one("semeniuta", [1.0, 0.5], 1.0)])
     assert same.iloc[0]["first epoch apart by > 1e-06"] == "never"

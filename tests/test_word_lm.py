@@ -6,6 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from made import record
 from recdrop.data import data_root
 from recdrop.experiments import word_lm
 from recdrop.experiments.word_lm import WordLMConfig, WordLMTask, grid
@@ -109,10 +110,10 @@ def test_test_set_scored_at_best_validation_and_at_the_end(tmp_path, monkeypatch
 
     monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "cache"))
     rec = train_run(WordLMTask, WordLMConfig.at_scale("ci", epochs=3), store=RunStore(tmp_path), progress=False)
-    curves = rec["curves"]
+    curves = rec.curves
     best = min(curves, key=lambda c: c["valid_ppl"])
     assert best["test_ppl"] is not None and curves[-1]["test_ppl"] is not None
-    assert rec["metrics"]["best_test_ppl"] == best["test_ppl"] and rec["metrics"]["test_ppl"] == curves[-1]["test_ppl"]
+    assert rec.metrics["best_test_ppl"] == best["test_ppl"] and rec.metrics["test_ppl"] == curves[-1]["test_ppl"]
     for before, c in zip([math.inf] + [min(x["valid_ppl"] for x in curves[:k]) for k in range(1, 3)], curves):
         assert (c["test_ppl"] is not None) == (c["valid_ppl"] < before or c is curves[-1])
 
@@ -122,8 +123,8 @@ def test_figure2_names_a_cell_not_yet_run_instead_of_leaving_it_out():
     rows = grid_rows("word_lm", "quick", store=RunStore("/nonexistent"))
     for r in rows:
         if r["scheme"] == "none":
-            r["record"] = {"seed": 0, "curves": [{"epoch": e, "train_ppl": 300.0 / e, "valid_ppl": 350.0 / e}
-                                                 for e in (1, 2, 3)]}
+            r.stored = record(**{"seed": 0, "curves": [{"epoch": e, "train_ppl": 300.0 / e, "valid_ppl": 350.0 / e}
+                                                 for e in (1, 2, 3)]})
     labels = [t.get_text() for t in word_lm.plot_figure2(rows).axes[0].get_legend().get_texts()]
     assert labels == ["no dropout", "0.25 per-step recurrent dropout (ours): not yet run at this scale",
                       "training", "validation"]
@@ -135,8 +136,8 @@ def test_the_run_curves_have_a_panel_per_scheme_with_no_dropout_in_each():
     wo = next(iter(word_lm.FORWARD))
     for r in rows:
         if r["forward"] == wo and (r["scheme"] == "none" or (r["scheme"] in ("moon", "gal") and r["rate"] == 0.25)):
-            r["record"] = {"seed": 0, "curves": [{"epoch": e, "train_ppl": 300.0 / e, "valid_ppl": 350.0 / e}
-                                                 for e in (1, 2, 3)]}
+            r.stored = record(**{"seed": 0, "curves": [{"epoch": e, "train_ppl": 300.0 / e, "valid_ppl": 350.0 / e}
+                                                 for e in (1, 2, 3)]})
     fig = word_lm.plot_runs(rows)
     assert [ax.get_title() for ax in fig.axes] == ["moon", "gal"]
     for ax in fig.axes:

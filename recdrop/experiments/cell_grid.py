@@ -3,7 +3,6 @@ with 0.25 recurrent dropout (the layers themselves are built in ``recdrop.models
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
@@ -16,6 +15,7 @@ from ..masks import _check_choice
 from ..optim import OPTIMIZERS, rmsprop
 from ..paths import DATA_DIR
 from ..report import curves_frame
+from ..store import RunStore
 
 CELLS = ("RNN", "LSTM", "GRU")
 RATES = (0.0, 0.25)
@@ -125,10 +125,10 @@ def optimiser_probes(experiment: str, folder: Path = PROBES) -> "pd.DataFrame":
     the six test sets)."""
     out = []
     for path in sorted(folder.glob("*.json")):
-        rec = json.loads(path.read_text())
-        if rec["experiment"] != experiment:
+        rec = RunStore.read(path)
+        if rec.experiment != experiment:
             continue
-        cfg, curves = rec["config"], rec["curves"]
+        cfg, curves = rec.config, rec.curves
         last = curves[-1]
         tests = [v for k, v in last.items() if k.startswith("test_f1") and v is not None]
         losses = [c["train_loss"] for c in curves]
@@ -140,7 +140,7 @@ def optimiser_probes(experiment: str, folder: Path = PROBES) -> "pd.DataFrame":
                     "highest grad norm": float(f"{max(c['grad_norm'] for c in curves):.3g}"),
                     "most clipped": round(max(c.get("clipped", 0.0) for c in curves), 3),
                     "last valid F1": round(last["valid_f1"], 2), "last test F1": round(sum(tests) / len(tests), 2),
-                    "seed": rec["seed"], "commit": rec["commit"][:7]})
+                    "seed": rec.seed, "commit": rec.commit[:7]})
     return pd.DataFrame(out, columns=["cell", "optimizer", "clip_norm", "epochs", "first loss", "highest loss / first",
                                       "largest rise of the loss", "highest grad norm", "most clipped", "last valid F1",
                                       "last test F1", "seed", "commit"])

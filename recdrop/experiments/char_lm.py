@@ -335,7 +335,7 @@ GRIDS = {"table": grid, "headline": headline_grid, "conjecture": conjecture_grid
 
 def table_rows(rows):
     """The rows of Table 3 itself, without the batch-size check's (rows without a batch label pass)."""
-    return [r for r in rows if r.get("batch", "default") == "default"]
+    return [r for r in rows if r.labels.get("batch", "default") == "default"]
 
 
 def table3(rows) -> "pd.DataFrame":
@@ -379,7 +379,7 @@ def batch_check(rows) -> "pd.DataFrame":
     s = summarize(picked, ["batch", "scheme"], ["test_bpc"]).set_index(["batch", "scheme"])
     out, default_gap = [], math.nan
     for batch in [b for b in ("default", "half") if b in s.index.get_level_values("batch")]:
-        row = {"batch": batch, "batch size": next(r["config"].batch_size for r in picked if r["batch"] == batch)}
+        row = {"batch": batch, "batch size": next(r.config.batch_size for r in picked if r["batch"] == batch)}
         for scheme, label in cells.items():
             m, sd, n = s.loc[(batch, scheme), ["test_bpc_mean", "test_bpc_std", "n"]]
             row[label] = fmt_mean_sd(m, sd, int(n), 3)

@@ -80,7 +80,7 @@ def pooled_seed_sd(runs, metric: str) -> Dict[str, float]:
 
 def _fit(runs, metric: str) -> "pd.DataFrame":
     """``lm_tables.fit_table`` of the stored ``runs`` (a run shown by two grids counts once)."""
-    unique = list({r["run_id"]: r for r in runs if r.get("record")}.values())
+    unique = list({r.run_id: r for r in runs if r.record}.values())
     return fit_table(unique, metric.split("_")[1])
 
 

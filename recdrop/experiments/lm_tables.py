@@ -152,7 +152,7 @@ def cell_values(rows, metric: str) -> Dict[Cell, float]:
 
 def seed_cell_values(rows, metric: str) -> Dict[int, Dict[Cell, float]]:
     """``metric`` of every cell that has a record, seed by seed (what the claims are judged on)."""
-    return seed_values(rows, lambda r, m: {tuple(r[k] for k in CELL_KEYS): m.get(metric)})
+    return seed_values(rows, lambda r, m: {r.cell(CELL_KEYS): m.get(metric)})
 
 
 def paper_values(paper_table: int, split: str = "Test") -> Dict[Cell, float]:
@@ -206,8 +206,8 @@ def _last_valid_sds(rows, unit: str) -> Dict[Cell, float]:
     deviation over seeds, for every cell run with two seeds or more."""
     by_cell: Dict[Cell, List[float]] = {}
     for r in rows:
-        if r.get("record"):
-            by_cell.setdefault(tuple(r[k] for k in CELL_KEYS), []).append(r["record"]["curves"][-1][f"valid_{unit}"])
+        if r.record:
+            by_cell.setdefault(r.cell(CELL_KEYS), []).append(r.record.curves[-1][f"valid_{unit}"])
     sds = {cell: float(pd.Series(v).std()) for cell, v in by_cell.items() if len(v) > 1}
     return {cell: sd for cell, sd in sds.items() if not pd.isna(sd)}
 
@@ -224,9 +224,9 @@ def fit_table(rows, unit: str) -> "pd.DataFrame":
     noises = _last_valid_sds(rows, unit)
     out = []
     for r in rows:
-        if not r.get("record"):
+        if not r.record:
             continue
-        c = pd.DataFrame(r["record"]["curves"]).set_index("epoch")
+        c = pd.DataFrame(r.record.curves).set_index("epoch")
         valid, train = c[f"valid_{unit}"], c[f"train_{unit}"]
         best_at, last = int(valid.idxmin()), int(c.index.max())
         valid_up = valid[last] / valid[best_at] - 1
@@ -243,10 +243,10 @@ def fit_table(rows, unit: str) -> "pd.DataFrame":
                      f"yes: no new best for {window} epochs" if no_new_best else
                      f"yes: validation flat for {window} epochs" if flat else "no")
         move = float(recent.iloc[-1] - recent.iloc[0]) if len(c) > window else float("nan")
-        noise = noises.get(tuple(r[k] for k in CELL_KEYS), min(noises.values(), default=float("nan")))
+        noise = noises.get(r.cell(CELL_KEYS), min(noises.values(), default=float("nan")))
         stable = ("—" if pd.isna(move) else "no seed noise yet" if pd.isna(noise) else
                   "yes" if abs(move) <= noise else "no: still falling" if move < 0 else "no: still rising")
-        out.append({**{k: r[k] for k in CELL_KEYS}, "seed": r["seed"], "epochs": last, "best validation epoch": best_at,
+        out.append({**{k: r[k] for k in CELL_KEYS}, "seed": r.seed, "epochs": last, "best validation epoch": best_at,
                     "validation, last vs best (%)": round(100 * valid_up, 1),
                     "training, last vs best epoch (%)": round(100 * train_move, 1),
                     "last lr / first": float(f"{lr_left:.3g}"), "fit": fit, "converged": converged,  # not 0.0 for 1e-5
@@ -270,8 +270,8 @@ def pilot_table(rows, unit: str, paper_table: int) -> "pd.DataFrame":
     name = cell_name(*best_cell[1:])
     out = []
     for tested, metric in (("final", f"test_{unit}"), ("best validation", f"best_test_{unit}")):
-        values = {c: [r["record"]["metrics"][metric] for r in rows if r.get("record") and metric in
-                      r["record"]["metrics"] and tuple(r[k] for k in CELL_KEYS) == c] for c in (none, best_cell)}
+        values = {c: [r.metrics[metric] for r in rows if metric in r.metrics and r.cell(CELL_KEYS) == c]
+                  for c in (none, best_cell)}
         a, b = (pd.Series(values[c], dtype=float) for c in (none, best_cell))
         gap = a.mean() - b.mean()  # lower is better: > 0 where dropout helps
         noise = 2 * (a.var() / len(a) + b.var() / len(b)) ** 0.5 if min(len(a), len(b)) > 1 else float("nan")
@@ -312,7 +312,7 @@ def plot_run_curves(rows, unit: str, ylabel: str, log: bool = False):
     import matplotlib.pyplot as plt
 
     wo = next(iter(FORWARD))
-    ran = {(r["scheme"], r["rate"], r["sampling"]) for r in rows if r.get("record") and r["forward"] == wo}
+    ran = {r.cell(("scheme", "rate", "sampling")) for r in rows if r.record and r["forward"] == wo}
     schemes = [s for s in dict.fromkeys(r["scheme"] for r in rows) if s != "none" and any(c[0] == s for c in ran)]
     schemes = schemes or ["none"]
     fig, axes = plt.subplots(1, len(schemes), figsize=(4.5 * len(schemes), 3.8), sharey=True, squeeze=False)

@@ -107,15 +107,15 @@ def traces_frame(rows) -> "pd.DataFrame":
     setting only: Eq. 17 at test with the paper scaling, Eq. 18 in training with inverted scaling)."""
     out = []
     for r in rows:
-        if not r.get("record"):
+        if not r.record:
             continue
-        cfg, probe = r["config"], r["record"]["metrics"]["probe"]
+        cfg, probe = r.config, r.record.metrics["probe"]
         for phase, values in probe.items():
             steps = len(values["memory"])
             predicts = r["scheme"] == "moon" and (cfg.scaling == "paper") == (phase == "test")
             pred = predicted_trace(steps, cfg.recurrent_dropout, phase == "train").tolist() if predicts else [None] * steps
             for t in range(steps):
-                out.append({"setting": _name(r), **{k: r[k] for k in KEYS}, "seed": r["seed"], "phase": phase,
+                out.append({"setting": _name(r), **{k: r[k] for k in KEYS}, "seed": r.seed, "phase": phase,
                             "step": t + 1, "memory": values["memory"][t], "cell_norm": values["cell_norm"][t],
                             "predicted": pred[t]})
     return pd.DataFrame(out)
@@ -172,7 +172,7 @@ def memory_table(rows) -> "pd.DataFrame":
     df = traces_frame(rows)
     if df.empty:
         return pd.DataFrame(columns=["setting"])
-    train_len, last = int(rows[0]["config"].length), int(df["step"].max())
+    train_len, last = int(rows[0].config.length), int(df["step"].max())
     each, out = f"test, t={last}, each seed", []
     for setting, d in df.groupby("setting", sort=False):
         row = {"setting": setting}
@@ -194,9 +194,9 @@ def accuracy_by_length(rows) -> "pd.DataFrame":
     """Test accuracy (%) at each test length, one row per setting (mean over seeds), and how many seeds."""
     out = []
     for r in rows:
-        if r.get("record"):
-            for length, acc in r["record"]["metrics"]["test_acc_by_length"].items():
-                out.append({"setting": _name(r), "seed": r["seed"], "test length": int(length), "accuracy (%)": 100 * acc})
+        if r.record:
+            for length, acc in r.record.metrics["test_acc_by_length"].items():
+                out.append({"setting": _name(r), "seed": r.seed, "test length": int(length), "accuracy (%)": 100 * acc})
     if not out:
         return pd.DataFrame(columns=["setting"])
     df = pd.DataFrame(out)
@@ -221,7 +221,7 @@ def claims(rows) -> "pd.DataFrame":
         return out
 
     by_seed = seed_values(rows, traces)
-    length = int(rows[0]["config"].length) if rows else MemoryLossConfig.length
+    length = int(rows[0].config.length) if rows else MemoryLossConfig.length
     last = max((k[4] for v in by_seed.values() for k in v), default=length)
     inverted = ("moon", "per-sequence", "inverted")
     out = []

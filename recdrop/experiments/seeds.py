@@ -73,10 +73,10 @@ def _paper(s: Study) -> Dict[Tuple, float]:
 def _per_seed(rows, s: Study) -> Dict[Tuple, List[float]]:
     out: Dict[Tuple, List[float]] = {}
     for r in rows:
-        cell = tuple(r[k] for k in s.keys)
+        cell = r.cell(s.keys)
         out.setdefault(cell, [])
-        if r.get("record"):
-            out[cell].append(float(r["record"]["metrics"][s.metric]) * s.factor)
+        if r.record:
+            out[cell].append(float(r.record.metrics[s.metric]) * s.factor)
     return out
 
 

@@ -284,12 +284,13 @@ def claims(rows) -> "pd.DataFrame":
         return a >= 1 - tol
 
     def solved_at(record) -> float:
-        """The first epoch whose test accuracy counts as solved; inf where none does."""
-        return next((c["epoch"] for c in record.get("curves", []) if solved(c.get("test_acc", 0.0))), math.inf)
+        """The first epoch whose test accuracy counts as solved; inf where none does (or none is run)."""
+        curves = record.curves if record is not None else []
+        return next((c["epoch"] for c in curves if solved(c.get("test_acc", 0.0))), math.inf)
 
-    by_seed = seed_values(rows, lambda r, m: {**{(*(r[k] for k in CELL_KEYS), what): m.get(metric)
+    by_seed = seed_values(rows, lambda r, m: {**{(*r.cell(CELL_KEYS), what): m.get(metric)
                                                  for what, metric in measures.items()},
-                                              (*(r[k] for k in CELL_KEYS), "solved at"): solved_at(r["record"] or {})})
+                                              (*r.cell(CELL_KEYS), "solved at"): solved_at(r.record)})
 
     def chance(a):
         return a <= 0.25 + tol
@@ -348,18 +349,18 @@ def moon_vs_ours_per_sequence(rows) -> "pd.DataFrame":
     agree to rounding; where training amplifies rounding (a chaotic run), they part, and the first
     epoch they differ by more than ``PARTED`` says when. Only the test accuracy, where Moon's (1-p)
     compounds, differs by the schemes."""
-    pick = {(r["length"], r["scheme"], r["seed"]): r["record"] for r in rows
-            if r.get("record") and r["sampling"] == "per-sequence" and r["scaling"] == "paper"}
+    pick = {(r["length"], r["scheme"], r.seed): r.record for r in rows
+            if r.record and r["sampling"] == "per-sequence" and r["scaling"] == "paper"}
     out = []
     for (length, scheme, seed), moon in sorted(pick.items()):
         ours = pick.get((length, "semeniuta", seed))
         if scheme != "moon" or ours is None:
             continue
-        gaps = [(a["epoch"], abs(a["train_loss"] - b["train_loss"])) for a, b in zip(moon["curves"], ours["curves"])]
-        out.append({"length": length, "seed": seed, "epochs": len(moon["curves"]),
+        gaps = [(a["epoch"], abs(a["train_loss"] - b["train_loss"])) for a, b in zip(moon.curves, ours.curves)]
+        out.append({"length": length, "seed": seed, "epochs": len(moon.curves),
                     "max |train loss, Moon - ours|": max(g for _, g in gaps),
                     f"first epoch apart by > {PARTED:g}": next((e for e, g in gaps if g > PARTED), "never"),
-                    "Moon test acc (%)": round(100 * moon["metrics"]["test_acc"], 1),
-                    "ours test acc (%)": round(100 * ours["metrics"]["test_acc"], 1)})
+                    "Moon test acc (%)": round(100 * moon.metrics["test_acc"], 1),
+                    "ours test acc (%)": round(100 * ours.metrics["test_acc"], 1)})
     return pd.DataFrame(out, columns=["length", "seed", "epochs", "max |train loss, Moon - ours|",
                                       f"first epoch apart by > {PARTED:g}", "Moon test acc (%)", "ours test acc (%)"])

@@ -14,7 +14,6 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import pandas as pd
 import torch
-import torch.nn.functional as F
 
 from ..config import ExperimentConfig
 from ..data.ptb import batchify, load_ptb

@@ -1,0 +1,118 @@
+"""The two types the machinery above the trainer reads: a run's stored ``Record``, and a grid's ``Row``.
+
+A ``Record`` is made in one place, ``RunStore.read``, from the JSON the trainer wrote; a ``Row`` is
+made in one place, ``sweep.grid_rows``. Everything above (the runner, reports, chapters, the book)
+reads their attributes.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Dict, List, Optional, Tuple
+
+
+@dataclasses.dataclass(frozen=True)
+class Record:
+    """A finished (or diverged) run as the store holds it, its fields those of the JSON file.
+
+    Shared by every reader of the file in a process (``RunStore.read`` parses it once): read it, do not
+    change its dicts."""
+
+    experiment: str
+    run_id: str
+    seed: int
+    config: Dict[str, Any]  # ``ExperimentConfig.to_dict()``, as JSON holds it (tuples as lists)
+    metrics: Dict[str, Any]  # the experiment's final numbers ({} where training diverged)
+    curves: List[Dict[str, Any]]  # one dict an epoch
+    wall_time_s: float
+    finished: str  # UTC, ISO 8601
+    commit: str  # of the code that ran its last stretch (``store.git_commit``)
+    hardware: str
+    device: str
+    torch: str
+    python: str
+    diverged: Optional[Dict[str, Any]] = None  # where the loss stopped being finite: epoch, batch, loss
+    segments: Tuple[Dict[str, Any], ...] = ()  # each stretch of a resumed run: hardware, commit, epochs, ...
+    resumed_from_commit: Optional[str] = None  # in records older than ``segments``
+    group: Optional[List[str]] = None  # the run ids it trained with as one group
+    precision: Optional[str] = None  # "tf32" or "bf16" where not float32
+    step: Optional[str] = None  # "cuda-graph" where the whole step was one CUDA graph
+    path: Optional[str] = None  # the layers' path in training (``layers.layer_paths``)
+    switches: Optional[Dict[str, str]] = None  # recdrop's environment switches set (``route.switches``)
+
+    @property
+    def scale(self) -> str:
+        return self.config["scale"]
+
+    @property
+    def stretches(self) -> Tuple[Dict[str, Any], ...]:
+        """The record itself, then each stretch of its training: where hardware, torch, commit and
+        precision are read, so that a resumed run counts each."""
+        return (self.json(), *self.segments)
+
+    @classmethod
+    def from_json(cls, data: Dict[str, Any], source: str = "a run record") -> "Record":
+        """The record a parsed JSON file holds; a ValueError naming ``source`` where a field is missing
+        or unknown."""
+        if not isinstance(data, dict):
+            raise ValueError(f"{source} is not a JSON object but {type(data).__name__}")
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - set(fields))
+        missing = sorted(n for n, f in fields.items() if f.default is dataclasses.MISSING and n not in data)
+        if unknown or missing:
+            raise ValueError(f"{source} is not a run record this code reads: "
+                             + "; ".join(part for part in (f"unknown fields {unknown}" if unknown else "",
+                                                           f"missing fields {missing}" if missing else "") if part))
+        return cls(**{**data, "segments": tuple(data.get("segments", ()))})
+
+    def json(self) -> Dict[str, Any]:
+        """The record as its JSON file holds it (``from_json``'s inverse): the optional fields it has."""
+        out = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.default is dataclasses.MISSING or value != f.default:
+                out[f.name] = list(value) if f.name == "segments" else value
+        return out
+
+
+RUN_FIELDS = ("seed", "run_id", "config", "stored", "done")
+
+
+@dataclasses.dataclass
+class Row:
+    """One run of a grid: its cell's ``labels`` (``row["scheme"]`` reads one), seed, run id and config,
+    and what the store holds of it (``stored``), and whether that finishes the run (``done``,
+    ``RunStore.is_done``: a record of a diverged run counts; one from uncommitted code does not, in a
+    store that is committed)."""
+
+    labels: Dict[str, Any]
+    seed: int
+    run_id: str
+    config: Any  # the run's ``ExperimentConfig``
+    stored: Optional[Record] = None
+    done: bool = False
+
+    @property
+    def record(self) -> Optional[Record]:
+        """Its stored record where the run finished; None where it is not run, or diverged."""
+        return None if self.stored is None or self.stored.diverged else self.stored
+
+    @property
+    def diverged(self) -> Optional[Dict[str, Any]]:
+        """Where its training diverged (epoch, batch and loss); None where it did not, or is not run."""
+        return self.stored.diverged if self.stored is not None else None
+
+    @property
+    def metrics(self) -> Dict[str, Any]:
+        """Its record's metrics; {} where it has no finished record."""
+        return self.record.metrics if self.record is not None else {}
+
+    def __getitem__(self, label: str) -> Any:
+        try:
+            return self.labels[label]
+        except KeyError:
+            hint = f"; read row.{label}" if label in RUN_FIELDS or label in ("record", "diverged") else ""
+            raise KeyError(f"{label!r} is not a label of this row (its labels: {', '.join(self.labels)}){hint}") from None
+
+    def cell(self, keys) -> Tuple[Any, ...]:
+        """The values of the labels ``keys``, in order."""
+        return tuple(self.labels[k] for k in keys)
