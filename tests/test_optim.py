@@ -137,4 +137,4 @@ def test_tables_4_and_5_train_with_lasagnes_rmsprop_and_clip_at_5_recording_how_
         rec = train_run(e.task, cfg.replace(clip_norm=1e-6), store=RunStore(tmp_path), progress=False)
     except FileNotFoundError as err:
         pytest.skip(f"dataset missing: {err}")
-    assert all(c["clipped"] == 1.0 and c["grad_norm"] > 1e-6 for c in rec["curves"])  # every step clipped
+    assert all(c["clipped"] == 1.0 and c["grad_norm"] > 1e-6 for c in rec.curves)  # every step clipped
