@@ -208,8 +208,8 @@ def run_campaign(entries: Sequence[Entry], device: str = "cpu", jobs: int = 1, b
     seconds have passed; then every running run checkpoints and stops. With ``fuse`` (True, or a cap
     on a group's size) the runs of an experiment that can share one model train as one group
     (``sweep.fuse_groups``), groups in the order of their first run. Returns the rows by outcome:
-    ``finished`` and ``diverged`` (recorded as such) with their ``record``; ``stopped`` (checkpoint
-    saved), ``failed`` and ``not_started``, with their ``error``."""
+    ``finished`` and ``diverged`` (recorded as such) with their stored record (``stored``); ``stopped``
+    (checkpoint saved), ``failed`` and ``not_started``, with their ``error``."""
     device = check_device(device)
     check_jobs(jobs)
     set_precision(precision, device)

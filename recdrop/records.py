@@ -1,8 +1,8 @@
 """The two types the machinery above the trainer reads: a run's stored ``Record``, and a grid's ``Row``.
 
 A ``Record`` is made in one place, ``RunStore.read``, from the JSON the trainer wrote; a ``Row`` is
-made in one place, ``sweep.grid_rows``. Everything above (the runner, reports, chapters, the book)
-reads their attributes.
+made by ``sweep.grid_rows`` (the campaign's ``Pending`` extends one it gives). Everything above (the
+runner, reports, chapters, the book) reads their attributes.
 """
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ from typing import Any, Dict, List, Optional, Tuple
 class Record:
     """A finished (or diverged) run as the store holds it, its fields those of the JSON file.
 
-    Shared by every reader of the file in a process (``RunStore.read`` parses it once): read it, do not
-    change its dicts."""
+    An optional field is None where the file does not have it (the format writes no nulls), so that
+    ``json()`` gives back the file's fields exactly. Shared by every reader of the file in a process
+    (``RunStore.read`` parses it once): read it, do not change its dicts."""
 
     experiment: str
     run_id: str
@@ -31,7 +32,7 @@ class Record:
     torch: str
     python: str
     diverged: Optional[Dict[str, Any]] = None  # where the loss stopped being finite: epoch, batch, loss
-    segments: Tuple[Dict[str, Any], ...] = ()  # each stretch of a resumed run: hardware, commit, epochs, ...
+    segments: Optional[Tuple[Dict[str, Any], ...]] = None  # each stretch of a resumed run: hardware, commit, epochs
     resumed_from_commit: Optional[str] = None  # in records older than ``segments``
     group: Optional[List[str]] = None  # the run ids it trained with as one group
     precision: Optional[str] = None  # "tf32" or "bf16" where not float32
@@ -47,7 +48,7 @@ class Record:
     def stretches(self) -> Tuple[Dict[str, Any], ...]:
         """The record itself, then each stretch of its training: where hardware, torch, commit and
         precision are read, so that a resumed run counts each."""
-        return (self.json(), *self.segments)
+        return (self.json(), *(self.segments or ()))
 
     @classmethod
     def from_json(cls, data: Dict[str, Any], source: str = "a run record") -> "Record":
@@ -62,14 +63,16 @@ class Record:
             raise ValueError(f"{source} is not a run record this code reads: "
                              + "; ".join(part for part in (f"unknown fields {unknown}" if unknown else "",
                                                            f"missing fields {missing}" if missing else "") if part))
-        return cls(**{**data, "segments": tuple(data.get("segments", ()))})
+        if "segments" in data:
+            data = {**data, "segments": tuple(data["segments"])}
+        return cls(**data)
 
     def json(self) -> Dict[str, Any]:
         """The record as its JSON file holds it (``from_json``'s inverse): the optional fields it has."""
         out = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if f.default is dataclasses.MISSING or value != f.default:
+            if f.default is dataclasses.MISSING or value is not None:
                 out[f.name] = list(value) if f.name == "segments" else value
         return out
 

@@ -110,7 +110,7 @@ def test_atomic_write_leaves_old_file_on_failure(tmp_path):
 def test_record_contents(store):
     rec = train_run(TemporalOrderTask, ci_config(), seed=3, store=store, progress=False)
     saved = json.loads(store.path("temporal_order", "ci", rec.run_id).read_text())
-    assert saved == rec.json()
+    assert saved == rec.json() and rec is store.load("temporal_order", "ci", rec.run_id)  # the stored record itself
     for key in ("experiment", "config", "seed", "metrics", "curves", "wall_time_s", "hardware", "torch", "commit"):
         assert key in saved
     assert rec.config["scale"] == "ci" and rec.seed == 3
@@ -181,6 +181,13 @@ def test_nan_loss_stops_the_run_records_it_as_diverged_and_keeps_the_checkpoint(
     calls = Exploding.calls
     assert train_run(Exploding, cfg, seed=0, store=store, progress=False) == record  # not tried again
     assert Exploding.calls == calls
+
+
+def test_a_record_gives_back_exactly_the_fields_its_file_has():
+    from made import RECORD_DEFAULTS
+    from recdrop.records import Record
+    for extra in ({}, {"segments": []}, {"segments": [{"commit": "abc"}], "group": ["a", "b"], "precision": "tf32"}):
+        assert Record.from_json({**RECORD_DEFAULTS, **extra}).json() == {**RECORD_DEFAULTS, **extra}
 
 
 def test_a_row_reads_its_cells_labels_by_key_and_its_run_by_attribute():
