@@ -77,9 +77,6 @@ class Record:
         return out
 
 
-RUN_FIELDS = ("seed", "run_id", "config", "stored", "done")
-
-
 @dataclasses.dataclass
 class Row:
     """One run of a grid: its cell's ``labels`` (``row["scheme"]`` reads one), seed, run id and config,
@@ -113,7 +110,7 @@ class Row:
         try:
             return self.labels[label]
         except KeyError:
-            hint = f"; read row.{label}" if label in RUN_FIELDS or label in ("record", "diverged") else ""
+            hint = f"; read row.{label}" if hasattr(self, label) else ""  # a run's field, not a label
             raise KeyError(f"{label!r} is not a label of this row (its labels: {', '.join(self.labels)}){hint}") from None
 
     def cell(self, keys) -> Tuple[Any, ...]:

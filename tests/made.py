@@ -16,14 +16,17 @@ def record(**fields) -> Record:
     return Record.from_json({**RECORD_DEFAULTS, **fields})
 
 
+_record = record  # ``row``'s keyword of that name hides it
+
+
 def row(seed=0, run_id=None, config=None, record=None, diverged=None, done=None, **labels) -> Row:
     """A ``Row`` as ``grid_rows`` makes one, from a grid row's old dict form: ``record`` a dict of the record's
     fields (or a ``Record``, or None), ``diverged`` where a stored record says the run diverged; the other
     keywords are the cell's labels. A row without ``run_id`` gets one of its own."""
     if isinstance(record, dict):
-        record = globals()["record"](**{"seed": seed, **record})
+        record = _record(**{"seed": seed, **record})
     if diverged:
-        record = globals()["record"](seed=seed, diverged=diverged)
+        record = _record(seed=seed, diverged=diverged)
     run_id = run_id if run_id is not None else f"run{next(_ids)}"
     return Row(labels, seed, run_id, config, record, record is not None if done is None else done)
 

@@ -365,7 +365,7 @@ def figure2_row(rows, scale):
     against the seed noise, ``report.claim_verdict``)."""
     wo = next(iter(FORWARD))
     none, ours = (wo, "none", 0.0, "-"), (wo, "semeniuta", 0.25, "per-step")
-    by_seed = seed_values(rows, lambda r, m: {(tuple(r[k] for k in CELL_KEYS), split): m.get(f"{split}_ppl")
+    by_seed = seed_values(rows, lambda r, m: {(r.cell(CELL_KEYS), split): m.get(f"{split}_ppl")
                                               for split in ("train", "valid")})
 
     def claim(v):
