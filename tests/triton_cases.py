@@ -96,3 +96,34 @@ def test_non_contiguous_final_state_gradients(kind, loss_kind, monkeypatch):
         extra = h_n.sum() if loss_kind.startswith("sum") else (h_n.permute(1, 0, 2).reshape(3, 14) @ w).pow(2).sum()
         return y.pow(2).sum() + extra, []
     _assert_paths_agree(m, x, None, m.draw_masks(6, 3, device=DEVICE), loss, monkeypatch)
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+def test_a_run_alone_on_a_groups_path_equals_it_through_the_kernels(kind, monkeypatch):
+    """A run alone on a group's path is a stack of one (``w_hh`` of shape ``(1, G, H)``; the char LM
+    trains so on a GPU). Its route takes the torch loop, whose outputs and gradients equal the run's
+    own through the kernels: on a lent H200 (2026-11-27) the kernels' loop was chosen for a stack of one
+    and its backward failed."""
+    monkeypatch.setattr("recdrop.route.STACK_ON_CPU", True)
+    monkeypatch.setenv("RECDROP_TRITON", "1")
+    torch.manual_seed(0)
+    m = getattr(recdrop, kind)(5, 7, recurrent_dropout=0.3).double().train().to(DEVICE)
+    x = torch.randn(6, 3, 5, dtype=torch.float64, device=DEVICE)
+    state = [torch.randn(1, 3, 7, dtype=torch.float64, device=DEVICE) for _ in range(2 if kind == "LSTM" else 1)]
+    results, routes = [], []
+    for group in (True, False):
+        m.zero_grad()
+        m.generator = torch.Generator(DEVICE).manual_seed(1)  # the same masks on both paths
+        leaves = [t.clone().requires_grad_() for t in [x, *state]]
+        if group:
+            y, finals = recdrop.layers.run_group([m], leaves[0][:, None], tuple(leaves[1:]))
+            y = y[:, 0]
+        else:
+            y, finals = m(leaves[0], tuple(leaves[1:]) if kind == "LSTM" else leaves[1])
+        finals = finals if isinstance(finals, tuple) else (finals,)
+        routes.append(m.last_route)
+        (y.sum() + sum((1.5 * f).sum() for f in finals)).backward()
+        results.append([y, *finals] + [t.grad for t in leaves] + [p.grad.clone() for p in m.parameters()])
+    assert (routes[0].triton, routes[0].runs, routes[1].triton) == (False, 1, True), routes
+    for a, b in zip(*results):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
