@@ -99,6 +99,9 @@ def main(argv=None):
             def group(b):
                 group_step(b)
             per_step(alone, batches, sync, args.warmup_s), per_step(group, batches, sync, args.warmup_s)  # warm-up
+            # the group's path, read while its warm-up is the last Python to have run: a replayed graph runs
+            # none, and a later eager step (an epoch's shorter last batch) may be one run's alone
+            path = layer_paths(tasks[0].model)
             times = {"alone": [], "group": []}
             for _ in range(args.repeats):  # in turn, so that a busy machine slows both alike
                 times["alone"].append(per_step(alone, batches, sync, args.min_s))
@@ -112,7 +115,7 @@ def main(argv=None):
                          "batch": tasks[0].cfg.batch_size, "tf32": precision == "tf32", "precision": precision,
                          "min_s": args.min_s,
                          "step": "cuda-graph" if getattr(group_step, "captured", False) else "eager",
-                         "path": layer_paths(tasks[0].model),  # the group's, which ran last
+                         "path": path,
                          "date": time.strftime("%Y-%m-%d")})
             print(f"{name} R={n:2d}: one at a time {a:.3f} s, as a group {g:.3f} s a step of all {n} runs: "
                   f"{a / g:.2f}x", flush=True)

@@ -176,16 +176,20 @@ def plot_time_per_step(df: pd.DataFrame):
 
 
 def group_setting(df: pd.DataFrame) -> pd.Series:
-    """How a row's steps ran: the whole step as one CUDA graph or eagerly (rows without a ``step`` column
-    ran eagerly), the layers' path where the row names it (``layers._RecurrentLayer.route``), and its products'
-    precision."""
+    """How a benchmark's group steps ran: the whole step as one CUDA graph or eagerly (rows without a
+    ``step`` column ran eagerly), its products' precision, and "stacked" where its largest group's layers
+    ran stacked (``recdrop.stacked``; a row's ``path`` is the one its first run's layers took last, which
+    at one run, or after an eager step of an epoch's shorter last batch alone, is not the group's)."""
     step = df["step"].fillna("eager") if "step" in df else pd.Series("eager", index=df.index)
-    if "path" in df:
-        step = step + df["path"].map(lambda p: f" ({p})" if isinstance(p, str) and p else "")
     tf32 = df["tf32"].fillna(False).astype(bool) if "tf32" in df else pd.Series(False, index=df.index)
     named = df["precision"] if "precision" in df else pd.Series(None, index=df.index, dtype=object)
     names = {"float32": "float32", "tf32": "TF32", "bf16": "bf16 autocast"}
-    return step + ", " + named.map(names).fillna(tf32.map({True: "TF32", False: "float32"}))
+    setting = step + ", " + named.map(names).fillna(tf32.map({True: "TF32", False: "float32"}))
+    if "path" not in df:
+        return setting
+    keyed = df.assign(_setting=setting, _path=df["path"].fillna("").astype(str))
+    largest = keyed.sort_values("runs").groupby(["hardware", "commit", "model", "_setting"])["_path"].transform("last")
+    return setting + largest.reindex(df.index).str.contains("stacked").map({True: ", stacked", False: ""})
 
 
 def group_table(df: pd.DataFrame) -> pd.DataFrame:

@@ -111,6 +111,21 @@ def test_the_group_table_gives_each_group_sizes_speedup_per_machine_and_model(tm
     assert perf.group_table(perf.load_benchmarks(tmp_path / "none")).empty
 
 
+def test_a_stacked_benchmark_is_one_row_whatever_path_each_size_recorded(tmp_path):
+    """A row's ``path`` is its first run's last route: at one run torch.nn's, and on the lease of 2026-11-27
+    the 8-run group's too (an eager step of a shorter last batch alone); the benchmark is named by its
+    largest group's path, and one without stacking stays apart."""
+    rows = [{"model": "word", "runs": r, "speedup": s, "hardware": "NVIDIA H200", "threads": 2, "commit": c,
+             "tf32": True, "precision": "tf32", "step": "cuda-graph", "path": p,
+             "alone_runs_per_hour_of_steps": 1.0, "group_runs_per_hour_of_steps": s}
+            for c, r, s, p in [("new", 1, 1.0, "torch.nn"), ("new", 8, 1.95, "torch.nn"),
+                               ("new", 26, 2.17, "fused, 26 runs stacked"), ("old", 1, 0.99, None), ("old", 26, 1.78, None)]]
+    pd.DataFrame(rows).to_csv(tmp_path / "g.csv", index=False)
+    table = perf.group_table(perf.load_benchmarks(tmp_path)).set_index("step")
+    assert list(table.index) == ["cuda-graph, TF32", "cuda-graph, TF32, stacked"]
+    assert table.loc["cuda-graph, TF32, stacked", "R = 8"] == 1.95 and table.loc["cuda-graph, TF32", "R = 26"] == 1.78
+
+
 def test_a_bidirectional_row_with_its_own_input_size_is_a_row_of_its_own(tmp_path):
     pd.DataFrame([bench_row(), bench_row(hidden=100, seq=30, batch=10, bidirectional=True, input_size=150, ratio=1.3),
                   bench_row(bidirectional=False, input_size=256, ratio=1.4)]).to_csv(tmp_path / "m.csv", index=False)
