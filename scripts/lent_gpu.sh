@@ -71,7 +71,9 @@ setup() {
   timeout 60 python3 -m pytest -q -x -p no:cacheprovider tests/test_step_graph.py -k on_cuda > "$b/logs/step-graph-test.log" 2>&1
   if [ $? -ne 0 ]; then echo "the step graph's test failed: steps eager"; echo "export RECDROP_STEP_GRAPH=0" >> "$LEASE/env"; fi
   . "$LEASE/env"
-  tail -qn1 "$b"/logs/*.log
+  # each log's summary under its name (on 2026-11-27 an unnamed "1 failed" was the fused test's, for the char LM)
+  for f in "$b"/logs/*.log; do echo "$(basename "$f" .log): $(tail -n1 "$f")"; done
+  grep -h "^FAILED" "$b"/logs/*.log
   # the group sizes' step times at this lease's precision, which choose the size
   timeout 150 python3 benchmarks/bench_groups.py --device "$DEVICE" --models word --sizes ${LEASE_SIZES:-1 8 26} --repeats 2 $TF32 \
       --out "$b/groups/$gpu-$PRECISION.csv"
