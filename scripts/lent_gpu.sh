@@ -8,6 +8,7 @@
 #     bash scripts/lent_gpu.sh finish             # wait for it (not past its end), then its pack into $OUT
 #     bash scripts/lent_gpu.sh layers             # this GPU's layer benchmarks, if minutes remain
 #     bash scripts/lent_gpu.sh groups             # the fused groups' steps in float32 and TF32, if minutes remain
+#     bash scripts/lent_gpu.sh profile            # what bounds the word-LM group's step (8 runs), if minutes remain
 #     LEASE_S=585 bash scripts/lent_gpu.sh        # all in one command of LEASE_S seconds
 # S counts from train's start to the written pack: the device time left after setup (the run tool's
 # budget_left_s) less the commands' transfers and the gaps between them. Whatever the lease makes
@@ -158,6 +159,15 @@ groups() {  # the fused groups' steps at both precisions, word LM and char LM, i
   pack_bench
 }
 
+profile() {  # what bounds the word-LM group's step: its kernels (graphed) and operators (eager), 8 runs
+  local gpu r=${LEASE_PROFILE_RUNS:-8}; gpu=$(gpu_name); mkdir -p "$LEASE/bench/profiles"
+  timeout 100 python3 benchmarks/profile_group.py --device "$DEVICE" --model word --runs "$r" $TF32 \
+      --out "$LEASE/bench/profiles/$gpu-word-$r-$PRECISION-graphed.csv" | head -25
+  RECDROP_STEP_GRAPH=0 timeout 100 python3 benchmarks/profile_group.py --device "$DEVICE" --model word --runs "$r" $TF32 \
+      --out "$LEASE/bench/profiles/$gpu-word-$r-$PRECISION-eager.csv" | head -25
+  pack_bench
+}
+
 layers() {
   local gpu; gpu=$(gpu_name); mkdir -p "$LEASE/bench"
   for p in "" --packed; do timeout 100 python3 benchmarks/bench_layers.py --device "$DEVICE" --schemes semeniuta gal moon \
@@ -172,6 +182,7 @@ case "${1:-all}" in
   finish) finish ;;
   layers) layers ;;
   groups) groups ;;
+  profile) profile ;;
   all)
     END=$(( $(now) + ${LEASE_S:-585} ))
     setup
@@ -182,5 +193,5 @@ case "${1:-all}" in
     fi
     if [ "$LEFT" -gt 120 ]; then train "$LEFT" "$LEFT"; running && finish; fi
     echo "left: $(( END - $(now) )) s" ;;
-  *) echo "usage: $0 [setup | train SECONDS [WAIT] | finish | layers | groups | all]"; exit 2 ;;
+  *) echo "usage: $0 [setup | train SECONDS [WAIT] | finish | layers | groups | profile | all]"; exit 2 ;;
 esac

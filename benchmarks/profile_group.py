@@ -1,0 +1,90 @@
+"""Where a fused group's training step spends its time: ``torch.profiler`` over the trainer's own group
+step (the steppers ``bench_groups.py`` times, the first R cells of Table 2 or 3 at the paper's shapes),
+after a warm-up that captures its CUDA graph. On a GPU the operators and kernels are ranked by their own
+device time, on a CPU by their own host time, each per step; the first row, ``[step]``, is the wall time
+of a step while profiled. ``RECDROP_STEP_GRAPH=0`` profiles the eager step, whose rows name the
+operators; a graphed step's rows are its kernels.
+
+    python benchmarks/profile_group.py --device cuda --model word --runs 8 --tf32 --out profile.csv
+
+Where a lease has minutes left, this says what bounds the group's step (issue 46: 26 word LMs took 14 ms a
+step on an H200, 8 took 5.7, one alone 1.3).
+"""
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from bench_groups import MODELS, make_tasks, per_step
+from recdrop.perf import require_clean_commit, write_benchmark
+from recdrop.store import git_commit, hardware
+from recdrop.train import add_precision_options, precision_option, set_precision
+
+
+def own_times_us(event) -> tuple:
+    """An averaged event's own host and device time in microseconds (torch renamed ``cuda`` to ``device``)."""
+    device = getattr(event, "self_device_time_total", None)
+    if device is None:
+        device = getattr(event, "self_cuda_time_total", 0.0)
+    return event.self_cpu_time_total, device
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--model", default="word", choices=sorted(MODELS))
+    ap.add_argument("--runs", type=int, default=8, help="the group's size R (1 to 26)")
+    ap.add_argument("--steps", type=int, default=20, help="steps profiled")
+    ap.add_argument("--warmup-s", type=float, default=1.0, help="steps first (captures the CUDA graph)")
+    ap.add_argument("--top", type=int, default=40, help="rows kept, by their own time")
+    add_precision_options(ap)
+    ap.add_argument("--out", type=Path, help="write the rows as CSV here")
+    args = ap.parse_args(argv)
+    if not 1 <= args.runs <= 26:
+        ap.error(f"--runs must be between 1 and 26 (a table's cells), got {args.runs}")
+    if args.steps < 1 or args.top < 1:
+        ap.error("--steps and --top must be at least 1")
+    require_clean_commit(args.out)
+    precision = precision_option(args)
+    set_precision(precision, args.device)
+    cuda = args.device.startswith("cuda")
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    task_type, tasks = make_tasks(args.model, args.runs, args.device, precision)
+    batches = tasks[0].batches(0)
+    group_step = task_type.group_stepper(tasks)
+    per_step(group_step, batches, sync, args.warmup_s)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    sync()
+    with profile(activities=activities) as prof:
+        t0 = time.perf_counter()
+        for n in range(args.steps):
+            group_step(batches[n % len(batches)])
+        sync()
+        wall = time.perf_counter() - t0
+    events = prof.key_averages()
+    ranked = sorted(events, key=lambda e: own_times_us(e)[1 if cuda else 0], reverse=True)[:args.top]
+    meta = {"model": args.model, "runs": args.runs, "hardware": hardware(args.device), "device": args.device,
+            "torch": torch.__version__, "commit": git_commit(), "precision": precision,
+            "step": "cuda-graph" if getattr(group_step, "captured", False) else "eager",
+            "date": time.strftime("%Y-%m-%d")}
+    rows = [{"name": "[step]", "calls_per_step": 1, "own_host_ms_per_step": round(1e3 * wall / args.steps, 4),
+             "own_device_ms_per_step": None, **meta}]
+    for e in ranked:
+        host, device = own_times_us(e)
+        rows.append({"name": e.key, "calls_per_step": round(e.count / args.steps, 2),
+                     "own_host_ms_per_step": round(host / 1e3 / args.steps, 4),
+                     "own_device_ms_per_step": round(device / 1e3 / args.steps, 4) if cuda else None, **meta})
+    width = max(len(r["name"][:60]) for r in rows)
+    for r in rows:
+        dev = "" if r["own_device_ms_per_step"] is None else f"{r['own_device_ms_per_step']:9.4f} ms device"
+        print(f"{r['name'][:60]:<{width}} {r['calls_per_step']:7.2f} calls {r['own_host_ms_per_step']:9.4f} ms host {dev}")
+    if args.out:
+        write_benchmark(args.out, rows)
+
+
+if __name__ == "__main__":
+    main()
