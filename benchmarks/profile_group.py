@@ -78,12 +78,12 @@ def main(argv=None):
         rows.append({"name": e.key, "calls_per_step": round(e.count / args.steps, 2),
                      "own_host_ms_per_step": round(host / 1e3 / args.steps, 4),
                      "own_device_ms_per_step": round(device / 1e3 / args.steps, 4) if cuda else None, **meta})
+    if args.out:  # before printing: a closed pipe on the printout must not lose the rows
+        write_benchmark(args.out, rows)
     width = max(len(r["name"][:60]) for r in rows)
     for r in rows:
         dev = "" if r["own_device_ms_per_step"] is None else f"{r['own_device_ms_per_step']:9.4f} ms device"
         print(f"{r['name'][:60]:<{width}} {r['calls_per_step']:7.2f} calls {r['own_host_ms_per_step']:9.4f} ms host {dev}")
-    if args.out:
-        write_benchmark(args.out, rows)
 
 
 if __name__ == "__main__":

@@ -162,9 +162,9 @@ groups() {  # the fused groups' steps at both precisions, word LM and char LM, i
 profile() {  # what bounds the word-LM group's step: its kernels (graphed) and operators (eager), 8 runs
   local gpu r=${LEASE_PROFILE_RUNS:-8}; gpu=$(gpu_name); mkdir -p "$LEASE/bench/profiles"
   timeout 100 python3 benchmarks/profile_group.py --device "$DEVICE" --model word --runs "$r" $TF32 \
-      --out "$LEASE/bench/profiles/$gpu-word-$r-$PRECISION-graphed.csv" | head -25
+      --out "$LEASE/bench/profiles/$gpu-word-$r-$PRECISION-graphed.csv"
   RECDROP_STEP_GRAPH=0 timeout 100 python3 benchmarks/profile_group.py --device "$DEVICE" --model word --runs "$r" $TF32 \
-      --out "$LEASE/bench/profiles/$gpu-word-$r-$PRECISION-eager.csv" | head -25
+      --out "$LEASE/bench/profiles/$gpu-word-$r-$PRECISION-eager.csv"
   pack_bench
 }
 
