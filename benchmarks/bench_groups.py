@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from recdrop import route
 from recdrop.experiments import char_lm, word_lm
 from recdrop.models import set_generator
 from recdrop.perf import require_clean_commit, write_benchmark
@@ -99,9 +100,11 @@ def main(argv=None):
             def group(b):
                 group_step(b)
             per_step(alone, batches, sync, args.warmup_s), per_step(group, batches, sync, args.warmup_s)  # warm-up
-            # the group's path, read while its warm-up is the last Python to have run: a replayed graph runs
-            # none, and a later eager step (an epoch's shorter last batch) may be one run's alone
+            # the group's path, read while its warm-up is the last Python to have run (a replayed graph runs
+            # none): read at the end, the H200's 8-run row of 1e88ffe named torch.nn, one run's alone
             path = layer_paths(tasks[0].model)
+            if n > 1 and route.stacks(args.device) and "stacked" not in (path or ""):
+                print(f"warning: {name} R={n}: the group's layers ran {path!r}, not stacked", flush=True)
             times = {"alone": [], "group": []}
             for _ in range(args.repeats):  # in turn, so that a busy machine slows both alike
                 times["alone"].append(per_step(alone, batches, sync, args.min_s))

@@ -1,9 +1,10 @@
 """Where a fused group's training step spends its time: ``torch.profiler`` over the trainer's own group
 step (the steppers ``bench_groups.py`` times, the first R cells of Table 2 or 3 at the paper's shapes),
-after a warm-up that captures its CUDA graph. On a GPU the operators and kernels are ranked by their own
-device time, on a CPU by their own host time, each per step; the first row, ``[step]``, is the wall time
-of a step while profiled. ``RECDROP_STEP_GRAPH=0`` profiles the eager step, whose rows name the
-operators; a graphed step's rows are its kernels.
+after a warm-up that captures its CUDA graph. Two kinds of rows, each kind's times summing to the
+step's: the kernels, ranked by their own device time, and the operators (with the device time of the
+kernels each launched itself), ranked by it on a GPU and by their own host time on a CPU, which has no
+kernels; all per step. The first row, ``[step]``, is the wall time of a step while profiled.
+``RECDROP_STEP_GRAPH=0`` profiles the eager step; a graphed step's operators are mostly its replay.
 
     python benchmarks/profile_group.py --device cuda --model word --runs 8 --tf32 --out profile.csv
 
@@ -17,6 +18,7 @@ import time
 from pathlib import Path
 
 import torch
+from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
 from bench_groups import MODELS, make_tasks, per_step
@@ -65,17 +67,20 @@ def main(argv=None):
             group_step(batches[n % len(batches)])
         sync()
         wall = time.perf_counter() - t0
-    events = prof.key_averages()
-    ranked = sorted(events, key=lambda e: own_times_us(e)[1 if cuda else 0], reverse=True)[:args.top]
+    kinds = {"kernel": [], "operator": []}
+    for e in prof.key_averages():  # an operator's own device time is its kernels': each kind apart
+        kinds["operator" if e.device_type == DeviceType.CPU else "kernel"].append(e)
+    ranked = [(kind, e) for kind, found in kinds.items()
+              for e in sorted(found, key=lambda e: own_times_us(e)[1 if cuda else 0], reverse=True)[:args.top]]
     meta = {"model": args.model, "runs": args.runs, "hardware": hardware(args.device), "device": args.device,
             "torch": torch.__version__, "commit": git_commit(), "precision": precision,
             "step": "cuda-graph" if getattr(group_step, "captured", False) else "eager",
             "date": time.strftime("%Y-%m-%d")}
-    rows = [{"name": "[step]", "calls_per_step": 1, "own_host_ms_per_step": round(1e3 * wall / args.steps, 4),
+    rows = [{"kind": "step", "name": "[step]", "calls_per_step": 1, "own_host_ms_per_step": round(1e3 * wall / args.steps, 4),
              "own_device_ms_per_step": None, **meta}]
-    for e in ranked:
+    for kind, e in ranked:
         host, device = own_times_us(e)
-        rows.append({"name": e.key, "calls_per_step": round(e.count / args.steps, 2),
+        rows.append({"kind": kind, "name": e.key, "calls_per_step": round(e.count / args.steps, 2),
                      "own_host_ms_per_step": round(host / 1e3 / args.steps, 4),
                      "own_device_ms_per_step": round(device / 1e3 / args.steps, 4) if cuda else None, **meta})
     if args.out:  # before printing: a closed pipe on the printout must not lose the rows
@@ -83,7 +88,7 @@ def main(argv=None):
     width = max(len(r["name"][:60]) for r in rows)
     for r in rows:
         dev = "" if r["own_device_ms_per_step"] is None else f"{r['own_device_ms_per_step']:9.4f} ms device"
-        print(f"{r['name'][:60]:<{width}} {r['calls_per_step']:7.2f} calls {r['own_host_ms_per_step']:9.4f} ms host {dev}")
+        print(f"{r['kind']:<8} {r['name'][:60]:<{width}} {r['calls_per_step']:7.2f} calls {r['own_host_ms_per_step']:9.4f} ms host {dev}")
 
 
 if __name__ == "__main__":

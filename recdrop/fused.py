@@ -401,7 +401,7 @@ def lstm_sequence(gx: Tensor, h0: Tensor, c0: Tensor, w_hh: Tensor, factors: Ste
                   nonlinearity: str, reverse: bool, cells: bool = False, triton: bool = False):
     """The LSTM over all steps of ``gx = W_ih x + b_ih + b_hh`` ``(T, B, 4H)``: outputs ``(T, B, H)`` and (h_T, c_T),
     and with ``cells`` the cell state c_t of every step ``(T, B, H)`` too; with ``triton`` (the layer's
-    ``route``: one run, not ``cells``, ``triton_kernels.usable``) each step's pointwise part in one kernel.
+    ``route``: one unstacked run, not ``cells``, ``triton_kernels.usable``) each step's pointwise part in one kernel.
 
     Computes what the reference loop over ``recdrop.cells.lstm_step`` computes."""
     ys, h, c, cs = _LSTMSequence.apply(gx, h0, c0, w_hh, factors.gal, factors.semeniuta, factors.moon,

@@ -124,7 +124,7 @@ class _RecurrentLayer(DropoutSettings, nn.RNNBase):
         if not self.fused or w_hr is not None or plain_ops_needed(x, w_ih, w_hh, b_ih, b_hh, *state):
             return Route("loop", runs=runs)
         # the kernels' loops multiply by one run's (G, H) matrix: a stack, even of one run (a run alone on a
-        # group's path), takes the torch loop (on an H200 a char LM alone failed there, 2026-11-27)
+        # group's path), takes the fused path without them (on an H200 a char LM alone failed there, 2026-11-27)
         triton = (self.has_triton and w_hh.dim() == 2 and not (cells and self.n_states == 2)
                   and triton_kernels.usable(x))
         batch = x.shape[-2] if x.dim() > 1 else 1  # an unbatched or malformed input is checked after the route

@@ -179,7 +179,7 @@ def group_setting(df: pd.DataFrame) -> pd.Series:
     """How a benchmark's group steps ran: the whole step as one CUDA graph or eagerly (rows without a
     ``step`` column ran eagerly), its products' precision, and "stacked" where its largest group's layers
     ran stacked (``recdrop.stacked``; a row's ``path`` is the one its first run's layers took last, which
-    at one run, or after an eager step of an epoch's shorter last batch alone, is not the group's)."""
+    at one run is not the group's, and in the H200's TF32 file of 1e88ffe at 8 runs was not either)."""
     step = df["step"].fillna("eager") if "step" in df else pd.Series("eager", index=df.index)
     tf32 = df["tf32"].fillna(False).astype(bool) if "tf32" in df else pd.Series(False, index=df.index)
     named = df["precision"] if "precision" in df else pd.Series(None, index=df.index, dtype=object)
@@ -188,18 +188,21 @@ def group_setting(df: pd.DataFrame) -> pd.Series:
     if "path" not in df:
         return setting
     keyed = df.assign(_setting=setting, _path=df["path"].fillna("").astype(str))
-    largest = keyed.sort_values("runs").groupby(["hardware", "commit", "model", "_setting"])["_path"].transform("last")
-    return setting + largest.reindex(df.index).str.contains("stacked").map({True: ", stacked", False: ""})
+    keys = [k for k in ("file", "hardware", "commit", "model", "_setting") if k in keyed]
+    largest = keyed.sort_values("runs", kind="stable").groupby(keys, dropna=False)["_path"].transform("last")
+    stacked = largest.reindex(df.index).fillna("").str.contains("stacked")
+    return setting + stacked.map({True: ", stacked", False: ""})
 
 
 def group_table(df: pd.DataFrame) -> pd.DataFrame:
     """A fused group's speed-up over its runs one at a time (``bench_groups.py``: one training step of
-    R runs of a table's paper grid), one row per machine, way of stepping (``group_setting``), model and
-    thread count, one column per group size R; above 1 the group is faster per run."""
+    R runs of a table's paper grid), one row per machine, way of stepping (``group_setting``), commit, model
+    and thread count, one column per group size R; above 1 the group is faster per run."""
     if df.empty:
         return pd.DataFrame()
-    df = df.assign(step=group_setting(df))
-    out = df.pivot_table(index=["hardware", "step", "model", "threads"], columns="runs", values="speedup",
+    commit = df["commit"].fillna("—") if "commit" in df else pd.Series("—", index=df.index)
+    df = df.assign(step=group_setting(df), commit=commit)
+    out = df.pivot_table(index=["hardware", "step", "commit", "model", "threads"], columns="runs", values="speedup",
                          aggfunc="first")
     out.columns = [f"R = {r}" for r in out.columns]
     return out.reset_index().rename_axis(columns=None)

@@ -74,7 +74,7 @@ setup() {
   . "$LEASE/env"
   # each log's summary under its name (on 2026-11-27 an unnamed "1 failed" was the fused test's, for the char LM)
   for f in "$b"/logs/*.log; do echo "$(basename "$f" .log): $(tail -n1 "$f")"; done
-  grep -h "^FAILED" "$b"/logs/*.log
+  grep -hE "^(FAILED|ERROR)" "$b"/logs/*.log
   # the group sizes' step times at this lease's precision, which choose the size
   timeout 150 python3 benchmarks/bench_groups.py --device "$DEVICE" --models word --sizes ${LEASE_SIZES:-1 8 26} --repeats 2 $TF32 \
       --out "$b/groups/$gpu-$PRECISION.csv"
@@ -154,6 +154,7 @@ finish() {  # waits until the campaign ends, but not past its pack's due time an
 
 groups() {  # the fused groups' steps at both precisions, word LM and char LM, if minutes remain
   local gpu; gpu=$(gpu_name); mkdir -p "$LEASE/bench/groups"
+  [ -f "$LEASE/env" ] && . "$LEASE/env"
   for p in float32 tf32; do timeout 200 python3 benchmarks/bench_groups.py --device "$DEVICE" --models word char \
       --sizes 1 4 8 26 --repeats 2 $([ $p = tf32 ] && echo --tf32) --out "$LEASE/bench/groups/$gpu-$p-all.csv"; done
   pack_bench
@@ -161,15 +162,17 @@ groups() {  # the fused groups' steps at both precisions, word LM and char LM, i
 
 profile() {  # what bounds the word-LM group's step: its kernels (graphed) and operators (eager), 8 runs
   local gpu r=${LEASE_PROFILE_RUNS:-8}; gpu=$(gpu_name); mkdir -p "$LEASE/bench/profiles"
-  timeout 100 python3 benchmarks/profile_group.py --device "$DEVICE" --model word --runs "$r" $TF32 \
+  [ -f "$LEASE/env" ] && . "$LEASE/env"  # what setup switched off stays off
+  timeout 100 python3 benchmarks/profile_group.py --device "$DEVICE" --model word --runs "$r" --precision "$PRECISION" \
       --out "$LEASE/bench/profiles/$gpu-word-$r-$PRECISION-graphed.csv"
-  RECDROP_STEP_GRAPH=0 timeout 100 python3 benchmarks/profile_group.py --device "$DEVICE" --model word --runs "$r" $TF32 \
+  RECDROP_STEP_GRAPH=0 timeout 100 python3 benchmarks/profile_group.py --device "$DEVICE" --model word --runs "$r" --precision "$PRECISION" \
       --out "$LEASE/bench/profiles/$gpu-word-$r-$PRECISION-eager.csv"
   pack_bench
 }
 
 layers() {
   local gpu; gpu=$(gpu_name); mkdir -p "$LEASE/bench"
+  [ -f "$LEASE/env" ] && . "$LEASE/env"
   for p in "" --packed; do timeout 100 python3 benchmarks/bench_layers.py --device "$DEVICE" --schemes semeniuta gal moon \
       $p --out "$LEASE/bench/$gpu${p#-}.csv"; done
   pack_bench

@@ -102,7 +102,7 @@ def test_the_group_table_gives_each_group_sizes_speedup_per_machine_and_model(tm
             for m, r, s in [("word", 1, 1.0), ("word", 26, 0.9), ("char", 1, 1.1)]]
     pd.DataFrame(rows).to_csv(tmp_path / "g.csv", index=False)
     table = perf.group_table(perf.load_benchmarks(tmp_path))
-    assert list(table.columns) == ["hardware", "step", "model", "threads", "R = 1", "R = 26"]
+    assert list(table.columns) == ["hardware", "step", "commit", "model", "threads", "R = 1", "R = 26"]
     assert set(table["step"]) == {"eager, float32"}  # rows from before the step graph: eager
     by_model = table.set_index("model")
     assert by_model.loc["word", "R = 26"] == 0.9 and by_model.loc["char", "R = 1"] == 1.1
@@ -113,17 +113,22 @@ def test_the_group_table_gives_each_group_sizes_speedup_per_machine_and_model(tm
 
 def test_a_stacked_benchmark_is_one_row_whatever_path_each_size_recorded(tmp_path):
     """A row's ``path`` is its first run's last route: at one run torch.nn's, and on the lease of 2026-11-27
-    the 8-run group's too (an eager step of a shorter last batch alone); the benchmark is named by its
-    largest group's path, and one without stacking stays apart."""
+    the 8-run group's too (unexplained); the benchmark is named by its largest group's path, and one
+    without stacking, or at another commit, stays apart. A file without paths is read beside it."""
     rows = [{"model": "word", "runs": r, "speedup": s, "hardware": "NVIDIA H200", "threads": 2, "commit": c,
              "tf32": True, "precision": "tf32", "step": "cuda-graph", "path": p,
              "alone_runs_per_hour_of_steps": 1.0, "group_runs_per_hour_of_steps": s}
             for c, r, s, p in [("new", 1, 1.0, "torch.nn"), ("new", 8, 1.95, "torch.nn"),
                                ("new", 26, 2.17, "fused, 26 runs stacked"), ("old", 1, 0.99, None), ("old", 26, 1.78, None)]]
-    pd.DataFrame(rows).to_csv(tmp_path / "g.csv", index=False)
-    table = perf.group_table(perf.load_benchmarks(tmp_path)).set_index("step")
-    assert list(table.index) == ["cuda-graph, TF32", "cuda-graph, TF32, stacked"]
-    assert table.loc["cuda-graph, TF32, stacked", "R = 8"] == 1.95 and table.loc["cuda-graph, TF32", "R = 26"] == 1.78
+    pd.DataFrame(rows[:3]).to_csv(tmp_path / "new.csv", index=False)
+    pd.DataFrame(rows[3:]).drop(columns=["path", "precision"]).to_csv(tmp_path / "old.csv", index=False)
+    pd.DataFrame([{**rows[2], "commit": "newer", "speedup": 2.5}]).to_csv(tmp_path / "newer.csv", index=False)
+    table = perf.group_table(perf.load_benchmarks(tmp_path)).set_index(["step", "commit"])
+    assert sorted(table.index) == [("cuda-graph, TF32", "old"), ("cuda-graph, TF32, stacked", "new"),
+                                   ("cuda-graph, TF32, stacked", "newer")]
+    assert table.loc[("cuda-graph, TF32, stacked", "new"), "R = 8"] == 1.95
+    assert table.loc[("cuda-graph, TF32, stacked", "newer"), "R = 26"] == 2.5
+    assert table.loc[("cuda-graph, TF32", "old"), "R = 26"] == 1.78
 
 
 def test_a_bidirectional_row_with_its_own_input_size_is_a_row_of_its_own(tmp_path):

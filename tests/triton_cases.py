@@ -101,7 +101,7 @@ def test_non_contiguous_final_state_gradients(kind, loss_kind, monkeypatch):
 @pytest.mark.parametrize("kind", ["LSTM", "GRU"])
 def test_a_run_alone_on_a_groups_path_equals_it_through_the_kernels(kind, monkeypatch):
     """A run alone on a group's path is a stack of one (``w_hh`` of shape ``(1, G, H)``; the char LM
-    trains so on a GPU). Its route takes the torch loop, whose outputs and gradients equal the run's
+    trains so on a GPU). Its route is the fused path without the kernels, whose outputs and gradients equal the run's
     own through the kernels: on a lent H200 (2026-11-27) the kernels' loop was chosen for a stack of one
     and its backward failed."""
     monkeypatch.setattr("recdrop.route.STACK_ON_CPU", True)

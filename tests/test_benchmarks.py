@@ -1,0 +1,34 @@
+"""The benchmark scripts run end to end on the CPU, as a lease runs them on a GPU (a lease spent on a
+script that breaks at its first step is lost): a fused pair of Table 2's word LMs, one step each."""
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
+import bench_groups  # noqa: E402
+import profile_group  # noqa: E402
+
+
+@pytest.fixture
+def stacked(monkeypatch):
+    monkeypatch.setattr("recdrop.route.STACK_ON_CPU", True)  # a GPU's way: the pair as one model
+
+
+def test_bench_groups_times_a_stacked_pair_and_names_its_path(stacked, capsys):
+    bench_groups.main(["--sizes", "2", "--repeats", "1", "--min-s", "0", "--warmup-s", "0", "--threads", "1"])
+    out = capsys.readouterr().out
+    assert "word R= 2: one at a time" in out and "warning" not in out
+
+
+def test_profile_group_ranks_the_steps_operators_by_their_own_time(stacked, capsys):
+    profile_group.main(["--runs", "2", "--steps", "1", "--top", "3", "--warmup-s", "0"])
+    lines = [line.split() for line in capsys.readouterr().out.splitlines() if line.split()[:1] in (["step"], ["operator"])]
+    assert [line[0] for line in lines] == ["step", "operator", "operator", "operator"]
+    host_ms = [float(line[-3]) for line in lines[1:]]  # "... <ms> ms host"
+    assert host_ms == sorted(host_ms, reverse=True) and host_ms[0] > 0
+
+
+def test_profile_group_refuses_a_group_larger_than_a_table():
+    with pytest.raises(SystemExit):
+        profile_group.main(["--runs", "27"])
