@@ -196,11 +196,13 @@ def group_setting(df: pd.DataFrame) -> pd.Series:
 
 def group_table(df: pd.DataFrame) -> pd.DataFrame:
     """A fused group's speed-up over its runs one at a time (``bench_groups.py``: one training step of
-    R runs of a table's paper grid), one row per machine, way of stepping (``group_setting``), commit, model
-    and thread count, one column per group size R; above 1 the group is faster per run."""
+    R runs of a table's paper grid), one row per machine, way of stepping (``group_setting``), the commits
+    its file measured, model and thread count, one column per group size R; above 1 the group is faster per run."""
     if df.empty:
         return pd.DataFrame()
-    commit = df["commit"].fillna("—") if "commit" in df else pd.Series("—", index=df.index)
+    commit = (df["commit"].fillna("—") if "commit" in df else pd.Series("—", index=df.index)).astype(str).str[:7]
+    if "file" in df:  # a file's sizes measured at several commits stay one row
+        commit = commit.groupby(df["file"], dropna=False).transform(lambda c: ", ".join(sorted(set(c))))
     df = df.assign(step=group_setting(df), commit=commit)
     out = df.pivot_table(index=["hardware", "step", "commit", "model", "threads"], columns="runs", values="speedup",
                          aggfunc="first")

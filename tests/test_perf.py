@@ -123,12 +123,15 @@ def test_a_stacked_benchmark_is_one_row_whatever_path_each_size_recorded(tmp_pat
     pd.DataFrame(rows[:3]).to_csv(tmp_path / "new.csv", index=False)
     pd.DataFrame(rows[3:]).drop(columns=["path", "precision"]).to_csv(tmp_path / "old.csv", index=False)
     pd.DataFrame([{**rows[2], "commit": "newer", "speedup": 2.5}]).to_csv(tmp_path / "newer.csv", index=False)
-    table = perf.group_table(perf.load_benchmarks(tmp_path)).set_index(["step", "commit"])
-    assert sorted(table.index) == [("cuda-graph, TF32", "old"), ("cuda-graph, TF32, stacked", "new"),
-                                   ("cuda-graph, TF32, stacked", "newer")]
-    assert table.loc[("cuda-graph, TF32, stacked", "new"), "R = 8"] == 1.95
-    assert table.loc[("cuda-graph, TF32, stacked", "newer"), "R = 26"] == 2.5
-    assert table.loc[("cuda-graph, TF32", "old"), "R = 26"] == 1.78
+    pd.DataFrame([{**r, "model": "char", "commit": c} for r, c in zip(rows[3:], ["old", "older"])]).drop(
+        columns=["path", "precision"]).to_csv(tmp_path / "two.csv", index=False)  # one file, two commits
+    table = perf.group_table(perf.load_benchmarks(tmp_path)).set_index(["step", "commit", "model"])
+    assert sorted(table.index) == [("cuda-graph, TF32", "old", "word"), ("cuda-graph, TF32", "old, older", "char"),
+                                   ("cuda-graph, TF32, stacked", "new", "word"), ("cuda-graph, TF32, stacked", "newer", "word")]
+    assert table.loc[("cuda-graph, TF32, stacked", "new", "word"), "R = 8"] == 1.95
+    assert table.loc[("cuda-graph, TF32, stacked", "newer", "word"), "R = 26"] == 2.5
+    assert table.loc[("cuda-graph, TF32", "old", "word"), "R = 26"] == 1.78
+    assert table.loc[("cuda-graph, TF32", "old, older", "char"), "R = 1"] == 0.99
 
 
 def test_a_bidirectional_row_with_its_own_input_size_is_a_row_of_its_own(tmp_path):
