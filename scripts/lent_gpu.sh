@@ -160,7 +160,7 @@ groups() {  # the fused groups' steps at both precisions, word LM and char LM, i
   pack_bench
 }
 
-profile() {  # what bounds the word-LM group's step: its kernels (graphed) and operators (eager), 8 runs
+profile() {  # what bounds the word-LM group's step of 8 runs: its kernels and operators, graphed and eager
   local gpu r=${LEASE_PROFILE_RUNS:-8}; gpu=$(gpu_name); mkdir -p "$LEASE/bench/profiles"
   [ -f "$LEASE/env" ] && . "$LEASE/env"  # what setup switched off stays off
   timeout 100 python3 benchmarks/profile_group.py --device "$DEVICE" --model word --runs "$r" --precision "$PRECISION" \
