@@ -316,9 +316,10 @@ def claims(rows) -> "pd.DataFrame":
         """How many of the 4 (rate, forward) settings satisfy ``test(ppl, forward, rate)``."""
         return sum(bool(test(ppl, f, r)) for f in FORWARD for r in RATES)
 
-    checks = [
-        ("(i) ours (Semeniuta) beats Moon and Gal: best cell of each scheme, both blocks",
-         lambda p: all(best(p, f, "semeniuta") < min(best(p, f, "moon"), best(p, f, "gal")) for f in FORWARD)),
+    # (i) in each block apart: a block complete at a larger scale is judged there (the landing page judges
+    # each claim at the largest scale where its cells have run)
+    checks = [(f"(i) ours (Semeniuta) beats Moon and Gal: best cell of each scheme, {f}",
+               lambda p, f=f: best(p, f, "semeniuta") < min(best(p, f, "moon"), best(p, f, "gal"))) for f in FORWARD] + [
         # The paper's own numbers support (ii) without forward dropout only; with it they show the reverse.
         ("(ii) Moon: per-step beats per-sequence, without forward dropout (both rates)",
          lambda p: all(p[(wo, "moon", r, "per-step")] < p[(wo, "moon", r, "per-sequence")] for r in RATES)),
