@@ -35,6 +35,17 @@ MODELS = {"word": (word_lm.WordLMTask, lambda: word_lm.grid("paper")),
           "char": (char_lm.CharLMTask, lambda: char_lm.grid("paper"))}
 
 
+MAX_RUNS = 26  # a table's cells: the largest group
+
+
+def provenance(device: str, precision: str, group_step) -> dict:
+    """What every row says of how it was measured: the machine, torch, the commit, the precision, the date,
+    and whether the group's step ran as one CUDA graph."""
+    return {"hardware": hardware(device), "device": device, "torch": torch.__version__, "commit": git_commit(),
+            "precision": precision, "step": "cuda-graph" if getattr(group_step, "captured", False) else "eager",
+            "date": time.strftime("%Y-%m-%d")}
+
+
 def make_tasks(name: str, n: int, device: str, precision: str = "float32"):
     """The first ``n`` cells of the model's paper grid, seed 0, each built as the trainer builds it."""
     task_type, cells = MODELS[name]
@@ -77,8 +88,8 @@ def main(argv=None):
     add_precision_options(ap)
     ap.add_argument("--out", type=Path, help="write the table as CSV here (with hardware, torch and commit per row)")
     args = ap.parse_args(argv)
-    if any(n < 1 or n > 26 for n in args.sizes):
-        ap.error(f"--sizes must be between 1 and 26 (a table's cells), got {args.sizes}")
+    if any(n < 1 or n > MAX_RUNS for n in args.sizes):
+        ap.error(f"--sizes must be between 1 and {MAX_RUNS} (a table's cells), got {args.sizes}")
     require_clean_commit(args.out)
     torch.set_num_threads(args.threads)
     precision = precision_option(args)
@@ -113,13 +124,8 @@ def main(argv=None):
             rows.append({"model": name, "runs": n, "alone_s": round(a, 4), "group_s": round(g, 4),
                          "alone_runs_per_hour_of_steps": round(n * 3600 / a, 1),
                          "group_runs_per_hour_of_steps": round(n * 3600 / g, 1), "speedup": round(a / g, 2),
-                         "hardware": hardware(args.device), "device": args.device, "threads": args.threads,
-                         "torch": torch.__version__, "commit": git_commit(),
-                         "batch": tasks[0].cfg.batch_size, "tf32": precision == "tf32", "precision": precision,
-                         "min_s": args.min_s,
-                         "step": "cuda-graph" if getattr(group_step, "captured", False) else "eager",
-                         "path": path,
-                         "date": time.strftime("%Y-%m-%d")})
+                         "threads": args.threads, "batch": tasks[0].cfg.batch_size, "tf32": precision == "tf32",
+                         "min_s": args.min_s, "path": path, **provenance(args.device, precision, group_step)})
             print(f"{name} R={n:2d}: one at a time {a:.3f} s, as a group {g:.3f} s a step of all {n} runs: "
                   f"{a / g:.2f}x", flush=True)
             if args.out:  # each size as it is measured: a lease's timeout keeps the sizes done

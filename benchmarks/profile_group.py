@@ -21,33 +21,24 @@ import torch
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
-from bench_groups import MODELS, make_tasks, per_step
+from bench_groups import MAX_RUNS, MODELS, make_tasks, per_step, provenance
 from recdrop.perf import require_clean_commit, write_benchmark
-from recdrop.store import git_commit, hardware
 from recdrop.train import add_precision_options, precision_option, set_precision
-
-
-def own_times_us(event) -> tuple:
-    """An averaged event's own host and device time in microseconds (torch renamed ``cuda`` to ``device``)."""
-    device = getattr(event, "self_device_time_total", None)
-    if device is None:
-        device = getattr(event, "self_cuda_time_total", 0.0)
-    return event.self_cpu_time_total, device
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--model", default="word", choices=sorted(MODELS))
-    ap.add_argument("--runs", type=int, default=8, help="the group's size R (1 to 26)")
+    ap.add_argument("--runs", type=int, default=8, help=f"the group's size R (1 to {MAX_RUNS})")
     ap.add_argument("--steps", type=int, default=20, help="steps profiled")
     ap.add_argument("--warmup-s", type=float, default=1.0, help="steps first (captures the CUDA graph)")
     ap.add_argument("--top", type=int, default=40, help="rows kept, by their own time")
     add_precision_options(ap)
     ap.add_argument("--out", type=Path, help="write the rows as CSV here")
     args = ap.parse_args(argv)
-    if not 1 <= args.runs <= 26:
-        ap.error(f"--runs must be between 1 and 26 (a table's cells), got {args.runs}")
+    if not 1 <= args.runs <= MAX_RUNS:
+        ap.error(f"--runs must be between 1 and {MAX_RUNS} (a table's cells), got {args.runs}")
     if args.steps < 1 or args.top < 1:
         ap.error("--steps and --top must be at least 1")
     require_clean_commit(args.out)
@@ -71,18 +62,16 @@ def main(argv=None):
     for e in prof.key_averages():  # an operator's own device time is its kernels': each kind apart
         kinds["operator" if e.device_type == DeviceType.CPU else "kernel"].append(e)
     ranked = [(kind, e) for kind, found in kinds.items()
-              for e in sorted(found, key=lambda e: own_times_us(e)[1 if cuda else 0], reverse=True)[:args.top]]
-    meta = {"model": args.model, "runs": args.runs, "hardware": hardware(args.device), "device": args.device,
-            "torch": torch.__version__, "commit": git_commit(), "precision": precision,
-            "step": "cuda-graph" if getattr(group_step, "captured", False) else "eager",
-            "date": time.strftime("%Y-%m-%d")}
+              for e in sorted(found, key=lambda e: e.self_device_time_total if cuda else e.self_cpu_time_total,
+                              reverse=True)[:args.top]]
+    meta = {"model": args.model, "runs": args.runs, **provenance(args.device, precision, group_step)}
     rows = [{"kind": "step", "name": "[step]", "calls_per_step": 1, "own_host_ms_per_step": round(1e3 * wall / args.steps, 4),
              "own_device_ms_per_step": None, **meta}]
-    for kind, e in ranked:
-        host, device = own_times_us(e)
+    for kind, e in ranked:  # the profiler's times are in microseconds
         rows.append({"kind": kind, "name": e.key, "calls_per_step": round(e.count / args.steps, 2),
-                     "own_host_ms_per_step": round(host / 1e3 / args.steps, 4),
-                     "own_device_ms_per_step": round(device / 1e3 / args.steps, 4) if cuda else None, **meta})
+                     "own_host_ms_per_step": round(e.self_cpu_time_total / 1e3 / args.steps, 4),
+                     "own_device_ms_per_step": round(e.self_device_time_total / 1e3 / args.steps, 4) if cuda else None,
+                     **meta})
     if args.out:  # before printing: a closed pipe on the printout must not lose the rows
         write_benchmark(args.out, rows)
     width = max(len(r["name"][:60]) for r in rows)

@@ -112,7 +112,6 @@ train() {  # $1: seconds from now to the written pack; $2: how long this command
   [ -f "$LEASE/env" ] && [ -d "$RECDROP_RUNS" ] && [ -d "$RECDROP_DATA/ptb" ] || {
     echo "error: setup has not run on this machine (a fresh one, after the warm one went back?): run setup first"; exit 1; }
   if running; then echo "error: a campaign runs already (pid $(cat "$LEASE/pid")): wait for it with finish"; exit 1; fi
-  . "$LEASE/env"
   local budget=$(( $1 - START_S - STOP_S )) cap
   cap=$(size "$budget")
   [[ $cap =~ ^[1-9][0-9]*$ ]] || cap=2  # none finishes: pairs, whose two checkpoints (22 MB each) come back
@@ -154,7 +153,6 @@ finish() {  # waits until the campaign ends, but not past its pack's due time an
 
 groups() {  # the fused groups' steps at both precisions, word LM and char LM, if minutes remain
   local gpu; gpu=$(gpu_name); mkdir -p "$LEASE/bench/groups"
-  [ -f "$LEASE/env" ] && . "$LEASE/env"
   for p in float32 tf32; do timeout 200 python3 benchmarks/bench_groups.py --device "$DEVICE" --models word char \
       --sizes 1 4 8 26 --repeats 2 $([ $p = tf32 ] && echo --tf32) --out "$LEASE/bench/groups/$gpu-$p-all.csv"; done
   pack_bench
@@ -162,7 +160,6 @@ groups() {  # the fused groups' steps at both precisions, word LM and char LM, i
 
 profile() {  # what bounds the word-LM group's step of 8 runs: its kernels and operators, graphed and eager
   local gpu r=${LEASE_PROFILE_RUNS:-8}; gpu=$(gpu_name); mkdir -p "$LEASE/bench/profiles"
-  [ -f "$LEASE/env" ] && . "$LEASE/env"  # what setup switched off stays off
   timeout 100 python3 benchmarks/profile_group.py --device "$DEVICE" --model word --runs "$r" --precision "$PRECISION" \
       --out "$LEASE/bench/profiles/$gpu-word-$r-$PRECISION-graphed.csv"
   RECDROP_STEP_GRAPH=0 timeout 100 python3 benchmarks/profile_group.py --device "$DEVICE" --model word --runs "$r" --precision "$PRECISION" \
@@ -172,13 +169,14 @@ profile() {  # what bounds the word-LM group's step of 8 runs: its kernels and o
 
 layers() {
   local gpu; gpu=$(gpu_name); mkdir -p "$LEASE/bench"
-  [ -f "$LEASE/env" ] && . "$LEASE/env"
   for p in "" --packed; do timeout 100 python3 benchmarks/bench_layers.py --device "$DEVICE" --schemes semeniuta gal moon \
       $p --out "$LEASE/bench/$gpu${p#-}.csv"; done
   pack_bench
 }
 
 in_place
+# each phase after setup keeps what setup switched off (the graphs, the step graph); setup, and all, write it anew
+case "${1:-all}" in setup|all) ;; *) [ ! -f "$LEASE/env" ] || . "$LEASE/env" ;; esac
 case "${1:-all}" in
   setup) setup ;;
   train) train "${2:?train needs the seconds from now to the written pack}" "${3:-560}" ;;
