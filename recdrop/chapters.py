@@ -13,7 +13,7 @@ from IPython.display import Markdown, display
 
 from .config import SCALE_NAMES
 from .experiments import EXPERIMENTS, temporal_order
-from .report import claim_verdicts, plot_against_paper, side_by_side, stamp, styled, verdict_rows
+from .report import claim_verdicts, plot_against_paper, side_by_side, stamp, styled, variant_finding, verdict_rows
 from .store import RunStore
 from .sweep import run_grid, stored_rows, stored_scales
 
@@ -98,13 +98,15 @@ def show_paper_so_far(name: str, shown: str, store: Optional[RunStore] = None) -
 def show_ablations(name: str, scale: str, seeds, store: Optional[RunStore] = None) -> None:
     """In a chapter rendered at ``scale``: for each ablation of experiment ``name`` (``Experiment.ablations``),
     its runs' stamp and the table's comparison on its runs beside the table's own (``report.side_by_side``),
-    then its runs' learning curves where the experiment draws them."""
+    what it found (``report.variant_finding``), then its runs' learning curves where the experiment draws them."""
     e = EXPERIMENTS[name]
     rows = run_grid(name, scale, seeds, train=False, store=store)
     for grid, change in e.ablations:
         ablated = run_grid(name, scale, seeds, train=False, store=store, grid=grid)
         display(Markdown(f"### Ablation: {change}\n\n{stamp(ablated)}"))
-        display(styled(side_by_side(e.comparison, {"the table's runs": rows, change: ablated}), e.metric.digits))
+        table = side_by_side(e.comparison, {"the table's runs": rows, change: ablated})
+        display(styled(table, e.metric.digits))
+        display(Markdown(variant_finding(table, e.metric)))
         if e.curves is not None and any(r.record for r in ablated):
             fig = e.curves(ablated)
             display(fig)

@@ -339,19 +339,94 @@ def compare(rows: List[Row], cells: Iterable[Tuple[Dict[str, Any], Optional[floa
     return pd.DataFrame(out)
 
 
+def difference_noise(a: pd.Series, b: pd.Series) -> float:
+    """The seed noise of a difference of two cells' means over seeds: two standard errors,
+    ``2 sqrt(s_a^2 / n_a + s_b^2 / n_b)`` (``a`` and ``b`` hold ``mean``, ``sd`` and ``n``, as
+    ``compare``'s rows do). A cell of one seed has no sd of its own: it is taken to vary as the other
+    cell does (``s_b = s_a``), so that a variant run on one seed is still judged against the table's
+    noise. NaN where a cell has not run or neither has two seeds."""
+    sd_a = a["sd"] if a["n"] > 1 else b["sd"]
+    sd_b = b["sd"] if b["n"] > 1 else a["sd"]
+    if min(a["n"], b["n"]) < 1 or max(a["n"], b["n"]) < 2 or pd.isna(sd_a) or pd.isna(sd_b):
+        return float("nan")
+    return float(2 * math.sqrt(sd_a ** 2 / a["n"] + sd_b ** 2 / b["n"]))
+
+
 def side_by_side(comparison: Callable[[List[Row]], pd.DataFrame],
                  variants: Dict[str, List[Row]], digits: int = 2) -> pd.DataFrame:
     """One paper table's comparison (``comparison``: rows -> ``compare``'s table) for each variant of
     its runs (name -> rows: another optimiser, say), side by side: setting | paper | ours under each
-    variant (mean ± sd, n) | the first variant's mean less each other's."""
+    variant (mean ± sd, n) | for each variant after the first: the first's mean less its mean, the
+    seed noise of that difference (``difference_noise``), whether it is beyond that noise, and the share
+    of the first's distance to the paper's number that the variant closes (100% where it lands on the
+    paper's number, negative where it moves away; none below the paper's scale, whose level is not the
+    paper's)."""
     tables = {name: comparison(rows).set_index("setting") for name, rows in variants.items()}
     (first, base), *others = tables.items()
     out = pd.DataFrame({"setting": base.index, "paper": base["paper"].to_numpy()})
     for name, t in tables.items():
         out[f"ours, {name}"] = t.loc[base.index, "ours"].to_numpy()
     for name, t in others:
-        out[f"{first} − {name}"] = (base["mean"] - t.loc[base.index, "mean"]).round(digits).to_numpy()
+        t = t.loc[base.index]
+        of = "" if len(others) == 1 else f", {name}"  # the columns of each variant apart, where there are several
+        diff = base["mean"] - t["mean"]
+        noise = pd.Series([difference_noise(base.loc[s], t.loc[s]) for s in base.index], index=base.index)
+        out[f"{first} − {name}"] = diff.round(digits).to_numpy()
+        out[f"seed noise (2 SE){of}"] = noise.round(digits).to_numpy()
+        out[f"beyond the seed noise{of}"] = [
+            "" if pd.isna(d) else "not judged: one seed each" if pd.isna(e) else "yes" if abs(d) > e else "no"
+            for d, e in zip(diff, noise)]
+        # below the paper's scale the level is not the paper's (``compare``'s verdict says so): no distance to close
+        gap = base["paper"] - base["mean"]
+        gap = gap.where(~base["verdict"].str.startswith("not judged at") & (gap != 0))
+        out[f"of the gap to the paper, closed (%){of}"] = ((t["mean"] - base["mean"]) / gap * 100).round(0).to_numpy()
     return out
+
+
+def variant_counts(table: pd.DataFrame, metric: "Metric") -> Dict[str, Any]:
+    """An ablation against the table's runs, counted from ``side_by_side``'s table of two variants (the
+    table's runs, then the ablation's), in the cells where both have run: ``cells``; ``better`` and
+    ``worse`` (``metric``'s direction) and how many of each are beyond the seed noise (``better_beyond``,
+    ``worse_beyond``); ``unjudged``, the cells of one seed each way; and ``moved``, the shares of the
+    distance to the paper's numbers that the ablation closes (a Series, empty below the paper's scale)."""
+    diff_col = next(c for c in table.columns if " − " in c)
+    both = table[table[diff_col].notna()]
+    change = -both[diff_col] if metric.higher_is_better else both[diff_col]  # > 0: the ablation's runs are better
+    beyond = both["beyond the seed noise"] == "yes"
+    return {"cells": len(both), "better": int((change > 0).sum()), "worse": int((change < 0).sum()),
+            "better_beyond": int(((change > 0) & beyond).sum()), "worse_beyond": int(((change < 0) & beyond).sum()),
+            "unjudged": int((both["beyond the seed noise"] == "not judged: one seed each").sum()),
+            "moved": both["of the gap to the paper, closed (%)"].dropna()}
+
+
+def variant_finding(table: pd.DataFrame, metric: "Metric", short: bool = False) -> str:
+    """What an ablation found (``variant_counts``), in a sentence for its chapter, or with ``short`` in a
+    phrase for the landing page: in how many of the cells run both ways the ablation's runs are better
+    or worse than the table's, how many of those beyond the seed noise, and the median share of the
+    distance to the paper's numbers that they close."""
+    c = variant_counts(table, metric)
+    if not c["cells"]:
+        return "no cell run both ways yet" if short else "*What it found:* nothing yet: no cell has run both ways."
+    judged = c["cells"] > c["unjudged"]
+
+    def beyond(kind: str) -> str:  # how many of the better (or worse) cells are beyond the seed noise
+        return f" ({c[kind + '_beyond']} beyond the seed noise)" if c[kind] and judged else ""
+    moved = c["moved"]
+    if short:
+        closes = ("" if not len(moved) else
+                  f"; closing a median {moved.median():.0f}% of the distance to the paper's" if moved.median() >= 0
+                  else f"; widening the distance to the paper's by a median {-moved.median():.0f}%")
+        return (f"against the table's runs: better in {c['better']} of {c['cells']} cells{beyond('better')}, "
+                f"worse in {c['worse']}{beyond('worse')}{closes}")
+    found = (f"*What it found:* in the {c['cells']} cells run both ways, the ablation's runs are better than the "
+             f"table's in {c['better']}{beyond('better')} and worse in {c['worse']}{beyond('worse')}"
+             + (f"; {c['unjudged']} of these cells have one seed each way, too few to judge against the seed noise"
+                if c["unjudged"] else ""))
+    if len(moved):
+        found += (f". They move our means a median {moved.median():.0f}% of the way to the paper's numbers "
+                  f"({moved.min():.0f}% to {moved.max():.0f}% over those cells; a negative share moves away)")
+    return (found + ". The seed noise is two standard errors of the difference of the means, a cell of one seed "
+            "taken to vary as the other does.")
 
 
 def verdict_rows(table: pd.DataFrame) -> pd.DataFrame:

@@ -13,7 +13,8 @@ from .book import chapter_scale, chapter_seeds
 from .chapters import best_cell, judged_claims, paper_comparison, paper_so_far
 from .experiments import EXPERIMENTS, conjecture
 from .experiments import seeds as seeds_study
-from .report import VERDICTS, claim_verdicts, stamp, verdict_kind, verdict_rows, verdict_tally
+from .report import (VERDICTS, claim_verdicts, side_by_side, stamp, variant_finding, verdict_kind, verdict_rows,
+                     verdict_tally)
 from .records import Row
 from .store import RunStore
 from .sweep import run_grid, stored_scales
@@ -166,9 +167,22 @@ def shown_tables(store: Optional[RunStore] = None) -> List[Shown]:
         seeds = chapter_seeds(e.name, scale, store) if scale else [0]
         for grid, what in (("table", e.title), *((g, f"{e.title}; ablation: {change}") for g, change in e.ablations)):
             rows = run_grid(e.name, scale or "quick", seeds, train=False, store=store, grid=grid)
-            out.append(Shown(e, what, grid, scale, rows, verdict_rows(e.comparison(rows)),
-                             None if scale == "paper" else paper_comparison(e, grid, store)))
+            at_paper = None if scale == "paper" else paper_comparison(e, grid, store)
+            out.append(Shown(e, what, grid, scale, rows, held_cells(verdict_rows(e.comparison(rows)), rows),
+                             None if at_paper is None else held_cells(at_paper, rows)))
     return out
+
+
+def held_cells(t: pd.DataFrame, rows: List[Row]) -> pd.DataFrame:
+    """The cells of comparison ``t`` that the grid of ``rows`` holds, renumbered: an ablation may run only
+    some of its table's cells (the word vectors tuned, on the RNN's), and the others are not "not yet run"
+    but not in it. A cell is held where some row has its labels (those of ``t``'s label columns, before
+    "paper", that the rows have)."""
+    if not rows:
+        return t
+    keys = [k for k in t.columns[:list(t.columns).index("paper")] if k in rows[0].labels]
+    held = [any(all(r[k] == cell[k] for k in keys) for r in rows) for _, cell in t.iterrows()]
+    return t[held].reset_index(drop=True)
 
 
 def _table_row(shown: Shown) -> dict:
@@ -202,7 +216,14 @@ def landing_table(store: Optional[RunStore] = None, shown: Optional[List[Shown]]
             "cells within tolerance": "—", "verdict": "drawn (no numbers)", "at paper scale so far": "—"}]
     for name in dict.fromkeys(s.experiment.name for s in shown):
         table, *ablations = [s for s in shown if s.experiment.name == name]
-        out += [_table_row(s) for s in (table, *ablations)]
+        out.append(_table_row(table))
+        for s in ablations:  # what the ablation found against the table's runs, beside its own verdict, once it has run
+            row = _table_row(s)
+            if any(r.record for r in s.rows):
+                e = s.experiment
+                side = side_by_side(e.comparison, {"table": table.rows, "ablation": s.rows})
+                row["verdict"] += f"; {variant_finding(side, e.metric, short=True)}"
+            out.append(row)
         for figure in table.experiment.figures:  # the paper's figures drawn from this experiment's runs
             row = figure(table.rows, table.scale)
             out.append({"chapter": name, "paper": "—", "delta": "—", "cells within tolerance": "—", **row,

@@ -136,6 +136,36 @@ def test_an_ablations_runs_show_beside_their_table_on_the_landing_page_and_in_th
     side = shown[1].data.set_index("setting")
     assert side.loc["5 word long sequences, RNN 0.0", "ours, torch's RMSprop, no clipping"] == "64.10"
     assert side.loc["5 word long sequences, RNN 0.0", "ours, the table's runs"] == "not yet run"
+    assert shown[2].data == "*What it found:* nothing yet: no cell has run both ways."  # under the table
+    assert ablated["verdict"].endswith("; no cell run both ways yet")
+
+
+def test_an_ablation_of_some_cells_is_judged_on_those_against_the_tables_runs(tmp_path, monkeypatch):
+    """The word vectors tuned run the RNN's cells only: the landing row counts those 2 runs' 4 cells, not the
+    table's 12, and says what tuning found against the table's runs of the same cells."""
+    monkeypatch.setenv("RECDROP_RUNS", str(tmp_path))
+    store = RunStore()
+
+    def put(row, f1):
+        path = store.path("ner", "paper", row.run_id)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({**RECORD_DEFAULTS, "seed": row.seed, "config": {"scale": "paper"},
+                                    "metrics": {"test_f1_short": f1, "test_f1_long": f1}, "curves": [],
+                                    "hardware": "cpu", "torch": "2.13.0", "commit": "0123456",
+                                    "finished": "2026-11-27T10:00:00Z"}))
+    for r in grid_rows("ner", "paper", [0, 1, 2], store=store):
+        if r["cell"] == "RNN":
+            put(r, 80.0 + r.seed / 10)  # 80.0, 80.1 and 80.2: the seed noise of a difference is 0.23
+    for r in grid_rows("ner", "paper", [0], "tuned-embeddings", store=store):
+        put(r, 83.0)
+    tuned = landing_table(store).set_index("what").loc[
+        "Table 4: NER on CoNLL-2003, test F1; ablation: the word vectors tuned in training (the paper keeps them "
+        "static); the RNN's cells only"]
+    assert tuned["cells within tolerance"] == "0 of 4" and tuned["the paper's best cell"] == "15 word long sequences, RNN 0.25"
+    assert tuned["ours"] == "83.00 (n=1)"
+    # 2.9 F1 of the RNN cells' 5.5 to 6.85 to the paper's: a median of 45% and 48%
+    assert tuned["verdict"].endswith("; against the table's runs: better in 4 of 4 cells (4 beyond the seed noise), "
+                                     "worse in 0; closing a median 46% of the distance to the paper's")
 
 
 def test_landing_verdicts():

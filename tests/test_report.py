@@ -240,10 +240,52 @@ def test_side_by_side_puts_each_variants_numbers_beside_the_papers_and_the_diffe
     def runs(values):  # one seed per value of cell "a"; cell "b" not run
         return [row(setting="a", seed=i, record={"metrics": {"f1": v}}) for i, v in enumerate(values)]
     t = side_by_side(comparison, {"new": runs([78.0, 80.0]), "old": runs([65.0])})
-    assert list(t.columns) == ["setting", "paper", "ours, new", "ours, old", "new − old"]
+    assert list(t.columns) == ["setting", "paper", "ours, new", "ours, old", "new − old", "seed noise (2 SE)",
+                               "beyond the seed noise", "of the gap to the paper, closed (%)"]
+    # the noise by hand: old's one seed varies as new's two (sd sqrt(2)): 2 sqrt(2/2 + 2/1) = 2 sqrt(3)
     assert t.iloc[0].to_dict() == {"setting": "a", "paper": 80.0, "ours, new": "79.00 ± 1.41 (n=2)",
-                                   "ours, old": "65.00", "new − old": 14.0}
+                                   "ours, old": "65.00", "new − old": 14.0, "seed noise (2 SE)": 3.46,
+                                   "beyond the seed noise": "yes", "of the gap to the paper, closed (%)": -1400.0}
     assert t.iloc[1]["ours, new"] == "not yet run" and pd.isna(t.iloc[1]["new − old"])
+    assert pd.isna(t.iloc[1]["seed noise (2 SE)"]) and t.iloc[1]["beyond the seed noise"] == ""
+
+
+def test_the_seed_noise_of_a_difference_is_two_standard_errors_and_needs_two_seeds_on_one_side():
+    from recdrop.report import difference_noise
+
+    def cell(mean, sd, n):
+        return pd.Series({"mean": mean, "sd": sd, "n": n})
+    assert difference_noise(cell(80, 2.0, 4), cell(82, 1.0, 2)) == pytest.approx(2 * (4 / 4 + 1 / 2) ** 0.5)
+    assert difference_noise(cell(80, 0.3, 3), cell(83, float("nan"), 1)) == pytest.approx(2 * 0.3 * (1 / 3 + 1) ** 0.5)
+    assert pd.isna(difference_noise(cell(80, float("nan"), 1), cell(83, float("nan"), 1)))  # one seed each
+    assert pd.isna(difference_noise(cell(80, 0.3, 3), cell(float("nan"), float("nan"), 0)))  # not run
+
+
+def test_an_ablations_finding_counts_its_better_and_worse_cells_against_the_seed_noise():
+    from recdrop.report import side_by_side, variant_finding
+
+    metric = Metric("F1", digits=2, tolerance=1.0)
+    cells = [({"setting": s}, 90.0, "f1") for s in "abcd"]
+
+    def comparison(rows):
+        return compare(rows, cells, ["setting"], metric)
+
+    def runs(values):  # {setting: one value per seed}
+        return [row(setting=s, seed=i, record={"metrics": {"f1": v}}, run_id=f"{s}{i}")
+                for s, vs in values.items() for i, v in enumerate(vs)]
+    table = runs({"a": [80.0, 81.0, 79.0], "b": [70.0, 70.2, 69.8], "c": [60.0]})
+    ablation = runs({"a": [85.0], "b": [70.2], "c": [50.0]})  # a: +5, beyond; b: +0.2, within; c: one seed each
+    t = side_by_side(comparison, {"table": table, "ablation": ablation})
+    assert t["beyond the seed noise"].tolist() == ["yes", "no", "not judged: one seed each", ""]
+    assert t["of the gap to the paper, closed (%)"].tolist()[:3] == [50.0, 1.0, -33.0]
+    found = variant_finding(t, metric)
+    assert "in the 3 cells run both ways" in found
+    assert "better than the table's in 2 (1 beyond the seed noise) and worse in 1 (0 beyond the seed noise)" in found
+    assert "1 of these cells have one seed each way" in found and "a median 1% of the way" in found
+    lower = Metric("ppl", digits=1, tolerance=0.1, relative=True, higher_is_better=False)
+    assert "better than the table's in 1 (0 beyond the seed noise) and worse in 2" in variant_finding(t, lower)
+    nothing = side_by_side(comparison, {"table": table, "ablation": []})
+    assert variant_finding(nothing, metric) == "*What it found:* nothing yet: no cell has run both ways."
 
 
 def test_below_the_papers_scale_a_cell_is_not_judged_as_the_landing_page_says():
