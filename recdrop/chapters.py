@@ -13,7 +13,8 @@ from IPython.display import Markdown, display
 
 from .config import SCALE_NAMES
 from .experiments import EXPERIMENTS, temporal_order
-from .report import claim_verdicts, plot_against_paper, side_by_side, stamp, styled, variant_finding, verdict_rows
+from .report import (ablation_effects, ablation_finding, claim_verdicts, plot_against_paper, side_by_side, stamp, styled,
+                     verdict_rows)
 from .store import RunStore
 from .sweep import run_grid, stored_rows, stored_scales
 
@@ -97,16 +98,16 @@ def show_paper_so_far(name: str, shown: str, store: Optional[RunStore] = None) -
 
 def show_ablations(name: str, scale: str, seeds, store: Optional[RunStore] = None) -> None:
     """In a chapter rendered at ``scale``: for each ablation of experiment ``name`` (``Experiment.ablations``),
-    its runs' stamp and the table's comparison on its runs beside the table's own (``report.side_by_side``),
-    what it found (``report.variant_finding``), then its runs' learning curves where the experiment draws them."""
+    its runs' stamp and the table's comparison on its runs beside the table's own, cell by cell
+    (``report.ablation_effects``, ``report.side_by_side``), what it found (``report.ablation_finding``), then its runs' learning curves where the experiment draws them."""
     e = EXPERIMENTS[name]
     rows = run_grid(name, scale, seeds, train=False, store=store)
     for grid, change in e.ablations:
         ablated = run_grid(name, scale, seeds, train=False, store=store, grid=grid)
         display(Markdown(f"### Ablation: {change}\n\n{stamp(ablated)}"))
-        table = side_by_side(e.comparison, {"the table's runs": rows, change: ablated})
-        display(styled(table, e.metric.digits))
-        display(Markdown(variant_finding(table, e.metric)))
+        effects = ablation_effects(e.comparison, rows, ablated, e.metric)
+        display(styled(side_by_side(effects, e.metric.digits), e.metric.digits))
+        display(Markdown(ablation_finding(effects)))
         if e.curves is not None and any(r.record for r in ablated):
             fig = e.curves(ablated)
             display(fig)

@@ -9,6 +9,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 
 import numpy as np
 import pandas as pd
+from scipy.stats import t as student_t
 
 from .records import Row
 from .store import RunStore
@@ -339,94 +340,129 @@ def compare(rows: List[Row], cells: Iterable[Tuple[Dict[str, Any], Optional[floa
     return pd.DataFrame(out)
 
 
-def difference_noise(a: pd.Series, b: pd.Series) -> float:
-    """The seed noise of a difference of two cells' means over seeds: two standard errors,
-    ``2 sqrt(s_a^2 / n_a + s_b^2 / n_b)`` (``a`` and ``b`` hold ``mean``, ``sd`` and ``n``, as
-    ``compare``'s rows do). A cell of one seed has no sd of its own: it is taken to vary as the other
-    cell does (``s_b = s_a``), so that a variant run on one seed is still judged against the table's
-    noise. NaN where a cell has not run or neither has two seeds."""
-    sd_a = a["sd"] if a["n"] > 1 else b["sd"]
-    sd_b = b["sd"] if b["n"] > 1 else a["sd"]
-    if min(a["n"], b["n"]) < 1 or max(a["n"], b["n"]) < 2 or pd.isna(sd_a) or pd.isna(sd_b):
+def difference_noise(a: pd.Series, b: pd.Series, confidence: float = 0.95) -> float:
+    """The seed noise of a difference of two cells' means over seeds (``a`` and ``b`` hold ``mean``, ``sd``
+    and ``n``, as ``compare``'s rows do): the half-width of its two-sided ``confidence`` interval, Student's
+    t quantile times the standard error. With two seeds or more on each side, Welch's:
+    ``SE = sqrt(s_a^2 / n_a + s_b^2 / n_b)``, its degrees of freedom by Welch-Satterthwaite. Where one side
+    has a single seed, that seed is taken to vary as the other side's do (a new draw against a mean of
+    ``n``): ``SE = s sqrt(1 / n + 1)`` with ``n - 1`` degrees of freedom. NaN where a side has not run or
+    neither has two seeds."""
+    if min(a["n"], b["n"]) < 1 or max(a["n"], b["n"]) < 2:
         return float("nan")
-    return float(2 * math.sqrt(sd_a ** 2 / a["n"] + sd_b ** 2 / b["n"]))
+    if min(a["n"], b["n"]) == 1:
+        many = a if a["n"] > 1 else b
+        se, dof = many["sd"] * math.sqrt(1 / many["n"] + 1), many["n"] - 1
+    else:
+        va, vb = a["sd"] ** 2 / a["n"], b["sd"] ** 2 / b["n"]
+        se = math.sqrt(va + vb)
+        dof = (va + vb) ** 2 / (va ** 2 / (a["n"] - 1) + vb ** 2 / (b["n"] - 1)) if va + vb > 0 else a["n"] + b["n"] - 2
+    return float(student_t.ppf(0.5 + confidence / 2, dof) * se)
 
 
-def side_by_side(comparison: Callable[[List[Row]], pd.DataFrame],
-                 variants: Dict[str, List[Row]], digits: int = 2) -> pd.DataFrame:
-    """One paper table's comparison (``comparison``: rows -> ``compare``'s table) for each variant of
-    its runs (name -> rows: another optimiser, say), side by side: setting | paper | ours under each
-    variant (mean ± sd, n) | for each variant after the first: the first's mean less its mean, the
-    seed noise of that difference (``difference_noise``), whether it is beyond that noise, and the share
-    of the first's distance to the paper's number that the variant closes (100% where it lands on the
-    paper's number, negative where it moves away; none below the paper's scale, whose level is not the
-    paper's)."""
-    tables = {name: comparison(rows).set_index("setting") for name, rows in variants.items()}
-    (first, base), *others = tables.items()
-    out = pd.DataFrame({"setting": base.index, "paper": base["paper"].to_numpy()})
-    for name, t in tables.items():
-        out[f"ours, {name}"] = t.loc[base.index, "ours"].to_numpy()
-    for name, t in others:
-        t = t.loc[base.index]
-        of = "" if len(others) == 1 else f", {name}"  # the columns of each variant apart, where there are several
-        diff = base["mean"] - t["mean"]
-        noise = pd.Series([difference_noise(base.loc[s], t.loc[s]) for s in base.index], index=base.index)
-        out[f"{first} − {name}"] = diff.round(digits).to_numpy()
-        out[f"seed noise (2 SE){of}"] = noise.round(digits).to_numpy()
-        out[f"beyond the seed noise{of}"] = [
-            "" if pd.isna(d) else "not judged: one seed each" if pd.isna(e) else "yes" if abs(d) > e else "no"
-            for d, e in zip(diff, noise)]
-        # below the paper's scale the level is not the paper's (``compare``'s verdict says so): no distance to close
-        gap = base["paper"] - base["mean"]
-        gap = gap.where(~base["verdict"].str.startswith("not judged at") & (gap != 0))
-        out[f"of the gap to the paper, closed (%){of}"] = ((t["mean"] - base["mean"]) / gap * 100).round(0).to_numpy()
+def ablation_effects(comparison: Callable[[List[Row]], pd.DataFrame], rows: List[Row], ablated: List[Row],
+                     metric: "Metric") -> pd.DataFrame:
+    """What an ablation changes, cell by cell of a paper table (``comparison``: rows -> ``compare``'s table),
+    unrounded: the paper's number, ours on the table's runs (``rows``) and on the ablation's (``ablated``),
+    as shown and as mean, sd and n (``table_*``, ``ablation_*``); ``change``, the ablation's mean less the
+    table's; ``noise``, its seed noise (``difference_noise``); ``outcome``: *better* or *worse* (in
+    ``metric``'s direction) *beyond the seed noise*, *within the seed noise*, *equal* (the same to the
+    digits shown), *not judged* (one seed each way) or "" (not run both ways); ``diverged``, whether an
+    ablation's run diverged; each mean's distance to the paper's number where the table is at the
+    paper's scale (``table_distance``, ``ablation_distance``); and ``counted``, whether the cell is one
+    of the paper's test numbers (``verdict_rows``: what the table's verdicts weigh)."""
+    base = comparison(rows).set_index("setting")
+    abl = comparison(ablated).set_index("setting").loc[base.index]
+    resolution = 10.0 ** -metric.digits  # a change below the digits shown is no change
+    out = pd.DataFrame({"setting": base.index, "paper": base["paper"].to_numpy(), "table": base["ours"].to_numpy(),
+                        "ablation": abl["ours"].to_numpy()})
+    for name, t in (("table", base), ("ablation", abl)):
+        for k in ("mean", "sd", "n"):
+            out[f"{name}_{k}"] = t[k].to_numpy()
+    out["change"] = out["ablation_mean"] - out["table_mean"]
+    out["noise"] = [difference_noise(base.loc[s], abl.loc[s]) for s in base.index]
+
+    def outcome(change: float, noise: float) -> str:
+        if pd.isna(change):
+            return ""
+        if abs(change) < resolution / 2:
+            return "equal"
+        if pd.isna(noise):
+            return "not judged"
+        better = (change > 0) == metric.higher_is_better
+        return f"{'better' if better else 'worse'} {'beyond' if abs(change) > max(noise, resolution) else 'within'}"
+    out["outcome"] = [outcome(c, e) for c, e in zip(out["change"], out["noise"])]
+    out["diverged"] = abl["ours"].str.contains("diverged").to_numpy()
+    at_paper = ~base["verdict"].str.startswith("not judged at").to_numpy()  # below it the level is not the paper's
+    for name in ("table", "ablation"):
+        out[f"{name}_distance"] = (out[f"{name}_mean"] - out["paper"]).abs().where(at_paper)
+    counted = verdict_rows(base.reset_index())["setting"]
+    out["counted"] = out["setting"].isin(counted).to_numpy()
     return out
 
 
-def variant_counts(table: pd.DataFrame, metric: "Metric") -> Dict[str, Any]:
-    """An ablation against the table's runs, counted from ``side_by_side``'s table of two variants (the
-    table's runs, then the ablation's), in the cells where both have run: ``cells``; ``better`` and
-    ``worse`` (``metric``'s direction) and how many of each are beyond the seed noise (``better_beyond``,
-    ``worse_beyond``); ``unjudged``, the cells of one seed each way; and ``moved``, the shares of the
-    distance to the paper's numbers that the ablation closes (a Series, empty below the paper's scale)."""
-    diff_col = next(c for c in table.columns if " − " in c)
-    both = table[table[diff_col].notna()]
-    change = -both[diff_col] if metric.higher_is_better else both[diff_col]  # > 0: the ablation's runs are better
-    beyond = both["beyond the seed noise"] == "yes"
-    return {"cells": len(both), "better": int((change > 0).sum()), "worse": int((change < 0).sum()),
-            "better_beyond": int(((change > 0) & beyond).sum()), "worse_beyond": int(((change < 0) & beyond).sum()),
-            "unjudged": int((both["beyond the seed noise"] == "not judged: one seed each").sum()),
-            "moved": both["of the gap to the paper, closed (%)"].dropna()}
+def side_by_side(effects: pd.DataFrame, digits: int = 2) -> pd.DataFrame:
+    """An ablation's ``ablation_effects`` as its chapter shows them: setting | paper | ours, the table's
+    runs | ours, the ablation's | the change | its seed noise (95%) | the outcome | each one's distance to
+    the paper's number (at the paper's scale)."""
+    def distance(a: float, b: float) -> str:
+        return "" if pd.isna(a) or pd.isna(b) else f"{a:.{digits}f} → {b:.{digits}f}"
+    words = {"better beyond": "better, beyond the seed noise", "worse beyond": "worse, beyond the seed noise",
+             "better within": "better, within the seed noise", "worse within": "worse, within the seed noise",
+             "not judged": "not judged: one seed each way"}
+    return pd.DataFrame({
+        "setting": effects["setting"], "paper": effects["paper"], "ours, the table's runs": effects["table"],
+        "ours, the ablation's": effects["ablation"], "ablation − table": effects["change"].round(digits),
+        "seed noise (95%)": effects["noise"].round(digits),
+        "the ablation is": [words.get(o, o) + ("; a run diverged" if d else "")
+                            for o, d in zip(effects["outcome"], effects["diverged"])],
+        "distance to the paper's, table → ablation": [distance(a, b) for a, b in
+                                                      zip(effects["table_distance"], effects["ablation_distance"])]})
 
 
-def variant_finding(table: pd.DataFrame, metric: "Metric", short: bool = False) -> str:
-    """What an ablation found (``variant_counts``), in a sentence for its chapter, or with ``short`` in a
-    phrase for the landing page: in how many of the cells run both ways the ablation's runs are better
-    or worse than the table's, how many of those beyond the seed noise, and the median share of the
-    distance to the paper's numbers that they close."""
-    c = variant_counts(table, metric)
-    if not c["cells"]:
-        return "no cell run both ways yet" if short else "*What it found:* nothing yet: no cell has run both ways."
-    judged = c["cells"] > c["unjudged"]
+def ablation_finding(effects: pd.DataFrame, short: bool = False) -> str:
+    """What an ablation found (``ablation_effects``), over the paper's test cells that ran both ways: in
+    how many it is better, worse or equal, how many of those beyond the seed noise, how many have one seed
+    each way (not judged) and how many of its runs diverged, and how much nearer the paper's numbers it
+    brings ours, pooled over those cells (the sum of the distances it removes over the sum of the table's
+    distances; at the paper's scale only). A sentence for the chapter, or with ``short`` a phrase for the
+    landing page."""
+    e = effects[effects["counted"]]
+    both = e[e["outcome"] != ""]
+    diverged = int(e["diverged"].sum())
+    if both.empty:
+        return ((f"{diverged} of the ablation's cells diverged, none ran both ways" if diverged else
+                 "no cell run both ways yet") if short else
+                "*What it found:* nothing yet: no cell of the paper's table has run both ways"
+                + (f" ({diverged} of the ablation's diverged)." if diverged else "."))
+    count = both["outcome"].value_counts()
 
-    def beyond(kind: str) -> str:  # how many of the better (or worse) cells are beyond the seed noise
-        return f" ({c[kind + '_beyond']} beyond the seed noise)" if c[kind] and judged else ""
-    moved = c["moved"]
+    def of(kind: str) -> str:
+        beyond = int(count.get(f"{kind} beyond", 0))
+        n = beyond + int(count.get(f"{kind} within", 0))
+        return f"{kind} in {n}" + (f" ({beyond} beyond the seed noise)" if n else "")
+    parts = [of("better"), of("worse")]
+    parts += [f"equal in {int(count['equal'])}"] if "equal" in count else []
+    parts += [f"not judged in {int(count['not judged'])} (one seed each way)"] if "not judged" in count else []
+    parts += [f"{diverged} diverged"] if diverged else []
+    dist = both.dropna(subset=["table_distance", "ablation_distance"])
+    nearer = ""
+    if len(dist) and dist["table_distance"].sum() > 0:
+        share = (dist["table_distance"] - dist["ablation_distance"]).sum() / dist["table_distance"].sum() * 100
+        nearer = (f"{share:.0f}% nearer the paper's numbers" if share >= 0 else
+                  f"{-share:.0f}% further from the paper's numbers")
+    cells = f"{len(both)} cell{'s' * (len(both) > 1)}"
     if short:
-        closes = ("" if not len(moved) else
-                  f"; closing a median {moved.median():.0f}% of the distance to the paper's" if moved.median() >= 0
-                  else f"; widening the distance to the paper's by a median {-moved.median():.0f}%")
-        return (f"against the table's runs: better in {c['better']} of {c['cells']} cells{beyond('better')}, "
-                f"worse in {c['worse']}{beyond('worse')}{closes}")
-    found = (f"*What it found:* in the {c['cells']} cells run both ways, the ablation's runs are better than the "
-             f"table's in {c['better']}{beyond('better')} and worse in {c['worse']}{beyond('worse')}"
-             + (f"; {c['unjudged']} of these cells have one seed each way, too few to judge against the seed noise"
-                if c["unjudged"] else ""))
-    if len(moved):
-        found += (f". They move our means a median {moved.median():.0f}% of the way to the paper's numbers "
-                  f"({moved.min():.0f}% to {moved.max():.0f}% over those cells; a negative share moves away)")
-    return (found + ". The seed noise is two standard errors of the difference of the means, a cell of one seed "
-            "taken to vary as the other does.")
+        return (f"against the table's runs, in {cells}: {', '.join(parts)}"
+                + (f"; overall {nearer}" if nearer else ""))
+    return (f"*What it found:* of the {cells} of the paper's table that ran both ways, the ablation is "
+            f"{', '.join(parts)}."
+            + (f" Pooled over those cells, it brings our numbers {nearer} (the change of the sum of their "
+               f"distances to the paper's, over the table's sum)." if nearer else "")
+            + " A cell counts as beyond the seed noise where the change is outside its 95% interval (Student's t "
+              "over the seeds: Welch's with several seeds each way; a single seed taken to vary as the other "
+              "side's seeds do). A cell of the paper's table is one number of it: one trained model can fill "
+              "several (a stage, a test set).")
 
 
 def verdict_rows(table: pd.DataFrame) -> pd.DataFrame:
@@ -489,7 +525,8 @@ def styled(table: pd.DataFrame, digits: int = 2):
     shown = table.drop(columns=[c for c in ("mean", "sd", "n") if c in table])
     numbers = [c for c in ("paper", "delta") if c in shown]
     labels = [c for c in shown.select_dtypes("number").columns if c not in numbers]  # a rate: 0.25, not 0.250000
-    return shown.style.hide().format(precision=digits, na_rep="—", subset=numbers).format(plain_label, subset=labels)
+    return (shown.style.hide().format(precision=digits, na_rep="—", subset=numbers)
+            .format(plain_label, na_rep="—", subset=labels))
 
 
 def book_tables() -> None:

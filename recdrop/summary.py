@@ -13,7 +13,7 @@ from .book import chapter_scale, chapter_seeds
 from .chapters import best_cell, judged_claims, paper_comparison, paper_so_far
 from .experiments import EXPERIMENTS, conjecture
 from .experiments import seeds as seeds_study
-from .report import (VERDICTS, claim_verdicts, side_by_side, stamp, variant_finding, verdict_kind, verdict_rows,
+from .report import (VERDICTS, ablation_effects, ablation_finding, claim_verdicts, stamp, verdict_kind, verdict_rows,
                      verdict_tally)
 from .records import Row
 from .store import RunStore
@@ -219,10 +219,12 @@ def landing_table(store: Optional[RunStore] = None, shown: Optional[List[Shown]]
         out.append(_table_row(table))
         for s in ablations:  # what the ablation found against the table's runs, beside its own verdict, once it has run
             row = _table_row(s)
-            if any(r.record for r in s.rows):
+            if len(s.comparison) < len(table.comparison):  # its best cell is the best of those it runs
+                row["the paper's best cell"] += " (the best of the cells it runs)"
+            if any(r.record or r.diverged for r in s.rows):
                 e = s.experiment
-                side = side_by_side(e.comparison, {"table": table.rows, "ablation": s.rows})
-                row["verdict"] += f"; {variant_finding(side, e.metric, short=True)}"
+                found = ablation_finding(ablation_effects(e.comparison, table.rows, s.rows, e.metric), short=True)
+                row["verdict"] += f"; {found}"
             out.append(row)
         for figure in table.experiment.figures:  # the paper's figures drawn from this experiment's runs
             row = figure(table.rows, table.scale)

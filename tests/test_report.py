@@ -228,64 +228,98 @@ def test_wide_tables_show_rates_as_labels_not_floats(experiment, wide):
     assert ">0.25<" in html and "0.250000" not in html and "0.000000" not in html
 
 
-def test_side_by_side_puts_each_variants_numbers_beside_the_papers_and_the_differences_after():
-    from recdrop.report import side_by_side
+def ablation_of(table_values, ablation_values, metric, paper=90.0, scale="paper", split=False):
+    """``report.ablation_effects`` of an ablation on a table of cells "a" to "d" (the paper's number ``paper``
+    each): ``{cell: one value per seed}`` for each side, "diverged" for a run that diverged. With ``split``,
+    each cell has a validation row too (not in the paper's test numbers)."""
+    from recdrop.report import ablation_effects
 
-    metric = Metric("F1", digits=2, tolerance=1.0)
-    cells = [({"setting": "a"}, 80.0, "f1"), ({"setting": "b"}, 70.0, "f1")]
+    splits = ("Valid", "Test") if split else ("Test",)
+    cells = [({"setting": f"{c} {sp}" if split else c, "cell": c}, paper if sp == "Test" else None, "f1")
+             for c in "abcd" for sp in splits]
 
     def comparison(rows):
-        return compare(rows, cells, ["setting"], metric)
+        return compare(rows, cells, ["cell"], metric)
 
-    def runs(values):  # one seed per value of cell "a"; cell "b" not run
-        return [row(setting="a", seed=i, record={"metrics": {"f1": v}}) for i, v in enumerate(values)]
-    t = side_by_side(comparison, {"new": runs([78.0, 80.0]), "old": runs([65.0])})
-    assert list(t.columns) == ["setting", "paper", "ours, new", "ours, old", "new − old", "seed noise (2 SE)",
-                               "beyond the seed noise", "of the gap to the paper, closed (%)"]
-    # the noise by hand: old's one seed varies as new's two (sd sqrt(2)): 2 sqrt(2/2 + 2/1) = 2 sqrt(3)
-    assert t.iloc[0].to_dict() == {"setting": "a", "paper": 80.0, "ours, new": "79.00 ± 1.41 (n=2)",
-                                   "ours, old": "65.00", "new − old": 14.0, "seed noise (2 SE)": 3.46,
-                                   "beyond the seed noise": "yes", "of the gap to the paper, closed (%)": -1400.0}
-    assert t.iloc[1]["ours, new"] == "not yet run" and pd.isna(t.iloc[1]["new − old"])
-    assert pd.isna(t.iloc[1]["seed noise (2 SE)"]) and t.iloc[1]["beyond the seed noise"] == ""
+    def runs(values, side):
+        return [row(cell=c, seed=i, run_id=f"{side}{c}{i}",
+                    **({"record": {"metrics": {"f1": v}, "config": {"scale": scale}}} if v != "diverged" else
+                       {"record": {"diverged": {"epoch": 1, "batch": 2, "loss": "nan"}, "config": {"scale": scale}}}))
+                for c, vs in values.items() for i, v in enumerate(vs)]
+    return ablation_effects(comparison, runs(table_values, "t"), runs(ablation_values, "a"), metric)
 
 
-def test_the_seed_noise_of_a_difference_is_two_standard_errors_and_needs_two_seeds_on_one_side():
+F1 = Metric("F1", digits=2, tolerance=1.0)
+
+
+def test_an_ablation_is_shown_cell_by_cell_beside_the_tables_runs_with_its_change_and_seed_noise():
+    from recdrop.report import side_by_side
+
+    effects = ablation_of({"a": [78.0, 80.0]}, {"a": [85.0]}, F1)
+    t = side_by_side(effects, 2)
+    assert list(t.columns) == ["setting", "paper", "ours, the table's runs", "ours, the ablation's", "ablation − table",
+                               "seed noise (95%)", "the ablation is", "distance to the paper's, table → ablation"]
+    # by hand: one seed against two of sd sqrt(2): SE = sqrt(2) sqrt(1/2 + 1) = sqrt(3), t(0.975, 1 dof) = 12.706
+    assert t.iloc[0].to_dict() == {"setting": "a", "paper": 90.0, "ours, the table's runs": "79.00 ± 1.41 (n=2)",
+                                   "ours, the ablation's": "85.00", "ablation − table": 6.0, "seed noise (95%)": 22.01,
+                                   "the ablation is": "better, within the seed noise",
+                                   "distance to the paper's, table → ablation": "11.00 → 5.00"}
+    assert t.iloc[1]["ours, the ablation's"] == "not yet run" and pd.isna(t.iloc[1]["ablation − table"])
+    assert pd.isna(t.iloc[1]["seed noise (95%)"]) and t.iloc[1]["the ablation is"] == ""
+
+
+def test_the_seed_noise_of_a_difference_is_a_95_percent_t_interval_and_needs_two_seeds_on_one_side():
     from recdrop.report import difference_noise
 
     def cell(mean, sd, n):
         return pd.Series({"mean": mean, "sd": sd, "n": n})
-    assert difference_noise(cell(80, 2.0, 4), cell(82, 1.0, 2)) == pytest.approx(2 * (4 / 4 + 1 / 2) ** 0.5)
-    assert difference_noise(cell(80, 0.3, 3), cell(83, float("nan"), 1)) == pytest.approx(2 * 0.3 * (1 / 3 + 1) ** 0.5)
+    # Welch: SE^2 = 4/4 + 1/2 = 1.5; dof = 1.5^2 / (1^2/3 + 0.5^2/1) = 3.857; t(0.975, 3.857) = 2.8175, between
+    # the tables' 3.182 (3 dof) and 2.776 (4 dof)
+    assert difference_noise(cell(80, 2.0, 4), cell(82, 1.0, 2)) == pytest.approx(2.8175 * 1.5 ** 0.5, rel=1e-4)
+    # one seed against three of sd 0.3: SE = 0.3 sqrt(1/3 + 1), t(0.975, 2 dof) = 4.3027
+    assert difference_noise(cell(80, 0.3, 3), cell(83, float("nan"), 1)) == pytest.approx(
+        4.3027 * 0.3 * (4 / 3) ** 0.5, rel=1e-4)
+    assert difference_noise(cell(80, 0.0, 3), cell(83, 0.0, 3)) == 0.0  # identical seeds each way
     assert pd.isna(difference_noise(cell(80, float("nan"), 1), cell(83, float("nan"), 1)))  # one seed each
     assert pd.isna(difference_noise(cell(80, 0.3, 3), cell(float("nan"), float("nan"), 0)))  # not run
 
 
-def test_an_ablations_finding_counts_its_better_and_worse_cells_against_the_seed_noise():
-    from recdrop.report import side_by_side, variant_finding
+def test_an_ablations_outcome_in_a_cell_is_better_or_worse_beyond_or_within_the_noise_equal_or_not_judged():
+    effects = ablation_of({"a": [80.0, 80.1, 79.9], "b": [70.0, 70.2, 69.8], "c": [60.0], "d": [75.0, 75.0]},
+                          {"a": [85.0], "b": [70.2], "c": [50.0], "d": [75.004, 75.004]}, F1)
+    assert effects["outcome"].tolist() == ["better beyond", "better within", "not judged", "equal"]
+    ppl = Metric("ppl", digits=1, tolerance=0.1, relative=True, higher_is_better=False)
+    assert ablation_of({"a": [80.0, 80.1, 79.9]}, {"a": [85.0]}, ppl)["outcome"][0] == "worse beyond"
+    # identical seeds each way (noise 0): a change beyond the digits shown is beyond the noise, one below is equal
+    tied = ablation_of({"a": [1.0, 1.0]}, {"a": [1.02, 1.02]}, F1)
+    assert tied["noise"][0] == 0.0 and tied["outcome"][0] == "better beyond"
+    assert ablation_of({"a": [1.0, 1.0]}, {"a": [1.006, 1.006]}, F1)["outcome"][0] == "better within"
 
-    metric = Metric("F1", digits=2, tolerance=1.0)
-    cells = [({"setting": s}, 90.0, "f1") for s in "abcd"]
 
-    def comparison(rows):
-        return compare(rows, cells, ["setting"], metric)
+def test_an_ablations_finding_counts_the_papers_test_cells_that_ran_both_ways():
+    from recdrop.report import ablation_finding
 
-    def runs(values):  # {setting: one value per seed}
-        return [row(setting=s, seed=i, record={"metrics": {"f1": v}}, run_id=f"{s}{i}")
-                for s, vs in values.items() for i, v in enumerate(vs)]
-    table = runs({"a": [80.0, 81.0, 79.0], "b": [70.0, 70.2, 69.8], "c": [60.0]})
-    ablation = runs({"a": [85.0], "b": [70.2], "c": [50.0]})  # a: +5, beyond; b: +0.2, within; c: one seed each
-    t = side_by_side(comparison, {"table": table, "ablation": ablation})
-    assert t["beyond the seed noise"].tolist() == ["yes", "no", "not judged: one seed each", ""]
-    assert t["of the gap to the paper, closed (%)"].tolist()[:3] == [50.0, 1.0, -33.0]
-    found = variant_finding(t, metric)
-    assert "in the 3 cells run both ways" in found
-    assert "better than the table's in 2 (1 beyond the seed noise) and worse in 1 (0 beyond the seed noise)" in found
-    assert "1 of these cells have one seed each way" in found and "a median 1% of the way" in found
-    lower = Metric("ppl", digits=1, tolerance=0.1, relative=True, higher_is_better=False)
-    assert "better than the table's in 1 (0 beyond the seed noise) and worse in 2" in variant_finding(t, lower)
-    nothing = side_by_side(comparison, {"table": table, "ablation": []})
-    assert variant_finding(nothing, metric) == "*What it found:* nothing yet: no cell has run both ways."
+    table = {"a": [80.0, 81.0, 79.0], "b": [70.0, 70.2, 69.8], "c": [60.0]}
+    ablation = {"a": [85.0], "b": [70.2], "c": [50.0], "d": ["diverged"]}
+    found = ablation_finding(ablation_of(table, ablation, F1))
+    assert found.startswith("*What it found:* of the 3 cells of the paper's table that ran both ways, the ablation is "
+                            "better in 2 (1 beyond the seed noise), worse in 0, not judged in 1 (one seed each way), "
+                            "1 diverged.")
+    # the distances to 90: 10 -> 5, 20 -> 19.8, 30 -> 40: (5 + 0.2 - 10) / 60 = -8%
+    assert "it brings our numbers 8% further from the paper's numbers" in found
+    assert ablation_finding(ablation_of(table, ablation, F1), short=True) == (
+        "against the table's runs, in 3 cells: better in 2 (1 beyond the seed noise), worse in 0, not judged in 1 "
+        "(one seed each way), 1 diverged; overall 8% further from the paper's numbers")
+    nearer = ablation_finding(ablation_of({"a": [79.0, 81.0]}, {"a": [88.0]}, F1), short=True)
+    assert nearer.endswith("overall 80% nearer the paper's numbers")  # 10 -> 2
+    # the validation rows are not the paper's test numbers: each cell counts once
+    assert "of the 1 cell of" in ablation_finding(ablation_of({"a": [80.0, 81.0]}, {"a": [88.0]}, F1, split=True))
+    # below the paper's scale the level is not the paper's: no distance to it
+    below = ablation_finding(ablation_of({"a": [80.0, 81.0]}, {"a": [88.0]}, F1, scale="reduced"))
+    assert "nearer" not in below and "further" not in below
+    assert ablation_finding(ablation_of(table, {}, F1)) == (
+        "*What it found:* nothing yet: no cell of the paper's table has run both ways.")
+    assert ablation_finding(ablation_of(table, {}, F1), short=True) == "no cell run both ways yet"
 
 
 def test_below_the_papers_scale_a_cell_is_not_judged_as_the_landing_page_says():
