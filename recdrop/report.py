@@ -184,20 +184,25 @@ def claim_verdict(test: Callable[[Dict[Any, float]], bool], by_seed: Dict[int, D
     - *not yet run*: no seed has every cell it needs; *cannot be judged* where a run of one of those
       cells diverged (``SeedValues.diverged``).
 
-    The means are over the seeds that have every cell, so that they and the seed count agree."""
+    The means are over the seeds that have every cell, so that they and the seed count agree; the verdict
+    says how many more seeds ran some of its cells but not all (left out: a table's means over every seed
+    of each cell can read otherwise)."""
     on_means, outcomes, needed = _outcomes(test, by_seed)
     if on_means is None:
         diverged = any(keys & needed for keys in getattr(by_seed, "diverged", {}).values())
         return "cannot be judged: a run it needs diverged" if diverged else "not yet run"
     n = len(outcomes)
+    # seeds that ran some of its cells but not all: left out, so the verdict can differ from a table's means
+    partial = sum(1 for v in by_seed.values() if v.keys() & needed and not needed <= v.keys())
+    left_out = f"; {partial} more seed{'s lack' if partial > 1 else ' lacks'} a cell it needs" if partial else ""
     if n < MIN_SEEDS_TO_JUDGE:
         return (f"{'holds' if on_means else 'fails'} ({n} seed{'' if n == 1 else 's'}, "
-                f"too few to judge against seed noise)")
+                f"too few to judge against seed noise{left_out})")
     if on_means and all(outcomes):
-        return f"confirmed ({n} of {n} seeds)"
+        return f"confirmed ({n} of {n} seeds{left_out})"
     if not on_means and not any(outcomes):
-        return f"refuted ({n} of {n} seeds)"
-    return f"open (holds in {sum(outcomes)} of {n} seeds)"
+        return f"refuted ({n} of {n} seeds{left_out})"
+    return f"open (holds in {sum(outcomes)} of {n} seeds{left_out})"
 
 
 # The one vocabulary of verdicts: each verdict ``claim_verdict`` (and a study's) gives begins with

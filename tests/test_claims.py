@@ -34,8 +34,11 @@ def test_a_claim_is_confirmed_or_refuted_only_when_every_one_of_3_seeds_agrees(b
 
 def test_a_seed_without_every_cell_of_a_claim_does_not_count():
     by_seed = {0: {"a": 1, "b": 2}, 1: {"a": 1, "b": 2}, 2: {"a": 1, "b": 2}, 3: {"a": 9}}
-    assert claim_verdict(a_beats_b, by_seed) == "confirmed (3 of 3 seeds)"  # seed 3 lacks b, and its a is left out
+    # seed 3 lacks b, and its a is left out: the verdict says so
+    assert claim_verdict(a_beats_b, by_seed) == "confirmed (3 of 3 seeds; 1 more seed lacks a cell it needs)"
     assert claim_verdict(a_beats_b, {0: {"a": 1, "b": 2}, 1: {"b": 2}, 2: {"a": 1}}) == (
+        "holds (1 seed, too few to judge against seed noise; 2 more seeds lack a cell it needs)")
+    assert claim_verdict(a_beats_b, {0: {"a": 1, "b": 2}, 1: {"c": 2}}) == (  # seed 1 ran none of its cells
         "holds (1 seed, too few to judge against seed noise)")
     assert claim_verdict(a_beats_b, {0: {"a": 1}, 1: {"b": 2}}) == "not yet run"  # no seed has both cells
 
@@ -215,7 +218,7 @@ def test_a_claim_that_needs_a_diverged_run_cannot_be_judged():
     assert verdict([one("a", 0, 1.0), one("b", 0)]) == "not yet run"  # b not run: nothing diverged
     # a seed that has both cells is judged; the diverged seed is left out, as a seed not yet run is
     assert verdict([one("a", 0, 1.0), one("b", 0, 2.0), one("a", 1, 1.0), one("b", 1, diverged=True)]) == (
-        "holds (1 seed, too few to judge against seed noise)")
+        "holds (1 seed, too few to judge against seed noise; 1 more seed lacks a cell it needs)")
     # a diverged run of a cell this claim does not read changes nothing
     assert claim_verdict(lambda v: v["a"] < 2, seed_values([one("a", 0, 1.0), one("b", 0, diverged=True)],
                                                            lambda r, m: {r["cell"]: m.get("m")})) == (
