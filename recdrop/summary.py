@@ -251,8 +251,8 @@ def landing_stamps(store: Optional[RunStore] = None, shown: Optional[List[Shown]
             scales.add("paper")  # the cells run there so far are beside the table
         for scale, rows in stored_scales(e.name, store=store):
             if scale in scales:
-                out.append({"table": e.title.split(":")[0], "scale": scale,
-                            "where the numbers came from": stamp(rows), "chapter": e.name})
+                out.append({"table": e.title.split(":")[0], "scale": scale,  # the table's cells, as its chapter counts them
+                            "where the numbers came from": stamp(e.table_rows(rows)), "chapter": e.name})
     return pd.DataFrame(out, columns=["table", "scale", "where the numbers came from", "chapter"])
 
 

@@ -35,6 +35,8 @@ class Experiment:
     figures: tuple = ()  # (rows, scale) -> the landing page's row of a paper's figure drawn from these runs
     paper_scale_lacks: str = ""  # what its `paper` scale still lacks of the paper's setup (deviations page)
     ablations: tuple = ()  # (grid, what it changes): runs kept beside the table, in its chapter and on the landing page
+    # rows -> the rows of the paper's table itself, without a check's its grid also holds (Table 3's batch size)
+    table_rows: Callable = list
 
 
 # In the book's order.
@@ -49,7 +51,7 @@ EXPERIMENTS: Dict[str, Experiment] = {e.name: e for e in [
                checks=(word_lm.fit, word_lm.pilot), figures=(word_lm.figure2_row,)),
     Experiment("char_lm", "Table 3: character-level PTB, test bpc", char_lm.CharLMConfig, char_lm.CharLMTask,
                char_lm.GRIDS, char_lm.table3, char_lm.METRIC, char_lm.claims, curves=char_lm.plot_runs,
-               checks=(char_lm.fit, char_lm.pilot, char_lm.batch_check)),
+               checks=(char_lm.fit, char_lm.pilot, char_lm.batch_check), table_rows=char_lm.table_rows),
     Experiment("ner", "Table 4: NER on CoNLL-2003, test F1", ner.NERConfig, ner.NERTask, ner.GRIDS, ner.table4,
                ner.METRIC, ner.claims, curves=plot_cell_runs,
                paper_scale_lacks="the word2vec vectors (GloVe 50d here)", ablations=ner.ABLATIONS),
