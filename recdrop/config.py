@@ -60,6 +60,8 @@ class ExperimentConfig:
     experiment: ClassVar[str] = ""
     SCALES: ClassVar[Dict[str, Dict[str, Any]]] = {"paper": {}}
     POSITIVE: ClassVar[Tuple[str, ...]] = ()  # fields that must be at least 1
+    # How a chapter's config table shows a value that stands for something other than itself (0: all)
+    SHOWN_AS: ClassVar[Dict[str, Dict[Any, str]]] = {}
     # Fields added after records were stored, each with the value every earlier record was trained
     # with: a config holding that value hashes as if the field did not exist (``run_id``), so the
     # earlier records keep their ids, and ``from_record`` gives their configs that value back.

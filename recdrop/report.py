@@ -517,8 +517,11 @@ def plain_label(value: Any) -> Any:
 
 def config_table(config, per_row: int = 3):
     """A run's config as a chapter shows it: its settings and values, ``per_row`` pairs to a row (the
-    column names differ by trailing spaces only, so that a styled table keeps them)."""
-    items = [(k, plain_label(v)) for k, v in config.to_dict().items()]
+    column names differ by trailing spaces only, so that a styled table keeps them); a value that stands
+    for something else is shown as what it stands for (``SHOWN_AS``: 0 training sentences is "all")."""
+    shown_as = getattr(type(config), "SHOWN_AS", {})
+    items = [(k, shown_as.get(k, {}).get(v, plain_label(v)) if isinstance(v, (int, float, str)) else plain_label(v))
+             for k, v in config.to_dict().items()]
     rows = [{name + " " * j: value for j, (k, v) in enumerate(items[i:i + per_row])
              for name, value in (("setting", k), ("value", v))} for i in range(0, len(items), per_row)]
     return pd.DataFrame(rows).fillna("").style.hide()

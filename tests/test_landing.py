@@ -62,8 +62,10 @@ def test_the_settings_show_as_a_small_table_of_every_field():
     cfg = WordLMConfig.at_scale("reduced")
     shown = config_table(cfg).data
     values = dict(zip(shown.filter(like="setting").to_numpy().ravel(), shown.filter(like="value").to_numpy().ravel()))
-    assert {k: values[k] for k in cfg.to_dict()} == {k: (f"{v:g}" if isinstance(v, float) else v)
+    limits = {"valid_tokens": "all", "test_tokens": "all"}  # 0: the whole split, shown as such
+    assert {k: values[k] for k in cfg.to_dict()} == {k: limits.get(k, f"{v:g}" if isinstance(v, float) else v)
                                                      for k, v in cfg.to_dict().items()}
+    assert cfg.valid_tokens == 0 and cfg.train_tokens == 116_000 and values["train_tokens"] == 116_000
     assert shown.shape[1] == 6 and len(shown) == -(-len(cfg.to_dict()) // 3)
 
 

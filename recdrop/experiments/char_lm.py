@@ -60,6 +60,7 @@ class CharLMConfig(ExperimentConfig):
                    test_chars=1_000, epochs=2, decay_from_epoch=2, batch_size=8),
     }
     POSITIVE = ("embedding_size", "hidden_size", "batch_size", "seq_len", "epochs", "decay_from_epoch")
+    SHOWN_AS = {name: {0: "all"} for name in ("train_chars", "valid_chars", "test_chars")}
 
     scheme: str = "semeniuta"
     sampling: str = "per-step"

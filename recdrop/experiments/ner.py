@@ -42,6 +42,7 @@ class NERConfig(RMSPropConfig):
         "ci": dict(hidden_size=16, short_epochs=1, long_epochs=1, train_sentences=200, eval_sentences=100),
     }
     POSITIVE = ("hidden_size", "short_len", "long_len", "batch_size")
+    SHOWN_AS = {name: {0: "all"} for name in ("train_sentences", "eval_sentences")}
 
     cell: str = "LSTM"  # Table 4's columns: RNN, LSTM, GRU
     recurrent_dropout: float = 0.0  # Table 4's rows: 0.0 or 0.25

@@ -37,6 +37,7 @@ class SentimentConfig(RMSPropConfig):
         "ci": dict(hidden_size=16, epochs=2, train_messages=300, eval_messages=100),
     }
     POSITIVE = ("hidden_size", "epochs", "batch_size")
+    SHOWN_AS = {"train_messages": {0: "all"}, "eval_messages": {0: "all"}, "pretrain_corpus": {"": "none"}}
 
     cell: str = "LSTM"  # Table 5's row groups
     recurrent_dropout: float = 0.0  # Table 5's rows: 0.0 or 0.25

@@ -51,6 +51,7 @@ class WordLMConfig(ExperimentConfig):
                    epochs=2),
     }
     POSITIVE = ("embedding_size", "hidden_size", "batch_size", "bptt", "epochs")
+    SHOWN_AS = {name: {0: "all"} for name in ("train_tokens", "valid_tokens", "test_tokens")}
 
     scheme: str = "semeniuta"
     sampling: str = "per-step"
