@@ -67,16 +67,24 @@ def judged_claims(name: str, store: Optional[RunStore] = None, up_to: Optional[s
 
 def claims_judged_below(name: str, shown: str, store: Optional[RunStore] = None) -> str:
     """In a chapter rendered at ``shown``: a line saying at which smaller scales the claims of experiment
-    ``name`` that have not run at ``shown`` are judged (``judged_claims``, shown under *Other scales*);
-    empty where none waits or none is judged at any scale."""
+    ``name`` that have not run at ``shown`` are judged (``judged_claims``, shown under *Other scales*), and
+    how many have a verdict at a larger scale too, where the landing page judges them (a verdict there
+    can differ from the chapter's); empty where neither is so."""
     judged = judged_claims(name, store, up_to=shown)
     waiting = [(scale, v) for scale, v in judged.values() if scale != shown or v == "not yet run"]
     below = [scale for scale, v in waiting if scale != shown and v != "not yet run"]
-    if not below:
-        return ""
-    at = " and ".join(f"{below.count(scale)} at `{scale}`" for scale in reversed(SCALE_NAMES) if scale in below)
-    return (f"{len(waiting)} of the {len(judged)} claims have not yet run at `{shown}` scale; *Other scales* "
-            f"below judges {at} scale.")
+    lines = []
+    if below:
+        at = " and ".join(f"{below.count(scale)} at `{scale}`" for scale in reversed(SCALE_NAMES) if scale in below)
+        lines.append(f"{len(waiting)} of the {len(judged)} claims have not yet run at `{shown}` scale; *Other scales* "
+                     f"below judges {at} scale.")
+    above = [scale for scale, v in judged_claims(name, store).values()
+             if SCALE_NAMES.index(scale) > SCALE_NAMES.index(shown) and v != "not yet run"]
+    if above:
+        at = " and ".join(f"{above.count(scale)} at `{scale}`" for scale in reversed(SCALE_NAMES) if scale in above)
+        lines.append(f"{len(above)} of the {len(judged) or len(above)} claims also have a verdict at a larger scale "
+                     f"({at}), and the landing page gives that one; *Other scales* below shows it.")
+    return " ".join(lines)
 
 
 def show_claims_judged_below(name: str, shown: str, store: Optional[RunStore] = None) -> None:

@@ -227,8 +227,8 @@ def test_a_chapter_says_where_its_claims_not_yet_run_are_judged(store):
     assert claims_judged_below("ner", "quick", store) == ""  # nothing stored anywhere
     rows = grid_rows("ner", "ci", [0], store=store)
 
-    def ran(r):
-        path = store.root / "ner" / "ci" / f"{r.run_id}.json"
+    def ran(r, scale="ci"):
+        path = store.root / "ner" / scale / f"{r.run_id}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         gain = (3.0 if r["cell"] == "LSTM" else 2.0) if r["rate"] else 0.0  # dropout helps, more after the
         # short stage, the most in the LSTM: every claim reads every cell (none fails before the last is read)
@@ -241,6 +241,11 @@ def test_a_chapter_says_where_its_claims_not_yet_run_are_judged(store):
     assert claims_judged_below("ner", "quick", store) == \
         "4 of the 4 claims have not yet run at `quick` scale; *Other scales* below judges 4 at `ci` scale."
     assert claims_judged_below("ner", "ci", store) == ""  # judged where it is shown
+    for r in grid_rows("ner", "quick", [0], store=store):  # a larger scale: the landing page judges there
+        ran(r, "quick")
+    assert claims_judged_below("ner", "ci", store) == (
+        "4 of the 4 claims also have a verdict at a larger scale (4 at `quick`), and the landing page gives that one; "
+        "*Other scales* below shows it.")
 
 
 def test_each_registered_experiment_names_its_own_config_and_grids():
