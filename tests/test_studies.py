@@ -110,6 +110,7 @@ def test_conjecture_table_compares_the_combination_with_its_parts():
     combo = fake_rows({(WO, COMBINED, 0.25, "per-step"): [104]})
     t = conjecture.conjecture_table("word_lm", table_rows, combo).set_index(["forward", "rate", "sampling"])
     assert t.loc[at, "beats gal and ours"] == "yes (no seed noise yet)"
+    assert t.loc[at, [COMBINED, "moon", "gal", "semeniuta"]].tolist() == ["104.0", "120.0", "110.0", "105.0"]
     noise = fake_rows({(WO, "moon", 0.5, "per-sequence"): [100, 102, None]})  # sd 1.4: 104 vs 105 is within
     t = conjecture.conjecture_table("word_lm", table_rows, combo, noise).set_index(["forward", "rate", "sampling"])
     assert t.loc[at, "beats gal and ours"] == "within seed noise"
@@ -118,7 +119,7 @@ def test_conjecture_table_compares_the_combination_with_its_parts():
     assert t.loc[at, "beats gal and ours"] == "yes"
     assert t.loc[(WO, 0.25, "per-sequence"), "beats gal and ours"] == "not yet run"
     no_combo = conjecture.conjecture_table("word_lm", table_rows, fake_rows({(WO, COMBINED, 0.25, "per-step"): [None]}))
-    assert no_combo[COMBINED].isna().all() and no_combo[COMBINED].dtype == float  # rendered "—", not "None"
+    assert (no_combo[COMBINED] == "—").all()  # not "None" or "nan"
     s = conjecture.conjecture_summary("word_lm", table_rows, combo).set_index("forward")
     assert s.loc[WO, "verdict"] == ("not yet run in full (1 of 4 combination cells, 4 of 12 single-scheme cells)")
     assert s.loc[WO, "best single cell"] == "gal 0.5 per-step"  # the best of those that ran, shown beside
@@ -131,11 +132,14 @@ def test_conjecture_table_compares_the_combination_with_its_parts():
     table_rows, combo = fake_rows(singles), fake_rows({**combos, (WO, COMBINED, 0.25, "per-step"): [104]})
     s = conjecture.conjecture_summary("word_lm", table_rows, combo).set_index("forward")
     assert s.loc[WO, "best single cell"] == "gal 0.5 per-step"  # 100 beats the combination's 104
+    # each number to the metric's digits (ppl: 1), never a whole number beside a decimal one
+    assert s.loc[WO, ["single's test ppl", "combination's test ppl", "combination − single", "seed sd (pooled)"]
+                 ].tolist() == ["100.0", "104.0", "+4.0", "—"]
     assert s.loc[WO, "verdict"] == "the best single scheme is better (one seed a cell: no seed noise to judge against)"
     noisy = fake_rows({(WO, "moon", 0.25, "per-step"): [100, 103, 97], (WO, "none", 0.0, "-"): [120, 140, 100],
                        (W, "none", 0.0, "-"): [120, 130, 110]})
     s = conjecture.conjecture_summary("word_lm", table_rows, combo, noisy).set_index("forward")
-    assert s.loc[WO, "seed sd (pooled)"] == 3.0  # moon's sd; the over-fitting cell without dropout (20) left out
+    assert s.loc[WO, "seed sd (pooled)"] == "3.0"  # moon's sd; the over-fitting cell without dropout (20) left out
     # 4 < 2 x 3, and the side it leans to
     assert s.loc[WO, "verdict"] == "within seed noise (the best single scheme better by 4.0 ppl)"
     # the combination's own seeds count, pooled by degrees of freedom: sd 1 (n=3) and sd 4 (n=2)
@@ -145,7 +149,7 @@ def test_conjecture_table_compares_the_combination_with_its_parts():
     sd = conjecture.pooled_seed_sd(moon2 + combo, "test_ppl")
     assert sd[WO] == pytest.approx(((2 * 1 + 1 * 16) / 3) ** 0.5, rel=1e-6) and W not in sd
     s = conjecture.conjecture_summary("word_lm", table_rows, combo).set_index("forward")
-    assert s.loc[WO, "best combination cell"] == "0.5 per-step" and s.loc[WO, "seed sd (pooled)"] == 1.0
+    assert s.loc[WO, "best combination cell"] == "0.5 per-step" and s.loc[WO, "seed sd (pooled)"] == "1.0"
     assert s.loc[WO, "verdict"] == "the combination is better"  # 90 against 100, more than 2 x 1 apart
     # a run of a cell compared whose validation still falls over its last epochs: the verdict is provisional
     moving = fake_rows({**combos, (WO, COMBINED, 0.25, "per-step"): [103, 104, 105],

@@ -5,7 +5,6 @@ seeds). The paper gives no numbers for the combination, so there is nothing of t
 """
 from __future__ import annotations
 
-import math
 from typing import Dict, List, Optional
 
 import pandas as pd
@@ -38,10 +37,11 @@ def conjecture_table(experiment: str, table_runs, conjecture_runs, seed_runs: Op
             for sampling in SAMPLINGS:
                 row = {"forward": forward, "rate": rate, "sampling": sampling}
                 c = combined.get((forward, COMBINED, rate, sampling))
-                row[COMBINED] = math.nan if c is None else round(c, digits)  # NaN: shown as "—", not "None"
+                # each to the metric's digits (not 278 beside 276.7), a cell not run as "—" (not "None")
+                row[COMBINED] = "—" if c is None else f"{c:.{digits}f}"
                 for scheme in SCHEMES:
                     v = single.get((forward, scheme, rate, sampling))
-                    row[scheme] = math.nan if v is None else round(v, digits)
+                    row[scheme] = "—" if v is None else f"{v:.{digits}f}"
                 parts = [single.get((forward, s, rate, sampling)) for s in ("gal", "semeniuta")]
                 row["beats gal and ours"] = ("not yet run" if c is None or None in parts else
                                              _beats(c - min(parts), sd.get(forward)))
@@ -130,12 +130,13 @@ def conjecture_summary(experiment: str, table_runs, conjecture_runs, seed_runs: 
             moving, compared = _unsettled(fit, {b_single, b_combo})
             if moving:
                 verdict += f"; provisional: {moving} of the {compared} runs compared still moving at their last epoch"
-        row.update({"best single cell": f"{b_single[1]} {b_single[2]} {b_single[3]}",
-                    f"single: {metric}": round(singles[b_single], digits),
+        unit = metric.split("_")[1]
+        row.update({"best single cell": f"{b_single[1]} {b_single[2]} {b_single[3]}",  # each number to the metric's digits
+                    f"single's test {unit}": f"{singles[b_single]:.{digits}f}",
                     "best combination cell": f"{b_combo[2]} {b_combo[3]}",
-                    f"combination: {metric}": round(combos[b_combo], digits),
-                    "combination - single": round(delta, digits),
-                    "seed sd (pooled)": math.nan if noise is None else round(noise, digits),
+                    f"combination's test {unit}": f"{combos[b_combo]:.{digits}f}",
+                    "combination − single": f"{delta:+.{digits}f}",
+                    "seed sd (pooled)": "—" if noise is None else f"{noise:.{digits}f}",
                     "verdict": verdict})
         out.append(row)
     return pd.DataFrame(out)
