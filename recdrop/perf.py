@@ -14,7 +14,7 @@ import pandas as pd
 
 from .cells import GATES  # gate blocks per cell, for the FLOP count
 from .paths import DATA_DIR
-from .store import atomic_write_bytes, git_commit, is_clean_commit
+from .store import atomic_write_bytes, git_commit, hardware_as_written_now, is_clean_commit
 
 BENCH_DIR = DATA_DIR / "benchmarks"
 GROUP_DIR = BENCH_DIR / "groups"  # fused groups of runs against one run at a time
@@ -71,6 +71,8 @@ def load_benchmarks(folder: Path = BENCH_DIR) -> pd.DataFrame:
     refused, as run records are: its commit would not say what was timed."""
     frames = [pd.read_csv(p).assign(file=p.name) for p in sorted(Path(folder).glob("*.csv"))]
     df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["kind", "hidden", "seq", "commit"])
+    if "hardware" in df:
+        df["hardware"] = df["hardware"].map(hardware_as_written_now)
     unclean = df[~df["commit"].astype(str).map(is_clean_commit)]
     if not unclean.empty:
         raise ValueError(f"benchmark rows from uncommitted code in {sorted(set(unclean['file']))} (commits "

@@ -12,7 +12,7 @@ import pandas as pd
 from scipy.stats import t as student_t
 
 from .records import Row
-from .store import RunStore
+from .store import RunStore, hardware_as_written_now
 
 
 def stored_seeds(experiment: str, scale: str, store: Optional[RunStore] = None) -> List[int]:
@@ -35,8 +35,8 @@ def stamp(rows: Iterable[Row]) -> str:
         return (f"No finished runs: {diverged} diverged, the other cells are not yet run at this scale." if diverged
                 else "No stored runs: every cell of this table is not yet run at this scale.")
 
-    def values(key):  # "(1 threads)" in the records of a CPU run alone reads "(1 thread)"
-        return ", ".join(sorted({str(part[key]).replace("(1 threads)", "(1 thread)")
+    def values(key):
+        return ", ".join(sorted({hardware_as_written_now(part[key])
                                  for r in recs for part in r.stretches if key in part}))
     scales = ", ".join(sorted({r.scale for r in recs}))
     dates = sorted(r.finished[:10] for r in recs)

@@ -145,6 +145,12 @@ def hardware(device: str = "cpu") -> str:
     return f"{model} ({threads} thread{'' if threads == 1 else 's'})"
 
 
+def hardware_as_written_now(stored: str) -> str:
+    """A stored ``hardware`` as ``hardware`` writes it now: records and benchmarks of one thread made
+    before the singular say "(1 threads)"."""
+    return str(stored).replace("(1 threads)", "(1 thread)")
+
+
 @functools.lru_cache(maxsize=None)
 def git_commit() -> str:
     """The commit of the code running, with ``-dirty`` if recdrop/ had uncommitted changes. Read once

@@ -53,6 +53,12 @@ def test_graph_speedups_are_the_time_without_graphs_over_the_time_with_them(tmp_
     assert perf.graph_speedups(perf.load_benchmarks(tmp_path)).empty
 
 
+def test_a_benchmark_of_one_thread_reads_thread_in_the_singular_as_the_run_stamps_do(tmp_path):
+    pd.DataFrame([bench_row(hardware="AMD EPYC (1 threads)"), bench_row(hardware="AMD EPYC (2 threads)")]).to_csv(
+        tmp_path / "m.csv", index=False)  # written before hardware() said "1 thread"
+    assert perf.load_benchmarks(tmp_path)["hardware"].tolist() == ["AMD EPYC (1 thread)", "AMD EPYC (2 threads)"]
+
+
 def test_rows_from_uncommitted_code_are_refused(tmp_path):
     pd.DataFrame([bench_row(commit="abc-dirty")]).to_csv(tmp_path / "m.csv", index=False)
     with pytest.raises(ValueError, match="uncommitted code in \\['m.csv'\\]"):
