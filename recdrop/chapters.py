@@ -151,10 +151,12 @@ def show_other_scales(name: str, shown: str, store: Optional[RunStore] = None) -
 
 def moon_vs_ours_at_largest_scale(store=None):
     """``moon_vs_ours_per_sequence`` at the largest scale where Moon's and our per-sequence cells both
-    have runs (a new scale's first records need not include them): (the per-sequence rows shown,
-    the table); no rows and an empty table where no scale has them."""
+    have runs (a new scale's first records need not include them): (the rows the table compares, for
+    its stamp: Moon's and ours per sequence, paper scaling; the table); no rows and an empty table
+    where no scale has them."""
     for scale, rows in stored_scales("temporal_order", store=store):
         table = temporal_order.moon_vs_ours_per_sequence(rows)
         if len(table):
-            return [r for r in rows if r["sampling"] == "per-sequence" and r.record], table
+            return [r for r in rows if r.record and r["sampling"] == "per-sequence" and r["scaling"] == "paper"
+                    and r["scheme"] in ("moon", "semeniuta")], table
     return [], temporal_order.moon_vs_ours_per_sequence([])

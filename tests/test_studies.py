@@ -193,8 +193,10 @@ def test_moon_vs_ours_is_shown_at_the_largest_scale_where_both_per_sequence_cell
     assert len(table) == 1 and {r.config.scale for r in shown} == {"quick"}
     record("reduced", "moon", "per-sequence")
     record("reduced", "semeniuta", "per-sequence")
+    record("reduced", "gal", "per-sequence")  # not compared: not in the stamp of the runs compared
     shown, table = chapters.moon_vs_ours_at_largest_scale(store)
     assert len(table) == 1 and {r.config.scale for r in shown} == {"reduced"}
+    assert sorted(r["scheme"] for r in shown) == ["moon", "semeniuta"]
 
 
 def test_moon_vs_ours_says_when_the_training_losses_part():
