@@ -144,14 +144,21 @@ def means_over(seeds: List[Dict[Any, float]]) -> Dict[Any, float]:
 
 
 def _outcomes(test: Callable[[Dict[Any, float]], bool],
-              by_seed: Dict[int, Dict[Any, float]]) -> Tuple[Optional[bool], List[bool], set]:
-    """``claim_outcomes``, and the cells the claim was found to need."""
+              by_seed: Dict[int, Dict[Any, float]]) -> Tuple[Optional[bool], List[bool], set, int]:
+    """``claim_outcomes``, the cells the claim was found to need, and how many seeds that ran some of
+    them were left out.
+
+    Every seed that ran some of the claim's cells counts where the test decides each of them from its
+    own cells (read in its own order, it reads no cell the seed lacks: "the LSTM gains more than the RNN
+    and the GRU" fails in a seed whose LSTM gains less than its RNN, GRU or none). Where some seed is
+    left undecided, only the seeds with every cell the claim reads in any seed count: never a choice of
+    seeds by their outcome (those that fail early in), which would lean the verdict."""
     needed: set = set()
     while True:
         known = len(needed)
         complete = [v for v in by_seed.values() if needed <= v.keys()]
         if not complete:
-            return None, [], needed
+            return None, [], needed, 0
         means = means_over(complete)
         try:
             outcomes = [bool(test(_Reading(v, needed))) for v in complete]
@@ -161,7 +168,23 @@ def _outcomes(test: Callable[[Dict[Any, float]], bool],
                 raise  # not one of our cells (a lookup of the claim's own): a bug, not a missing run
             continue
         if len(needed) == known:
-            return on_means, outcomes, needed
+            break
+    ran = [v for v in by_seed.values() if v.keys() & needed]
+    if len(ran) == len(complete):
+        return on_means, outcomes, needed, 0
+    decided = []
+    for v in ran:  # each seed on its own cells: decided, or not (it reads a cell it lacks)
+        seen: set = set()
+        try:
+            decided.append(bool(test(_Reading(v, seen))))
+        except KeyError:
+            if not seen - v.keys():
+                raise  # not one of our cells: a bug, not a missing run
+            return on_means, outcomes, needed, len(ran) - len(complete)
+    try:
+        return bool(test(_Reading(means_over(ran), set()))), decided, needed, 0
+    except KeyError:  # the means read a cell no seed has: keep to the complete seeds
+        return on_means, outcomes, needed, len(ran) - len(complete)
 
 
 def claim_outcomes(test: Callable[[Dict[Any, float]], bool],
@@ -175,7 +198,8 @@ def claim_outcomes(test: Callable[[Dict[Any, float]], bool],
 
 def claim_verdict(test: Callable[[Dict[Any, float]], bool], by_seed: Dict[int, Dict[Any, float]]) -> str:
     """A claim, ``test`` (values by key -> bool), judged on our runs against the seed noise. Each seed
-    that has every cell the claim needs is a replication of it:
+    that counts (``_outcomes``: every seed that ran its cells where each decides it on its own cells,
+    else those that have every cell it needs) is a replication of it:
 
     - *confirmed*: it holds on the means over seeds and in each of at least ``MIN_SEEDS_TO_JUDGE`` seeds;
     - *refuted*: it fails on the means and in each of them;
@@ -184,16 +208,15 @@ def claim_verdict(test: Callable[[Dict[Any, float]], bool], by_seed: Dict[int, D
     - *not yet run*: no seed has every cell it needs; *cannot be judged* where a run of one of those
       cells diverged (``SeedValues.diverged``).
 
-    The means are over the seeds that have every cell, so that they and the seed count agree; the verdict
-    says how many more seeds ran some of its cells but not all (left out: a table's means over every seed
-    of each cell can read otherwise)."""
-    on_means, outcomes, needed = _outcomes(test, by_seed)
+    The means are over the seeds that count, so that they and the seed count agree; the verdict says how
+    many more seeds ran some of its cells but not all and were left out (a table's means over every seed
+    of each cell can then read otherwise)."""
+    on_means, outcomes, needed, partial = _outcomes(test, by_seed)
     if on_means is None:
         diverged = any(keys & needed for keys in getattr(by_seed, "diverged", {}).values())
         return "cannot be judged: a run it needs diverged" if diverged else "not yet run"
     n = len(outcomes)
-    # seeds that ran some of its cells but not all: left out, so the verdict can differ from a table's means
-    partial = sum(1 for v in by_seed.values() if v.keys() & needed and not needed <= v.keys())
+    # seeds that ran some of its cells but not all, left out: the verdict can differ from a table's means
     left_out = f"; {partial} more seed{'s lack' if partial > 1 else ' lacks'} a cell it needs" if partial else ""
     if n < MIN_SEEDS_TO_JUDGE:
         return (f"{'holds' if on_means else 'fails'} ({n} seed{'' if n == 1 else 's'}, "

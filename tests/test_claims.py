@@ -43,6 +43,21 @@ def test_a_seed_without_every_cell_of_a_claim_does_not_count():
     assert claim_verdict(a_beats_b, {0: {"a": 1}, 1: {"b": 2}}) == "not yet run"  # no seed has both cells
 
 
+def a_beats_b_and_c(v):
+    return v["a"] < v["b"] and v["a"] < v["c"]  # reads c only where a beats b
+
+
+def test_a_seed_without_a_cell_counts_where_its_own_cells_decide_the_claim_and_every_such_seed_is_decided():
+    # seeds 1 and 2 fail at "a beats b", whatever their c: all three count, and they disagree
+    by_seed = {0: {"a": 1, "b": 2, "c": 3}, 1: {"a": 5, "b": 2}, 2: {"a": 5, "b": 2}}
+    assert claim_verdict(a_beats_b_and_c, by_seed) == "open (holds in 1 of 3 seeds)"
+    # seed 1 beats b and would need its c: undecided, so only the complete seed counts, never seed 2
+    # alone for failing early (a choice of seeds by their outcome)
+    by_seed = {0: {"a": 1, "b": 2, "c": 3}, 1: {"a": 1, "b": 2}, 2: {"a": 5, "b": 2}}
+    assert claim_verdict(a_beats_b_and_c, by_seed) == (
+        "holds (1 seed, too few to judge against seed noise; 2 more seeds lack a cell it needs)")
+
+
 def test_seed_values_leave_out_missing_and_nan_values():
     rows = [row(seed=0, cell="x", record={"metrics": {"m": 1.0}}),
             row(seed=1, cell="x", record={"metrics": {"m": float("nan")}}),
