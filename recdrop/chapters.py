@@ -83,7 +83,7 @@ def claims_judged_below(name: str, shown: str, store: Optional[RunStore] = None)
     if above:
         at = " and ".join(f"{above.count(scale)} at `{scale}`" for scale in reversed(SCALE_NAMES) if scale in above)
         lines.append(f"{len(above)} of the {len(judged) or len(above)} claims also have a verdict at a larger scale "
-                     f"({at}), and the landing page gives that one; *Other scales* below shows it.")
+                     f"({at}), and the landing page gives those; *Other scales* below shows them.")
     return " ".join(lines)
 
 

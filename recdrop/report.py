@@ -388,6 +388,18 @@ def difference_noise(a: pd.Series, b: pd.Series, confidence: float = 0.95) -> fl
     return float(student_t.ppf(0.5 + confidence / 2, dof) * se)
 
 
+def held_cells(t: pd.DataFrame, rows: List[Row]) -> pd.DataFrame:
+    """The cells of comparison ``t`` that the grid of ``rows`` holds, renumbered: an ablation may run only
+    some of its table's cells (the word vectors tuned, on the RNN's), and the others are not "not yet run"
+    but not in it. A cell is held where some row has its labels (those of ``t``'s label columns, before
+    "paper", that the rows have)."""
+    if not rows:
+        return t
+    keys = [k for k in t.columns[:list(t.columns).index("paper")] if k in rows[0].labels]
+    held = [any(all(r[k] == cell[k] for k in keys) for r in rows) for _, cell in t.iterrows()]
+    return t[held].reset_index(drop=True)
+
+
 def ablation_effects(comparison: Callable[[List[Row]], pd.DataFrame], rows: List[Row], ablated: List[Row],
                      metric: "Metric") -> pd.DataFrame:
     """What an ablation changes, cell by cell of a paper table (``comparison``: rows -> ``compare``'s table),
@@ -398,8 +410,9 @@ def ablation_effects(comparison: Callable[[List[Row]], pd.DataFrame], rows: List
     digits shown), *not judged* (one seed each way) or "" (not run both ways); ``diverged``, whether an
     ablation's run diverged; each mean's distance to the paper's number where the table is at the
     paper's scale (``table_distance``, ``ablation_distance``); and ``counted``, whether the cell is one
-    of the paper's test numbers (``verdict_rows``: what the table's verdicts weigh)."""
-    base = comparison(rows).set_index("setting")
+    of the paper's test numbers (``verdict_rows``: what the table's verdicts weigh). Only the cells the
+    ablation's grid holds (``held_cells``): one of some cells (the RNN's) has no others to run."""
+    base = held_cells(comparison(rows), ablated).set_index("setting")
     abl = comparison(ablated).set_index("setting").loc[base.index]
     resolution = 10.0 ** -metric.digits  # a change below the digits shown is no change
     out = pd.DataFrame({"setting": base.index, "paper": base["paper"].to_numpy(), "table": base["ours"].to_numpy(),
@@ -440,8 +453,9 @@ def side_by_side(effects: pd.DataFrame, digits: int = 2) -> pd.DataFrame:
              "not judged": "not judged: one seed each way"}
     return pd.DataFrame({
         "setting": effects["setting"], "paper": effects["paper"], "ours, the table's runs": effects["table"],
-        "ours, the ablation's": effects["ablation"], "ablation − table": effects["change"].round(digits),
-        "seed noise (95%)": effects["noise"].round(digits),
+        "ours, the ablation's": effects["ablation"],  # each number to the metric's digits, as the table's
+        "ablation − table": ["—" if pd.isna(c) else f"{c:+.{digits}f}" for c in effects["change"]],
+        "seed noise (95%)": ["—" if pd.isna(e) else f"{e:.{digits}f}" for e in effects["noise"]],
         "the ablation is": [words.get(o, o) + ("; a run diverged" if d else "")
                             for o, d in zip(effects["outcome"], effects["diverged"])],
         "distance to the paper's, table → ablation": [distance(a, b) for a, b in

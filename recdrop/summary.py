@@ -13,8 +13,8 @@ from .book import chapter_scale, chapter_seeds
 from .chapters import best_cell, judged_claims, paper_comparison, paper_so_far
 from .experiments import EXPERIMENTS, conjecture
 from .experiments import seeds as seeds_study
-from .report import (VERDICTS, ablation_effects, ablation_finding, claim_verdicts, stamp, verdict_kind, verdict_rows,
-                     verdict_tally)
+from .report import (VERDICTS, ablation_effects, ablation_finding, claim_verdicts, held_cells, stamp, verdict_kind,
+                     verdict_rows, verdict_tally)
 from .records import Row
 from .store import RunStore
 from .sweep import run_grid, stored_scales
@@ -171,18 +171,6 @@ def shown_tables(store: Optional[RunStore] = None) -> List[Shown]:
             out.append(Shown(e, what, grid, scale, rows, held_cells(verdict_rows(e.comparison(rows)), rows),
                              None if at_paper is None else held_cells(at_paper, rows)))
     return out
-
-
-def held_cells(t: pd.DataFrame, rows: List[Row]) -> pd.DataFrame:
-    """The cells of comparison ``t`` that the grid of ``rows`` holds, renumbered: an ablation may run only
-    some of its table's cells (the word vectors tuned, on the RNN's), and the others are not "not yet run"
-    but not in it. A cell is held where some row has its labels (those of ``t``'s label columns, before
-    "paper", that the rows have)."""
-    if not rows:
-        return t
-    keys = [k for k in t.columns[:list(t.columns).index("paper")] if k in rows[0].labels]
-    held = [any(all(r[k] == cell[k] for k in keys) for r in rows) for _, cell in t.iterrows()]
-    return t[held].reset_index(drop=True)
 
 
 def _table_row(shown: Shown) -> dict:

@@ -244,8 +244,8 @@ def test_a_chapter_says_where_its_claims_not_yet_run_are_judged(store):
     for r in grid_rows("ner", "quick", [0], store=store):  # a larger scale: the landing page judges there
         ran(r, "quick")
     assert claims_judged_below("ner", "ci", store) == (
-        "4 of the 4 claims also have a verdict at a larger scale (4 at `quick`), and the landing page gives that one; "
-        "*Other scales* below shows it.")
+        "4 of the 4 claims also have a verdict at a larger scale (4 at `quick`), and the landing page gives those; "
+        "*Other scales* below shows them.")
 
 
 def test_each_registered_experiment_names_its_own_config_and_grids():

@@ -230,8 +230,8 @@ def test_wide_tables_show_rates_as_labels_not_floats(experiment, wide):
 
 def ablation_of(table_values, ablation_values, metric, paper=90.0, scale="paper", split=False):
     """``report.ablation_effects`` of an ablation on a table of cells "a" to "d" (the paper's number ``paper``
-    each): ``{cell: one value per seed}`` for each side, "diverged" for a run that diverged. With ``split``,
-    each cell has a validation row too (not in the paper's test numbers)."""
+    each): ``{cell: one value per seed}`` for each side, "diverged" for a run that diverged, None for one not
+    run. With ``split``, each cell has a validation row too (not in the paper's test numbers)."""
     from recdrop.report import ablation_effects
 
     splits = ("Valid", "Test") if split else ("Test",)
@@ -242,10 +242,14 @@ def ablation_of(table_values, ablation_values, metric, paper=90.0, scale="paper"
         return compare(rows, cells, ["cell"], metric)
 
     def runs(values, side):
-        return [row(cell=c, seed=i, run_id=f"{side}{c}{i}",
-                    **({"record": {"metrics": {"f1": v}, "config": {"scale": scale}}} if v != "diverged" else
-                       {"record": {"diverged": {"epoch": 1, "batch": 2, "loss": "nan"}, "config": {"scale": scale}}}))
-                for c, vs in values.items() for i, v in enumerate(vs)]
+        def stored(v):
+            if v is None:
+                return {}
+            if v == "diverged":
+                return {"record": {"diverged": {"epoch": 1, "batch": 2, "loss": "nan"}, "config": {"scale": scale}}}
+            return {"record": {"metrics": {"f1": v}, "config": {"scale": scale}}}
+        return [row(cell=c, seed=i, run_id=f"{side}{c}{i}", **stored(v)) for c, vs in values.items()
+                for i, v in enumerate(vs)]
     return ablation_effects(comparison, runs(table_values, "t"), runs(ablation_values, "a"), metric)
 
 
@@ -255,17 +259,18 @@ F1 = Metric("F1", digits=2, tolerance=1.0)
 def test_an_ablation_is_shown_cell_by_cell_beside_the_tables_runs_with_its_change_and_seed_noise():
     from recdrop.report import side_by_side
 
-    effects = ablation_of({"a": [78.0, 80.0]}, {"a": [85.0]}, F1)
+    effects = ablation_of({"a": [78.0, 80.0]}, {"a": [85.0], "b": [None]}, F1)  # b not run; c and d not in its grid
     t = side_by_side(effects, 2)
+    assert t["setting"].tolist() == ["a", "b"]
     assert list(t.columns) == ["setting", "paper", "ours, the table's runs", "ours, the ablation's", "ablation − table",
                                "seed noise (95%)", "the ablation is", "distance to the paper's, table → ablation"]
     # by hand: one seed against two of sd sqrt(2): SE = sqrt(2) sqrt(1/2 + 1) = sqrt(3), t(0.975, 1 dof) = 12.706
     assert t.iloc[0].to_dict() == {"setting": "a", "paper": 90.0, "ours, the table's runs": "79.00 ± 1.41 (n=2)",
-                                   "ours, the ablation's": "85.00", "ablation − table": 6.0, "seed noise (95%)": 22.01,
+                                   "ours, the ablation's": "85.00", "ablation − table": "+6.00", "seed noise (95%)": "22.01",
                                    "the ablation is": "better, within the seed noise",
                                    "distance to the paper's, table → ablation": "11.00 → 5.00"}
-    assert t.iloc[1]["ours, the ablation's"] == "not yet run" and pd.isna(t.iloc[1]["ablation − table"])
-    assert pd.isna(t.iloc[1]["seed noise (95%)"]) and t.iloc[1]["the ablation is"] == ""
+    assert t.iloc[1]["ours, the ablation's"] == "not yet run" and t.iloc[1]["ablation − table"] == "—"
+    assert t.iloc[1]["seed noise (95%)"] == "—" and t.iloc[1]["the ablation is"] == ""
 
 
 def test_the_seed_noise_of_a_difference_is_a_95_percent_t_interval_and_needs_two_seeds_on_one_side():
