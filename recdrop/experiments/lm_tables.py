@@ -258,14 +258,15 @@ def fit_table(rows, unit: str) -> "pd.DataFrame":
                                                   "settled"])
 
 
-def pilot_table(rows, unit: str, paper_table: int) -> "pd.DataFrame":
+def pilot_table(rows, unit: str, paper_table: int, digits: int) -> "pd.DataFrame":
     """The pilot's test of a new scale, one row per model tested: the final test
     ``test_<unit>`` (the model the paper tests) and that of the best-validation epoch (what early
     stopping would test), each of its two cells (no dropout, and the paper's best cell; without
     forward dropout), mean ± sd over seeds; the gap between their means; and the seed noise of that
     gap, two standard errors of a difference of means. The grid is worth running where the final
     models' gap favours dropout and exceeds the noise; where the best-validation models' does not,
-    dropout's gain is the baseline's over-fitting, which early stopping would also have removed."""
+    dropout's gain is the baseline's over-fitting, which early stopping would also have removed. Numbers
+    to ``digits`` decimals (the table's metric's)."""
     none, best_cell = [tuple(label[k] for k in CELL_KEYS) for label, _ in pilot_cells(paper_table)]
     name = cell_name(*best_cell[1:])
     out = []
@@ -283,9 +284,9 @@ def pilot_table(rows, unit: str, paper_table: int) -> "pd.DataFrame":
         else:
             verdict = "the gap does not favour dropout by more than the seed noise" + (
                 ": redefine the scale" if tested == "final" else ": with early stopping, dropout gains nothing here")
-        out.append({"model tested": tested, "no dropout": fmt_mean_sd(a.mean(), a.std(), len(a), 3),
-                    f"the paper's best cell ({name})": fmt_mean_sd(b.mean(), b.std(), len(b), 3),
-                    f"gap ({unit})": round(gap, 3), "seed noise (2 SE)": round(noise, 3), "pilot": verdict})
+        out.append({"model tested": tested, "no dropout": fmt_mean_sd(a.mean(), a.std(), len(a), digits),
+                    f"the paper's best cell ({name})": fmt_mean_sd(b.mean(), b.std(), len(b), digits),
+                    f"gap ({unit})": round(gap, digits), "seed noise (2 SE)": round(noise, digits), "pilot": verdict})
     return pd.DataFrame(out)
 
 

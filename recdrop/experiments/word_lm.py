@@ -353,7 +353,7 @@ def fit(rows) -> "pd.DataFrame":
 def pilot(rows) -> "pd.DataFrame":
     """The pilot's test of a scale: is the gap between no dropout and the paper's best cell larger
     than the seed noise (``lm_tables.pilot_table``)?"""
-    return pilot_table(rows, "ppl", 2)
+    return pilot_table(rows, "ppl", 2, METRIC.digits)
 
 
 def plot_runs(rows):
