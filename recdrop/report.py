@@ -152,7 +152,7 @@ def _outcomes(test: Callable[[Dict[Any, float]], bool],
     own cells (read in its own order, it reads no cell the seed lacks: "the LSTM gains more than the RNN
     and the GRU" fails in a seed whose LSTM gains less than its RNN, GRU or none). Where some seed is
     left undecided, only the seeds with every cell the claim reads in any seed count: never a choice of
-    seeds by their outcome (those that fail early in), which would lean the verdict."""
+    seeds by their outcome (those that fail early), which would lean the verdict."""
     needed: set = set()
     while True:
         known = len(needed)
@@ -170,7 +170,7 @@ def _outcomes(test: Callable[[Dict[Any, float]], bool],
         if len(needed) == known:
             break
     ran = [v for v in by_seed.values() if v.keys() & needed]
-    if len(ran) == len(complete):
+    if not needed or len(ran) == len(complete):  # every seed that ran its cells has them all
         return on_means, outcomes, needed, 0
     decided = []
     for v in ran:  # each seed on its own cells: decided, or not (it reads a cell it lacks)
@@ -411,7 +411,7 @@ def ablation_effects(comparison: Callable[[List[Row]], pd.DataFrame], rows: List
     ablation's run diverged; each mean's distance to the paper's number where the table is at the
     paper's scale (``table_distance``, ``ablation_distance``); and ``counted``, whether the cell is one
     of the paper's test numbers (``verdict_rows``: what the table's verdicts weigh). Only the cells the
-    ablation's grid holds (``held_cells``): one of some cells (the RNN's) has no others to run."""
+    ablation's grid holds (``held_cells``): an ablation of some cells (the RNN's) has no others to run."""
     base = held_cells(comparison(rows), ablated).set_index("setting")
     abl = comparison(ablated).set_index("setting").loc[base.index]
     resolution = 10.0 ** -metric.digits  # a change below the digits shown is no change
