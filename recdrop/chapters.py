@@ -73,17 +73,18 @@ def claims_judged_below(name: str, shown: str, store: Optional[RunStore] = None)
     judged = judged_claims(name, store, up_to=shown)
     waiting = [(scale, v) for scale, v in judged.values() if scale != shown or v == "not yet run"]
     below = [scale for scale, v in waiting if scale != shown and v != "not yet run"]
-    lines = []
-    if below:
-        at = " and ".join(f"{below.count(scale)} at `{scale}`" for scale in reversed(SCALE_NAMES) if scale in below)
-        lines.append(f"{len(waiting)} of the {len(judged)} claims have not yet run at `{shown}` scale; *Other scales* "
-                     f"below judges {at} scale.")
     above = [scale for scale, v in judged_claims(name, store).values()
              if SCALE_NAMES.index(scale) > SCALE_NAMES.index(shown) and v != "not yet run"]
+
+    def at(scales) -> str:  # "3 at `paper` and 1 at `reduced`", largest first
+        return " and ".join(f"{scales.count(scale)} at `{scale}`" for scale in reversed(SCALE_NAMES) if scale in scales)
+    lines = []
+    if below:
+        lines.append(f"{len(waiting)} of the {len(judged)} claims have not yet run at `{shown}` scale; *Other scales* "
+                     f"below judges {at(below)} scale.")
     if above:
-        at = " and ".join(f"{above.count(scale)} at `{scale}`" for scale in reversed(SCALE_NAMES) if scale in above)
         lines.append(f"{len(above)} of the {len(judged) or len(above)} claims also have a verdict at a larger scale "
-                     f"({at}), and the landing page gives those; *Other scales* below shows them.")
+                     f"({at(above)}), and the landing page gives those; *Other scales* below shows them.")
     return " ".join(lines)
 
 
@@ -107,7 +108,8 @@ def show_paper_so_far(name: str, shown: str, store: Optional[RunStore] = None) -
 def show_ablations(name: str, scale: str, seeds, store: Optional[RunStore] = None) -> None:
     """In a chapter rendered at ``scale``: for each ablation of experiment ``name`` (``Experiment.ablations``),
     its runs' stamp and the table's comparison on its runs beside the table's own, cell by cell
-    (``report.ablation_effects``, ``report.side_by_side``), what it found (``report.ablation_finding``), then its runs' learning curves where the experiment draws them."""
+    (``report.ablation_effects``, ``report.side_by_side``), what it found (``report.ablation_finding``),
+    then its runs' learning curves where the experiment draws them."""
     e = EXPERIMENTS[name]
     rows = run_grid(name, scale, seeds, train=False, store=store)
     for grid, change in e.ablations:
