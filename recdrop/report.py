@@ -254,6 +254,15 @@ def verdict_tally(verdicts: Iterable[str]) -> str:
     return ", ".join(f"{kinds.count(kind)} {symbol} {kind}" for kind, symbol, _ in VERDICTS if kind in kinds)
 
 
+def figure_verdict(verdict: str) -> str:
+    """A paper's figure's verdict on the landing page from its claim's (``claim_verdict``): reproduced
+    only where the claim is confirmed against the seed noise, not reproduced only where it is refuted."""
+    kind = verdict_kind(verdict)
+    return {"confirmed": "reproduced", "refuted": "not reproduced", "open": "within seed noise (the seeds disagree)",
+            "holds": f"holds on fewer than {MIN_SEEDS_TO_JUDGE} seeds: not judged against seed noise",
+            "fails": f"fails on fewer than {MIN_SEEDS_TO_JUDGE} seeds: not judged against seed noise"}.get(kind, verdict)
+
+
 def check_claims(checks, paper_vals: Dict[Any, float], ours_by_seed: Dict[int, Dict[Any, float]],
                  section: str) -> pd.DataFrame:
     """Each (claim, test) evaluated on the paper's numbers and on ours (``claim_verdict``)."""

@@ -191,13 +191,25 @@ def _table_row(shown: Shown) -> dict:
             "at paper scale so far": shown.paper_so_far}
 
 
+def _figure_row(figure, table: Shown, store: Optional[RunStore]) -> dict:
+    """The landing row of a paper's figure drawn from ``table``'s runs (``Experiment.figures``): at the largest
+    scale where its cells have run, as a claim is judged (``chapters.judged_claims``); else at the scale
+    ``table``'s chapter shows."""
+    for scale, rows in stored_scales(table.experiment.name, store=store):
+        row = figure(rows, scale)
+        if row["verdict"] != "not yet run":
+            return row
+    return figure(table.rows, table.scale)
+
+
 def landing_table(store: Optional[RunStore] = None, shown: Optional[List[Shown]] = None) -> pd.DataFrame:
     """One row per table and figure of the paper: the scale its chapter shows (``book.chapter_scale``),
     the paper's best cell and ours at that cell, the delta, how many cells are within the chapter's
     tolerance, and the verdict (``_verdict``: reproduced, reproduced within seed noise, partly or not
     reproduced once every cell ran at `paper` scale; else how many have run there), and what has run at
     `paper` scale where the chapter shows a smaller one (``chapters.paper_so_far``); beside a table, a row
-    for each of its ablations (``Experiment.ablations``). ``shown``: ``shown_tables``, where made already."""
+    for each of its ablations (``Experiment.ablations``) and for each paper's figure drawn from its runs
+    (``_figure_row``). ``shown``: ``shown_tables``, where made already."""
     shown = shown_tables(store) if shown is None else shown
     out = [{"what": "Figure 1: the three schemes", "chapter": "schemes", "scale": "—", "the paper's best cell": "—",
             "paper": "—", "ours": "drawn by code from the scheme definitions", "delta": "—",
@@ -215,9 +227,10 @@ def landing_table(store: Optional[RunStore] = None, shown: Optional[List[Shown]]
                 row["verdict"] += f"; {found}"
             out.append(row)
         for figure in table.experiment.figures:  # the paper's figures drawn from this experiment's runs
-            row = figure(table.rows, table.scale)
+            row = _figure_row(figure, table, store)
+            verdict = row["verdict"] if row["scale"] == "paper" else _verdict(row["scale"], pd.Series([row["verdict"]]))
             out.append({"chapter": name, "paper": "—", "delta": "—", "cells within tolerance": "—", **row,
-                        "verdict": _verdict(table.scale, pd.Series([row["verdict"]])), "at paper scale so far": "—"})
+                        "verdict": verdict, "at paper scale so far": "—"})
     cols = ["what", "scale", "the paper's best cell", "paper", "ours", "delta", "cells within tolerance", "verdict",
             "at paper scale so far", "chapter"]
     return pd.DataFrame(out)[cols]
@@ -234,7 +247,8 @@ def landing_stamps(store: Optional[RunStore] = None, shown: Optional[List[Shown]
         if e.comparison is None:
             continue
         mine = [s for s in shown if s.experiment.name == e.name]
-        scales = {s.scale for s in mine[:1]} | {scale for scale, _ in judged_claims(e.name, store).values()}
+        scales = ({s.scale for s in mine[:1]} | {scale for scale, _ in judged_claims(e.name, store).values()}
+                  | {_figure_row(figure, mine[0], store)["scale"] for figure in e.figures})
         if any(s.paper_so_far not in ("none run", "shown") for s in mine):
             scales.add("paper")  # the cells run there so far are beside the table
         for scale, rows in stored_scales(e.name, store=store):

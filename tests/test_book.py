@@ -312,3 +312,34 @@ def test_a_table_is_shown_at_the_largest_scale_where_every_cell_ran_with_the_pap
     chapters.show_paper_so_far("temporal_order", "quick", store)
     chapters.show_paper_so_far("temporal_order", "paper", store)  # the chapter shows paper: nothing to add
     assert len(shown) == 1 and shown[0].data.startswith("At `paper` scale so far: 1 of 12 cells run")
+
+
+def test_a_figures_landing_row_is_judged_at_the_largest_scale_where_its_cells_ran(tmp_path, monkeypatch):
+    """Figure 2 needs two cells of Table 2: where they ran at `paper` and the chapter shows `reduced` (its
+    grid run in full there only), the figure's row is judged at `paper`, and stamped there."""
+    from made import stored
+    from recdrop.summary import landing_stamps
+
+    monkeypatch.setenv("RECDROP_RUNS", str(tmp_path))
+    store = RunStore()
+
+    def ppl(r, scale):
+        ours = (r["forward"], r["scheme"], r["rate"], r["sampling"]) == (
+            "without forward dropout", "semeniuta", 0.25, "per-step")
+        train, valid = (33.0, 108.0) if ours else (26.0, 142.0)
+        if scale == "reduced":  # the reverse: the row must not be judged here
+            train, valid = valid, train
+        return {"train_ppl": train, "valid_ppl": valid, "test_ppl": valid}
+
+    for r in grid_rows("word_lm", "reduced", [0], store=store):
+        stored(store, "word_lm", r, metrics=ppl(r, "reduced"))
+    for r in grid_rows("word_lm", "paper", [0], store=store):
+        if r["forward"] == "without forward dropout" and r["scheme"] in ("none", "semeniuta") and r["rate"] != 0.5:
+            stored(store, "word_lm", r, metrics=ppl(r, "paper"))
+    assert book.chapter_scale("word_lm") == "reduced"
+    figure = landing_table(store).set_index("what").loc["Figure 2: learning curves, word-level PTB"]
+    assert figure["scale"] == "paper"
+    assert figure["ours"] == ("train 33.0 vs 26.0, valid 108.0 vs 142.0 (seed 0): holds (1 seed, too few to judge "
+                              "against seed noise)")
+    assert figure["verdict"] == "holds on fewer than 3 seeds: not judged against seed noise"
+    assert "paper" in set(landing_stamps(store).query("chapter == 'word_lm'")["scale"])
