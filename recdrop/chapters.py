@@ -106,49 +106,62 @@ def show_paper_so_far(name: str, shown: str, store: Optional[RunStore] = None) -
 
 
 def show_ablations(name: str, scale: str, seeds, store: Optional[RunStore] = None) -> None:
-    """In a chapter rendered at ``scale``: for each ablation of experiment ``name`` (``Experiment.ablations``),
-    its runs' stamp and the table's comparison on its runs beside the table's own, cell by cell
-    (``report.ablation_effects``, ``report.side_by_side``), what it found (``report.ablation_finding``),
-    then its runs' learning curves where the experiment draws them."""
+    """In a chapter rendered at ``scale``: each ablation of experiment ``name`` (``Experiment.ablations``)
+    beside the table's runs (``_show_ablation``)."""
     e = EXPERIMENTS[name]
     rows = run_grid(name, scale, seeds, train=False, store=store)
     for grid, change in e.ablations:
-        ablated = run_grid(name, scale, seeds, train=False, store=store, grid=grid)
-        display(Markdown(f"### Ablation: {change}\n\n{stamp(ablated)}"))
-        effects = ablation_effects(e.comparison, rows, ablated, e.metric)
-        display(styled(side_by_side(effects, e.metric.digits), e.metric.digits))
-        display(Markdown(ablation_finding(effects)))
-        if e.curves is not None and any(r.record for r in ablated):
-            fig = e.curves(ablated)
-            display(fig)
-            plt.close(fig)  # shown once, not again at the end of the cell
+        _show_ablation(e, change, rows, run_grid(name, scale, seeds, train=False, store=store, grid=grid), "###")
+
+
+def _show_ablation(e, change: str, rows, ablated, heading: str) -> None:
+    """One ablation of experiment ``e``: its runs' (``ablated``) stamp and the table's comparison on them
+    beside the table's own runs (``rows``), cell by cell (``report.ablation_effects``,
+    ``report.side_by_side``), what it found (``report.ablation_finding``), then its runs' learning curves
+    where the experiment draws them."""
+    display(Markdown(f"{heading} Ablation: {change}\n\n{stamp(ablated)}"))
+    effects = ablation_effects(e.comparison, rows, ablated, e.metric)
+    display(styled(side_by_side(effects, e.metric.digits), e.metric.digits))
+    display(Markdown(ablation_finding(effects)))
+    if e.curves is not None and any(r.record for r in ablated):
+        fig = e.curves(ablated)
+        display(fig)
+        plt.close(fig)  # shown once, not again at the end of the cell
 
 
 def show_other_scales(name: str, shown: str, store: Optional[RunStore] = None) -> None:
     """In a chapter rendered at ``shown``: the runs stored at every other scale of experiment ``name``,
     largest first, each with its stamp, the comparison of the cells that ran and its plot against the
     paper's, the paper's claims judged on them, and, where the experiment has them, their learning
-    curves and the checks of the scale. Nothing where no other scale has runs."""
+    curves and the checks of the scale; then each ablation that ran there, beside the table's runs of
+    that scale (``_show_ablation``). Nothing where no other scale has runs."""
     e = EXPERIMENTS[name]
-    for scale, grid in stored_scales(name, store=store):
+    for scale in reversed(SCALE_NAMES):
+        grid = stored_rows(name, scale, store=store)  # None where nothing of the experiment is stored there
+        if scale == shown or grid is None:
+            continue
         rows = [r for r in grid if r.stored is not None]
-        if scale == shown or not rows:
+        ablations = [(change, stored_rows(name, scale, g, store) or []) for g, change in e.ablations]
+        ablations = [(change, ablated) for change, ablated in ablations if any(r.stored is not None for r in ablated)]
+        if not rows and not ablations:
             continue
         display(Markdown(f"### At `{scale}` scale\n\n{stamp(grid)}"))  # its cells counted of the whole grid's
-        if e.comparison is not None:
+        if rows and e.comparison is not None:
             table = e.comparison(rows)
             display(styled(table[table["ours"] != "not yet run"], e.metric.digits))
             fig = plot_against_paper(table, e.metric)
             display(fig)
             plt.close(fig)  # shown once, not again at the end of the cell
-        if e.claims is not None:
+        if rows and e.claims is not None:
             display(e.claims(rows))
-        if e.curves is not None:
+        if rows and e.curves is not None:
             fig = e.curves(rows)
             display(fig)
             plt.close(fig)  # shown once, not again at the end of the cell
-        for check in e.checks:
+        for check in e.checks if rows else ():
             display(check(rows))
+        for change, ablated in ablations:
+            _show_ablation(e, change, grid, ablated, "####")
 
 
 def moon_vs_ours_at_largest_scale(store=None):

@@ -140,6 +140,29 @@ def test_an_ablations_runs_show_beside_their_table_on_the_landing_page_and_in_th
     assert ablated["verdict"].endswith("; no cell run both ways yet")
 
 
+
+def test_an_ablations_runs_at_another_scale_show_under_other_scales(tmp_path, monkeypatch):
+    """Table 4's `quick` runs of torch's RMSprop (from before the switch) match no run of the table's grid
+    there: *Other scales* of a chapter at `paper` shows them as the ablation's, beside the table's runs
+    of that scale (none), and nothing of a scale where neither ran."""
+    from made import stored
+
+    monkeypatch.setenv("RECDROP_RUNS", str(tmp_path))
+    store = RunStore()
+    stored(store, "ner", grid_rows("ner", "paper", [0], store=store)[0], metrics={"test_f1_short": 80.0})
+    stored(store, "ner", grid_rows("ner", "quick", [0], "torch-rmsprop", store=store)[0],
+           metrics={"test_f1_short": 64.1})
+    shown = []
+    monkeypatch.setattr(chapters, "display", lambda obj: shown.append(obj))
+    chapters.show_other_scales("ner", "paper", store)
+    texts = [getattr(s, "data", s) for s in shown]
+    assert texts[0].startswith("### At `quick` scale\n\nNo stored runs")  # the table's grid: none at quick
+    assert texts[1].startswith("#### Ablation: torch's RMSprop, no clipping\n\nScale: quick | runs: 1 shown")
+    assert texts[2].set_index("setting").loc["5 word long sequences, RNN 0.0", "ours, the ablation's"] == "64.10"
+    assert texts[3] == "*What it found:* nothing yet: no cell of the paper's table has run both ways."
+    assert not any(isinstance(t, str) and "At `paper` scale" in t for t in texts)  # the chapter's own scale
+
+
 def test_an_ablation_of_some_cells_is_judged_on_those_against_the_tables_runs(tmp_path, monkeypatch):
     """The word vectors tuned run the RNN's cells only: the landing row counts those 2 runs' 4 cells, not the
     table's 12, and says what tuning found against the table's runs of the same cells."""
