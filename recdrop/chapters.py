@@ -105,6 +105,32 @@ def show_paper_so_far(name: str, shown: str, store: Optional[RunStore] = None) -
         display(Markdown(f"At `paper` scale so far: {so_far}; *Other scales* below shows them."))
 
 
+def figure_at_largest_scale(name: str, figure, store: Optional[RunStore] = None) -> Optional[tuple]:
+    """(scale, rows, its landing row) of a paper's figure drawn from experiment ``name``'s runs (``figure``,
+    one of ``Experiment.figures``) at the largest scale where the runs it draws have run, as a claim is
+    judged (``judged_claims``); None where they have run at no scale. The landing page and the chapter
+    show the figure there."""
+    for scale, rows in stored_scales(name, store=store):
+        row = figure(rows, scale)
+        if row["verdict"] != "not yet run":
+            return scale, rows, row
+    return None
+
+
+def show_figure(name: str, figure, draw, rows, shown: str, store: Optional[RunStore] = None) -> None:
+    """In a chapter rendered at ``shown``: a paper's figure, ``draw`` (rows -> a matplotlib figure), at the
+    scale the landing page judges it (``figure_at_largest_scale``), named above it with what it found;
+    at ``shown``, on ``rows``, where its runs have run at no scale."""
+    found = figure_at_largest_scale(name, figure, store)
+    scale, rows, row = found if found else (shown, rows, figure(rows, shown))
+    where = f"`{scale}` scale" + (" (larger than this page's: the largest where its runs have run)" if scale != shown
+                                  else "")
+    display(Markdown(f"At {where}: {row['ours']}."))
+    fig = draw(rows)
+    display(fig)
+    plt.close(fig)  # shown once, not again at the end of the cell
+
+
 def show_ablations(name: str, scale: str, seeds, store: Optional[RunStore] = None) -> None:
     """In a chapter rendered at ``scale``: each ablation of experiment ``name`` (``Experiment.ablations``)
     beside the table's runs (``_show_ablation``)."""
@@ -125,6 +151,7 @@ def _show_ablation(e, change: str, rows, ablated, heading: str) -> None:
     display(Markdown(ablation_finding(effects)))
     if e.curves is not None and any(r.record for r in ablated):
         fig = e.curves(ablated)
+        fig.suptitle(f"Ablation: {change}", fontsize="medium")  # not to be taken for the table's runs
         display(fig)
         plt.close(fig)  # shown once, not again at the end of the cell
 
@@ -145,7 +172,9 @@ def show_other_scales(name: str, shown: str, store: Optional[RunStore] = None) -
         ablations = [(change, ablated) for change, ablated in ablations if any(r.stored is not None for r in ablated)]
         if not rows and not ablations:
             continue
-        display(Markdown(f"### At `{scale}` scale\n\n{stamp(grid)}"))  # its cells counted of the whole grid's
+        runs = (stamp(grid) if rows  # its cells counted of the whole grid's
+                else "The table's grid has no runs at this scale; its ablations' runs follow.")
+        display(Markdown(f"### At `{scale}` scale\n\n{runs}"))
         if rows and e.comparison is not None:
             table = e.comparison(rows)
             display(styled(table[table["ours"] != "not yet run"], e.metric.digits))

@@ -10,7 +10,7 @@ from typing import Any, List, Optional
 import pandas as pd
 
 from .book import chapter_scale, chapter_seeds
-from .chapters import best_cell, judged_claims, paper_comparison, paper_so_far
+from .chapters import best_cell, figure_at_largest_scale, judged_claims, paper_comparison, paper_so_far
 from .experiments import EXPERIMENTS, conjecture
 from .experiments import seeds as seeds_study
 from .report import (VERDICTS, ablation_effects, ablation_finding, claim_verdicts, held_cells, stamp, verdict_kind,
@@ -193,13 +193,10 @@ def _table_row(shown: Shown) -> dict:
 
 def _figure_row(figure, table: Shown, store: Optional[RunStore]) -> dict:
     """The landing row of a paper's figure drawn from ``table``'s runs (``Experiment.figures``): at the largest
-    scale where its cells have run, as a claim is judged (``chapters.judged_claims``); else at the scale
-    ``table``'s chapter shows."""
-    for scale, rows in stored_scales(table.experiment.name, store=store):
-        row = figure(rows, scale)
-        if row["verdict"] != "not yet run":
-            return row
-    return figure(table.rows, table.scale)
+    scale where its runs have run (``chapters.figure_at_largest_scale``), else at the scale ``table``'s
+    chapter shows."""
+    found = figure_at_largest_scale(table.experiment.name, figure, store)
+    return found[2] if found else figure(table.rows, table.scale)
 
 
 def landing_table(store: Optional[RunStore] = None, shown: Optional[List[Shown]] = None) -> pd.DataFrame:
@@ -239,7 +236,8 @@ def landing_table(store: Optional[RunStore] = None, shown: Optional[List[Shown]]
 def landing_stamps(store: Optional[RunStore] = None, shown: Optional[List[Shown]] = None) -> pd.DataFrame:
     """Where the landing page's numbers came from: for each table, at each scale its row or its claims
     show (``landing_table``, ``landing_claims``), the chapter's stamp of those runs (``report.stamp``:
-    scale, runs and seeds, hardware, torch, commit and dates). ``shown``: ``shown_tables``, where made."""
+    scale, runs and seeds, hardware, torch, commit and dates); then each of its ablations' rows that has
+    run. ``shown``: ``shown_tables``, where made."""
     store = store or RunStore()
     shown = shown_tables(store) if shown is None else shown
     out = []
@@ -255,6 +253,10 @@ def landing_stamps(store: Optional[RunStore] = None, shown: Optional[List[Shown]
             if scale in scales:
                 out.append({"table": e.title.split(":")[0], "scale": scale,  # the table's cells, as its chapter counts them
                             "where the numbers came from": stamp(e.table_rows(rows)), "chapter": e.name})
+        for s in mine[1:]:  # its ablations' rows, once they have run, stamped as the chapter stamps them
+            if any(r.record for r in s.rows):
+                out.append({"table": f"{e.title.split(':')[0]}; ablation: {s.what.split('; ablation: ')[1]}",
+                            "scale": s.scale, "where the numbers came from": stamp(s.rows), "chapter": e.name})
     return pd.DataFrame(out, columns=["table", "scale", "where the numbers came from", "chapter"])
 
 
@@ -299,8 +301,11 @@ def bottom_line(table: pd.DataFrame, claims: pd.DataFrame) -> str:
     for _, r in tables.iterrows():
         by_scale.setdefault(r["scale"], []).append(_table_number(r["what"]))
     shown = "; ".join(f"{_tables(names)} at `{scale}` scale" for scale, names in by_scale.items())
+    figures = [f"{r['what'].split(':')[0]} at `{r['scale']}` scale" for _, r in table.iterrows()
+               if r["what"].startswith("Figure") and r["scale"] not in ("—", "none stored")]  # Figure 1 has no runs
     parts = [f"**Where the replication stands.** Shown: {shown} (each at the scale its chapter shows: the "
-             "largest where every cell of the table has run, where there is one)."]
+             "largest where every cell of the table has run, where there is one)"
+             + (f"; {', '.join(figures)} (the largest where the runs it draws have run)." if figures else ".")]
     so_far = [f"Table {_table_number(r['what'])}, {r['at paper scale so far'].split(' (')[0].replace(' run', '')}"
               for _, r in tables.iterrows() if r["scale"] != "paper" and r["at paper scale so far"] != "none run"]
     if so_far:

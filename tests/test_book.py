@@ -4,7 +4,7 @@ import json
 from made import RECORD_DEFAULTS
 from recdrop import book, chapters
 from recdrop.store import RunStore
-from recdrop.summary import landing_table
+from recdrop.summary import landing_stamps, landing_table
 from recdrop.sweep import grid_rows
 
 
@@ -156,10 +156,11 @@ def test_an_ablations_runs_at_another_scale_show_under_other_scales(tmp_path, mo
     monkeypatch.setattr(chapters, "display", lambda obj: shown.append(obj))
     chapters.show_other_scales("ner", "paper", store)
     texts = [getattr(s, "data", s) for s in shown]
-    assert texts[0].startswith("### At `quick` scale\n\nNo stored runs")  # the table's grid: none at quick
+    assert texts[0] == "### At `quick` scale\n\nThe table's grid has no runs at this scale; its ablations' runs follow."
     assert texts[1].startswith("#### Ablation: torch's RMSprop, no clipping\n\nScale: quick | runs: 1 shown")
     assert texts[2].set_index("setting").loc["5 word long sequences, RNN 0.0", "ours, the ablation's"] == "64.10"
     assert texts[3] == "*What it found:* nothing yet: no cell of the paper's table has run both ways."
+    assert texts[4]._suptitle.get_text() == "Ablation: torch's RMSprop, no clipping"  # its curves, named
     assert not any(isinstance(t, str) and "At `paper` scale" in t for t in texts)  # the chapter's own scale
 
 
@@ -189,6 +190,10 @@ def test_an_ablation_of_some_cells_is_judged_on_those_against_the_tables_runs(tm
     # 2.9 F1 nearer each of the paper's 85.60, 86.48, 86.12 and 86.95, from 80.1: 11.6 of 24.75 (47%)
     assert tuned["verdict"].endswith("; against the table's runs, in 4 cells: better in 4 (4 beyond the seed noise), "
                                      "worse in 0; overall 47% nearer the paper's numbers")
+    stamps = landing_stamps(store).set_index("table")["where the numbers came from"]  # its runs stamped apart
+    assert stamps["Table 4; ablation: the word vectors tuned in training (the paper keeps them static); the RNN's "
+                  "cells only"].startswith("Scale: paper | runs: 2 shown | grid cells: 2 of 2 run, 1 seed each")
+    assert not any("torch's RMSprop" in t for t in stamps.index)  # not run: no stamp
 
 
 def test_landing_verdicts():
@@ -339,9 +344,12 @@ def test_a_table_is_shown_at_the_largest_scale_where_every_cell_ran_with_the_pap
 
 def test_a_figures_landing_row_is_judged_at_the_largest_scale_where_its_cells_ran(tmp_path, monkeypatch):
     """Figure 2 needs two cells of Table 2: where they ran at `paper` and the chapter shows `reduced` (its
-    grid run in full there only), the figure's row is judged at `paper`, and stamped there."""
+    grid run in full there only), the figure's row is judged at `paper`, stamped there, and the chapter
+    draws it there."""
+    import matplotlib.pyplot as plt
+
     from made import stored
-    from recdrop.summary import landing_stamps
+    from recdrop.experiments import word_lm
 
     monkeypatch.setenv("RECDROP_RUNS", str(tmp_path))
     store = RunStore()
@@ -366,3 +374,11 @@ def test_a_figures_landing_row_is_judged_at_the_largest_scale_where_its_cells_ra
                               "against seed noise)")
     assert figure["verdict"] == "holds on fewer than 3 seeds: not judged against seed noise"
     assert "paper" in set(landing_stamps(store).query("chapter == 'word_lm'")["scale"])
+    shown = []  # and the chapter draws it there, saying so
+    monkeypatch.setattr(chapters, "display", lambda obj: shown.append(obj))
+    drawn = []
+    chapters.show_figure("word_lm", word_lm.figure2_row, lambda rows: drawn.append(rows) or plt.figure(), [],
+                         "reduced", store)
+    assert shown[0].data == ("At `paper` scale (larger than this page's: the largest where its runs have run): "
+                             + figure["ours"] + ".")
+    assert {r.config.scale for r in drawn[0]} == {"paper"}
