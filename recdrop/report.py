@@ -144,9 +144,9 @@ def means_over(seeds: List[Dict[Any, float]]) -> Dict[Any, float]:
 
 
 def _outcomes(test: Callable[[Dict[Any, float]], bool],
-              by_seed: Dict[int, Dict[Any, float]]) -> Tuple[Optional[bool], List[bool], set, int]:
-    """``claim_outcomes``, the cells the claim was found to need, and how many seeds that ran some of
-    them were left out.
+              by_seed: Dict[int, Dict[Any, float]]) -> Tuple[Optional[bool], List[bool], set, int, int]:
+    """``claim_outcomes``, the cells the claim was found to need, how many seeds that ran some of them
+    were left out, and how many of the seeds counted lack one of them (decided before they read it).
 
     Every seed that ran some of the claim's cells counts where the test decides each of them from its
     own cells (read in its own order, it reads no cell the seed lacks: "the LSTM gains more than the RNN
@@ -158,7 +158,7 @@ def _outcomes(test: Callable[[Dict[Any, float]], bool],
         known = len(needed)
         complete = [v for v in by_seed.values() if needed <= v.keys()]
         if not complete:
-            return None, [], needed, 0
+            return None, [], needed, 0, 0
         means = means_over(complete)
         try:
             outcomes = [bool(test(_Reading(v, needed))) for v in complete]
@@ -171,7 +171,7 @@ def _outcomes(test: Callable[[Dict[Any, float]], bool],
             break
     ran = [v for v in by_seed.values() if v.keys() & needed]
     if not needed or len(ran) == len(complete):  # every seed that ran its cells has them all
-        return on_means, outcomes, needed, 0
+        return on_means, outcomes, needed, 0, 0
     decided = []
     for v in ran:  # each seed on its own cells: decided, or not (it reads a cell it lacks)
         seen: set = set()
@@ -180,11 +180,11 @@ def _outcomes(test: Callable[[Dict[Any, float]], bool],
         except KeyError:
             if not seen - v.keys():
                 raise  # not one of our cells: a bug, not a missing run
-            return on_means, outcomes, needed, len(ran) - len(complete)
+            return on_means, outcomes, needed, len(ran) - len(complete), 0
     try:
-        return bool(test(_Reading(means_over(ran), set()))), decided, needed, 0
+        return bool(test(_Reading(means_over(ran), set()))), decided, needed, 0, len(ran) - len(complete)
     except KeyError:  # the means read a cell no seed has: keep to the complete seeds
-        return on_means, outcomes, needed, len(ran) - len(complete)
+        return on_means, outcomes, needed, len(ran) - len(complete), 0
 
 
 def claim_outcomes(test: Callable[[Dict[Any, float]], bool],
@@ -210,22 +210,24 @@ def claim_verdict(test: Callable[[Dict[Any, float]], bool], by_seed: Dict[int, D
 
     The means are over the seeds that count, so that they and the seed count agree; the verdict says how
     many more seeds ran some of its cells but not all and were left out (a table's means over every seed
-    of each cell can then read otherwise)."""
-    on_means, outcomes, needed, partial = _outcomes(test, by_seed)
+    of each cell can then read otherwise), or how many of those counted lack a cell the others read."""
+    on_means, outcomes, needed, partial, short = _outcomes(test, by_seed)
     if on_means is None:
         diverged = any(keys & needed for keys in getattr(by_seed, "diverged", {}).values())
         return "cannot be judged: a run it needs diverged" if diverged else "not yet run"
     n = len(outcomes)
     # seeds that ran some of its cells but not all, left out: the verdict can differ from a table's means
-    left_out = f"; {partial} more seed{'s lack' if partial > 1 else ' lacks'} a cell it needs" if partial else ""
+    note = f"; {partial} more seed{'s lack' if partial > 1 else ' lacks'} a cell it needs" if partial else ""
+    if short:  # counted, though they lack a cell the others read: each decided it before reading that cell
+        note = f"; {short} of them decided without a cell {'they lack' if short > 1 else 'it lacks'}"
     if n < MIN_SEEDS_TO_JUDGE:
         return (f"{'holds' if on_means else 'fails'} ({n} seed{'' if n == 1 else 's'}, "
-                f"too few to judge against seed noise{left_out})")
+                f"too few to judge against seed noise{note})")
     if on_means and all(outcomes):
-        return f"confirmed ({n} of {n} seeds{left_out})"
+        return f"confirmed ({n} of {n} seeds{note})"
     if not on_means and not any(outcomes):
-        return f"refuted ({n} of {n} seeds{left_out})"
-    return f"open (holds in {sum(outcomes)} of {n} seeds{left_out})"
+        return f"refuted ({n} of {n} seeds{note})"
+    return f"open (holds in {sum(outcomes)} of {n} seeds{note})"
 
 
 # The one vocabulary of verdicts: each verdict ``claim_verdict`` (and a study's) gives begins with
