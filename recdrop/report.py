@@ -24,10 +24,11 @@ def stored_seeds(experiment: str, scale: str, store: Optional[RunStore] = None) 
 
 def stamp(rows: Iterable[Row]) -> str:
     """Scale, hardware, commit and dates of the records shown (each field lists its distinct values), how
-    many cells of the grid shown have run (a chapter's grid can hold checks beyond the paper's cells, which
-    the landing page's counts leave out), how many runs diverged, and how many ran at a precision other
-    than float32 (TF32 products or bf16 autocast: ``train.set_precision``, an option); the hardware, torch
-    and commit of a resumed run's every stretch (its ``segments``) count too."""
+    many settings of the grid shown have run, each a config run once per seed (not the paper's cells: a
+    run of Table 4 gives two, and a chapter's grid can hold checks beyond the paper's), how many runs
+    diverged, and how many ran at a precision other than float32 (TF32 products or bf16 autocast:
+    ``train.set_precision``, an option); the hardware, torch and commit of a resumed run's every stretch
+    (its ``segments``) count too."""
     rows = list({r.run_id: r for r in rows}.values())  # a run shown by two grids counts once
     recs = [r.record for r in rows if r.record]
     diverged = sum(bool(r.diverged) for r in rows)
@@ -49,7 +50,7 @@ def stamp(rows: Iterable[Row]) -> str:
         return sum(any(part.get("precision") == precision for part in r.stretches) for r in recs)
     others = "".join(f" | {what} in {n} of the runs" for what, n in (("TF32 products", using("tf32")),
                                                                      ("bf16 autocast", using("bf16"))) if n)
-    return (f"Scale: {scales} | runs: {len(recs)} shown{f', {diverged} diverged' if diverged else ''} | grid cells: {len(ran)} of {len(seeds_per_cell)} run, "
+    return (f"Scale: {scales} | runs: {len(recs)} shown{f', {diverged} diverged' if diverged else ''} | settings: {len(ran)} of {len(seeds_per_cell)} run, "
             f"{seeds} seed{'' if seeds == '1' else 's'} each | hardware: {values('hardware')} | "
             f"torch {values('torch')} | commit: {values('commit')} | runs finished {dates[0]} to {dates[-1]}"
             + others)

@@ -192,7 +192,7 @@ def test_an_ablation_of_some_cells_is_judged_on_those_against_the_tables_runs(tm
                                      "worse in 0; overall 47% nearer the paper's numbers")
     stamps = landing_stamps(store).set_index("table")["where the numbers came from"]  # its runs stamped apart
     assert stamps["Table 4; ablation: the word vectors tuned in training (the paper keeps them static); the RNN's "
-                  "cells only"].startswith("Scale: paper | runs: 2 shown | grid cells: 2 of 2 run, 1 seed each")
+                  "cells only"].startswith("Scale: paper | runs: 2 shown | settings: 2 of 2 run, 1 seed each")
     assert not any("torch's RMSprop" in t for t in stamps.index)  # not run: no stamp
 
 
@@ -240,7 +240,7 @@ def test_a_chapter_shows_the_runs_of_its_other_scales(store, monkeypatch):
     chapters.show_other_scales("temporal_order", "quick", store)
     assert "At `ci` scale" in shown[0].data and "runs: 1 shown" in shown[0].data
     n_cells = len(grid_rows("temporal_order", "ci", [0], store=store))
-    assert f"cells: 1 of {n_cells} run" in shown[0].data and n_cells > 1  # of the whole grid, not of those run
+    assert f"settings: 1 of {n_cells} run" in shown[0].data and n_cells > 1  # of the whole grid, not of those run
     table = shown[1].data  # a Styler of the comparison
     assert len(table) == 2 and "not yet run" not in set(table["ours"])  # the one cell that ran: train, test
     assert "one cell run" in [t.get_text() for t in shown[2].axes[0].texts]  # ours against the paper's

@@ -277,7 +277,7 @@ def test_the_landing_page_stamps_each_table_at_each_scale_it_shows(tmp_path):
     assert list(stamps["table"]) == ["Table 5", "Table 5"] and list(stamps["scale"]) == ["paper", "quick"]
     paper, quick = stamps["where the numbers came from"]
     assert "Scale: paper" in paper and "hardware: AMD EPYC" in paper and "commit: def5678" in paper
-    assert "Scale: quick" in quick and "commit: abc1234" in quick and "cells: 2 of 6 run" in quick
+    assert "Scale: quick" in quick and "commit: abc1234" in quick and "settings: 2 of 6 run" in quick
 
 
 def test_the_landing_stamp_counts_a_tables_cells_as_its_chapter_does_without_its_checks(tmp_path):
@@ -288,7 +288,7 @@ def test_the_landing_stamp_counts_a_tables_cells_as_its_chapter_does_without_its
     store = RunStore(tmp_path)
     stored(store, "char_lm", grid_rows("char_lm", "reduced", [0], store=store)[0], metrics={"test_bpc": 1.9},
            hardware="AMD EPYC", torch="2.13.0+cpu", commit="abc1234", finished="2026-11-27T00:00:00")
-    assert "grid cells: 1 of 26 run" in landing_stamps(store)["where the numbers came from"].iloc[0]
+    assert "settings: 1 of 26 run" in landing_stamps(store)["where the numbers came from"].iloc[0]
 
 
 def test_the_studies_beyond_the_paper_reach_the_claims_table_labelled_as_such(tmp_path):

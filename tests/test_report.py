@@ -152,14 +152,14 @@ def test_stamp_counts_cells_and_their_seeds():
     rows = [one("a", 0, True), one("a", 1, True), one("a", 2, True), one("b", 0, True), one("b", 1, False),
             one("b", 2, False), one("c", 0, False), one("c", 1, False), one("c", 2, False)]
     s = stamp(rows)
-    assert "Scale: reduced | runs: 4 shown | grid cells: 2 of 3 run, 1–3 seeds each |" in s
+    assert "Scale: reduced | runs: 4 shown | settings: 2 of 3 run, 1–3 seeds each |" in s
     assert "runs finished 2026-11-20 to 2026-11-22" in s
-    assert "cells: 1 of 2 run, 1 seed each" in stamp(rows[3:])
+    assert "settings: 1 of 2 run, 1 seed each" in stamp(rows[3:])
     assert stamp(rows[4:6]).startswith("No stored runs")
     rows[0] = one("a", 0, True, segments=[{"hardware": "gpu", "torch": "2.13", "commit": "def"},
                                           {"hardware": "cpu", "torch": "2.13", "commit": "abc"}])
     assert "| hardware: cpu, gpu | torch 2.13 | commit: abc, def |" in stamp(rows)  # every stretch of a resumed run
-    assert "runs: 4 shown | grid cells: 2 of 3 run, 1–3 seeds each" in stamp(rows + rows[:3])  # shown twice, counted once
+    assert "runs: 4 shown | settings: 2 of 3 run, 1–3 seeds each" in stamp(rows + rows[:3])  # shown twice, counted once
     rows[4].stored = record(diverged={"epoch": 3, "batch": 1, "loss": "nan"})  # a result, not a cell not yet run
     assert "runs: 4 shown, 1 diverged |" in stamp(rows)
     assert stamp(rows[4:6]) == "No finished runs: 1 diverged, the other cells are not yet run at this scale."
