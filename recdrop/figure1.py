@@ -19,7 +19,10 @@ EDGES = [("x_t", "i"), ("x_t", "f"), ("x_t", "g"), ("x_t", "o"),
          ("c_{t-1}", "c_t"), ("f", "c_t"), ("i", "c_t"), ("g", "c_t"), ("c_t", "h_t"), ("o", "h_t")]
 # scheme -> (dropped edges, equation, title)
 DROPPED = {
-    "moon": ({("c_{t-1}", "c_t")}, "Eq. 8: the cell state, carried dropped", "Moon et al. (2015)"),
+    # Eq. 8 drops the new cell state itself, f * c_{t-1} + i * g_t: h_t reads it dropped, and the next step
+    # carries it dropped (the dashed c_{t-1} -> c_t is the previous step's, as this step carries it on)
+    "moon": ({("c_{t-1}", "c_t"), ("c_t", "h_t")}, "Eq. 8: the cell state c$_t$, as h$_t$ reads it and the next "
+             "step carries it", "Moon et al. (2015)"),
     "gal": ({("h_{t-1}", "i"), ("h_{t-1}", "f"), ("h_{t-1}", "g"), ("h_{t-1}", "o")},
             "Eq. 7: h$_{t-1}$ where it enters the gates", "Gal (2015)"),
     "semeniuta": ({("g", "c_t")}, "Eq. 9: the update vector g$_t$", "Ours (Semeniuta et al.)"),

@@ -10,7 +10,8 @@ from recdrop.figure1 import EDGES, NODES, draw_figure1  # noqa: E402
 
 # Written out from the paper, not read from recdrop.figure1: the connections each scheme drops.
 PAPER_DROPPED = {
-    "Moon et al. (2015)": {("c_{t-1}", "c_t")},  # Eq. 8: the carried cell state
+    # Eq. 8: c_t = d(f * c_{t-1} + i * g_t), dropped as the next step carries it and as h_t reads it
+    "Moon et al. (2015)": {("c_{t-1}", "c_t"), ("c_t", "h_t")},
     "Gal (2015)": {("h_{t-1}", gate) for gate in ("i", "f", "g", "o")},  # Eq. 7: h_{t-1} into every gate
     "Ours (Semeniuta et al.)": {("g", "c_t")},  # Eq. 9: the update vector g_t
 }
