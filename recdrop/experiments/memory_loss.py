@@ -240,8 +240,8 @@ def claims(rows) -> "pd.DataFrame":
                               v[(*inverted, "train", last)] * v[(*inverted, "test", 2)] >
                               v[(*inverted, "train", 2)] * v[(*inverted, "test", last)], by_seed)))
     why = {"semeniuta": "Eq. 19: only the update vector g_t is dropped, never c",
-           "gal": "beyond the paper: Gal's drops h_{t-1} where it enters the gates, never c, so Eq. 19's "
-                  "argument holds for it too"}
+           "gal": "the end of Sec. 3: Gal's is not affected either; it drops h_{t-1} where it enters the gates, "
+                  "never c"}
     for scheme, sampling in (("semeniuta", "per-step"), ("semeniuta", "per-sequence"), ("gal", "per-step")):
         out.append((f"{scheme} {sampling}: no such decay ({why[scheme]}): at test it keeps more of c_0 than Moon "
                     f"per-step, by at least 100x at t = {last}",
