@@ -134,7 +134,7 @@ def test_conjecture_table_compares_the_combination_with_its_parts():
     assert s.loc[WO, "best single cell"] == "gal 0.5 per-step"  # 100 beats the combination's 104
     # each number to the metric's digits (ppl: 1), never a whole number beside a decimal one
     assert s.loc[WO, ["single's test ppl", "combination's test ppl", "combination − single", "seed sd (pooled)"]
-                 ].tolist() == ["100.0", "104.0", "+4.0", "—"]
+                 ].tolist() == ["100.0 (n=1)", "104.0 (n=1)", "+4.0", "—"]  # each with its seeds
     assert s.loc[WO, "verdict"] == "the best single scheme is better (one seed a cell: no seed noise to judge against)"
     noisy = fake_rows({(WO, "moon", 0.25, "per-step"): [100, 103, 97], (WO, "none", 0.0, "-"): [120, 140, 100],
                        (W, "none", 0.0, "-"): [120, 130, 110]})

@@ -11,7 +11,7 @@ import pandas as pd
 
 from ..report import summarize
 from .char_lm import table_rows  # char_lm's batch-size check aside
-from .lm_tables import CELL_KEYS, COMBINED, FORWARD, RATES, SAMPLINGS, SCHEMES, cell_values, fit_table
+from .lm_tables import CELL_KEYS, COMBINED, FORWARD, RATES, SAMPLINGS, SCHEMES, cell_seeds, cell_values, fit_table
 
 METRICS = {"word_lm": ("test_ppl", 1), "char_lm": ("test_bpc", 3)}
 
@@ -97,11 +97,12 @@ def conjecture_summary(experiment: str, table_runs, conjecture_runs, seed_runs: 
     seeds study's cells (``seed_runs``) and the combination's own cells; a difference within two of
     it is called "within seed noise", with the side it leans to. Without several seeds of some cell,
     the verdict says so; until every cell of the block has run, it says how many have (the numbers
-    beside are the best of those). Where a run of the two cells compared is not settled
-    (``_unsettled``), the verdict is called provisional."""
+    beside are the best of those, each with its seeds). Where a run of the two cells compared is not
+    settled (``_unsettled``), the verdict is called provisional."""
     metric, digits = _metric(experiment)
     single = cell_values(table_rows(table_runs), metric)
     combined = cell_values(conjecture_runs, metric)
+    n_single, n_combined = cell_seeds(table_rows(table_runs), metric), cell_seeds(conjecture_runs, metric)
     sd = pooled_seed_sd([*(seed_runs or []), *conjecture_runs], metric)
     fit = _fit([*table_runs, *conjecture_runs, *(seed_runs or [])], metric)
     out = []
@@ -132,9 +133,9 @@ def conjecture_summary(experiment: str, table_runs, conjecture_runs, seed_runs: 
                 verdict += f"; provisional: {moving} of the {compared} runs compared still moving at their last epoch"
         unit = metric.split("_")[1]
         row.update({"best single cell": f"{b_single[1]} {b_single[2]} {b_single[3]}",  # each number to the metric's digits
-                    f"single's test {unit}": f"{singles[b_single]:.{digits}f}",
+                    f"single's test {unit}": f"{singles[b_single]:.{digits}f} (n={n_single[b_single]})",
                     "best combination cell": f"{b_combo[2]} {b_combo[3]}",
-                    f"combination's test {unit}": f"{combos[b_combo]:.{digits}f}",
+                    f"combination's test {unit}": f"{combos[b_combo]:.{digits}f} (n={n_combined[b_combo]})",
                     "combination − single": f"{delta:+.{digits}f}",
                     "seed sd (pooled)": "—" if noise is None else f"{noise:.{digits}f}",
                     "verdict": verdict})

@@ -150,6 +150,12 @@ def cell_values(rows, metric: str) -> Dict[Cell, float]:
     return {c: s.loc[c, f"{metric}_mean"] for c in s.index if s.loc[c, "n"]}
 
 
+def cell_seeds(rows, metric: str) -> Dict[Cell, int]:
+    """How many seeds each mean of ``cell_values`` is over."""
+    s = summarize(rows, CELL_KEYS, [metric]).set_index(CELL_KEYS)
+    return {c: int(s.loc[c, "n"]) for c in s.index if s.loc[c, "n"]}
+
+
 def seed_cell_values(rows, metric: str) -> Dict[int, Dict[Cell, float]]:
     """``metric`` of every cell that has a record, seed by seed (what the claims are judged on)."""
     return seed_values(rows, lambda r, m: {r.cell(CELL_KEYS): m.get(metric)})
