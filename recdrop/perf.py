@@ -169,12 +169,19 @@ def plot_time_per_step(df: pd.DataFrame):
     g = sns.relplot(data=long, x="hidden", y="ms per step", hue="implementation", col="kind", row="hardware",
                     kind="line", marker="o", height=3.2, aspect=1.2, facet_kws={"sharey": False})
     g.set(xscale="log", yscale="log")
-    measured = set(zip(long["hardware"], long["kind"]))
-    for (hardware, kind), ax in g.axes_dict.items():
-        if (hardware, kind) not in measured:
-            ax.text(0.5, 0.5, f"{kind}: not benchmarked\non this hardware", transform=ax.transAxes, ha="center",
-                    va="center", color="grey")
+    _mark_unmeasured(g, set(zip(long["hardware"], long["kind"])))
     return g
+
+
+def _mark_unmeasured(g, measured: set) -> None:
+    """Title each panel of a seaborn grid (rows: hardware, columns: what) on two short lines, which do not
+    run into their neighbours' as "hardware = ... | model = ..." did, and say so in each panel with
+    nothing measured, rather than leave bare axes."""
+    g.set_titles(template="{row_name}\n{col_name}", size=8)
+    for (hardware, what), ax in g.axes_dict.items():
+        if (hardware, what) not in measured:
+            ax.text(0.5, 0.5, f"{what}: not benchmarked\non this hardware", transform=ax.transAxes, ha="center",
+                    va="center", color="grey")
 
 
 def group_setting(df: pd.DataFrame) -> pd.Series:
@@ -227,4 +234,5 @@ def plot_group_throughput(df: pd.DataFrame):
     g = sns.relplot(data=long, x="runs", y="runs per hour of steps", hue="how", col="model", row="hardware",
                     kind="line", marker="o", height=3.2, aspect=1.2, facet_kws={"sharey": False})
     g.set(xscale="log", yscale="log", xlabel="runs R")
+    _mark_unmeasured(g, set(zip(long["hardware"], long["model"])))
     return g

@@ -560,7 +560,10 @@ def plot_against_paper(table: pd.DataFrame, metric: Optional["Metric"] = None):
 
 
 def plain_label(value: Any) -> Any:
-    """A label as a table shows it: a float with no trailing zeros (a rate: 0.25, not 0.250000)."""
+    """A label as a table shows it: a float with no trailing zeros (a rate: 0.25, not 0.250000), a
+    sequence as its items (15, 30, 60, not a Python tuple)."""
+    if isinstance(value, (list, tuple)):
+        return ", ".join(str(plain_label(v)) for v in value)
     return f"{value:g}" if isinstance(value, float) else value
 
 

@@ -72,6 +72,15 @@ def test_the_settings_show_as_a_small_table_of_every_field():
     assert shown.shape[1] == 6 and len(shown) == -(-len(cfg.to_dict()) // 3)
 
 
+def test_a_sequence_setting_shows_as_its_items():
+    from recdrop.experiments.memory_loss import MemoryLossConfig
+
+    cfg = MemoryLossConfig.at_scale("reduced")
+    shown = config_table(cfg).data
+    values = dict(zip(shown.filter(like="setting").to_numpy().ravel(), shown.filter(like="value").to_numpy().ravel()))
+    assert values["test_lengths"] == ", ".join(str(n) for n in cfg.test_lengths)  # not a Python tuple
+
+
 def test_no_zero_spread_is_shown_as_plus_minus_zero():
     assert fmt_mean_sd(87.04, 0.0, 3, 1) == "87.0 (n=3, identical)"
     assert fmt_mean_sd(87.0, 0.042, 3, 1) == "87.0 ± <0.05 (n=3)"  # seeds that differ are not called identical
