@@ -145,6 +145,8 @@ def test_the_run_curves_have_a_panel_per_scheme_with_no_dropout_in_each():
         assert labels == ["no dropout", "0.25 per-sequence", "0.25 per-step", "training", "validation"]
         colours = [line.get_color() for line in ax.lines if line.get_label() in labels[:3]]
         assert len(set(colours)) == 3
+        assert all(float(t).is_integer() for t in ax.get_xticks())  # epochs: no tick at 1.5
+    assert fig._suptitle.get_text() == "Without forward dropout; each line the mean over its cell's seeds (1)"
 
 
 def test_the_best_epoch_is_the_lowest_finite_validation_perplexity():

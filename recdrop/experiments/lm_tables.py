@@ -6,6 +6,7 @@ character; each experiment's ``report.Metric`` says which (``unit`` names the re
 from __future__ import annotations
 
 import math
+from collections import Counter
 from typing import Dict, List, Sequence, Tuple
 
 import pandas as pd
@@ -175,6 +176,8 @@ def _draw_curves(ax, df, unit: str, cells, ylabel: str, log: bool, legend_below:
     """On ``ax``: training (solid) and validation (dashed) ``train_<unit>``/``valid_<unit>`` per epoch of
     each of ``cells`` ((scheme, rate, sampling), colour, legend name), without forward dropout, the mean
     over its seeds; a cell without a stored run is named in the legend as not yet run."""
+    from matplotlib.ticker import MaxNLocator
+
     wo = next(iter(FORWARD))
     for (scheme, rate, sampling), color, name in cells:
         c = df[(df["forward"] == wo) & (df["scheme"] == scheme) & (df["rate"] == rate) & (df["sampling"] == sampling)]
@@ -185,6 +188,7 @@ def _draw_curves(ax, df, unit: str, cells, ylabel: str, log: bool, legend_below:
         ax.plot(c.index, c[f"train_{unit}"], "-", color=color, label=name)
         ax.plot(c.index, c[f"valid_{unit}"], "--", color=color)
     ax.set_xlabel("epoch")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs are whole: no tick at 1.5
     ax.set_ylabel(ylabel)
     if log:
         ax.set_yscale("log")
@@ -331,5 +335,9 @@ def plot_run_curves(rows, unit: str, ylabel: str, log: bool = False):
         cells += [(c, colours[i % len(colours)], f"{c[1]} {c[2]}") for i, c in enumerate(mine)]
         _draw_curves(ax, df, unit, cells, ylabel if ax is axes[0][0] else "", log, legend_below=True)
         ax.set_title(scheme if scheme != "none" else "no dropout")
+    seeds = Counter(r.cell(("scheme", "rate", "sampling")) for r in rows if r.record and r["forward"] == wo).values()
+    low, high = min(seeds, default=0), max(seeds, default=0)
+    fig.suptitle(f"Without forward dropout; each line the mean over its cell's seeds ({low if low == high else f'{low}–{high}'})",
+                 fontsize="medium")
     fig.tight_layout()
     return fig
