@@ -290,7 +290,7 @@ def solved_epochs(rows) -> "pd.DataFrame":
         firsts = {}
         for cell in ((length, "none", "-", "-"), (length, "moon", "per-step", "paper")):
             firsts[cell] = {r.seed: _solved_at(r.record) for r in rows if r.record and r.cell(CELL_KEYS) == cell}
-        none, moon = firsts.values()
+        none = firsts[(length, "none", "-", "-")]
         for (_, scheme, sampling, _), by_seed in firsts.items():
             if not by_seed:
                 continue
