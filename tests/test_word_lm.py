@@ -125,9 +125,11 @@ def test_figure2_names_a_cell_not_yet_run_instead_of_leaving_it_out():
         if r["scheme"] == "none":
             r.stored = record(**{"seed": 0, "curves": [{"epoch": e, "train_ppl": 300.0 / e, "valid_ppl": 350.0 / e}
                                                  for e in (1, 2, 3)]})
-    labels = [t.get_text() for t in word_lm.plot_figure2(rows).axes[0].get_legend().get_texts()]
+    ax = word_lm.plot_figure2(rows).axes[0]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert labels == ["no dropout", "0.25 per-step recurrent dropout (ours): not yet run at this scale",
                       "training", "validation"]
+    assert ax.get_title() == "Without forward dropout; each line the mean over its cell's seeds (1)"
 
 
 def test_the_run_curves_have_a_panel_per_scheme_with_no_dropout_in_each():

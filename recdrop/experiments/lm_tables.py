@@ -205,7 +205,19 @@ def plot_learning_curves(rows, unit: str, cells, ylabel: str, log: bool = False)
 
     fig, ax = plt.subplots(figsize=(6, 4))
     _draw_curves(ax, curves_frame(rows, CELL_KEYS), unit, cells, ylabel, log)
+    drawn = {cell for cell, _, _ in cells}
+    ax.set_title(_what_the_curves_show([r for r in rows if r.cell(("scheme", "rate", "sampling")) in drawn]),
+                 fontsize="medium")
     return fig
+
+
+def _what_the_curves_show(rows) -> str:
+    """A title for ``_draw_curves``' lines of ``rows``: the block they come from and how many seeds each
+    line is the mean of."""
+    wo = next(iter(FORWARD))
+    seeds = Counter(r.cell(("scheme", "rate", "sampling")) for r in rows if r.record and r["forward"] == wo).values()
+    low, high = min(seeds, default=0), max(seeds, default=0)
+    return f"Without forward dropout; each line the mean over its cell's seeds ({low if low == high else f'{low}–{high}'})"
 
 
 FIT_TOLERANCE, FIT_WINDOW, FIT_DECAYED = 0.01, 5, 0.1  # fit_table's rule: 1%, 5 epochs, a tenth
@@ -335,9 +347,6 @@ def plot_run_curves(rows, unit: str, ylabel: str, log: bool = False):
         cells += [(c, colours[i % len(colours)], f"{c[1]} {c[2]}") for i, c in enumerate(mine)]
         _draw_curves(ax, df, unit, cells, ylabel if ax is axes[0][0] else "", log, legend_below=True)
         ax.set_title(scheme if scheme != "none" else "no dropout")
-    seeds = Counter(r.cell(("scheme", "rate", "sampling")) for r in rows if r.record and r["forward"] == wo).values()
-    low, high = min(seeds, default=0), max(seeds, default=0)
-    fig.suptitle(f"Without forward dropout; each line the mean over its cell's seeds ({low if low == high else f'{low}–{high}'})",
-                 fontsize="medium")
+    fig.suptitle(_what_the_curves_show(rows), fontsize="medium")
     fig.tight_layout()
     return fig
