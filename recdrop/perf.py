@@ -169,11 +169,11 @@ def plot_time_per_step(df: pd.DataFrame):
     g = sns.relplot(data=long, x="hidden", y="ms per step", hue="implementation", col="kind", row="hardware",
                     kind="line", marker="o", height=3.2, aspect=1.2, facet_kws={"sharey": False})
     g.set(xscale="log", yscale="log")
-    _mark_unmeasured(g, set(zip(long["hardware"], long["kind"])))
+    _label_panels(g, set(zip(long["hardware"], long["kind"])))
     return g
 
 
-def _mark_unmeasured(g, measured: set) -> None:
+def _label_panels(g, measured: set) -> None:
     """Title each panel of a seaborn grid (rows: hardware, columns: what) on two short lines, which do not
     run into their neighbours' as "hardware = ... | model = ..." did, and say so in each panel with
     nothing measured, rather than leave bare axes."""
@@ -234,5 +234,5 @@ def plot_group_throughput(df: pd.DataFrame):
     g = sns.relplot(data=long, x="runs", y="runs per hour of steps", hue="how", col="model", row="hardware",
                     kind="line", marker="o", height=3.2, aspect=1.2, facet_kws={"sharey": False})
     g.set(xscale="log", yscale="log", xlabel="runs R")
-    _mark_unmeasured(g, set(zip(long["hardware"], long["model"])))
+    _label_panels(g, set(zip(long["hardware"], long["model"])))
     return g
