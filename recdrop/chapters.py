@@ -105,24 +105,22 @@ def show_paper_so_far(name: str, shown: str, store: Optional[RunStore] = None) -
         display(Markdown(f"At `paper` scale so far: {so_far}; *Other scales* below shows them."))
 
 
-def figure_at_largest_scale(name: str, figure, store: Optional[RunStore] = None) -> Optional[tuple]:
+def figure_at_largest_scale(name: str, figure, rows, shown: Optional[str], store: Optional[RunStore] = None) -> tuple:
     """(scale, rows, its landing row) of a paper's figure drawn from experiment ``name``'s runs (``figure``,
     one of ``Experiment.figures``) at the largest scale where the runs it draws have run, as a claim is
-    judged (``judged_claims``); None where they have run at no scale. The landing page and the chapter
-    show the figure there."""
-    for scale, rows in stored_scales(name, store=store):
-        row = figure(rows, scale)
+    judged (``judged_claims``); where they have run at no scale, at ``shown`` (the chapter's scale) on
+    ``rows``. The landing page and the chapter show the figure there."""
+    for scale, stored in stored_scales(name, store=store):
+        row = figure(stored, scale)
         if row["verdict"] != "not yet run":
-            return scale, rows, row
-    return None
+            return scale, stored, row
+    return shown, rows, figure(rows, shown)
 
 
 def show_figure(name: str, figure, draw, rows, shown: str, store: Optional[RunStore] = None) -> None:
     """In a chapter rendered at ``shown``: a paper's figure, ``draw`` (rows -> a matplotlib figure), at the
-    scale the landing page judges it (``figure_at_largest_scale``), named above it with what it found;
-    at ``shown``, on ``rows``, where its runs have run at no scale."""
-    found = figure_at_largest_scale(name, figure, store)
-    scale, rows, row = found if found else (shown, rows, figure(rows, shown))
+    scale the landing page judges it (``figure_at_largest_scale``), named above it with what it found."""
+    scale, rows, row = figure_at_largest_scale(name, figure, rows, shown, store)
     where = f"`{scale}` scale" + (" (larger than this page's: the largest where its runs have run)" if scale != shown
                                   else "")
     display(Markdown(f"At {where}: {row['ours']}."))

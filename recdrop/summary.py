@@ -138,7 +138,9 @@ def study_claims(store: Optional[RunStore] = None) -> list:
 class Shown:
     """One grid of a table (its own, or an ablation's) as the landing page shows it, compared with the
     paper's numbers once (``report.verdict_rows``): at the scale its chapter shows (``chapter_scale``;
-    None where nothing is stored) and, where that is smaller, at `paper` scale so far (None where none ran)."""
+    None where nothing is stored) and, where that is smaller, at `paper` scale so far (None where none ran);
+    for a table's own grid, the landing row of each paper's figure drawn from its runs
+    (``chapters.figure_at_largest_scale``), made once for the landing table and its stamps."""
 
     experiment: Any  # an ``experiments.Experiment``
     what: str  # the landing table's label
@@ -147,6 +149,7 @@ class Shown:
     rows: List[Row]
     comparison: pd.DataFrame
     at_paper: Optional[pd.DataFrame]
+    figures: List[dict] = dataclasses.field(default_factory=list)
 
     @property
     def paper_so_far(self) -> str:
@@ -168,8 +171,10 @@ def shown_tables(store: Optional[RunStore] = None) -> List[Shown]:
         for grid, what in (("table", e.title), *((g, f"{e.title}; ablation: {change}") for g, change in e.ablations)):
             rows = run_grid(e.name, scale or "quick", seeds, train=False, store=store, grid=grid)
             at_paper = None if scale == "paper" else paper_comparison(e, grid, store)
+            figures = [figure_at_largest_scale(e.name, figure, rows, scale, store)[2]
+                       for figure in (e.figures if grid == "table" else ())]
             out.append(Shown(e, what, grid, scale, rows, held_cells(verdict_rows(e.comparison(rows)), rows),
-                             None if at_paper is None else held_cells(at_paper, rows)))
+                             None if at_paper is None else held_cells(at_paper, rows), figures))
     return out
 
 
@@ -191,14 +196,6 @@ def _table_row(shown: Shown) -> dict:
             "at paper scale so far": shown.paper_so_far}
 
 
-def _figure_row(figure, table: Shown, store: Optional[RunStore]) -> dict:
-    """The landing row of a paper's figure drawn from ``table``'s runs (``Experiment.figures``): at the largest
-    scale where its runs have run (``chapters.figure_at_largest_scale``), else at the scale ``table``'s
-    chapter shows."""
-    found = figure_at_largest_scale(table.experiment.name, figure, store)
-    return found[2] if found else figure(table.rows, table.scale)
-
-
 def landing_table(store: Optional[RunStore] = None, shown: Optional[List[Shown]] = None) -> pd.DataFrame:
     """One row per table and figure of the paper: the scale its chapter shows (``book.chapter_scale``),
     the paper's best cell and ours at that cell, the delta, how many cells are within the chapter's
@@ -206,7 +203,7 @@ def landing_table(store: Optional[RunStore] = None, shown: Optional[List[Shown]]
     reproduced once every cell ran at `paper` scale; else how many have run there), and what has run at
     `paper` scale where the chapter shows a smaller one (``chapters.paper_so_far``); beside a table, a row
     for each of its ablations (``Experiment.ablations``) and for each paper's figure drawn from its runs
-    (``_figure_row``). ``shown``: ``shown_tables``, where made already."""
+    (``Shown.figures``). ``shown``: ``shown_tables``, where made already."""
     shown = shown_tables(store) if shown is None else shown
     out = [{"what": "Figure 1: the three schemes", "chapter": "schemes", "scale": "—", "the paper's best cell": "—",
             "paper": "—", "ours": "drawn by code from the scheme definitions", "delta": "—",
@@ -223,8 +220,7 @@ def landing_table(store: Optional[RunStore] = None, shown: Optional[List[Shown]]
                 found = ablation_finding(ablation_effects(e.comparison, table.rows, s.rows, e.metric), short=True)
                 row["verdict"] += f"; {found}"
             out.append(row)
-        for figure in table.experiment.figures:  # the paper's figures drawn from this experiment's runs
-            row = _figure_row(figure, table, store)
+        for row in table.figures:  # the paper's figures drawn from this experiment's runs
             verdict = row["verdict"] if row["scale"] == "paper" else _verdict(row["scale"], pd.Series([row["verdict"]]))
             out.append({"chapter": name, "paper": "—", "delta": "—", "cells within tolerance": "—", **row,
                         "verdict": verdict, "at paper scale so far": "—"})
@@ -246,7 +242,7 @@ def landing_stamps(store: Optional[RunStore] = None, shown: Optional[List[Shown]
             continue
         mine = [s for s in shown if s.experiment.name == e.name]
         scales = ({s.scale for s in mine[:1]} | {scale for scale, _ in judged_claims(e.name, store).values()}
-                  | {_figure_row(figure, mine[0], store)["scale"] for figure in e.figures})
+                  | {row["scale"] for row in mine[0].figures})
         if any(s.paper_so_far not in ("none run", "shown") for s in mine):
             scales.add("paper")  # the cells run there so far are beside the table
         for scale, rows in stored_scales(e.name, store=store):
