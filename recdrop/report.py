@@ -421,7 +421,8 @@ def ablation_effects(comparison: Callable[[List[Row]], pd.DataFrame], rows: List
     ``metric``'s direction) *beyond the seed noise*, *within the seed noise*, *equal* (the same to the
     digits shown), *not judged* (one seed each way) or "" (not run both ways); ``diverged``, whether an
     ablation's run diverged; each mean's distance to the paper's number where the table is at the
-    paper's scale (``table_distance``, ``ablation_distance``); and ``counted``, whether the cell is one
+    paper's scale (``table_distance``, ``ablation_distance``), else the table's "not judged at <scale>
+    scale" (``below_paper``); and ``counted``, whether the cell is one
     of the paper's test numbers (``verdict_rows``: what the table's verdicts weigh). Only the cells the
     ablation's grid holds (``held_cells``): an ablation of some cells (the RNN's) has no others to run."""
     base = held_cells(comparison(rows), ablated).set_index("setting")
@@ -449,6 +450,7 @@ def ablation_effects(comparison: Callable[[List[Row]], pd.DataFrame], rows: List
     at_paper = ~base["verdict"].str.startswith("not judged at").to_numpy()  # below it the level is not the paper's
     for name in ("table", "ablation"):
         out[f"{name}_distance"] = (out[f"{name}_mean"] - out["paper"]).abs().where(at_paper)
+    out["below_paper"] = base["verdict"].where(~at_paper, "").to_numpy()  # "not judged at <scale> scale"
     counted = verdict_rows(base.reset_index())["setting"]
     out["counted"] = out["setting"].isin(counted).to_numpy()
     return out
@@ -457,9 +459,9 @@ def ablation_effects(comparison: Callable[[List[Row]], pd.DataFrame], rows: List
 def side_by_side(effects: pd.DataFrame, digits: int = 2) -> pd.DataFrame:
     """An ablation's ``ablation_effects`` as its chapter shows them: setting | paper | ours, the table's
     runs | ours, the ablation's | the change | its seed noise (95%) | the outcome | each one's distance to
-    the paper's number (at the paper's scale)."""
-    def distance(a: float, b: float) -> str:
-        return "" if pd.isna(a) or pd.isna(b) else f"{a:.{digits}f} → {b:.{digits}f}"
+    the paper's number (at the paper's scale; below it, "not judged at <scale> scale", as the table says)."""
+    def distance(a: float, b: float, below: str) -> str:
+        return below or ("" if pd.isna(a) or pd.isna(b) else f"{a:.{digits}f} → {b:.{digits}f}")
     words = {"better beyond": "better, beyond the seed noise", "worse beyond": "worse, beyond the seed noise",
              "better within": "better, within the seed noise", "worse within": "worse, within the seed noise",
              "not judged": "not judged: one seed each way"}
@@ -470,8 +472,8 @@ def side_by_side(effects: pd.DataFrame, digits: int = 2) -> pd.DataFrame:
         "seed noise (95%)": ["—" if pd.isna(e) else f"{e:.{digits}f}" for e in effects["noise"]],
         "the ablation is": [words.get(o, o) + ("; a run diverged" if d else "")
                             for o, d in zip(effects["outcome"], effects["diverged"])],
-        "distance to the paper's, table → ablation": [distance(a, b) for a, b in
-                                                      zip(effects["table_distance"], effects["ablation_distance"])]})
+        "distance to the paper's, table → ablation": [distance(a, b, below) for a, b, below in zip(
+            effects["table_distance"], effects["ablation_distance"], effects["below_paper"])]})
 
 
 def ablation_finding(effects: pd.DataFrame, short: bool = False) -> str:

@@ -273,6 +273,15 @@ def test_an_ablation_is_shown_cell_by_cell_beside_the_tables_runs_with_its_chang
     assert t.iloc[1]["seed noise (95%)"] == "—" and t.iloc[1]["the ablation is"] == ""
 
 
+def test_below_the_papers_scale_an_ablations_side_by_side_says_its_level_is_not_judged():
+    """At `quick`, beside the paper's column: no distance to the paper's number, and the table's own words."""
+    from recdrop.report import side_by_side
+
+    t = side_by_side(ablation_of({"a": [78.0, 80.0]}, {"a": [85.0]}, F1, scale="quick"), 2)
+    assert t.iloc[0]["distance to the paper's, table → ablation"] == "not judged at quick scale"
+    assert t.iloc[0]["the ablation is"] == "better, within the seed noise"  # the change is still judged
+
+
 def test_the_seed_noise_of_a_difference_is_a_95_percent_t_interval_and_needs_two_seeds_on_one_side():
     from recdrop.report import difference_noise
 
