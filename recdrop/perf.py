@@ -102,6 +102,11 @@ def _after_commit(commit: str) -> Optional[str]:
     return f"on or after {day}" if day else None
 
 
+def _flag(df: pd.DataFrame, name: str) -> pd.Series:
+    """A benchmark's yes/no column (``packed``, ``bidirectional``), False where a file lacks it."""
+    return df[name].fillna(False).astype(bool) if name in df else pd.Series(False, index=df.index)
+
+
 def ratio_table(df: pd.DataFrame, value: str = "ratio") -> pd.DataFrame:
     """recdrop's fast path with dropout 0.25 over torch.nn without dropout (forward + backward, same
     machine, same run), or another column ``value`` of the rows: one row per machine, input (a padded
@@ -110,9 +115,7 @@ def ratio_table(df: pd.DataFrame, value: str = "ratio") -> pd.DataFrame:
     if df.empty:
         return pd.DataFrame()
 
-    def flag(name):
-        return df[name].fillna(False).astype(bool) if name in df else pd.Series(False, index=df.index)
-    packed, both = flag("packed"), flag("bidirectional")
+    packed, both = _flag(df, "packed"), _flag(df, "bidirectional")
     size = df["input_size"].fillna(df["hidden"]) if "input_size" in df else df["hidden"]
     shape = df["hidden"].astype(str) + " x " + df["seq"].astype(str)
     shape = shape.where(size == df["hidden"], shape + ", input " + size.astype(int).astype(str))
@@ -156,18 +159,27 @@ def gpu_targets(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def plot_time_per_step(df: pd.DataFrame):
-    """Milliseconds per time step (forward + backward) against hidden size, per implementation."""
+    """Milliseconds per time step (forward + backward) against hidden size, per implementation, on padded
+    input (the targets' case): a line joins only the hidden sizes timed at one sequence length, input
+    size and direction (the line's style), so no line runs between two shapes; each point is the mean
+    over the schemes timed there."""
     import seaborn as sns
 
-    if df.empty:
+    one = df[~_flag(df, "packed")]
+    if one.empty:
         return None
-    long = df.melt(id_vars=["hardware", "kind", "hidden", "seq"], value_vars=[c for c in IMPLEMENTATIONS if c in df],
-                   var_name="implementation", value_name="ms")
+    size = one["input_size"].fillna(one["hidden"]) if "input_size" in one else one["hidden"]
+    one = one.assign(shape=one["seq"].astype(str) + " steps, input "
+                     + size.astype(int).astype(str).where(size != one["hidden"], "= hidden")
+                     + _flag(one, "bidirectional").map({True: ", both directions", False: ""}))
+    long = one.melt(id_vars=["hardware", "kind", "hidden", "seq", "shape"],
+                    value_vars=[c for c in IMPLEMENTATIONS if c in one], var_name="implementation", value_name="ms")
     long["ms per step"] = long["ms"] / long["seq"]
     long["implementation"] = long["implementation"].map(IMPLEMENTATIONS)
     long = long.dropna(subset=["ms"])
-    g = sns.relplot(data=long, x="hidden", y="ms per step", hue="implementation", col="kind", row="hardware",
-                    kind="line", marker="o", height=3.2, aspect=1.2, facet_kws={"sharey": False})
+    g = sns.relplot(data=long, x="hidden", y="ms per step", hue="implementation", style="shape", col="kind",
+                    row="hardware", kind="line", marker="o", dashes=True, height=3.2, aspect=1.2,
+                    facet_kws={"sharey": False})
     g.set(xscale="log", yscale="log")
     _label_panels(g, set(zip(long["hardware"], long["kind"])))
     return g

@@ -162,3 +162,22 @@ def test_provenance_dates_each_file_by_its_rows_or_its_commit(tmp_path):
     pd.DataFrame([{"hardware": "cpu", "commit": head}]).to_csv(tmp_path / "b.csv", index=False)
     dates = perf.provenance(perf.load_benchmarks(tmp_path)).set_index("file")["date"]
     assert dates["a.csv"] == "2026-11-26" and dates["b.csv"].startswith("on or after 20")
+
+
+def test_time_per_step_joins_only_the_hidden_sizes_of_one_shape_on_padded_input(tmp_path):
+    """The tagger files' two shapes (25 x 15, input 25; 100 x 30, input 150) are two points, not one line;
+    the language models' hidden sizes at 35 steps are one line; a packed row is not drawn."""
+    import matplotlib
+    matplotlib.use("Agg")
+    rows = [bench_row(hidden=25, seq=15, input_size=25, batch=10, bidirectional=True),
+            bench_row(hidden=100, seq=30, input_size=150, batch=10, bidirectional=True),
+            bench_row(hidden=256, seq=35), bench_row(hidden=1024, seq=35),
+            bench_row(hidden=1024, seq=35, packed=True, recdrop_ms=500.0)]
+    pd.DataFrame(rows).to_csv(tmp_path / "m.csv", index=False)
+    g = perf.plot_time_per_step(perf.load_benchmarks(tmp_path))
+    ax = g.axes_dict[("cpu", "LSTM")]
+    xs = sorted(tuple(line.get_xdata()) for line in ax.lines if len(line.get_xdata()))
+    recdrop_lines = [x for x in xs if x == (256.0, 1024.0)]
+    assert recdrop_lines and all(len(x) <= 2 for x in xs)
+    assert not any(set(x) & {25.0} and set(x) & {100.0} for x in xs)  # no line between the two tagger shapes
+    assert max(y for line in ax.lines for y in line.get_ydata()) < 500.0 / 35  # the packed row is not drawn
