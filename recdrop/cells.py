@@ -241,7 +241,9 @@ def _check_sizes(input_size: int, hidden_size: int) -> None:
 
 
 class LSTMCell(_CellBase, nn.LSTMCell):
-    """Drop-in ``torch.nn.LSTMCell`` with recurrent dropout (Eqs. 7-9) at rate ``recurrent_dropout``."""
+    """Drop-in ``torch.nn.LSTMCell`` with recurrent dropout (Eqs. 7-9, ``lstm_step``) at rate
+    ``recurrent_dropout``; its arguments are ``recdrop.LSTM``'s. One call is one step: with
+    ``sampling="per-sequence"``, call ``reset_masks()`` at the start of every new sequence."""
 
     kind = "LSTM"
 
@@ -271,7 +273,8 @@ class _SingleStateCell(_CellBase):
 
 
 class GRUCell(_SingleStateCell, nn.GRUCell):
-    """Drop-in ``torch.nn.GRUCell`` with recurrent dropout (Semeniuta: Eq. 13)."""
+    """Drop-in ``torch.nn.GRUCell`` with recurrent dropout (Semeniuta: Eq. 13, ``gru_step``); its arguments
+    are ``recdrop.LSTM``'s. With ``sampling="per-sequence"``, call ``reset_masks()`` at each new sequence."""
 
     kind = "GRU"
     step = staticmethod(gru_step)

@@ -228,7 +228,9 @@ class _RecurrentLayer(DropoutSettings, nn.RNNBase):
         if hx is None:
             hx = tuple(x.new_zeros(shape) for shape in self._state_shapes(batch))
         else:
-            hx = tuple(s if sorted_idx is None else s.index_select(1, sorted_idx) for s in states_of(hx, self.n_states))
+            hx = states_of(hx, self.n_states)
+            self._check_states(hx, x, self._state_shapes(batch))  # before the sort, which reads any batch
+            hx = tuple(s if sorted_idx is None else s.index_select(1, sorted_idx) for s in hx)
         # torch.nn's checks, on the padded batch: the pack's would read its batch size on the host (Tensor.item)
         self.check_forward_args(x.transpose(0, 1) if self.batch_first else x, hx if self.n_states == 2 else hx[0], None)
         masks = self._masks_for(x, masks)
@@ -341,17 +343,28 @@ class _RecurrentLayer(DropoutSettings, nn.RNNBase):
         x = input if batched else input.unsqueeze(0 if self.batch_first else 1)
         states = None if hx is None else states_of(hx, self.n_states)
         if states is not None and any(s.dim() != input.dim() for s in states):
+            got = ", ".join(f"{s.dim()}-D" for s in states)
             raise RuntimeError(f"For {'batched 3-D' if batched else 'unbatched 2-D'} input, hx should also be "
-                               f"{input.dim()}-D but got {tuple(s.dim() for s in states)}-D tensors")
+                               f"{input.dim()}-D but got ({got}) tensors")
         if states is not None and not batched:
             states = tuple(s.unsqueeze(1) for s in states)
         if states is None:
             states = tuple(x.new_zeros(shape) for shape in self._state_shapes(x.shape[0 if self.batch_first else 1]))
         self.check_forward_args(x, states if self.n_states == 2 else states[0], None)  # torch.nn's: sizes, dtype
+        self._check_states(states, x, None)
         x = x.transpose(0, 1) if self.batch_first else x
         if x.shape[0] == 0:  # torch.nn's kernels refuse an empty sequence (an empty batch they accept)
             raise RuntimeError("Expected sequence length to be larger than 0 in RNN")
         return x, states, batched
+
+    def _check_states(self, states: Tuple[Tensor, ...], x: Tensor, shapes) -> None:
+        """The initial states against the input: each of ``shapes`` where given (torch.nn's message), and
+        of the input's dtype, which torch.nn does not check (its kernels fail deep inside instead)."""
+        for i, s in enumerate(states):
+            if shapes is not None and tuple(s.shape) != shapes[i]:
+                raise RuntimeError(f"Expected hidden size {shapes[i]}, got {list(s.shape)}")
+            if s.dtype != x.dtype and not torch.is_autocast_enabled(x.device.type):  # autocast casts them
+                raise RuntimeError(f"hx must have the input's dtype, {x.dtype}; got {s.dtype}")
 
     def _check_masks(self, masks: Masks, steps: int, batch: int) -> None:
         n = self.num_layers * self.num_directions
@@ -375,16 +388,36 @@ def _reverse_within(x: Tensor, lengths: Tensor) -> Tensor:
     return x.gather(0, idx.view(*idx.shape, *([1] * (x.dim() - 2))).expand_as(x))
 
 
-class LSTM(_RecurrentLayer, nn.LSTM):
-    """Drop-in ``torch.nn.LSTM`` with recurrent dropout.
+def _no_projection(kwargs: dict) -> None:
+    """The GRU and RNN take no ``proj_size``, not even 0: torch.nn's error, not a TypeError."""
+    if "proj_size" in kwargs:
+        raise ValueError("proj_size argument is only supported for LSTM, not RNN or GRU")
 
-    Keyword-only: ``recurrent_dropout`` p (the drop rate, in [0, 1)); ``scheme`` one of
-    ``"semeniuta"`` (default; drop g_t, Eq. 9), ``"gal"`` (drop h_{t-1} where it enters the gates,
-    Eq. 7), ``"moon"`` (drop c_t, Eq. 8, carried dropped), ``"gal+semeniuta"`` (both);
-    ``sampling`` ``"per-step"`` or ``"per-sequence"``; ``scaling`` ``"inverted"`` (Eq. 18) or
-    ``"paper"`` (Eq. 3); ``nonlinearity`` of g_t and c_t, ``"tanh"`` or ``"relu"``.
-    ``proj_size`` > 0 projects h_t = W_hr (o_t * f(c_t)) as torch.nn does (Gal's mask then has
-    ``proj_size`` units); such a layer runs the reference loop, not the fast path.
+
+class LSTM(_RecurrentLayer, nn.LSTM):
+    """Drop-in ``torch.nn.LSTM`` with recurrent dropout; the step's equations are
+    ``recdrop.cells.lstm_step``'s (Eqs. 4-9).
+
+    Keyword-only:
+
+    - ``recurrent_dropout``: the drop rate p, a number in [0, 1); 0 (the default) is off, and the
+      layer is then torch.nn's LSTM (``scheme`` and the rest are kept but do nothing).
+    - ``scheme``: what is dropped. ``"semeniuta"`` (default) the update g_t, c_t = f_t ⊙ c_{t-1} +
+      i_t ⊙ d(g_t) (Eq. 9); ``"gal"`` h_{t-1} where it enters the gates and g_t (Eq. 7); ``"moon"``
+      the new cell state c_t, which the next step receives dropped (Eq. 8); ``"gal+semeniuta"``
+      both, with independent masks.
+    - ``sampling``: ``"per-step"`` (default) draws a fresh mask at every step; ``"per-sequence"`` one
+      mask per example and unit, kept over the whole sequence of a call.
+    - ``scaling``: ``"inverted"`` (default) divides the kept units by 1-p while training and is the
+      identity in ``eval()``, where the layer runs torch.nn's kernels (Eq. 18); ``"paper"`` keeps
+      them as they are while training and multiplies by 1-p in ``eval()`` (Eq. 3), so recdrop's own
+      code runs there too.
+    - ``nonlinearity`` of g_t and c_t: ``"tanh"`` (default) or ``"relu"`` (recdrop's own code only).
+
+    ``proj_size`` > 0 projects h_t = W_hr (o_t ⊙ f(c_t)) as torch.nn does (Gal's mask then has
+    ``proj_size`` units); such a layer runs the reference loop, not the fast path. The masks are drawn
+    from ``layer.generator`` where one is set (a ``torch.Generator`` on the input's device), else from
+    torch's global generator; ``forward(..., masks=...)`` takes given 0/1 masks (``draw_masks``).
     """
 
     kind = "LSTM"
@@ -399,7 +432,9 @@ class LSTM(_RecurrentLayer, nn.LSTM):
 
 
 class GRU(_RecurrentLayer, nn.GRU):
-    """Drop-in ``torch.nn.GRU`` with recurrent dropout; arguments as ``recdrop.LSTM``.
+    """Drop-in ``torch.nn.GRU`` with recurrent dropout; its recurrent-dropout arguments are
+    ``recdrop.LSTM``'s (it takes no ``proj_size``, as torch.nn's), the step's equations
+    ``recdrop.cells.gru_step``'s (Eqs. 10-13).
 
     ``"semeniuta"`` drops the candidate n_t (the paper's g_t, Eq. 13); ``"gal"`` drops h_{t-1} where
     it enters r, z and n; ``"moon"`` drops the new state h_t, which is carried dropped.
@@ -411,6 +446,7 @@ class GRU(_RecurrentLayer, nn.GRU):
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
                  device=None, dtype=None, **kwargs):
+        _no_projection(kwargs)
         super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional,
                          0, device, dtype, **kwargs)
 
@@ -423,7 +459,9 @@ class GRU(_RecurrentLayer, nn.GRU):
 
 
 class RNN(_RecurrentLayer, nn.RNN):
-    """Drop-in ``torch.nn.RNN`` (Eq. 1) with recurrent dropout.
+    """Drop-in ``torch.nn.RNN`` (Eq. 1) with recurrent dropout; its recurrent-dropout arguments are
+    ``recdrop.LSTM``'s (it takes no ``proj_size``, as torch.nn's), the step's equation
+    ``recdrop.cells.rnn_step``'s.
 
     ``scheme``: ``"semeniuta"`` (default) and ``"gal"`` both apply Eq. 2, d(h_{t-1}) where it
     re-enters the cell: for a vanilla RNN, the paper's recurrent dropout. ``"moon"`` drops h_t
@@ -436,6 +474,7 @@ class RNN(_RecurrentLayer, nn.RNN):
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, nonlinearity: str = "tanh",
                  bias: bool = True, batch_first: bool = False, dropout: float = 0.0,
                  bidirectional: bool = False, device=None, dtype=None, **kwargs):
+        _no_projection(kwargs)
         super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional,
                          0, device, dtype, nonlinearity=nonlinearity, **kwargs)
 

@@ -15,6 +15,7 @@ Scaling:
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from dataclasses import dataclass
 from typing import Dict, Optional, Sequence, Tuple, Union
 
@@ -50,7 +51,7 @@ def _check_choice(name: str, value, allowed) -> None:
 
 def check_rate(name: str, p) -> float:
     """Return ``p`` as a float, or raise ValueError unless it is a number in [0, 1)."""
-    if isinstance(p, bool) or not isinstance(p, (int, float)):
+    if isinstance(p, bool) or not isinstance(p, numbers.Real):  # as torch.nn's dropout: numpy's floats too
         raise ValueError(f"{name} must be a float in [0, 1), got {p!r}")
     if not 0.0 <= float(p) < 1.0:
         raise ValueError(f"{name} must be in [0, 1), got {p!r}")

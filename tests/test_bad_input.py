@@ -2,9 +2,10 @@
 for recdrop's own arguments; torch.nn's own error, word for word, for what a torch.nn layer checks."""
 import re
 
+import numpy as np
 import pytest
 import torch
-from torch.nn.utils.rnn import pack_padded_sequence
+from torch.nn.utils.rnn import pack_padded_sequence, pack_sequence
 
 import recdrop
 from recdrop.config import run_id
@@ -80,6 +81,45 @@ def test_initial_state_wrong_shape_is_torch_nns_error(cls, rate):
     packed = pack_padded_sequence(x, torch.tensor([5, 3]))
     with pytest.raises(RuntimeError):  # torch.nn's LSTM words it "Expected more hidden states in stacked_rnn"
         m(packed, hx)
+
+
+@pytest.mark.parametrize("cls", LAYERS)
+def test_an_unsorted_packs_initial_state_of_another_batch_is_refused_before_the_sort(cls):
+    """torch.nn sorts hx into the pack's order first, and so takes 2 rows of a batch of 5 silently."""
+    packed = pack_sequence([torch.randn(2, 3), torch.randn(3, 3)], enforce_sorted=False)  # batch 2
+    m = cls(3, 4, recurrent_dropout=0.25)
+    bad = torch.zeros(1, 5, 4)
+    with pytest.raises(RuntimeError, match=r"Expected hidden size \(1, 2, 4\), got \[1, 5, 4\]"):
+        m(packed, (bad, bad) if cls is recdrop.LSTM else bad)
+
+
+@pytest.mark.parametrize("cls", LAYERS)
+def test_an_initial_state_of_another_dtype_is_refused_by_name(cls):
+    """Not a matmul's "mat1 and mat2 must have the same dtype" from deep inside recdrop's forward."""
+    m = cls(3, 4, recurrent_dropout=0.25)
+    bad = torch.zeros(1, 2, 4, dtype=torch.float64)
+    for x in (torch.randn(5, 2, 3), pack_padded_sequence(torch.randn(5, 2, 3), torch.tensor([5, 3]))):
+        with pytest.raises(RuntimeError, match="hx must have the input's dtype, torch.float32; got torch.float64"):
+            m(x, (bad, bad) if cls is recdrop.LSTM else bad)
+
+
+def test_an_initial_state_of_the_wrong_rank_names_each_ones_rank():
+    m = recdrop.LSTM(3, 4, recurrent_dropout=0.25)
+    with pytest.raises(RuntimeError, match=r"hx should also be 3-D but got \(2-D, 2-D\) tensors"):
+        m(torch.randn(5, 2, 3), (torch.zeros(2, 4), torch.zeros(2, 4)))
+
+
+@pytest.mark.parametrize("cls", [recdrop.GRU, recdrop.RNN])
+def test_proj_size_on_a_gru_or_rnn_is_torch_nns_error(cls):
+    for size in (2, 0):  # as torch.nn's own GRU and RNN, even 0
+        with pytest.raises(ValueError, match="proj_size argument is only supported for LSTM, not RNN or GRU"):
+            cls(3, 4, proj_size=size)
+
+
+@pytest.mark.parametrize("cls", LAYERS + CELLS)
+def test_a_numpy_rate_is_a_rate_as_for_torch_nns_dropout(cls):
+    assert cls(3, 4, recurrent_dropout=np.float32(0.25)).rdrop.p == 0.25
+    assert type(cls(3, 4, recurrent_dropout=np.float64(0.5)).rdrop.p) is float
 
 
 def test_lstm_hx_must_be_a_pair():
