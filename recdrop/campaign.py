@@ -37,10 +37,10 @@ import tomllib
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
-from tqdm.auto import tqdm
 
 from . import experiments
 from .paths import DATA_DIR
+from .progress import bar as progress_bar
 from .store import (CorruptCheckpointError, DirtyTreeError, RunInUseError, RunStore, atomic_write_bytes, git_commit,
                     load_checkpoint, unclean_commits)
 from .records import Record, Row
@@ -219,7 +219,8 @@ def run_campaign(entries: Sequence[Entry], device: str = "cpu", jobs: int = 1, b
     todo = pending_runs(entries, device, store)
     groups = campaign_groups(todo, fuse, device)
     out = {"finished": [], "diverged": [], "stopped": [], "failed": [], "not_started": []}
-    bar = tqdm(total=len(todo), desc=f"campaign on {device}", disable=not progress, position=0, dynamic_ncols=True)
+    bar = progress_bar(total=len(todo), desc=f"campaign on {device}", disable=not progress, position=0,
+                       dynamic_ncols=True)
     threads = worker_threads(jobs)
 
     def took(run: Pending, record: Record):

@@ -26,11 +26,11 @@ import sys
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import torch
-from tqdm.auto import tqdm
 
 from . import experiments
 from .config import SCALE_NAMES, run_id
 from .records import Record, Row
+from .progress import bar as progress_bar, say
 from .report import stored_seeds
 from .runner import Job, check_jobs, run_groups, run_job, worker_threads
 from .store import RunStore, cache_dir, git_commit
@@ -43,7 +43,8 @@ def check_seeds(seeds) -> List[int]:
         seeds = [seeds]
     if not isinstance(seeds, (list, tuple)) or not seeds or not all(
             isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds):
-        raise ValueError(f"seeds must be a non-negative int or a non-empty list of them, got {seeds!r}")
+        hint = " (papermill's -p gives a string: give a list with -y 'seeds: [0, 1]')" if isinstance(seeds, str) else ""
+        raise ValueError(f"seeds must be a non-negative int or a non-empty list of them, got {seeds!r}{hint}")
     return list(seeds)
 
 
@@ -239,8 +240,11 @@ def run_grid(experiment: str, scale: str, seeds: Sequence[int] = (0,), device: s
     groups = fuse_groups(experiment, todo, fuse, device)  # its errors come before any run starts
     store.refuse_unclean_code(git_commit(), f"{len(todo)} runs of {experiment} are")  # before any worker starts
     threads = worker_threads(jobs)
-    sweep_bar = tqdm(total=len(rows), initial=len(rows) - len(todo), desc=f"sweep {experiment} ({scale})",
-                     disable=not progress, position=0, dynamic_ncols=True)
+    if progress and len(todo) < len(rows):  # said once, not left to a bar that starts part-way
+        say(f"sweep {experiment} ({scale}): {len(rows) - len(todo)} of {len(rows)} runs already in {store.root}; "
+            f"training the other {len(todo)} (any with a checkpoint resumes from it)")
+    sweep_bar = progress_bar(total=len(rows), initial=len(rows) - len(todo), desc=f"sweep {experiment} ({scale})",
+                             disable=not progress, position=0, dynamic_ncols=True)
     failures = []
 
     def ran(row, record):

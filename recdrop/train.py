@@ -18,12 +18,12 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from . import graphs
 from .config import ExperimentConfig, run_id
 from .layers import _RecurrentLayer
 from .models import set_generator
+from .progress import bar as progress_bar, say
 from .records import Record
 from .store import CorruptCheckpointError, RunStore, environment, load_checkpoint, save_checkpoints, utc_now
 
@@ -487,6 +487,10 @@ def train_group(make_task: Callable[..., Task], members: Sequence[Tuple[Experime
         with store.hold_runs(todo[0][0].experiment, [run_id(c, s) for c, s in todo]), denormals_flushed(device):
             todo = unstored(todo)  # another process may have finished one between the check above and the lock
             runs = [r for r in (build(c, s) for c, s in todo) if r is not None]
+            for r in runs:
+                if progress and r.position != (0, 0):  # said, not left to a bar that starts part-way
+                    say(f"{r.name} {r.rid}: resumes at epoch {r.epoch + 1} of {r.config.epochs}, batch {r.batch + 1}, "
+                        f"from its checkpoint in {r.ckpt_path.parent}")
             try:
                 while runs:  # the runs furthest behind train until they reach the next ones, then on together
                     first = min(r.position for r in runs)
@@ -700,10 +704,10 @@ class GroupTraining:
             raise ValueError(f"run {lead.name}/{lead.rid}: its training split gives no batch of {lead.config}; use "
                              "more data or smaller batches")
         what = lead.rid if len(self.live) == 1 else f"{lead.rid} +{len(self.live) - 1}"
-        bar = tqdm(total=sum(map(self.expected_batches, range(epochs))),
-                   initial=sum(map(self.expected_batches, range(start_epoch))) + start_batch,
-                   disable=not self.progress, desc=f"{lead.name} {what}", position=self.position,
-                   leave=self.position == 0, dynamic_ncols=True)
+        bar = progress_bar(total=sum(map(self.expected_batches, range(epochs))),
+                           initial=sum(map(self.expected_batches, range(start_epoch))) + start_batch,
+                           disable=not self.progress, desc=f"{lead.name} {what}", position=self.position,
+                           leave=self.position == 0, dynamic_ncols=True)
         try:
             for epoch in range(start_epoch, epochs):
                 for r in self.live:

@@ -110,7 +110,7 @@ BAD_RUN_GRID = [
     ({"device": "cpu:1"}, "device='cpu:1' is not valid"),
     ({"device": "cuda:x"}, "device='cuda:x' is not valid"),
     ({"seeds": [-1]}, "seeds must be"),
-    ({"seeds": "0"}, "seeds must be"),
+    ({"seeds": "[0,1]"}, "seeds must be .* got '\\[0,1\\]' \\(papermill's -p gives a string: give a list with -y"),
     ({"seeds": []}, "seeds must be"),
     ({"seeds": [0.5]}, "seeds must be"),
     ({"jobs": 0}, "jobs must be a positive int"),

@@ -142,7 +142,7 @@ class Interrupt(Exception):
 
 
 @pytest.mark.parametrize("at", [("batch", 1, 1), ("epoch", 0, 4)])
-def test_resume_ends_with_the_same_metrics(store, tmp_path, at):
+def test_resume_ends_with_the_same_metrics_and_says_where_it_resumed(store, tmp_path, at, capsys):
     cfg = ci_config(epochs=3, recurrent_dropout=0.5, sampling="per-step")
     straight = train_run(TemporalOrderTask, cfg, seed=1, store=RunStore(tmp_path / "other"), progress=False)
 
@@ -155,7 +155,11 @@ def test_resume_ends_with_the_same_metrics(store, tmp_path, at):
     assert store.checkpoint_path("temporal_order", run_id(cfg, 1)).exists()
     assert not store.has("temporal_order", "ci", run_id(cfg, 1))
     assert store.find("temporal_order", "ci", run_id(cfg, 1)) is None
-    resumed = train_run(TemporalOrderTask, cfg, seed=1, store=store, progress=False)
+    capsys.readouterr()
+    resumed = train_run(TemporalOrderTask, cfg, seed=1, store=store, progress=True)
+    said = capsys.readouterr().out  # beside the bar, whether or not it is drawn (TQDM_DISABLE)
+    assert f"temporal_order {run_id(cfg, 1)}: resumes at epoch 2 of 3, batch " in said
+    assert str(store.checkpoint_path("temporal_order", run_id(cfg, 1)).parent) in said
     assert store.find("temporal_order", "ci", run_id(cfg, 1)) == resumed
     assert resumed.curves == straight.curves
     assert resumed.metrics == straight.metrics
