@@ -5,18 +5,50 @@ landing page (``summary``) call these; the experiments know nothing of them.
 """
 from __future__ import annotations
 
-from typing import Dict, Optional
+import ast
+import re
+from typing import Dict, List, Optional
 
 import matplotlib.pyplot as plt
 import pandas as pd
 from IPython.display import Markdown, display
 
+from . import progress
 from .config import SCALE_NAMES
 from .experiments import EXPERIMENTS, temporal_order
 from .report import (ablation_effects, ablation_finding, claim_verdicts, plot_against_paper, side_by_side, stamp, styled,
                      verdict_rows)
 from .store import RunStore
 from .sweep import run_grid, stored_rows, stored_scales
+
+
+OURS, PAPERMILLS = re.compile(r"# Parameters:"), re.compile(r"# Parameters\s*\n")  # the cells' first lines
+
+
+def _assigned(source: str) -> List[str]:
+    return [t.id for node in ast.parse(source).body if isinstance(node, ast.Assign)
+            for t in node.targets if isinstance(t, ast.Name)]
+
+
+def check_parameters(history: Optional[List[str]] = None) -> None:
+    """In a notebook, the cell after its parameters cell: a ValueError naming each parameter papermill
+    injected that the notebook does not take (papermill only warns, and the notebook would run its
+    defaults); where papermill injected any, the notebook runs headless, so its progress bars become
+    text (``progress.use_text``) that ``papermill --log-output`` shows. ``history``: the sources of the
+    cells run so far (IPython's ``In``)."""
+    if history is None:
+        from IPython import get_ipython
+        shell = get_ipython()
+        history = list(shell.user_ns.get("In", [])) if shell is not None else []
+    takes = {n for src in history if OURS.match(src) for n in _assigned(src)}
+    given = [n for src in history if PAPERMILLS.match(src) for n in _assigned(src)]
+    unknown = [n for n in given if n not in takes]
+    if unknown:
+        raise ValueError(f"this notebook takes no parameter {', '.join(map(repr, unknown))}; it takes "
+                         f"{', '.join(sorted(takes))}" + (" (seeds as a list: papermill -y 'seeds: [0, 1, 2]')"
+                                                          if "seeds" in takes else ""))
+    if given:
+        progress.use_text()
 
 
 def best_cell(e, t: pd.DataFrame):
