@@ -20,6 +20,10 @@ call finished and as many unfinished checkpoints as fit (campaign order) into at
 checkpoints in the cache and records in the store (which refuses records from unclean code: those
 are reported, and the call exits non-zero). A local checkpoint further on than the pack's, or one
 of a run with a clean record, is kept.
+
+Environment: ``RECDROP_RUNS`` the store of records (default ``data/runs`` of this checkout: a bare
+call trains into it, for an hour); ``RECDROP_CACHE`` the checkpoints (default ``~/.cache/recdrop``);
+``RECDROP_DATA`` the datasets (default ``../shared/data``).
 """
 from __future__ import annotations
 
@@ -41,8 +45,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 from . import experiments
 from .paths import DATA_DIR
 from .progress import bar as progress_bar
-from .store import (CorruptCheckpointError, DirtyTreeError, RunInUseError, RunStore, atomic_write_bytes, git_commit,
-                    load_checkpoint, unclean_commits)
+from .store import (CorruptCheckpointError, DirtyTreeError, RunInUseError, RunStore, atomic_write_bytes, cache_dir,
+                    git_commit, load_checkpoint, unclean_commits)
 from .records import Record, Row
 from .runner import Job, check_jobs, run_groups, worker_threads
 from .sweep import check_seeds, fuse_groups, grid_rows, set_stored
@@ -420,8 +424,8 @@ def main(argv=None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--for", dest="budget", help="time budget, e.g. 2h30m or 9m (default 1h; with --unpack alone, "
                                                  "nothing runs)")
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--jobs", type=int, default=1, help="runs at a time")
+    ap.add_argument("--device", default="cpu", help="cpu (default) or cuda; an entry kept to other devices waits")
+    ap.add_argument("--jobs", type=int, default=1, help="runs at a time, in worker processes (default 1)")
     ap.add_argument("--file", type=Path, default=CAMPAIGN, help="the campaign list (default data/campaign.toml)")
     ap.add_argument("--list", action="store_true", help="print the pending runs in order and exit")
     ap.add_argument("--pack", type=Path, metavar="DIR", help="afterwards, pack records and checkpoints into DIR")
@@ -446,6 +450,9 @@ def main(argv=None) -> int:
                 return 1 if refused else 0
         entries = load_campaign(args.file)
         if args.list:
+            print(f"# store {store.root} (RECDROP_RUNS); list {args.file}; checkpoints {cache_dir()} (RECDROP_CACHE)\n"
+                  "# new: no record; resumes: from its checkpoint; reruns: its record is of uncommitted code; "
+                  "minutes: its expected time on the hardware of the stored runs like it (?: none stored)")
             total, unknown = 0.0, 0
             for run in pending_runs(entries, args.device, store):
                 state = "resumes" if run.resumable else "reruns" if run.rerun else "new"
@@ -453,7 +460,7 @@ def main(argv=None) -> int:
                 total, unknown = total + (t or 0.0), unknown + (t is None)
                 print(f"{state:8s} {'?' if t is None else f'{t / 60:.0f} min':>8s}  {run.label()}")
             print(f"about {total / 3600:.1f} hours of runs on the hardware of their stored runs, one at a time"
-                  + (f", and {unknown} runs of no known cost" if unknown else ""))
+                  + (f", and {unknown} runs of no known cost (no stored run like them to time)" if unknown else ""))
             return 1 if refused else 0
         budget = parse_budget(args.budget or "1h")
         started = time.time()

@@ -14,7 +14,7 @@ from recdrop import campaign, runner, sweep, train
 from recdrop.campaign import Entry, Pending, load_campaign, pack, parse_budget, pending_runs, run_campaign, unpack
 from recdrop.config import run_id
 from recdrop.experiments.temporal_order import TemporalOrderConfig, TemporalOrderTask
-from recdrop.store import DirtyTreeError, RunStore, load_checkpoint
+from recdrop.store import DirtyTreeError, RunStore, cache_dir, load_checkpoint
 from recdrop.sweep import grid_rows, run_grid
 from recdrop.train import BudgetExhausted, train_run
 
@@ -420,14 +420,17 @@ def test_the_command_line_runs_and_lists_a_campaign(store, tmp_path, monkeypatch
     assert load_campaign(tmp_path / "campaign.toml") == [CI_ENTRY]
     file = ["--file", str(tmp_path / "campaign.toml")]
     assert campaign.main(["--list", *file]) == 0
-    listed = capsys.readouterr().out.splitlines()
+    head, legend, *listed = capsys.readouterr().out.splitlines()
+    assert head == (f"# store {store.root} (RECDROP_RUNS); list {tmp_path / 'campaign.toml'}; checkpoints "
+                    f"{cache_dir()} (RECDROP_CACHE)")  # which store it read: pointed at the wrong one, all is new
+    assert legend.startswith("# new: no record; resumes: from its checkpoint; reruns:")
     assert [line.split()[0] for line in listed[:-1]] == ["new", "new"]
     assert listed[0].endswith("length=short scheme=semeniuta sampling=per-step scaling=paper seed=0")
     assert campaign.main(["--for", "10m", "--no-progress", *file]) == 0
     assert "campaign: 2 finished, 0 diverged (recorded), 0 stopped" in capsys.readouterr().out
     assert len(store.records("temporal_order", "ci")) == 2
     assert campaign.main(["--list", *file]) == 0
-    assert capsys.readouterr().out.startswith("about 0.0 hours")
+    assert capsys.readouterr().out.splitlines()[2].startswith("about 0.0 hours")
 
 
 def test_the_list_refuses_a_device_that_is_not_one(store, tmp_path, monkeypatch, capsys):
