@@ -25,9 +25,9 @@ def stored_seeds(experiment: str, scale: str, store: Optional[RunStore] = None) 
 def stamp(rows: Iterable[Row]) -> str:
     """Scale, hardware, commit and dates of the records shown (each field lists its distinct values), how
     many settings of the grid shown have run, each a config run once per seed (not the paper's cells: a
-    run of Table 4 gives two, and a chapter's grid can hold checks beyond the paper's), how many runs
-    diverged, and how many ran at a precision other than float32 (TF32 products or bf16 autocast:
-    ``train.set_precision``, an option); the hardware, torch and commit of a resumed run's every stretch
+    run of Table 4 gives two, and a chapter's grid can hold checks beyond the paper's), which seeds, how
+    many runs diverged, and the precision: float32 throughout, or how many runs used each (TF32 products
+    or bf16 autocast: ``train.set_precision``, an option); the hardware, torch and commit of a resumed run's every stretch
     (its ``segments``) count too."""
     rows = list({r.run_id: r for r in rows}.values())  # a run shown by two grids counts once
     recs = [r.record for r in rows if r.record]
@@ -47,13 +47,16 @@ def stamp(rows: Iterable[Row]) -> str:
     ran = [n for n in seeds_per_cell.values() if n]
     seeds = f"{min(ran)}" if min(ran) == max(ran) else f"{min(ran)}–{max(ran)}"
     def using(precision):
-        return sum(any(part.get("precision") == precision for part in r.stretches) for r in recs)
-    others = "".join(f" | {what} in {n} of the runs" for what, n in (("TF32 products", using("tf32")),
-                                                                     ("bf16 autocast", using("bf16"))) if n)
-    return (f"Scale: {scales} | runs: {len(recs)} shown{f', {diverged} diverged' if diverged else ''} | settings: {len(ran)} of {len(seeds_per_cell)} run, "
-            f"{seeds} seed{'' if seeds == '1' else 's'} each | hardware: {values('hardware')} | "
+        return sum(any(part.get("precision", "float32") == precision for part in r.stretches) for r in recs)
+    others = [(what, n) for what, n in (("TF32 products", using("tf32")), ("bf16 autocast", using("bf16"))) if n]
+    plain = sum(all(part.get("precision", "float32") == "float32" for part in r.stretches) for r in recs)
+    precision = ("".join(f" | {what} in {n} of the runs" for what, n in [("float32", plain)] * bool(plain) + others)
+                 if others else " | float32 throughout")  # a record of float32 names no precision (its run id)
+    return (f"Scale: {scales} | runs: {len(recs)} shown{f', {diverged} diverged' if diverged else ''} | settings: "
+            f"{len(ran)} of {len(seeds_per_cell)} run, {seeds} seed{'' if seeds == '1' else 's'} each | seeds: "
+            f"{', '.join(map(str, sorted({r.seed for r in rows if r.record})))} | hardware: {values('hardware')} | "
             f"torch {values('torch')} | commit: {values('commit')} | runs finished {dates[0]} to {dates[-1]}"
-            + others)
+            + precision)
 
 
 def summarize(rows: List[Row], keys: List[str], metrics: List[str]) -> pd.DataFrame:

@@ -238,9 +238,11 @@ def test_tf32_is_a_gpu_option_and_the_stamp_reports_each_precision(store):
               "commit": "abc", "run_id": "x"}
     rows = [row(run_id="x", config="c", record={**record, "precision": "tf32"}),
             row(run_id="y", config="d", record={**record, "run_id": "y"})]
-    assert stamp(rows).endswith("| TF32 products in 1 of the runs") and "TF32" not in stamp(rows[1:])
+    assert stamp(rows).endswith("| float32 in 1 of the runs | TF32 products in 1 of the runs")
+    assert stamp(rows[1:]).endswith("| float32 throughout")
     rows.append(row(run_id="z", config="e", record={**record, "run_id": "z", "segments": [{"precision": "bf16"}]}))
-    assert stamp(rows).endswith("| TF32 products in 1 of the runs | bf16 autocast in 1 of the runs")
+    assert stamp(rows).endswith("| float32 in 1 of the runs | TF32 products in 1 of the runs | bf16 autocast in 1 "
+                                "of the runs")
 
 
 def test_a_group_that_would_not_fit_the_device_is_refused_before_it_starts(store, monkeypatch):

@@ -152,9 +152,9 @@ def test_stamp_counts_cells_and_their_seeds():
     rows = [one("a", 0, True), one("a", 1, True), one("a", 2, True), one("b", 0, True), one("b", 1, False),
             one("b", 2, False), one("c", 0, False), one("c", 1, False), one("c", 2, False)]
     s = stamp(rows)
-    assert "Scale: reduced | runs: 4 shown | settings: 2 of 3 run, 1–3 seeds each |" in s
-    assert "runs finished 2026-11-20 to 2026-11-22" in s
-    assert "settings: 1 of 2 run, 1 seed each" in stamp(rows[3:])
+    assert "Scale: reduced | runs: 4 shown | settings: 2 of 3 run, 1–3 seeds each | seeds: 0, 1, 2 |" in s
+    assert s.endswith("runs finished 2026-11-20 to 2026-11-22 | float32 throughout")  # said, not left to absence
+    assert "settings: 1 of 2 run, 1 seed each | seeds: 0 |" in stamp(rows[3:])
     assert stamp(rows[4:6]).startswith("No stored runs")
     rows[0] = one("a", 0, True, segments=[{"hardware": "gpu", "torch": "2.13", "commit": "def"},
                                           {"hardware": "cpu", "torch": "2.13", "commit": "abc"}])
