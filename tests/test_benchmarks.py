@@ -29,6 +29,7 @@ def test_profile_group_ranks_the_steps_operators_by_their_own_time(stacked, caps
     assert host_ms == sorted(host_ms, reverse=True) and host_ms[0] > 0
 
 
-def test_profile_group_refuses_a_group_larger_than_a_table():
+def test_profile_group_refuses_a_group_larger_than_a_table(capsys):
     with pytest.raises(SystemExit):
         profile_group.main(["--runs", "27"])
+    assert "--runs must be between 1 and 26 (a table's cells), got 27" in capsys.readouterr().err  # not another error

@@ -81,6 +81,7 @@ def test_each_member_of_a_fused_group_ends_with_the_record_it_has_alone(experime
     group = train_group(task, runs, device, store=RunStore(tmp_path / "group"), progress=False)
     alone = [train_run(task, c, s, device, store=RunStore(tmp_path / "alone"), progress=False) for c, s in runs]
     ids = [run_id(c, s) for c, s in runs]
+    assert len(group) == len(runs) > 1  # a record for every member: zip below stops at the shorter list
     for g, a, rid in zip(group, alone, ids):
         assert g.run_id == a.run_id == rid  # how a run was trained is not in its id
         assert g.group == ids and "group" not in a.json()
@@ -97,6 +98,7 @@ def test_in_float32_a_member_agrees_with_its_run_alone_to_the_rounding_of_batche
     runs = members(experiment)
     group = train_group(task, runs, store=RunStore(tmp_path / "group"), progress=False)
     alone = [train_run(task, c, s, store=RunStore(tmp_path / "alone"), progress=False) for c, s in runs]
+    assert [g.run_id for g in group] == [a.run_id for a in alone] and len(group) > 1  # every member, in order
     for g, a in zip(group, alone):
         assert close(g, a, rtol=FLOAT32_RTOL), (g.metrics, a.metrics)
 

@@ -33,25 +33,29 @@ def test_per_sequence_masks_differ_between_examples():
     assert not torch.equal(mk[0], mk[1])
 
 
-def _dropped_pattern(sampling):
-    """Moon with paper scaling: a dropped unit has c_t = 0, hence h_t = o * tanh(0) = 0 exactly."""
+def _dropped_pattern(sampling, fused=True):
+    """Moon with paper scaling: a dropped unit has c_t = 0, hence h_t = o * tanh(0) = 0 exactly. ``fused``:
+    the fast path (its own step masks, ``fused``), else the reference loop (``masks.factor_at``)."""
     torch.manual_seed(0)
     m = recdrop.LSTM(3, 32, bidirectional=True, recurrent_dropout=0.5, scheme="moon", sampling=sampling,
                      scaling="paper")
+    m.fused = fused
     y, _ = m(torch.randn(12, 6, 3))
     return y == 0  # (T, B, 2H)
 
 
-def test_forward_per_sequence_mask_constant_over_time():
-    z = _dropped_pattern("per-sequence")
+@pytest.mark.parametrize("fused", [True, False], ids=["fast path", "reference loop"])
+def test_forward_per_sequence_mask_constant_over_time(fused):
+    z = _dropped_pattern("per-sequence", fused)
     assert z.any()
     assert torch.equal(z, z[:1].expand_as(z))
     assert not torch.equal(z[:, 0], z[:, 1])  # differs between examples
     assert not torch.equal(z[..., :32], z[..., 32:])  # and between directions
 
 
-def test_forward_per_step_mask_varies_over_time():
-    z = _dropped_pattern("per-step")
+@pytest.mark.parametrize("fused", [True, False], ids=["fast path", "reference loop"])
+def test_forward_per_step_mask_varies_over_time(fused):
+    z = _dropped_pattern("per-step", fused)
     assert z.any() and not torch.equal(z[0], z[1])
 
 

@@ -63,10 +63,19 @@ def test_the_switches_are_read_in_one_place_and_recorded_where_set(monkeypatch):
         monkeypatch.delenv(name, raising=False)
     assert route.switches() == {} and "switches" not in environment("cpu")
     assert route.switched_on("RECDROP_TRITON") and not graphs.switched_off()
+    # where each could run (Triton's interpreter; a torch whose graphs register generators), so that each
+    # "not" below is the switch's doing
+    monkeypatch.setattr(triton_kernels, "_interpreting", lambda: True)
+    monkeypatch.setattr(torch.cuda.CUDAGraph, "register_generator_state", lambda *a: None, raising=False)
+    assert step_graph.capturable("cuda") and not step_graph.capturable("cpu")
+    assert triton_kernels.usable(torch.zeros(1)) == (triton_kernels.triton is not None)
+    monkeypatch.setenv("RECDROP_STEP_GRAPH", "0")
+    assert not step_graph.capturable("cuda")  # the step's graph alone
+    monkeypatch.delenv("RECDROP_STEP_GRAPH")
     monkeypatch.setenv("RECDROP_CUDA_GRAPHS", "0")
     monkeypatch.setenv("RECDROP_TRITON", "0")
     assert graphs.switched_off() and not triton_kernels.usable(torch.zeros(1))
-    assert not step_graph.capturable("cuda")
+    assert not step_graph.capturable("cuda")  # every graph
     assert environment("cpu")["switches"] == {"RECDROP_CUDA_GRAPHS": "0", "RECDROP_TRITON": "0"}
     with pytest.raises(ValueError, match="not one of recdrop's switches"):
         route.switched_on("RECDROP_GRAPHS")

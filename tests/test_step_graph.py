@@ -159,6 +159,7 @@ def test_the_trainer_captures_a_groups_step_once_and_records_it(stand_in_graphs,
     train_steps = [b for b in stand_in_graphs if b.captures or b.replays]  # the group's (evaluations: too short)
     assert len(train_steps) == 1 and train_steps[0].captures == 1
     assert train_steps[0].replays == steps - step_graph.WARMUP
+    assert len(graphed) == len(eager) == len(runs)  # every member each way: zip stops at the shorter
     for g, e in zip(graphed, eager):
         assert g.step == "cuda-graph" and "step" not in e.json()
         assert [c["lr"] for c in g.curves] == [c["lr"] for c in e.curves]  # the schedule followed

@@ -38,8 +38,8 @@ Ported from torch's test_modules.py (same checks, written anew for pytest):
   ``recurrent_dropout=0.0`` makes train mode equal to torch.nn's too).
 - test_factory_kwargs: ``device=`` / ``dtype=`` reach every created parameter and buffer (with
   torch's mock of ``Parameter.__new__`` / ``register_buffer`` to see that some are created).
-- test_multiple_device_transfer: forward after ``.to(device)``, ``.cpu()`` and back; torch runs it
-  on CUDA only, here it runs on the CPU (and on CUDA too when there is one).
+- test_multiple_device_transfer: forward after ``.to(device)``, ``.cpu()`` and back; on CUDA only,
+  as torch's (on one device there is no transfer): skipped on a machine without a GPU.
 - test_repr: ``repr()`` and ``str()`` do not raise.
 - test_save_load (torch's newer name of test_pickle): ``torch.save`` / ``torch.load`` of the whole
   module gives the same output; the ``state_dict`` round-trips, with ``weights_only=True`` too.

@@ -22,8 +22,11 @@ def test_triton_kernels_equal_the_torch_path_in_the_interpreter():
 
 
 def test_triton_is_not_used_where_it_cannot_run(monkeypatch):
+    pytest.importorskip("triton")
     x = torch.zeros(2, 3)
     assert not triton_kernels.usable(x)  # a CPU tensor outside the interpreter
+    monkeypatch.setattr(triton_kernels, "_interpreting", lambda: True)  # as under TRITON_INTERPRET=1
+    assert triton_kernels.usable(x)  # where it can run: so that each refusal below is the switch's or the dtype's
     assert not triton_kernels.usable(x.half())
     monkeypatch.setenv("RECDROP_TRITON", "0")
     assert not triton_kernels.usable(x)
