@@ -88,12 +88,13 @@ def test_the_progress_bar_counts_each_stages_batches(tmp_path, monkeypatch):
     monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "cache"))
     bars = []
 
-    class Recorded(recdrop.train.tqdm):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            bars.append(self)
+    real_bar = recdrop.train.progress_bar
 
-    monkeypatch.setattr(recdrop.train, "tqdm", Recorded)
+    def recorded(**kwargs):
+        bars.append(real_bar(**kwargs))
+        return bars[-1]
+
+    monkeypatch.setattr(recdrop.train, "progress_bar", recorded)
     cfg = NERConfig.at_scale("ci", short_epochs=1, long_epochs=2)
     task = ner.NERTask(cfg, "cpu", 0)
     short, long, longer = (len(task.batches(epoch)) for epoch in range(3))
