@@ -424,8 +424,8 @@ def ablation_effects(comparison: Callable[[List[Row]], pd.DataFrame], rows: List
     ``metric``'s direction) *beyond the seed noise*, *within the seed noise*, *equal* (the same to the
     digits shown), *not judged* (one seed each way) or "" (not run both ways); ``diverged``, whether an
     ablation's run diverged; each mean's distance to the paper's number where the table is at the
-    paper's scale (``table_distance``, ``ablation_distance``), else the table's "not judged at <scale>
-    scale" (``below_paper``); and ``counted``, whether the cell is one
+    paper's scale (``table_distance``, ``ablation_distance``), else the table's (or, where the table's
+    cell has not run, the ablation's) "not judged at <scale> scale" (``below_paper``); and ``counted``, whether the cell is one
     of the paper's test numbers (``verdict_rows``: what the table's verdicts weigh). Only the cells the
     ablation's grid holds (``held_cells``): an ablation of some cells (the RNN's) has no others to run."""
     base = held_cells(comparison(rows), ablated).set_index("setting")
@@ -453,7 +453,9 @@ def ablation_effects(comparison: Callable[[List[Row]], pd.DataFrame], rows: List
     at_paper = ~base["verdict"].str.startswith("not judged at").to_numpy()  # below it the level is not the paper's
     for name in ("table", "ablation"):
         out[f"{name}_distance"] = (out[f"{name}_mean"] - out["paper"]).abs().where(at_paper)
-    out["below_paper"] = base["verdict"].where(~at_paper, "").to_numpy()  # "not judged at <scale> scale"
+    ablation_below = abl["verdict"].str.startswith("not judged at").to_numpy()  # where the table's cell has not run
+    out["below_paper"] = np.where(~at_paper, base["verdict"].to_numpy(),
+                                  np.where(ablation_below, abl["verdict"].to_numpy(), ""))
     counted = verdict_rows(base.reset_index())["setting"]
     out["counted"] = out["setting"].isin(counted).to_numpy()
     return out
@@ -464,7 +466,7 @@ def side_by_side(effects: pd.DataFrame, digits: int = 2) -> pd.DataFrame:
     runs | ours, the ablation's | the change | its seed noise (95%) | the outcome | each one's distance to
     the paper's number (at the paper's scale; below it, "not judged at <scale> scale", as the table says)."""
     def distance(a: float, b: float, below: str) -> str:
-        return below or ("" if pd.isna(a) or pd.isna(b) else f"{a:.{digits}f} → {b:.{digits}f}")
+        return below or ("—" if pd.isna(a) or pd.isna(b) else f"{a:.{digits}f} → {b:.{digits}f}")
     words = {"better beyond": "better, beyond the seed noise", "worse beyond": "worse, beyond the seed noise",
              "better within": "better, within the seed noise", "worse within": "worse, within the seed noise",
              "not judged": "not judged: one seed each way"}
@@ -473,7 +475,7 @@ def side_by_side(effects: pd.DataFrame, digits: int = 2) -> pd.DataFrame:
         "ours, the ablation's": effects["ablation"],  # each number to the metric's digits, as the table's
         "ablation − table": ["—" if pd.isna(c) else f"{c:+.{digits}f}" for c in effects["change"]],
         "seed noise (95%)": ["—" if pd.isna(e) else f"{e:.{digits}f}" for e in effects["noise"]],
-        "the ablation is": [words.get(o, o) + ("; a run diverged" if d else "")
+        "the ablation is": [(words.get(o, o) or "—") + ("; a run diverged" if d else "")  # —: not run both ways
                             for o, d in zip(effects["outcome"], effects["diverged"])],
         "distance to the paper's, table → ablation": [distance(a, b, below) for a, b, below in zip(
             effects["table_distance"], effects["ablation_distance"], effects["below_paper"])]})

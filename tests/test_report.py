@@ -270,7 +270,7 @@ def test_an_ablation_is_shown_cell_by_cell_beside_the_tables_runs_with_its_chang
                                    "the ablation is": "better, within the seed noise",
                                    "distance to the paper's, table → ablation": "11.00 → 5.00"}
     assert t.iloc[1]["ours, the ablation's"] == "not yet run" and t.iloc[1]["ablation − table"] == "—"
-    assert t.iloc[1]["seed noise (95%)"] == "—" and t.iloc[1]["the ablation is"] == ""
+    assert t.iloc[1]["seed noise (95%)"] == "—" and t.iloc[1]["the ablation is"] == "—"
 
 
 def test_below_the_papers_scale_an_ablations_side_by_side_says_its_level_is_not_judged():
@@ -280,6 +280,9 @@ def test_below_the_papers_scale_an_ablations_side_by_side_says_its_level_is_not_
     t = side_by_side(ablation_of({"a": [78.0, 80.0]}, {"a": [85.0]}, F1, scale="quick"), 2)
     assert t.iloc[0]["distance to the paper's, table → ablation"] == "not judged at quick scale"
     assert t.iloc[0]["the ablation is"] == "better, within the seed noise"  # the change is still judged
+    alone = side_by_side(ablation_of({"a": [None]}, {"a": [85.0]}, F1, scale="quick"), 2)  # the table's cell not run
+    assert alone.iloc[0]["distance to the paper's, table → ablation"] == "not judged at quick scale"
+    assert alone.iloc[0]["the ablation is"] == "—"  # not run both ways
 
 
 def test_the_seed_noise_of_a_difference_is_a_95_percent_t_interval_and_needs_two_seeds_on_one_side():
