@@ -181,7 +181,11 @@ def _show_ablation(e, change: str, rows, ablated, heading: str) -> None:
     display(Markdown(ablation_finding(effects)))
     if e.curves is not None and any(r.record for r in ablated):
         fig = e.curves(ablated)
-        fig.suptitle(f"Ablation: {change}", fontsize="medium")  # not to be taken for the table's runs
+        title = f"Ablation: {change}"  # not to be taken for the table's runs
+        if fig.legends:  # the legend sits at the figure's top, where a suptitle would lie under it
+            fig.legends[0].set_title(title, prop={"size": "medium"})
+        else:
+            fig.suptitle(title, fontsize="medium")
         display(fig)
         plt.close(fig)  # shown once, not again at the end of the cell
 

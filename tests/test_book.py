@@ -160,7 +160,11 @@ def test_an_ablations_runs_at_another_scale_show_under_other_scales(tmp_path, mo
     assert texts[1].startswith("#### Ablation: torch's RMSprop, no clipping\n\nScale: quick | runs: 1 shown")
     assert texts[2].set_index("setting").loc["5 word long sequences, RNN 0.0", "ours, the ablation's"] == "64.10"
     assert texts[3] == "*What it found:* nothing yet: no cell of the paper's table has run both ways."
-    assert texts[4]._suptitle.get_text() == "Ablation: torch's RMSprop, no clipping"  # its curves, named
+    # its curves, named where no legend covers the name (the curves' legend sits at the figure's top)
+    assert texts[4].legends[0].get_title().get_text() == "Ablation: torch's RMSprop, no clipping"
+    table = texts[2].set_index("setting")  # below the paper's scale, where the table's cell has not run
+    assert table.loc["5 word long sequences, RNN 0.0", "distance to the paper's, table → ablation"] == (
+        "not judged at quick scale")
     assert not any(isinstance(t, str) and "At `paper` scale" in t for t in texts)  # the chapter's own scale
 
 
