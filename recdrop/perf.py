@@ -161,8 +161,8 @@ def gpu_targets(df: pd.DataFrame) -> pd.DataFrame:
 def plot_time_per_step(df: pd.DataFrame):
     """Milliseconds per time step (forward + backward) against hidden size, per implementation, on padded
     input (the targets' case): a line joins only the hidden sizes timed at one sequence length, input
-    size and direction (the line's style), so no line runs between two shapes; each point is the mean
-    over the schemes timed there."""
+    size and direction (the line's dashes and markers), so no line runs between two shapes; each point
+    is the mean over the schemes and files that timed it."""
     import seaborn as sns
 
     one = df[~_flag(df, "packed")]
@@ -178,8 +178,8 @@ def plot_time_per_step(df: pd.DataFrame):
     long["implementation"] = long["implementation"].map(IMPLEMENTATIONS)
     long = long.dropna(subset=["ms"])
     g = sns.relplot(data=long, x="hidden", y="ms per step", hue="implementation", style="shape", col="kind",
-                    row="hardware", kind="line", marker="o", dashes=True, height=3.2, aspect=1.2,
-                    facet_kws={"sharey": False})
+                    row="hardware", kind="line", markers=True, dashes=True, height=3.2, aspect=1.2,
+                    facet_kws={"sharey": False})  # a shape's marker names its unjoined points too
     g.set(xscale="log", yscale="log")
     _label_panels(g, set(zip(long["hardware"], long["kind"])))
     return g
