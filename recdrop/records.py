@@ -9,6 +9,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Dict, List, Optional, Tuple
 
+# 295cd5e (2026-11-25 20:03 UTC) turned cuDNN's TF32 off by default (``train.set_precision``): before it, a run
+# on a GPU whose layers took torch.nn's path (no recurrent dropout: cuDNN) computed in TF32 there, unrecorded
+CUDNN_TF32_UNTIL = "2026-11-25T20:03:39"
+
 
 @dataclasses.dataclass(frozen=True)
 class Record:
@@ -49,6 +53,15 @@ class Record:
         """The record itself, then each stretch of its training: where hardware, torch, commit and
         precision are read, so that a resumed run counts each."""
         return (self.json(), *(self.segments or ()))
+
+    @property
+    def precisions(self) -> Tuple[str, ...]:
+        """The precision of each of its ``stretches``: the one a record names ("tf32", "bf16"), else
+        "float32"; but "cudnn-tf32" for a run on a GPU finished before 295cd5e without recurrent
+        dropout, whose layers ran cuDNN's kernels with torch's default then, TF32 (``CUDNN_TF32_UNTIL``)."""
+        cudnn = self.finished < CUDNN_TF32_UNTIL and not self.config.get("recurrent_dropout")
+        return tuple(part.get("precision") or ("cudnn-tf32" if cudnn and str(part.get("device", "")).startswith("cuda")
+                                               else "float32") for part in self.stretches)
 
     @classmethod
     def from_json(cls, data: Dict[str, Any], source: str = "a run record") -> "Record":

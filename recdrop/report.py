@@ -27,7 +27,8 @@ def stamp(rows: Iterable[Row]) -> str:
     many settings of the grid shown have run, each a config run once per seed (not the paper's cells: a
     run of Table 4 gives two, and a chapter's grid can hold checks beyond the paper's), which seeds, how
     many runs diverged, and the precision: float32 throughout, or how many runs used each (TF32 products
-    or bf16 autocast: ``train.set_precision``, an option); the hardware, torch and commit of a resumed run's every stretch
+    or bf16 autocast: ``train.set_precision``, an option; cuDNN's default TF32 before it: ``Record.precisions``);
+    the hardware, torch and commit of a resumed run's every stretch
     (its ``segments``) count too."""
     rows = list({r.run_id: r for r in rows}.values())  # a run shown by two grids counts once
     recs = [r.record for r in rows if r.record]
@@ -47,9 +48,10 @@ def stamp(rows: Iterable[Row]) -> str:
     ran = [n for n in seeds_per_cell.values() if n]
     seeds = f"{min(ran)}" if min(ran) == max(ran) else f"{min(ran)}–{max(ran)}"
     def using(precision):
-        return sum(any(part.get("precision", "float32") == precision for part in r.stretches) for r in recs)
-    others = [(what, n) for what, n in (("TF32 products", using("tf32")), ("bf16 autocast", using("bf16"))) if n]
-    plain = sum(all(part.get("precision", "float32") == "float32" for part in r.stretches) for r in recs)
+        return sum(precision in r.precisions for r in recs)
+    others = [(what, n) for what, n in (("cuDNN's default TF32", using("cudnn-tf32")), ("TF32 products", using("tf32")),
+                                        ("bf16 autocast", using("bf16"))) if n]
+    plain = sum(set(r.precisions) == {"float32"} for r in recs)
     precision = ("".join(f" | {what} in {n} of the runs" for what, n in [("float32", plain)] * bool(plain) + others)
                  if others else " | float32 throughout")  # a record of float32 names no precision (its run id)
     return (f"Scale: {scales} | runs: {len(recs)} shown{f', {diverged} diverged' if diverged else ''} | settings: "

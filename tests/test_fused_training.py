@@ -245,6 +245,13 @@ def test_tf32_is_a_gpu_option_and_the_stamp_reports_each_precision(store):
     rows.append(row(run_id="z", config="e", record={**record, "run_id": "z", "segments": [{"precision": "bf16"}]}))
     assert stamp(rows).endswith("| float32 in 1 of the runs | TF32 products in 1 of the runs | bf16 autocast in 1 "
                                 "of the runs")
+    # before 295cd5e a GPU run without recurrent dropout ran cuDNN's kernels in torch's default, TF32, unrecorded
+    pilot = {**record, "device": "cuda", "config": {"scale": "paper", "recurrent_dropout": 0.0}}
+    rows = [row(run_id="p", config="p", record={**pilot, "run_id": "p", "finished": "2026-11-23T08:55:00"}),
+            row(run_id="q", config="q", record={**pilot, "run_id": "q", "finished": "2026-11-26T01:19:00"}),
+            row(run_id="r", config="r", record={**pilot, "run_id": "r", "finished": "2026-11-23T08:55:00",
+                                                "config": {"scale": "paper", "recurrent_dropout": 0.25}})]
+    assert stamp(rows).endswith("| float32 in 2 of the runs | cuDNN's default TF32 in 1 of the runs")
 
 
 def test_a_group_that_would_not_fit_the_device_is_refused_before_it_starts(store, monkeypatch):
