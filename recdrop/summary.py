@@ -188,7 +188,8 @@ def _table_row(shown: Shown) -> dict:
     return {"what": shown.what, "chapter": e.name, "scale": scale or "none stored",
             "the paper's best cell": t.loc[best, "setting"], "paper": f"{t.loc[best, 'paper']:.{m.digits}f} {m.unit}",
             "ours": t.loc[best, "ours"] + (" (n=1)" if t.loc[best, "n"] == 1 else ""),  # beside rows of n=3
-            "delta": "—" if delta is None or pd.isna(delta) else f"{delta:+g} {m.delta_unit}",
+            "delta": "—" if delta is None or pd.isna(delta) else  # to the metric's digits, as the chapter's table
+            f"{delta:+g} {m.delta_unit}" if m.relative else f"{delta:+.{m.digits}f} {m.delta_unit}",
             "cells within tolerance": _cells_within(t["verdict"]),
             "verdict": _verdict(scale, t["verdict"]) + (
                 f" (without {e.paper_scale_lacks}: see Deviations)" if scale == "paper" and e.paper_scale_lacks
