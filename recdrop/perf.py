@@ -107,6 +107,11 @@ def _flag(df: pd.DataFrame, name: str) -> pd.Series:
     return df[name].fillna(False).astype(bool) if name in df else pd.Series(False, index=df.index)
 
 
+def _input_size(df: pd.DataFrame) -> pd.Series:
+    """Each benchmark row's input size: the hidden size where a file does not name one."""
+    return df["input_size"].fillna(df["hidden"]) if "input_size" in df else df["hidden"]
+
+
 def ratio_table(df: pd.DataFrame, value: str = "ratio") -> pd.DataFrame:
     """recdrop's fast path with dropout 0.25 over torch.nn without dropout (forward + backward, same
     machine, same run), or another column ``value`` of the rows: one row per machine, input (a padded
@@ -116,7 +121,7 @@ def ratio_table(df: pd.DataFrame, value: str = "ratio") -> pd.DataFrame:
         return pd.DataFrame()
 
     packed, both = _flag(df, "packed"), _flag(df, "bidirectional")
-    size = df["input_size"].fillna(df["hidden"]) if "input_size" in df else df["hidden"]
+    size = _input_size(df)
     shape = df["hidden"].astype(str) + " x " + df["seq"].astype(str)
     shape = shape.where(size == df["hidden"], shape + ", input " + size.astype(int).astype(str))
     t = df.assign(shape=shape, input=packed.map({True: "packed", False: "padded"}),
@@ -168,7 +173,7 @@ def plot_time_per_step(df: pd.DataFrame):
     one = df[~_flag(df, "packed")]
     if one.empty:
         return None
-    size = one["input_size"].fillna(one["hidden"]) if "input_size" in one else one["hidden"]
+    size = _input_size(one)
     one = one.assign(shape=one["seq"].astype(str) + " steps, input "
                      + size.astype(int).astype(str).where(size != one["hidden"], "= hidden")
                      + _flag(one, "bidirectional").map({True: ", both directions", False: ""}))
