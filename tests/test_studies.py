@@ -83,13 +83,14 @@ def test_the_landing_line_counts_judged_orderings_and_those_waiting_for_seeds():
     rows = fake_rows({OURS: [100, 101, 102], GAL: [103, 110, 111], MOON: [104, 105, 130], NONE: [120, None, None]})
     t = seeds.orderings("word_lm", rows)  # 3 judged (1 reversed on the means only), 3 against NONE waiting
     assert seeds.orderings_verdict(t) == \
-        "2 of 3 judged survive, 0 reversed, 1 within the seed noise; 3 of the paper's 6 orderings wait for 3 seeds"
+        ("2 of 3 judged survive, 0 hold on the means only, 1 reversed on the means only, 0 reversed; "
+         "3 of the paper's 6 orderings wait for 3 seeds")
     full = fake_rows({OURS: [100, 101, 102], GAL: [103, 110, 111]})
     assert seeds.orderings_verdict(seeds.orderings("word_lm", full)) == \
-        "1 of 1 judged survive, 0 reversed, 0 within the seed noise"
+        "1 of 1 judged survive, 0 hold on the means only, 0 reversed on the means only, 0 reversed"
     reversed_ = fake_rows({OURS: [110, 111, 112], GAL: [103, 104, 105]})
     assert seeds.orderings_verdict(seeds.orderings("word_lm", reversed_)) == \
-        "0 of 1 judged survive, 1 reversed, 0 within the seed noise"
+        "0 of 1 judged survive, 0 hold on the means only, 0 reversed on the means only, 1 reversed"
     one = fake_rows({OURS: [100], GAL: [103]})
     assert seeds.orderings_verdict(seeds.orderings("word_lm", one)) == \
         "fewer than 3 seeds of its cells: 0 of the paper's 1 orderings judged"

@@ -129,9 +129,9 @@ JUDGED = ("survives", "holds on the means only", "reversed on the means only", "
 
 
 def orderings_verdict(table: "pd.DataFrame") -> str:
-    """One line for the landing page from ``orderings``: how many of the judged orderings survive, how
-    many are reversed, how many are within the seed noise (either way on the means), and how many
-    of the paper's orderings still wait for their seeds."""
+    """One line for the landing page from ``orderings``: how many of the judged orderings have each of
+    the seeds page's four verdicts (``JUDGED``, in its words), and how many of the paper's orderings
+    still wait for their seeds."""
     if not len(table):
         return f"fewer than {MIN_SEEDS_TO_JUDGE} seeds of its cells"
     judged = table[table["ours"].isin(JUDGED)]
@@ -139,9 +139,9 @@ def orderings_verdict(table: "pd.DataFrame") -> str:
     if not len(judged):
         return f"fewer than {MIN_SEEDS_TO_JUDGE} seeds of its cells: 0 of the paper's {len(table)} orderings judged"
     count = judged["ours"].value_counts()
-    out = (f"{count.get('survives', 0)} of {len(judged)} judged survive, {count.get('reversed', 0)} reversed, "
-           f"{count.get('holds on the means only', 0) + count.get('reversed on the means only', 0)} "
-           f"within the seed noise")
+    plural = {"survives": "survive", "holds on the means only": "hold on the means only"}
+    out = f"{count.get(JUDGED[0], 0)} of {len(judged)} judged survive, " + ", ".join(
+        f"{count.get(v, 0)} {plural.get(v, v)}" for v in JUDGED[1:])
     return out + (f"; {waiting} of the paper's {len(table)} orderings wait for {MIN_SEEDS_TO_JUDGE} seeds"
                   if waiting else "")
 
