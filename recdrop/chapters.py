@@ -151,11 +151,12 @@ def figure_at_largest_scale(name: str, figure, rows, shown: Optional[str], store
 
 def show_figure(name: str, figure, draw, rows, shown: str, store: Optional[RunStore] = None) -> None:
     """In a chapter rendered at ``shown``: a paper's figure, ``draw`` (rows -> a matplotlib figure), at the
-    scale the landing page judges it (``figure_at_largest_scale``), named above it with what it found."""
+    scale the landing page judges it (``figure_at_largest_scale``), named above it with what it found and
+    the stamp of the runs it draws (``report.stamp``: their hardware and precision can differ from the table's)."""
     scale, rows, row = figure_at_largest_scale(name, figure, rows, shown, store)
     where = f"`{scale}` scale" + (" (larger than this page's: the largest where its runs have run)" if scale != shown
                                   else "")
-    display(Markdown(f"At {where}: {row['ours']}."))
+    display(Markdown(f"At {where}: {row['ours']}.\n\n{stamp(row['runs'])}"))
     fig = draw(rows)
     display(fig)
     plt.close(fig)  # shown once, not again at the end of the cell

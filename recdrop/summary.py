@@ -233,8 +233,8 @@ def landing_table(store: Optional[RunStore] = None, shown: Optional[List[Shown]]
 def landing_stamps(store: Optional[RunStore] = None, shown: Optional[List[Shown]] = None) -> pd.DataFrame:
     """Where the landing page's numbers came from: for each table, at each scale its row or its claims
     show (``landing_table``, ``landing_claims``), the chapter's stamp of those runs (``report.stamp``:
-    scale, runs and seeds, hardware, torch, commit and dates); then each of its ablations' rows that has
-    run. ``shown``: ``shown_tables``, where made."""
+    scale, runs and seeds, hardware, torch, commit and dates); then each paper's figure drawn from its runs
+    (the runs it draws), and each of its ablations' rows that has run. ``shown``: ``shown_tables``, where made."""
     store = store or RunStore()
     shown = shown_tables(store) if shown is None else shown
     out = []
@@ -250,6 +250,10 @@ def landing_stamps(store: Optional[RunStore] = None, shown: Optional[List[Shown]
             if scale in scales:
                 out.append({"table": e.title.split(":")[0], "scale": scale,  # the table's cells, as its chapter counts them
                             "where the numbers came from": stamp(e.table_rows(rows)), "chapter": e.name})
+        for row in mine[0].figures:  # a paper's figure drawn from its runs: those runs' own stamp, as its chapter's
+            if row["runs"]:
+                out.append({"table": row["what"].split(":")[0], "scale": row["scale"],
+                            "where the numbers came from": stamp(row["runs"]), "chapter": e.name})
         for s in mine[1:]:  # its ablations' rows, once they have run, stamped as the chapter stamps them
             if any(r.record for r in s.rows):
                 out.append({"table": f"{e.title.split(':')[0]}; ablation: {s.what.split('; ablation: ')[1]}",

@@ -378,14 +378,18 @@ def test_a_figures_landing_row_is_judged_at_the_largest_scale_where_its_cells_ra
     assert figure["ours"] == ("train 33.0 vs 26.0, valid 108.0 vs 142.0 (seed 0): holds (1 seed, too few to judge "
                               "against seed noise)")
     assert figure["verdict"] == "holds on fewer than 3 seeds: not judged against seed noise"
-    assert "paper" in set(landing_stamps(store).query("chapter == 'word_lm'")["scale"])
+    stamps = landing_stamps(store).set_index("table")
+    assert stamps.loc["Figure 2", "scale"] == "paper"  # stamped apart: the two runs it draws, not the table's
+    assert "runs: 2 shown" in stamps.loc["Figure 2", "where the numbers came from"]
     shown = []  # and the chapter draws it there, saying so
     monkeypatch.setattr(chapters, "display", lambda obj: shown.append(obj))
     drawn = []
     chapters.show_figure("word_lm", word_lm.figure2_row, lambda rows: drawn.append(rows) or plt.figure(), [],
                          "reduced", store)
-    assert shown[0].data == ("At `paper` scale (larger than this page's: the largest where its runs have run): "
-                             + figure["ours"] + ".")
+    line, figure_stamp = shown[0].data.split("\n\n")
+    assert line == ("At `paper` scale (larger than this page's: the largest where its runs have run): "
+                    + figure["ours"] + ".")
+    assert figure_stamp == stamps.loc["Figure 2", "where the numbers came from"]  # its runs' hardware and precision
     assert {r.config.scale for r in drawn[0]} == {"paper"}
 
 
