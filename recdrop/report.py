@@ -4,6 +4,7 @@ chapter shows is decided in ``book``."""
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
@@ -20,6 +21,11 @@ def stored_seeds(experiment: str, scale: str, store: Optional[RunStore] = None) 
     the book shows, so that every seed that ran counts."""
     store = store or RunStore()
     return sorted({int(r.seed) for r in store.records(experiment, scale)}) or [0]
+
+
+# ``Record.precisions``' names, as a stamp says them, in the order it lists them
+PRECISION_NAMES = {"float32": "float32", "cudnn-tf32": "cuDNN's default TF32", "tf32": "TF32 products",
+                   "bf16": "bf16 autocast"}
 
 
 def stamp(rows: Iterable[Row]) -> str:
@@ -47,13 +53,9 @@ def stamp(rows: Iterable[Row]) -> str:
         seeds_per_cell[r.config] = seeds_per_cell.get(r.config, 0) + bool(r.record)
     ran = [n for n in seeds_per_cell.values() if n]
     seeds = f"{min(ran)}" if min(ran) == max(ran) else f"{min(ran)}–{max(ran)}"
-    def using(precision):
-        return sum(precision in r.precisions for r in recs)
-    others = [(what, n) for what, n in (("cuDNN's default TF32", using("cudnn-tf32")), ("TF32 products", using("tf32")),
-                                        ("bf16 autocast", using("bf16"))) if n]
-    plain = sum(set(r.precisions) == {"float32"} for r in recs)
-    precision = ("".join(f" | {what} in {n} of the runs" for what, n in [("float32", plain)] * bool(plain) + others)
-                 if others else " | float32 throughout")  # a record of float32 names no precision (its run id)
+    used = Counter(p for r in recs for p in set(r.precisions))  # a resumed run counts under each it used
+    precision = (" | float32 throughout" if set(used) == {"float32"} else  # a float32 record names none (its run id)
+                 "".join(f" | {what} in {used[p]} of the runs" for p, what in PRECISION_NAMES.items() if used[p]))
     return (f"Scale: {scales} | runs: {len(recs)} shown{f', {diverged} diverged' if diverged else ''} | settings: "
             f"{len(ran)} of {len(seeds_per_cell)} run, {seeds} seed{'' if seeds == '1' else 's'} each | seeds: "
             f"{', '.join(map(str, sorted({r.seed for r in rows if r.record})))} | hardware: {values('hardware')} | "
