@@ -164,6 +164,9 @@ def test_the_training_plot_draws_every_run_of_each_cell_and_marks_the_second_sta
     stage = {line.get_xdata()[0] for line in loss.lines + f1.lines if line.get_linestyle() == ":"}
     assert stage == {2.5}  # between epoch 2 (short spans) and epoch 3 (long spans)
     assert not lstm_loss.lines and lstm_loss.texts[0].get_text() == "not yet run at this scale"
+    only_rnn = plot_cell_runs([r for r in rows if r["cell"] == "RNN"])  # an ablation of the RNN's cells alone
+    assert [ax.get_title() for ax in only_rnn.axes[:1]] == ["RNN"] and len(only_rnn.axes) == 2
+    assert not any(ax.texts for ax in only_rnn.axes)  # no panel for the cells it does not run
 
 
 def test_the_training_summary_finds_each_runs_lowest_loss_and_best_validation_epoch():

@@ -83,13 +83,16 @@ RATE_COLOURS = {0.0: "tab:blue", 0.25: "tab:red"}
 def plot_cell_runs(rows):
     """Per epoch, of every stored run: the training loss (the mean over the epoch's batches, on a log
     scale, where a batch that blew up shows) and the validation F1; one column per cell, one line per
-    seed, coloured by recurrent dropout; a dotted line where the training spans change (NER's stage 2)."""
+    seed, coloured by recurrent dropout; a dotted line where the training spans change (NER's stage 2).
+    Only the cells ``rows``' grid holds (an ablation of the RNN's cells draws the RNN alone)."""
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
 
     df = curves_frame(rows, ["cell", "rate"])
-    fig, axes = plt.subplots(2, len(CELLS), figsize=(4.2 * len(CELLS), 5.6), sharex=True, sharey="row")
-    for top, bottom, cell in zip(axes[0], axes[1], CELLS):
+    cells = [cell for cell in CELLS if any(r["cell"] == cell for r in rows)] or list(CELLS)
+    fig, axes = plt.subplots(2, len(cells), figsize=(4.2 * max(len(cells), 2), 5.6), sharex=True, sharey="row",
+                             squeeze=False)
+    for top, bottom, cell in zip(axes[0], axes[1], cells):
         top.set_title(cell)
         runs = df[df["cell"] == cell]
         if runs.empty:
