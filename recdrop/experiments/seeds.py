@@ -139,9 +139,9 @@ def orderings_verdict(table: "pd.DataFrame") -> str:
     if not len(judged):
         return f"fewer than {MIN_SEEDS_TO_JUDGE} seeds of its cells: 0 of the paper's {len(table)} orderings judged"
     count = judged["ours"].value_counts()
-    plural = {"survives": "survive", "holds on the means only": "hold on the means only"}
+    plural = {"holds on the means only": "hold on the means only"}  # of the verdicts after "survive"
     out = f"{count.get(JUDGED[0], 0)} of {len(judged)} judged survive, " + ", ".join(
-        f"{count.get(v, 0)} {plural.get(v, v)}" for v in JUDGED[1:])
+        f"{count.get(v, 0)} {v if count.get(v, 0) == 1 else plural.get(v, v)}" for v in JUDGED[1:])
     return out + (f"; {waiting} of the paper's {len(table)} orderings wait for {MIN_SEEDS_TO_JUDGE} seeds"
                   if waiting else "")
 
