@@ -17,7 +17,7 @@ from . import progress
 from .config import SCALE_NAMES
 from .experiments import EXPERIMENTS, temporal_order
 from .report import (ablation_effects, ablation_finding, claim_verdicts, plot_against_paper, side_by_side, stamp, styled,
-                     verdict_rows)
+                     verdict_kind, verdict_rows)
 from .store import RunStore
 from .sweep import run_grid, stored_rows, stored_scales
 
@@ -83,15 +83,20 @@ def paper_so_far(e, grid: str = "table", store: Optional[RunStore] = None,
     return f"{len(ran)} of {len(t)} cells run" + (f" ({cells})" if cells else "")
 
 
-def judged_claims(name: str, store: Optional[RunStore] = None, up_to: Optional[str] = None) -> Dict[str, tuple]:
+def judged_claims(name: str, store: Optional[RunStore] = None, up_to: Optional[str] = None,
+                  kinds: Optional[tuple] = None) -> Dict[str, tuple]:
     """Each claim of experiment ``name`` -> (scale, its verdict on our runs) at the largest scale (``up_to``
     at most) where it has a verdict; a claim with none anywhere is "not yet run" at the largest scale with
-    runs. Empty where no scale has runs. The landing page and the chapters judge claims through this."""
+    runs. Empty where no scale has runs. The landing page and the chapters judge claims through this.
+    With ``kinds`` (``report.VERDICTS``' first words), only a verdict of those kinds counts, and a claim
+    without one is left out."""
     judged: Dict[str, tuple] = {}
     for scale, rows in stored_scales(name, store=store, up_to=up_to):
         if not any(r.record for r in rows):  # nothing of this table here (a scale since redefined)
             continue
         for claim, verdict in claim_verdicts(EXPERIMENTS[name].claims(rows)).items():
+            if kinds is not None and verdict_kind(verdict) not in kinds:
+                continue
             if claim not in judged or (judged[claim][1] == "not yet run" and verdict != "not yet run"):
                 judged[claim] = (scale, verdict)
     return judged

@@ -22,6 +22,7 @@ from .sweep import run_grid, stored_scales
 QUICK_CAVEAT = "; at quick, a smoke test whose models under-fit: not a test of the claim (see Deviations)"
 PAPER_COLUMN = "on the paper's numbers"  # a claims table's verdict on the paper's own table
 NOT_ON_PAPER = "the paper's own numbers do not bear it out"
+AGAINST_NOISE = ("confirmed", "open", "refuted")  # the verdicts judged against the seed noise (report.VERDICTS)
 
 
 def _verdict(scale: Optional[str], verdicts: pd.Series) -> str:
@@ -67,8 +68,10 @@ def landing_claims(store: Optional[RunStore] = None) -> pd.DataFrame:
     """Every claim the paper makes on its tables, judged on our runs (``report.claim_verdict``: against
     the seed noise where 3 seeds ran) at the largest scale where it has a verdict, that scale named on
     its row. A claim without one anywhere (a cell it needs has not run) is *not yet run* at the largest
-    scale with runs of its table, or at none. A verdict at ``quick`` says that scale cannot test it; a claim
-    that does not hold on the paper's own numbers (its chapter's claims table) says so."""
+    scale with runs of its table, or at none. A verdict on too few seeds to judge against the seed noise
+    also gives the verdict at the largest scale where it is judged against it, if any. A verdict at
+    ``quick`` says that scale cannot test it; a claim that does not hold on the paper's own numbers (its
+    chapter's claims table) says so."""
     store = store or RunStore()
     out = []
     for e in EXPERIMENTS.values():
@@ -78,7 +81,12 @@ def landing_claims(store: Optional[RunStore] = None) -> pd.DataFrame:
         on_paper = dict(zip(table.iloc[:, 0], table.get(PAPER_COLUMN, pd.Series("holds", index=table.index))))
         judged = judged_claims(e.name, store) or {
             claim: ("none stored", verdict) for claim, verdict in claim_verdicts(table).items()}
+        against_noise = judged_claims(e.name, store, kinds=AGAINST_NOISE)
         for claim, (scale, verdict) in judged.items():
+            if verdict_kind(verdict) in ("holds", "fails") and claim in against_noise:  # too few seeds here
+                below, judged_below = against_noise[claim]
+                verdict += (f"; at `{below}` scale, against the seed noise: {judged_below}"
+                            + (QUICK_CAVEAT if below == "quick" else ""))
             if scale == "quick" and verdict != "not yet run":
                 verdict += QUICK_CAVEAT
             shown = claim if on_paper.get(claim, "holds") == "holds" else f"{claim} ({NOT_ON_PAPER})"

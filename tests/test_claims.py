@@ -200,6 +200,17 @@ def test_landing_claims_show_each_claim_at_the_largest_scale_where_it_ran(tmp_pa
     assert by_claim["recurrent dropout raises the LSTM's and the GRU's F1 (mean over the test sets)"] == (
         "paper", "not yet run")  # run nowhere: at the largest scale with runs
 
+    # the RNN at paper scale, seed 0: the claim holds there on one seed, and the landing page says so, then
+    # gives its verdict against the seed noise at the largest scale where it has one (quick, 3 seeds)
+    for r in grid_rows("sentiment", "paper", [0], store=store):
+        if r["cell"] == "RNN" and r["rate"]:
+            store_record(store, r, {f"test_f1:{t}": 49.0 for t in TEST_SETS})
+    sentiment = landing_claims(store).set_index("claim")
+    assert tuple(sentiment.loc["recurrent dropout lowers the vanilla RNN's F1 (mean over the test sets)",
+                               ["scale", "on ours"]]) == (
+        "paper", "holds (1 seed, too few to judge against seed noise); at `quick` scale, against the seed noise: "
+                 "confirmed (3 of 3 seeds)" + QUICK_CAVEAT)
+
 
 def test_figure2_row_judges_the_curves_against_seed_noise():
     from recdrop.experiments import word_lm
