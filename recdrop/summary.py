@@ -193,6 +193,8 @@ def _table_row(shown: Shown) -> dict:
     m = e.metric
     best = best_cell(e, t)
     delta = t.loc[best, "delta"]
+    # an ablation's runs differ from the paper's by its change too: the verdict names it beside what the table lacks
+    ablated = f", and its runs with {shown.what.split('; ablation: ')[1]}" if shown.grid != "table" else ""
     return {"what": shown.what, "chapter": e.name, "scale": scale or "none stored",
             "the paper's best cell": t.loc[best, "setting"], "paper": f"{t.loc[best, 'paper']:.{m.digits}f} {m.unit}",
             "ours": t.loc[best, "ours"] + (" (n=1)" if t.loc[best, "n"] == 1 else ""),  # beside rows of n=3
@@ -200,7 +202,7 @@ def _table_row(shown: Shown) -> dict:
             f"{delta:+g} {m.delta_unit}" if m.relative else f"{delta:+.{m.digits}f} {m.delta_unit}",
             "cells within tolerance": _cells_within(t["verdict"]),
             "verdict": _verdict(scale, t["verdict"]) + (
-                f" (without {e.paper_scale_lacks}: see Deviations)" if scale == "paper" and e.paper_scale_lacks
+                f" (without {e.paper_scale_lacks}{ablated}: see Deviations)" if scale == "paper" and e.paper_scale_lacks
                 else ""),
             "at paper scale so far": shown.paper_so_far}
 

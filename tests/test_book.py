@@ -107,6 +107,9 @@ def test_the_landing_verdict_names_what_a_paper_scale_lacks(tmp_path):
         "(without the pre-training on 1M weakly labelled tweets, the word2vec vectors (GloVe 50d here) and, most likely, "
         "the 2013 test tweets in training: see Deviations)")
     assert verdicts["word_lm"].iloc[0] == "not yet run at paper scale"  # the caveat only where the scale is `paper`
+    # the ablation's row names its change too: its runs differ from the paper's by that as well
+    assert verdicts["sentiment"].iloc[1].endswith(
+        "the 2013 test tweets in training, and its runs with torch's RMSprop, no clipping: see Deviations)")
 
 
 def test_an_ablations_runs_show_beside_their_table_on_the_landing_page_and_in_the_chapter(tmp_path, monkeypatch):
