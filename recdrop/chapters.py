@@ -222,6 +222,9 @@ def show_other_scales(name: str, shown: str, store: Optional[RunStore] = None) -
             display(fig)
             plt.close(fig)  # shown once, not again at the end of the cell
         if rows and e.claims is not None:
+            if scale == "quick":  # as the landing page says of a verdict at quick (summary.QUICK_CAVEAT)
+                display(Markdown("The claims below are judged at `quick`, a smoke test whose models under-fit: "
+                                 "not a test of the claims (see Deviations)."))
             display(e.claims(rows))
         if rows and e.curves is not None:
             fig = e.curves(rows)

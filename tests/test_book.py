@@ -256,6 +256,22 @@ def test_a_chapter_shows_the_runs_of_its_other_scales(store, monkeypatch):
     assert len(shown) == 4  # the scale shown is not repeated
 
 
+def test_claims_judged_at_quick_under_other_scales_say_that_quick_is_no_test_of_them(store, monkeypatch):
+    r = next(r for r in grid_rows("ner", "quick", [0], store=store))
+    path = store.root / "ner" / "quick" / f"{r.run_id}.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({**RECORD_DEFAULTS, "experiment": "ner", "seed": 0, "config": {"scale": "quick"},
+                                "metrics": {"test_f1_short": 80.0, "test_f1_long": 85.0}}))
+    shown = []
+    monkeypatch.setattr(chapters, "display", lambda obj: shown.append(obj))
+    chapters.show_other_scales("ner", "paper", store)
+    said = [i for i, o in enumerate(shown) if "judged at `quick`, a smoke test" in str(getattr(o, "data", ""))]
+    assert len(said) == 1 and "on ours" in shown[said[0] + 1]  # just above the claims table
+    shown.clear()
+    chapters.show_other_scales("ner", "quick", store)  # quick is the scale shown: not under other scales
+    assert not shown
+
+
 def test_a_chapter_says_where_its_claims_not_yet_run_are_judged(store):
     from recdrop.chapters import claims_judged_below
 
