@@ -211,7 +211,7 @@ def claim_verdict(test: Callable[[Dict[Any, float]], bool], by_seed: Dict[int, D
 
     - *confirmed*: it holds on the means over seeds and in each of at least ``MIN_SEEDS_TO_JUDGE`` seeds;
     - *refuted*: it fails on the means and in each of them;
-    - *open*: the seeds disagree;
+    - *open*: the seeds disagree (it says how many hold, and whether it holds on the means);
     - with fewer seeds it *holds* or *fails* on the means, not judged against the noise;
     - *not yet run*: no seed has every cell it needs; *cannot be judged* where a run of one of those
       cells diverged (``SeedValues.diverged``).
@@ -235,7 +235,7 @@ def claim_verdict(test: Callable[[Dict[Any, float]], bool], by_seed: Dict[int, D
         return f"confirmed ({n} of {n} seeds{note})"
     if not on_means and not any(outcomes):
         return f"refuted ({n} of {n} seeds{note})"
-    return f"open (holds in {sum(outcomes)} of {n} seeds{note})"
+    return f"open (holds in {sum(outcomes)} of {n} seeds, {'holds' if on_means else 'fails'} on the means{note})"
 
 
 # The one vocabulary of verdicts: each verdict ``claim_verdict`` (and a study's) gives begins with

@@ -20,9 +20,9 @@ def a_beats_b(v):
     ({0: {"a": 1, "b": 2}, 1: {"a": 1, "b": 3}, 2: {"a": 2, "b": 3}}, "confirmed (3 of 3 seeds)"),
     ({0: {"a": 3, "b": 2}, 1: {"a": 4, "b": 3}, 2: {"a": 5, "b": 3}}, "refuted (3 of 3 seeds)"),
     # holds on the means (2 < 3) but not in seed 2: the seeds disagree
-    ({0: {"a": 1, "b": 3}, 1: {"a": 1, "b": 3}, 2: {"a": 4, "b": 3}}, "open (holds in 2 of 3 seeds)"),
+    ({0: {"a": 1, "b": 3}, 1: {"a": 1, "b": 3}, 2: {"a": 4, "b": 3}}, "open (holds in 2 of 3 seeds, holds on the means)"),
     # fails on the means (3 > 2.67) though it holds in seed 0
-    ({0: {"a": 1, "b": 2}, 1: {"a": 4, "b": 3}, 2: {"a": 4, "b": 3}}, "open (holds in 1 of 3 seeds)"),
+    ({0: {"a": 1, "b": 2}, 1: {"a": 4, "b": 3}, 2: {"a": 4, "b": 3}}, "open (holds in 1 of 3 seeds, fails on the means)"),
     ({0: {"a": 1, "b": 2}, 1: {"a": 1, "b": 2}}, "holds (2 seeds, too few to judge against seed noise)"),
     ({0: {"a": 3, "b": 2}}, "fails (1 seed, too few to judge against seed noise)"),
     ({0: {"a": 1}, 1: {"a": 1}}, "not yet run"),
@@ -51,7 +51,7 @@ def test_a_seed_without_a_cell_counts_where_its_own_cells_decide_the_claim_and_e
     # seeds 1 and 2 fail at "a beats b", whatever their c: all three count, and they disagree
     by_seed = {0: {"a": 1, "b": 2, "c": 3}, 1: {"a": 5, "b": 2}, 2: {"a": 5, "b": 2}}
     assert claim_verdict(a_beats_b_and_c, by_seed) == (
-        "open (holds in 1 of 3 seeds; 2 of them decided without a cell they lack)")  # said, beside a table of n=1
+        "open (holds in 1 of 3 seeds, fails on the means; 2 of them decided without a cell they lack)")  # said, beside a table of n=1
     # seed 1 beats b and would need its c: undecided, so only the complete seed counts, never seed 2
     # alone for failing early (a choice of seeds by their outcome)
     by_seed = {0: {"a": 1, "b": 2, "c": 3}, 1: {"a": 1, "b": 2}, 2: {"a": 5, "b": 2}}
@@ -104,7 +104,7 @@ def test_table1_claims_against_seed_noise():
         return train, test
 
     claim = "short: Moon per-sequence learns the task in training but fails at test (at chance or below: at most 35%)"
-    assert claims_of(table1_rows(seed2_differs))[claim] == "open (holds in 2 of 3 seeds)"
+    assert claims_of(table1_rows(seed2_differs))[claim] == "open (holds in 2 of 3 seeds, fails on the means)"
     assert claims_of(table1_rows(paper_like, seeds=(0,)))[claim] == (
         "holds (1 seed, too few to judge against seed noise)")
 
@@ -118,7 +118,7 @@ def test_moon_per_step_must_solve_the_short_length_later_than_the_lstm_without_d
     def later_in_seed_0_only(r):
         return 5 if (r["scheme"], r["sampling"], r.seed) == ("moon", "per-step", 0) else 3
     assert claims_of(table1_rows(lambda r: (1.0, 1.0), reached_at=later_in_seed_0_only))[claim] == (
-        "open (holds in 1 of 3 seeds)")
+        "open (holds in 1 of 3 seeds, holds on the means)")
 
 
 def test_how_much_later_moon_per_step_solves_it_is_shown_seed_by_seed():
@@ -224,7 +224,7 @@ def test_figure2_row_judges_the_curves_against_seed_noise():
         train = 120.0 if ours and r.seed != 2 else 100.0 if not ours else 90.0
         r.stored = record(metrics={"train_ppl": train, "valid_ppl": 140.0 if ours else 150.0})
     row = word_lm.figure2_row(picked, "quick")
-    assert row["ours"] == "train 110.0 vs 100.0, valid 140.0 vs 150.0 (mean of 3 seeds): open (holds in 2 of 3 seeds)"
+    assert row["ours"] == "train 110.0 vs 100.0, valid 140.0 vs 150.0 (mean of 3 seeds): open (holds in 2 of 3 seeds, holds on the means)"
     assert row["verdict"] == "within seed noise (the seeds disagree)"  # it holds on the means, not in every seed
     one = [r for r in picked if r.seed == 1]
     assert word_lm.figure2_row(one, "quick")["ours"] == (
@@ -246,7 +246,7 @@ def test_a_claim_that_stops_early_in_one_seed_still_needs_the_cells_it_reads_in_
     assert claim_verdict(both_grow, by_seed) == "not yet run"
     for seed in by_seed:
         by_seed[seed].update({("b", "train"): 2, ("b", "test"): 1})
-    assert claim_verdict(both_grow, by_seed) == "open (holds in 2 of 3 seeds)"
+    assert claim_verdict(both_grow, by_seed) == "open (holds in 2 of 3 seeds, holds on the means)"
 
 
 def test_a_claim_whose_own_lookup_fails_raises_instead_of_looping():
