@@ -26,20 +26,32 @@ def progress_marks(root: Path):
             {p.name: p.stat().st_mtime_ns for p in (root / "cache").rglob("*.pt")})
 
 
+def epoch_seconds(reference: dict) -> float:
+    """The shortest epoch of an uninterrupted sweep's records (a fused group's: its members' shares summed)."""
+    groups = {}
+    for rec in reference.values():
+        key = tuple(rec.get("group") or [rec["run_id"]])
+        groups[key] = groups.get(key, 0.0) + rec["wall_time_s"] / max(1, len(rec["curves"]))
+    return min(groups.values())
+
+
 def kill_repeatedly(cmd, env, root: Path, kills: int, signals=(signal.SIGKILL,), max_pause: float = 0.1,
-                    after_each=None) -> int:
+                    after_each=None, epoch_s: float = float("inf")) -> int:
     """Start the sweep ``kills`` times, each time killing it (with ``signals`` in turn) at a random moment
     after it made some progress; ``after_each(k)`` checks the store after kill k. Returns the kills made
-    (fewer where the sweep finished first)."""
+    (fewer where the sweep finished first). Each pause is at most ``max_pause`` and at most one epoch
+    (``epoch_s``, ``epoch_seconds``), so that a kill lands at most one epoch after the progress it waited
+    for however fast the machine: ``kills`` kills need at most twice as many epochs."""
     rng = random.Random(0)
     made = 0
+    pause, poll = min(max_pause, epoch_s), min(0.02, epoch_s / 4)
     while made < kills:
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         before = progress_marks(root)
         deadline = time.time() + 120
         while progress_marks(root) == before and proc.poll() is None and time.time() < deadline:
-            time.sleep(0.02)  # wait for some progress (a checkpoint or a record), then kill at random
-        time.sleep(rng.uniform(0.0, max_pause))
+            time.sleep(poll)  # wait for some progress (a checkpoint or a record), then kill at random
+        time.sleep(rng.uniform(0.0, pause))
         if proc.poll() is not None:
             break  # the sweep finished before this kill
         proc.send_signal(signals[made % len(signals)])

@@ -21,7 +21,7 @@ from recdrop.store import (CorruptCheckpointError, DirtyTreeError, RunInUseError
 from recdrop.sweep import run_grid
 from recdrop.train import train_run
 
-from kills import REPO, kill_repeatedly, resume_to_the_end, stored_records, sweep_command
+from kills import REPO, epoch_seconds, kill_repeatedly, resume_to_the_end, stored_records, sweep_command
 
 KILLS = 20
 SWEEP = ["temporal_order", "--scale", "ci", "--no-progress", "--seeds", "0", "1", "--set", "epochs=30",
@@ -42,7 +42,8 @@ def test_twenty_random_kills_lose_nothing_and_end_where_an_uninterrupted_sweep_e
             text = p.read_text()
             json.loads(text)  # every record is whole ...
             assert seen.setdefault(p.name, text) == text, f"record {p.name} changed after kill {kills}"  # ... and final
-    kills = kill_repeatedly(cmd, env, root, KILLS, (signal.SIGKILL, signal.SIGTERM), after_each=records_are_whole_and_final)
+    kills = kill_repeatedly(cmd, env, root, KILLS, (signal.SIGKILL, signal.SIGTERM), after_each=records_are_whole_and_final,
+                            epoch_s=epoch_seconds(reference))
     assert kills == KILLS, f"the sweep finished after {kills} kills: make the runs longer"
     assert len(seen) < 8, "the kills must land before the sweep is done"
     for name, rec in resume_to_the_end(cmd, env, root, reference).items():

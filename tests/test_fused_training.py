@@ -21,7 +21,7 @@ from recdrop.store import RunStore
 from recdrop.sweep import fuse_groups, grid_rows, run_grid
 from recdrop.train import train_group, train_run
 
-from kills import REPO, kill_repeatedly, resume_to_the_end, stored_records, sweep_command
+from kills import REPO, epoch_seconds, kill_repeatedly, resume_to_the_end, stored_records, sweep_command
 from made import row
 
 TASKS = {"word_lm": (WordLMConfig, WordLMTask), "char_lm": (CharLMConfig, CharLMTask)}
@@ -136,9 +136,9 @@ def test_a_member_that_diverges_stops_alone_recorded_as_alone_and_the_others_fin
     assert train_group(WordLMTask, runs, store=RunStore(tmp_path / "group"), progress=False)[1] == group[1]
 
 
-SWEEP = ["word_lm", "--scale", "ci", "--no-progress", "--fuse", "--set", "epochs=8",
+SWEEP = ["word_lm", "--scale", "ci", "--no-progress", "--fuse", "--set", "epochs=13",
          "--only", "forward=without forward dropout", "rate=0.25", "sampling=per-step"]  # 3 cells, one group
-KILLS = 6
+KILLS = 6  # at most 2 epochs a kill (kills.kill_repeatedly): 12 of the 13
 
 
 def test_a_fused_group_killed_at_random_moments_resumes_every_member_to_the_uninterrupted_records(tmp_path):
@@ -148,7 +148,7 @@ def test_a_fused_group_killed_at_random_moments_resumes_every_member_to_the_unin
     assert len(reference) == 3 and all(len(r["group"]) == 3 for r in reference.values())
 
     cmd, env, root = sweep_command(tmp_path, "killed", SWEEP)
-    kills = kill_repeatedly(cmd, env, root, KILLS, max_pause=0.3)
+    kills = kill_repeatedly(cmd, env, root, KILLS, max_pause=0.3, epoch_s=epoch_seconds(reference))
     assert kills == KILLS, f"the group finished after {kills} kills: make it longer"
     assert len(list((root / "runs").rglob("*.json"))) < 3
     for rec in resume_to_the_end(cmd, env, root, reference).values():
