@@ -58,7 +58,10 @@ class Record:
     def precisions(self) -> Tuple[str, ...]:
         """The precision of each of its ``stretches``: the one a record names ("tf32", "bf16"), else
         "float32"; but "cudnn-tf32" for a run on a GPU finished before 295cd5e without recurrent
-        dropout, whose layers ran cuDNN's kernels with torch's default then, TF32 (``CUDNN_TF32_UNTIL``)."""
+        dropout, whose layers ran cuDNN's kernels with torch's default then, TF32 (``CUDNN_TF32_UNTIL``).
+        A stretch has no time of its own, so each is dated by the record's ``finished``: a resumed run whose
+        early stretch ran before 295cd5e and whose last ran after would count that stretch as float32. No
+        stored record is such a run, and no checkpoint from before 295cd5e is kept to make one."""
         cudnn = self.finished < CUDNN_TF32_UNTIL and not self.config.get("recurrent_dropout")
         return tuple(part.get("precision") or ("cudnn-tf32" if cudnn and str(part.get("device", "")).startswith("cuda")
                                                else "float32") for part in self.stretches)
