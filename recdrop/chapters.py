@@ -16,8 +16,8 @@ from IPython.display import Markdown, display
 from . import progress
 from .config import SCALE_NAMES
 from .experiments import EXPERIMENTS, temporal_order
-from .report import (ablation_effects, ablation_finding, claim_verdicts, plot_against_paper, side_by_side, stamp, styled,
-                     verdict_kind, verdict_rows)
+from .report import (AGAINST_NOISE, ablation_effects, ablation_finding, claim_verdicts, plot_against_paper, side_by_side,
+                     stamp, styled, verdict_kind, verdict_rows)
 from .store import RunStore
 from .sweep import run_grid, stored_rows, stored_scales
 
@@ -146,12 +146,22 @@ def figure_at_largest_scale(name: str, figure, rows, shown: Optional[str], store
     """(scale, rows, its landing row) of a paper's figure drawn from experiment ``name``'s runs (``figure``,
     one of ``Experiment.figures``) at the largest scale where the runs it draws have run, as a claim is
     judged (``judged_claims``); where they have run at no scale, at ``shown`` (the chapter's scale) on
-    ``rows``. The landing page and the chapter show the figure there."""
+    ``rows``. The landing page and the chapter show the figure there. As for a claim on the landing page,
+    where that scale has too few seeds to judge against the seed noise, the row's ``ours`` also gives
+    what the largest smaller scale that has enough found."""
+    found = None
     for scale, stored in stored_scales(name, store=store):
         row = figure(stored, scale)
-        if row["verdict"] != "not yet run":
-            return scale, stored, row
-    return shown, rows, figure(rows, shown)
+        if row["verdict"] == "not yet run":
+            continue
+        if found is None:
+            found = scale, stored, row
+            if verdict_kind(row["judged"]) not in ("holds", "fails"):
+                break
+        elif verdict_kind(row["judged"]) in AGAINST_NOISE:
+            found[2]["ours"] += f"; at `{scale}` scale, judged against seed noise: {row['ours']}"
+            break
+    return found or (shown, rows, figure(rows, shown))
 
 
 def show_figure(name: str, figure, draw, rows, shown: str, store: Optional[RunStore] = None) -> None:
@@ -161,7 +171,8 @@ def show_figure(name: str, figure, draw, rows, shown: str, store: Optional[RunSt
     scale, rows, row = figure_at_largest_scale(name, figure, rows, shown, store)
     where = f"`{scale}` scale" + (" (larger than this page's: the largest where its runs have run)" if scale != shown
                                   else "")
-    display(Markdown(f"At {where}: {row['ours']}.\n\n{stamp(row['runs'])}"))
+    runs = f"\n\n{stamp(row['runs'])}" if any(r.record for r in row["runs"]) else ""
+    display(Markdown(f"At {where}: {row['ours']}.{runs}"))
     fig = draw(rows)
     display(fig)
     plt.close(fig)  # shown once, not again at the end of the cell

@@ -55,7 +55,8 @@ def stamp(rows: Iterable[Row]) -> str:
     seeds = f"{min(ran)}" if min(ran) == max(ran) else f"{min(ran)}–{max(ran)}"
     used = Counter(p for r in recs for p in set(r.precisions))  # a resumed run counts under each it used
     precision = (" | float32 throughout" if set(used) == {"float32"} else  # a float32 record names none (its run id)
-                 "".join(f" | {what} in {used[p]} of the runs" for p, what in PRECISION_NAMES.items() if used[p]))
+                 "".join(f" | {what} in {used[p]} of the runs" for p, what in PRECISION_NAMES.items() if used[p])
+                 + (" (a resumed run counts under each it used)" if sum(used.values()) > len(recs) else ""))
     return (f"Scale: {scales} | runs: {len(recs)} shown{f', {diverged} diverged' if diverged else ''} | settings: "
             f"{len(ran)} of {len(seeds_per_cell)} run, {seeds} seed{'' if seeds == '1' else 's'} each | seeds: "
             f"{', '.join(map(str, sorted({r.seed for r in rows if r.record})))} | hardware: {values('hardware')} | "
@@ -250,6 +251,9 @@ VERDICTS = (  # (first words, symbol, what it means)
     ("other", "?", "a study's own verdict (the conjecture's, the seeds'), inconclusive, or a run it needs diverged: "
                    "see its chapter"),
 )
+
+
+AGAINST_NOISE = ("confirmed", "open", "refuted")  # the kinds of verdict judged against the seed noise
 
 
 def verdict_kind(verdict: str) -> str:

@@ -11,10 +11,11 @@ import pandas as pd
 
 from .book import chapter_scale, chapter_seeds
 from .chapters import best_cell, figure_at_largest_scale, judged_claims, paper_comparison, paper_so_far
+from .config import SCALE_NAMES
 from .experiments import EXPERIMENTS, conjecture
 from .experiments import seeds as seeds_study
-from .report import (VERDICTS, ablation_effects, ablation_finding, claim_verdicts, held_cells, stamp, verdict_kind,
-                     verdict_rows, verdict_tally)
+from .report import (AGAINST_NOISE, VERDICTS, ablation_effects, ablation_finding, claim_verdicts, held_cells, stamp,
+                     verdict_kind, verdict_rows, verdict_tally)
 from .records import Row
 from .store import RunStore
 from .sweep import run_grid, stored_scales
@@ -22,7 +23,6 @@ from .sweep import run_grid, stored_scales
 QUICK_CAVEAT = "; at quick, a smoke test whose models under-fit: not a test of the claim (see Deviations)"
 PAPER_COLUMN = "on the paper's numbers"  # a claims table's verdict on the paper's own table
 NOT_ON_PAPER = "the paper's own numbers do not bear it out"
-AGAINST_NOISE = ("confirmed", "open", "refuted")  # the verdicts judged against the seed noise (report.VERDICTS)
 
 
 def _verdict(scale: Optional[str], verdicts: pd.Series) -> str:
@@ -85,7 +85,8 @@ def landing_claims(store: Optional[RunStore] = None) -> pd.DataFrame:
         for claim, (scale, verdict) in judged.items():
             if verdict_kind(verdict) in ("holds", "fails") and claim in against_noise:  # too few seeds here
                 below, judged_below = against_noise[claim]
-                verdict += (f"; at `{below}` scale, against the seed noise: {judged_below}"
+                assert SCALE_NAMES.index(below) < SCALE_NAMES.index(scale), (claim, below, scale)
+                verdict += (f"; at `{below}` scale, judged against seed noise: {judged_below}"
                             + (QUICK_CAVEAT if below == "quick" else ""))
             if scale == "quick" and verdict != "not yet run":
                 verdict += QUICK_CAVEAT
@@ -193,8 +194,8 @@ def _table_row(shown: Shown) -> dict:
     m = e.metric
     best = best_cell(e, t)
     delta = t.loc[best, "delta"]
-    # an ablation's runs differ from the paper's by its change too: the verdict names it beside what the table lacks
-    ablated = f", and its runs with {shown.what.split('; ablation: ')[1]}" if shown.grid != "table" else ""
+    # an ablation's runs differ from the paper's by its change (named in "what") too, not only by what the table lacks
+    ablated = "beside its own change, " if shown.grid != "table" else ""
     return {"what": shown.what, "chapter": e.name, "scale": scale or "none stored",
             "the paper's best cell": t.loc[best, "setting"], "paper": f"{t.loc[best, 'paper']:.{m.digits}f} {m.unit}",
             "ours": t.loc[best, "ours"] + (" (n=1)" if t.loc[best, "n"] == 1 else ""),  # beside rows of n=3
@@ -202,7 +203,7 @@ def _table_row(shown: Shown) -> dict:
             f"{delta:+g} {m.delta_unit}" if m.relative else f"{delta:+.{m.digits}f} {m.delta_unit}",
             "cells within tolerance": _cells_within(t["verdict"]),
             "verdict": _verdict(scale, t["verdict"]) + (
-                f" (without {e.paper_scale_lacks}{ablated}: see Deviations)" if scale == "paper" and e.paper_scale_lacks
+                f" ({ablated}without {e.paper_scale_lacks}: see Deviations)" if scale == "paper" and e.paper_scale_lacks
                 else ""),
             "at paper scale so far": shown.paper_so_far}
 
@@ -242,7 +243,7 @@ def landing_table(store: Optional[RunStore] = None, shown: Optional[List[Shown]]
 
 def landing_stamps(store: Optional[RunStore] = None, shown: Optional[List[Shown]] = None) -> pd.DataFrame:
     """Where the landing page's numbers came from: for each table, at each scale its row or its claims
-    show (``landing_table``, ``landing_claims``), the chapter's stamp of those runs (``report.stamp``:
+    show (``landing_table``, ``landing_claims``, a smaller scale's verdict included), the chapter's stamp of those runs (``report.stamp``:
     scale, runs and seeds, hardware, torch, commit and dates); then each paper's figure drawn from its runs
     (the runs it draws), and each of its ablations' rows that has run. ``shown``: ``shown_tables``, where made."""
     store = store or RunStore()
@@ -253,7 +254,7 @@ def landing_stamps(store: Optional[RunStore] = None, shown: Optional[List[Shown]
             continue
         mine = [s for s in shown if s.experiment.name == e.name]
         scales = ({s.scale for s in mine[:1]} | {scale for scale, _ in judged_claims(e.name, store).values()}
-                  | {row["scale"] for row in mine[0].figures})
+                  | {scale for scale, _ in judged_claims(e.name, store, kinds=AGAINST_NOISE).values()})
         if any(s.paper_so_far not in ("none run", "shown") for s in mine):
             scales.add("paper")  # the cells run there so far are beside the table
         for scale, rows in stored_scales(e.name, store=store):
@@ -261,7 +262,7 @@ def landing_stamps(store: Optional[RunStore] = None, shown: Optional[List[Shown]
                 out.append({"table": e.title.split(":")[0], "scale": scale,  # the table's cells, as its chapter counts them
                             "where the numbers came from": stamp(e.table_rows(rows)), "chapter": e.name})
         for row in mine[0].figures:  # a paper's figure drawn from its runs: those runs' own stamp, as its chapter's
-            if row["runs"]:
+            if any(r.record for r in row["runs"]):
                 out.append({"table": row["what"].split(":")[0], "scale": row["scale"],
                             "where the numbers came from": stamp(row["runs"]), "chapter": e.name})
         for s in mine[1:]:  # its ablations' rows, once they have run, stamped as the chapter stamps them

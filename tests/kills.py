@@ -27,7 +27,8 @@ def progress_marks(root: Path):
 
 
 def epoch_seconds(reference: dict) -> float:
-    """The shortest epoch of an uninterrupted sweep's records (a fused group's: its members' shares summed)."""
+    """The mean epoch (its evaluation and first-epoch warm-up included) of the quickest run of an uninterrupted
+    sweep's records (a fused group's: its members' shares summed)."""
     groups = {}
     for rec in reference.values():
         key = tuple(rec.get("group") or [rec["run_id"]])
@@ -41,7 +42,8 @@ def kill_repeatedly(cmd, env, root: Path, kills: int, signals=(signal.SIGKILL,),
     after it made some progress; ``after_each(k)`` checks the store after kill k. Returns the kills made
     (fewer where the sweep finished first). Each pause is at most ``max_pause`` and at most one epoch
     (``epoch_s``, ``epoch_seconds``), so that a kill lands at most one epoch after the progress it waited
-    for however fast the machine: ``kills`` kills need at most twice as many epochs."""
+    for however fast the machine: ``kills`` kills need at most twice as many epochs (a steady epoch is
+    shorter than the mean, by less than the half-epoch this allows)."""
     rng = random.Random(0)
     made = 0
     pause, poll = min(max_pause, epoch_s), min(0.02, epoch_s / 4)

@@ -110,8 +110,8 @@ def test_table1_claims_against_seed_noise():
 
 
 def test_moon_per_step_must_solve_the_short_length_later_than_the_lstm_without_dropout():
-    claim = ("short: Moon per-step solves it, later than the LSTM without dropout (judged: later; the paper's 10-20 "
-             "times more iterations is not: the chapter's table of first solved epochs gives ours)")
+    claim = ("short: Moon per-step solves it, later than the LSTM without dropout (only *later* is judged, not the "
+             "paper's 10-20 times more iterations; the chapter's table of first solved epochs gives ours)")
     assert claims_of(table1_rows(lambda r: (1.0, 1.0)))[claim] == "confirmed (3 of 3 seeds)"
     assert claims_of(table1_rows(lambda r: (1.0, 1.0), reached_at=lambda r: 3))[claim] == "refuted (3 of 3 seeds)"
 
@@ -208,7 +208,7 @@ def test_landing_claims_show_each_claim_at_the_largest_scale_where_it_ran(tmp_pa
     sentiment = landing_claims(store).set_index("claim")
     assert tuple(sentiment.loc["recurrent dropout lowers the vanilla RNN's F1 (mean over the test sets)",
                                ["scale", "on ours"]]) == (
-        "paper", "holds (1 seed, too few to judge against seed noise); at `quick` scale, against the seed noise: "
+        "paper", "holds (1 seed, too few to judge against seed noise); at `quick` scale, judged against seed noise: "
                  "confirmed (3 of 3 seeds)" + QUICK_CAVEAT)
 
 

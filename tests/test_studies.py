@@ -91,6 +91,9 @@ def test_the_landing_line_counts_judged_orderings_and_those_waiting_for_seeds():
     reversed_ = fake_rows({OURS: [110, 111, 112], GAL: [103, 104, 105]})
     assert seeds.orderings_verdict(seeds.orderings("word_lm", reversed_)) == \
         "0 of 1 judged survive, 0 hold on the means only, 0 reversed on the means only, 1 reversed"
+    overlap = fake_rows({OURS: [100, 104, 102], GAL: [103, 110, 111]})  # ours ahead on the means, the seeds overlap
+    assert seeds.orderings_verdict(seeds.orderings("word_lm", overlap)) == \
+        "0 of 1 judged survive, 1 holds on the means only, 0 reversed on the means only, 0 reversed"
     one = fake_rows({OURS: [100], GAL: [103]})
     assert seeds.orderings_verdict(seeds.orderings("word_lm", one)) == \
         "fewer than 3 seeds of its cells: 0 of the paper's 1 orderings judged"

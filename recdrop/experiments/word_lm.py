@@ -364,8 +364,8 @@ def plot_runs(rows):
 def figure2_row(rows, scale):
     """Figure 2's row of the landing page, from the runs at ``scale``: with 0.25 per-step dropout (ours),
     the final training perplexity is higher and the validation perplexity lower than without (judged
-    against the seed noise, ``report.claim_verdict``; the verdict ``report.figure_verdict``'s); ``runs``, the
-    finished runs the figure draws (for their stamp: hardware and precision)."""
+    against the seed noise, ``report.claim_verdict``, in ``judged``; the verdict ``report.figure_verdict``'s);
+    ``runs``, the rows of the two cells the figure draws (for their stamp: hardware and precision)."""
     wo = next(iter(FORWARD))
     none, ours = (wo, "none", 0.0, "-"), (wo, "semeniuta", 0.25, "per-step")
     by_seed = seed_values(rows, lambda r, m: {(r.cell(CELL_KEYS), split): m.get(f"{split}_ppl")
@@ -377,7 +377,7 @@ def figure2_row(rows, scale):
     keys = [(cell, split) for cell in (ours, none) for split in ("train", "valid")]
     complete = {seed: v for seed, v in by_seed.items() if all(k in v for k in keys)}  # what claim_verdict judges
     if not complete:
-        found, verdict = "not yet run", "not yet run"
+        found = verdict = judged = "not yet run"
     else:
         mean = means_over(list(complete.values()))
         over = f"seed {next(iter(complete))}" if len(complete) == 1 else f"mean of {len(complete)} seeds"
@@ -388,4 +388,4 @@ def figure2_row(rows, scale):
     return {"what": "Figure 2: learning curves, word-level PTB", "scale": scale or "—",
             "the paper's best cell": "with dropout: higher training, lower validation perplexity (its slower convergence "
                                      "not judged)", "ours": found,
-            "verdict": verdict, "runs": [r for r in rows if r.record and r.cell(CELL_KEYS) in (ours, none)]}
+            "verdict": verdict, "judged": judged, "runs": [r for r in rows if r.cell(CELL_KEYS) in (ours, none)]}
