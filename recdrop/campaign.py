@@ -45,6 +45,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 from . import experiments
 from .paths import DATA_DIR
 from .progress import bar as progress_bar
+from .progress import say
 from .store import (CorruptCheckpointError, DirtyTreeError, RunInUseError, RunStore, atomic_write_bytes, cache_dir,
                     git_commit, load_checkpoint, unclean_commits)
 from .records import Record, Row
@@ -213,7 +214,8 @@ def run_campaign(entries: Sequence[Entry], device: str = "cpu", jobs: int = 1, b
     on a group's size) the runs of an experiment that can share one model train as one group
     (``sweep.fuse_groups``), groups in the order of their first run. Returns the rows by outcome:
     ``finished`` and ``diverged`` (recorded as such) with their stored record (``stored``); ``stopped``
-    (checkpoint saved), ``failed`` and ``not_started``, with their ``error``."""
+    (checkpoint saved), ``failed`` and ``not_started``, with their ``error``. Its log (``log``, with or
+    without bars) says what is pending, then each run as it settles."""
     device = check_device(device)
     check_jobs(jobs)
     set_precision(precision, device)
@@ -226,21 +228,27 @@ def run_campaign(entries: Sequence[Entry], device: str = "cpu", jobs: int = 1, b
     bar = progress_bar(total=len(todo), desc=f"campaign on {device}", disable=not progress, position=0,
                        dynamic_ncols=True)
     threads = worker_threads(jobs)
+    log(f"{len(todo)} runs pending in {len(groups)} groups, {jobs} at a time, until "
+        f"{time.strftime('%H:%M UTC', time.gmtime(deadline))}")
+
+    def settled(run: Pending, outcome: str, how: str):
+        out[outcome].append(run)
+        bar.update(1)
+        if outcome != "not_started":
+            log(f"{outcome} {run.label()}{how}; {sum(map(len, out.values()))} of {len(todo)} settled")
 
     def took(run: Pending, record: Record):
         set_stored(store, run, record)
-        out["diverged" if record.diverged else "finished"].append(run)
-        bar.update(1)
+        settled(run, "diverged" if record.diverged else "finished", f" in {record.wall_time_s / 60:.0f} min")
 
     def failed(run: Pending, error):
         if isinstance(error, BudgetExhausted):
             run.error = str(error)
             started = store.checkpoint_path(run.experiment, run.run_id).exists()
-            out["stopped" if started else "not_started"].append(run)
+            settled(run, "stopped" if started else "not_started", f": {run.error}")
         else:  # keep going: the other runs are worth having
             run.error = f"{type(error).__name__}: {error}"
-            out["failed"].append(run)
-        bar.update(1)
+            settled(run, "failed", f": {run.error}")
 
     def job(i, group: List[Pending]):
         return Job(group[0].experiment, tuple((r.config, r.seed) for r in group), device, str(store.root), threads,
@@ -251,6 +259,11 @@ def run_campaign(entries: Sequence[Entry], device: str = "cpu", jobs: int = 1, b
     finally:
         bar.close()
     return out
+
+
+def log(line: str) -> None:
+    """A timestamped line of the campaign's log, as each run settles: shown with or without the bars."""
+    say(f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} campaign: {line}")
 
 
 def campaign_groups(todo: Sequence[Pending], fuse: Union[bool, int], device: str) -> List[List[Pending]]:

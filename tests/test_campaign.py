@@ -4,6 +4,7 @@ import itertools
 import json
 import multiprocessing
 import os
+import re
 import time
 import types
 
@@ -110,7 +111,7 @@ def test_a_run_past_its_deadline_does_not_start(store):
 
 
 def test_the_campaign_runs_what_is_missing_in_order_and_reruns_unclean_records(tmp_path, store, clean_code,
-                                                                               monkeypatch):
+                                                                               monkeypatch, capsys):
     (tmp_path / ".git").mkdir()  # the store's records are committed: it keeps only clean ones
     monkeypatch.setattr(campaign, "git_commit", lambda: "0123456789")
     entries = [CI_ENTRY]
@@ -118,6 +119,12 @@ def test_the_campaign_runs_what_is_missing_in_order_and_reruns_unclean_records(t
     assert [r["sampling"] for r in todo] == ["per-step", "per-sequence"]
     out = run_campaign(entries, "cpu", 1, 600.0, store, progress=False)
     assert len(out["finished"]) == 2 and not out["stopped"] + out["failed"] + out["not_started"]
+    # without bars too, its log says what is pending, then each run as it settles, in order, timestamped
+    log = [line.split(" campaign: ", 1) for line in capsys.readouterr().out.splitlines() if " campaign: " in line]
+    assert [time.strptime(stamp, "%Y-%m-%d %H:%M:%S") for stamp, _ in log]
+    assert log[0][1].startswith("2 runs pending in 2 groups, 1 at a time, until ")
+    assert len(log) == 3 and all(re.fullmatch(rf"finished {re.escape(r.label())} in \d+ min; {i} of 2 settled", what)
+                                 for i, (r, (_, what)) in enumerate(zip(todo, log[1:]), 1))
     assert pending_runs(entries, "cpu", store) == []
     # a record from uncommitted code is run again and replaced
     rec = out["finished"][0].record
