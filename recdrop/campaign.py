@@ -208,14 +208,17 @@ def parse_budget(text: str) -> float:
 
 def run_campaign(entries: Sequence[Entry], device: str = "cpu", jobs: int = 1, budget_s: float = 3600.0,
                  store: Optional[RunStore] = None, progress: bool = True,
-                 fuse: Union[bool, int] = False, precision: str = "float32") -> Dict[str, List[Pending]]:
+                 fuse: Union[bool, int] = False, precision: str = "float32",
+                 whole_runs: bool = False) -> Dict[str, List[Pending]]:
     """Run the pending runs in order with ``jobs`` worker processes until all are done or ``budget_s``
     seconds have passed; then every running run checkpoints and stops. With ``fuse`` (True, or a cap
     on a group's size) the runs of an experiment that can share one model train as one group
     (``sweep.fuse_groups``), groups in the order of their first run. Returns the rows by outcome:
     ``finished`` and ``diverged`` (recorded as such) with their stored record (``stored``); ``stopped``
     (checkpoint saved), ``failed`` and ``not_started``, with their ``error``. Its log (``log``, with or
-    without bars) says what is pending, then each run as it settles."""
+    without bars) says what is pending, then each run as it settles. With ``whole_runs`` a group starts
+    only where its expected time (``expected_seconds``, its members' summed; unknown: any) ends within the
+    budget: for a machine whose checkpoints do not outlive it, where a run stopped midway is lost."""
     device = check_device(device)
     check_jobs(jobs)
     set_precision(precision, device)
@@ -250,10 +253,14 @@ def run_campaign(entries: Sequence[Entry], device: str = "cpu", jobs: int = 1, b
             run.error = f"{type(error).__name__}: {error}"
             settled(run, "failed", f": {run.error}")
 
+    def start_by(group: List[Pending]) -> Optional[float]:
+        expected = [expected_seconds(r, store) for r in group]
+        return deadline - sum(expected) if whole_runs and None not in expected else None
+
     def job(i, group: List[Pending]):
         return Job(group[0].experiment, tuple((r.config, r.seed) for r in group), device, str(store.root), threads,
-                   position=1 + i % jobs, progress=progress, deadline=deadline, rerun=any(r.rerun for r in group),
-                   precision=precision)
+                   position=1 + i % jobs, progress=progress, deadline=deadline, start_by=start_by(group),
+                   rerun=any(r.rerun for r in group), precision=precision)
     try:
         run_groups(groups, jobs, job, store, took, failed)
     finally:
@@ -445,6 +452,9 @@ def main(argv=None) -> int:
     ap.add_argument("--unpack", type=Path, metavar="DIR", help="put a pack's checkpoints and records in place, first")
     ap.add_argument("--fuse", nargs="?", type=int, const=True, default=False, metavar="N",
                     help="train the runs that can share one model as one, at most N to a group")
+    ap.add_argument("--whole-runs", action="store_true",
+                    help="start a run only where its expected time (--list's) ends within the budget: on a machine "
+                         "whose checkpoints do not outlive it")
     add_precision_options(ap)
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
@@ -478,7 +488,7 @@ def main(argv=None) -> int:
         budget = parse_budget(args.budget or "1h")
         started = time.time()
         out = run_campaign(entries, args.device, args.jobs, budget, store, progress=not args.no_progress,
-                           fuse=args.fuse, precision=precision_option(args))
+                           fuse=args.fuse, precision=precision_option(args), whole_runs=args.whole_runs)
     except (ValueError, RuntimeError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

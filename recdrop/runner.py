@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing as mp
 import os
+import time
 import warnings
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -21,7 +22,7 @@ from . import experiments
 from .config import ExperimentConfig, run_id
 from .records import Record, Row
 from .store import RunStore
-from .train import train_group
+from .train import BudgetExhausted, train_group
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,6 +37,7 @@ class Job:
     position: int = 0  # of its progress bar
     progress: bool = False
     deadline: Optional[float] = None  # a time.time() at which its runs checkpoint and stop
+    start_by: Optional[float] = None  # a time.time() after which it does not start (it would not end by deadline)
     rerun: bool = False  # train runs whose stored records the store would not keep
     precision: str = "float32"
 
@@ -55,7 +57,11 @@ def worker_threads(jobs: int) -> int:
 
 def run_job(job: Job) -> List[Record]:
     """Train ``job``'s runs in this process, as one group (``train.train_group``); each one's record. A
-    run that diverges gives its stored "diverged" record, with a warning."""
+    run that diverges gives its stored "diverged" record, with a warning. Past ``job.start_by`` it starts
+    nothing (``BudgetExhausted``)."""
+    if job.start_by is not None and time.time() > job.start_by:
+        raise BudgetExhausted(f"{job.experiment}: {len(job.members)} run(s) not started: they would not end "
+                              "within the time budget")
     torch.set_num_threads(job.threads)
     make_task, _ = experiments.get(job.experiment)
     errors: Dict[str, str] = {}

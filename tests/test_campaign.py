@@ -172,6 +172,20 @@ def test_a_spent_budget_starts_nothing(store):
     assert not any(r.record for r in rows)
 
 
+def test_whole_runs_start_only_where_their_expected_time_ends_within_the_budget(store, monkeypatch):
+    expected = {}  # run id -> expected seconds (None: no stored run like it to time)
+    monkeypatch.setattr(campaign, "expected_seconds", lambda run, store: expected.get(run.run_id))
+    rows = pending_runs([CI_ENTRY], "cpu", store)
+    expected.update({rows[0].run_id: 1e6, rows[1].run_id: None})  # the first would not end within 600 s
+    out = run_campaign([CI_ENTRY], "cpu", 1, 600.0, store, progress=False, whole_runs=True)
+    assert [r.run_id for r in out["not_started"]] == [rows[0].run_id]  # and the one of no known cost runs
+    assert [r.run_id for r in out["finished"]] == [rows[1].run_id]
+    assert "would not end within the time budget" in out["not_started"][0].error
+    assert not store.checkpoint_path("temporal_order", rows[0].run_id).exists()
+    expected[rows[0].run_id] = 1.0
+    assert len(run_campaign([CI_ENTRY], "cpu", 1, 600.0, store, progress=False, whole_runs=True)["finished"]) == 1
+
+
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_the_budget_stops_a_run_midway_and_the_next_call_resumes_it(store, clean_code, monkeypatch, jobs):
     calls = itertools.count()  # the trainer's clock: before any deadline for its first 3 readings, then past it
