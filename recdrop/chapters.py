@@ -159,7 +159,7 @@ def figure_at_largest_scale(name: str, figure, rows, shown: Optional[str], store
             if verdict_kind(row["judged"]) not in ("holds", "fails"):
                 break
         elif verdict_kind(row["judged"]) in AGAINST_NOISE:
-            found[2]["ours"] += f"; at `{scale}` scale, judged against seed noise: {row['ours']}"
+            found[2]["ours"] += f"; at {scale} scale, judged against seed noise: {row['ours']}"
             break
     return found or (shown, rows, figure(rows, shown))
 

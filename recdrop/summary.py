@@ -86,7 +86,7 @@ def landing_claims(store: Optional[RunStore] = None) -> pd.DataFrame:
             if verdict_kind(verdict) in ("holds", "fails") and claim in against_noise:  # too few seeds here
                 below, judged_below = against_noise[claim]
                 assert SCALE_NAMES.index(below) < SCALE_NAMES.index(scale), (claim, below, scale)
-                verdict += (f"; at `{below}` scale, judged against seed noise: {judged_below}"
+                verdict += (f"; at {below} scale, judged against seed noise: {judged_below}"
                             + (QUICK_CAVEAT if below == "quick" else ""))
             if scale == "quick" and verdict != "not yet run":
                 verdict += QUICK_CAVEAT

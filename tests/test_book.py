@@ -420,7 +420,7 @@ def test_a_figures_landing_row_is_judged_at_the_largest_scale_where_its_cells_ra
     figure = landing_table(store).set_index("what").loc["Figure 2: learning curves, word-level PTB"]
     assert figure["scale"] == "paper" and figure["ours"] == (
         "train 33.0 vs 26.0, valid 108.0 vs 142.0 (seed 0): holds (1 seed, too few to judge against seed noise); "
-        "at `reduced` scale, judged against seed noise: train 108.0 vs 142.0, valid 33.0 vs 26.0 (mean of 3 seeds): "
+        "at reduced scale, judged against seed noise: train 108.0 vs 142.0, valid 33.0 vs 26.0 (mean of 3 seeds): "
         "refuted (3 of 3 seeds)")
 
 

@@ -208,7 +208,7 @@ def test_landing_claims_show_each_claim_at_the_largest_scale_where_it_ran(tmp_pa
     sentiment = landing_claims(store).set_index("claim")
     assert tuple(sentiment.loc["recurrent dropout lowers the vanilla RNN's F1 (mean over the test sets)",
                                ["scale", "on ours"]]) == (
-        "paper", "holds (1 seed, too few to judge against seed noise); at `quick` scale, judged against seed noise: "
+        "paper", "holds (1 seed, too few to judge against seed noise); at quick scale, judged against seed noise: "
                  "confirmed (3 of 3 seeds)" + QUICK_CAVEAT)
 
 
