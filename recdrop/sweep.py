@@ -25,6 +25,7 @@ import os
 import sys
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
+import psutil
 import torch
 
 from . import experiments
@@ -85,13 +86,11 @@ def fuse_groups(experiment: str, rows: Sequence[Row], fuse: Union[bool, int] = F
 
 
 def free_memory(device: str) -> Optional[int]:
-    """Bytes free on ``device`` now (a GPU's, or this machine's available memory); None where unknown."""
+    """Bytes free on ``device`` now (a GPU's, or this machine's available memory: what it can give without
+    swapping, the page cache included, not only its unused pages); None where unknown."""
     if str(device).startswith("cuda"):
         return torch.cuda.mem_get_info(torch.device(device))[0] if torch.cuda.is_available() else None
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
+    return psutil.virtual_memory().available
 
 
 def _run_remote(experiment: str, config, seed: int, device: str, threads: int) -> Record:
