@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import matplotlib.pyplot as plt
 import pandas as pd
@@ -16,7 +16,7 @@ from IPython.display import Markdown, display
 from . import progress
 from .config import SCALE_NAMES
 from .experiments import EXPERIMENTS, temporal_order
-from .report import (AGAINST_NOISE, ablation_effects, ablation_finding, claim_verdicts, plot_against_paper, side_by_side,
+from .report import (AGAINST_NOISE, TOO_FEW_SEEDS, ablation_effects, ablation_finding, claim_verdicts, plot_against_paper, side_by_side,
                      stamp, styled, verdict_kind, verdict_rows)
 from .store import RunStore
 from .sweep import run_grid, stored_rows, stored_scales
@@ -83,23 +83,35 @@ def paper_so_far(e, grid: str = "table", store: Optional[RunStore] = None,
     return f"{len(ran)} of {len(t)} cells run" + (f" ({cells})" if cells else "")
 
 
-def judged_claims(name: str, store: Optional[RunStore] = None, up_to: Optional[str] = None,
-                  kinds: Optional[tuple] = None) -> Dict[str, tuple]:
-    """Each claim of experiment ``name`` -> (scale, its verdict on our runs) at the largest scale (``up_to``
-    at most) where it has a verdict; a claim with none anywhere is "not yet run" at the largest scale with
-    runs. Empty where no scale has runs. The landing page and the chapters judge claims through this.
-    With ``kinds`` (``report.VERDICTS``' first words), only a verdict of those kinds counts, and a claim
-    without one is left out."""
+def claims_by_scale(name: str, store: Optional[RunStore] = None,
+                    up_to: Optional[str] = None) -> List[Tuple[str, Dict[str, str]]]:
+    """Each scale with runs of experiment ``name`` (``up_to`` at most), largest first, with each claim's
+    verdict on its runs there (``report.claim_verdicts``)."""
+    return [(scale, claim_verdicts(EXPERIMENTS[name].claims(rows)))
+            for scale, rows in stored_scales(name, store=store, up_to=up_to)
+            if any(r.record for r in rows)]  # else nothing of this table here (a scale since redefined)
+
+
+def largest_verdicts(by_scale: List[Tuple[str, Dict[str, str]]], kinds: Optional[tuple] = None) -> Dict[str, tuple]:
+    """Each claim -> (scale, its verdict) at the largest scale of ``by_scale`` (``claims_by_scale``) where it
+    has a verdict; a claim with none anywhere is "not yet run" at the largest scale. With ``kinds``
+    (``report.VERDICTS``' first words), only a verdict of those kinds counts, and a claim without one is
+    left out."""
     judged: Dict[str, tuple] = {}
-    for scale, rows in stored_scales(name, store=store, up_to=up_to):
-        if not any(r.record for r in rows):  # nothing of this table here (a scale since redefined)
-            continue
-        for claim, verdict in claim_verdicts(EXPERIMENTS[name].claims(rows)).items():
+    for scale, verdicts in by_scale:
+        for claim, verdict in verdicts.items():
             if kinds is not None and verdict_kind(verdict) not in kinds:
                 continue
             if claim not in judged or (judged[claim][1] == "not yet run" and verdict != "not yet run"):
                 judged[claim] = (scale, verdict)
     return judged
+
+
+def judged_claims(name: str, store: Optional[RunStore] = None, up_to: Optional[str] = None) -> Dict[str, tuple]:
+    """Each claim of experiment ``name`` -> (scale, its verdict on our runs) at the largest scale (``up_to``
+    at most) where it has a verdict (``largest_verdicts``). Empty where no scale has runs. The landing
+    page and the chapters judge claims through this."""
+    return largest_verdicts(claims_by_scale(name, store, up_to))
 
 
 def claims_judged_below(name: str, shown: str, store: Optional[RunStore] = None) -> str:
@@ -156,7 +168,7 @@ def figure_at_largest_scale(name: str, figure, rows, shown: Optional[str], store
             continue
         if found is None:
             found = scale, stored, row
-            if verdict_kind(row["judged"]) not in ("holds", "fails"):
+            if verdict_kind(row["judged"]) not in TOO_FEW_SEEDS:
                 break
         elif verdict_kind(row["judged"]) in AGAINST_NOISE:
             found[2]["ours"] += f"; at {scale} scale, judged against seed noise: {row['ours']}"

@@ -254,6 +254,7 @@ VERDICTS = (  # (first words, symbol, what it means)
 
 
 AGAINST_NOISE = ("confirmed", "open", "refuted")  # the kinds of verdict judged against the seed noise
+TOO_FEW_SEEDS = ("holds", "fails")  # those on the means of too few seeds to judge against it
 
 
 def verdict_kind(verdict: str) -> str:

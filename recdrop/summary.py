@@ -10,12 +10,13 @@ from typing import Any, List, Optional
 import pandas as pd
 
 from .book import chapter_scale, chapter_seeds
-from .chapters import best_cell, figure_at_largest_scale, judged_claims, paper_comparison, paper_so_far
+from .chapters import (best_cell, claims_by_scale, figure_at_largest_scale, judged_claims, largest_verdicts,
+                       paper_comparison, paper_so_far)
 from .config import SCALE_NAMES
 from .experiments import EXPERIMENTS, conjecture
 from .experiments import seeds as seeds_study
-from .report import (AGAINST_NOISE, VERDICTS, ablation_effects, ablation_finding, claim_verdicts, held_cells, stamp,
-                     verdict_kind, verdict_rows, verdict_tally)
+from .report import (AGAINST_NOISE, TOO_FEW_SEEDS, VERDICTS, ablation_effects, ablation_finding, claim_verdicts,
+                     held_cells, stamp, verdict_kind, verdict_rows, verdict_tally)
 from .records import Row
 from .store import RunStore
 from .sweep import run_grid, stored_scales
@@ -79,11 +80,12 @@ def landing_claims(store: Optional[RunStore] = None) -> pd.DataFrame:
             continue
         table = e.claims(run_grid(e.name, "quick", train=False, store=store))  # its claims, and the paper's verdicts
         on_paper = dict(zip(table.iloc[:, 0], table.get(PAPER_COLUMN, pd.Series("holds", index=table.index))))
-        judged = judged_claims(e.name, store) or {
+        by_scale = claims_by_scale(e.name, store)
+        judged = largest_verdicts(by_scale) or {
             claim: ("none stored", verdict) for claim, verdict in claim_verdicts(table).items()}
-        against_noise = judged_claims(e.name, store, kinds=AGAINST_NOISE)
+        against_noise = largest_verdicts(by_scale, AGAINST_NOISE)
         for claim, (scale, verdict) in judged.items():
-            if verdict_kind(verdict) in ("holds", "fails") and claim in against_noise:  # too few seeds here
+            if verdict_kind(verdict) in TOO_FEW_SEEDS and claim in against_noise:
                 below, judged_below = against_noise[claim]
                 assert SCALE_NAMES.index(below) < SCALE_NAMES.index(scale), (claim, below, scale)
                 verdict += (f"; at {below} scale, judged against seed noise: {judged_below}"
@@ -243,9 +245,10 @@ def landing_table(store: Optional[RunStore] = None, shown: Optional[List[Shown]]
 
 def landing_stamps(store: Optional[RunStore] = None, shown: Optional[List[Shown]] = None) -> pd.DataFrame:
     """Where the landing page's numbers came from: for each table, at each scale its row or its claims
-    show (``landing_table``, ``landing_claims``, a smaller scale's verdict included), the chapter's stamp of those runs (``report.stamp``:
-    scale, runs and seeds, hardware, torch, commit and dates); then each paper's figure drawn from its runs
-    (the runs it draws), and each of its ablations' rows that has run. ``shown``: ``shown_tables``, where made."""
+    show (``landing_table``, ``landing_claims``, a smaller scale's verdict included), the chapter's stamp
+    of those runs (``report.stamp``: scale, runs and seeds, hardware, torch, commit and dates); then each
+    paper's figure drawn from its runs (the runs it draws), and each of its ablations' rows that has run.
+    ``shown``: ``shown_tables``, where made."""
     store = store or RunStore()
     shown = shown_tables(store) if shown is None else shown
     out = []
@@ -253,8 +256,9 @@ def landing_stamps(store: Optional[RunStore] = None, shown: Optional[List[Shown]
         if e.comparison is None:
             continue
         mine = [s for s in shown if s.experiment.name == e.name]
-        scales = ({s.scale for s in mine[:1]} | {scale for scale, _ in judged_claims(e.name, store).values()}
-                  | {scale for scale, _ in judged_claims(e.name, store, kinds=AGAINST_NOISE).values()})
+        by_scale = claims_by_scale(e.name, store)
+        scales = ({s.scale for s in mine[:1]} | {scale for scale, _ in largest_verdicts(by_scale).values()}
+                  | {scale for scale, _ in largest_verdicts(by_scale, AGAINST_NOISE).values()})
         if any(s.paper_so_far not in ("none run", "shown") for s in mine):
             scales.add("paper")  # the cells run there so far are beside the table
         for scale, rows in stored_scales(e.name, store=store):
