@@ -119,10 +119,12 @@ def claims_judged_below(name: str, shown: str, store: Optional[RunStore] = None)
     ``name`` that have not run at ``shown`` are judged (``judged_claims``, shown under *Other scales*), and
     how many have a verdict at a larger scale too, where the landing page judges them (a verdict there
     can differ from the chapter's); empty where neither is so."""
-    judged = judged_claims(name, store, up_to=shown)
+    by_scale = claims_by_scale(name, store)  # one pass over the scales serves both questions
+    judged = largest_verdicts([(scale, v) for scale, v in by_scale
+                               if SCALE_NAMES.index(scale) <= SCALE_NAMES.index(shown)])
     waiting = [(scale, v) for scale, v in judged.values() if scale != shown or v == "not yet run"]
     below = [scale for scale, v in waiting if scale != shown and v != "not yet run"]
-    above = [scale for scale, v in judged_claims(name, store).values()
+    above = [scale for scale, v in largest_verdicts(by_scale).values()
              if SCALE_NAMES.index(scale) > SCALE_NAMES.index(shown) and v != "not yet run"]
 
     def at(scales) -> str:  # "3 at `paper` and 1 at `reduced`", largest first

@@ -244,7 +244,7 @@ def claim_verdict(test: Callable[[Dict[Any, float]], bool], by_seed: Dict[int, D
 VERDICTS = (  # (first words, symbol, what it means)
     ("confirmed", "✔", f"holds on the means and in each of {MIN_SEEDS_TO_JUDGE} or more seeds"),
     ("holds", "✓", f"holds on the means of fewer than {MIN_SEEDS_TO_JUDGE} seeds: not judged against the seed noise"),
-    ("open", "≈", "the seeds disagree: within the seed noise"),
+    ("open", "≈", "the seeds disagree, or a difference within the seed noise: within the seed noise"),
     ("fails", "✗", f"fails on the means of fewer than {MIN_SEEDS_TO_JUDGE} seeds: not judged against the seed noise"),
     ("refuted", "✘", f"fails on the means and in each of {MIN_SEEDS_TO_JUDGE} or more seeds"),
     ("not yet run", "·", "a cell it needs has not run (in full)"),
@@ -257,10 +257,17 @@ AGAINST_NOISE = ("confirmed", "open", "refuted")  # the kinds of verdict judged 
 TOO_FEW_SEEDS = ("holds", "fails")  # those on the means of too few seeds to judge against it
 
 
+# Verdicts that begin with other words but mean one of ``VERDICTS``: a difference within the seed noise
+# (the conjecture's, ``figure_verdict``'s "open") is "open", as the seeds' disagreeing is.
+SAME_KIND = (("within seed noise", "open"),)
+
+
 def verdict_kind(verdict: str) -> str:
-    """The first words of ``VERDICTS`` that ``verdict`` begins with ("other" where none)."""
+    """The first words of ``VERDICTS`` that ``verdict`` begins with, or the kind of those of ``SAME_KIND``
+    ("other" where none)."""
     text = str(verdict).strip().lower()
-    return next((kind for kind, _, _ in VERDICTS[:-1] if text.startswith(kind)), "other")
+    return next((kind for kind, _, _ in VERDICTS[:-1] if text.startswith(kind)),
+                next((kind for words, kind in SAME_KIND if text.startswith(words)), "other"))
 
 
 def verdict_tally(verdicts: Iterable[str]) -> str:

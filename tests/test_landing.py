@@ -17,6 +17,11 @@ def test_every_verdict_a_claim_gets_has_one_kind():
             claim_verdict(lambda v: v["a"] < 0, {0: by_seed[0]}), claim_verdict(lambda v: v["c"] > 0, by_seed)]
     assert [verdict_kind(v) for v in made] == ["confirmed", "refuted", "open", "holds", "fails", "not yet run"]
     assert verdict_kind("inconclusive: without dropout ...") == "other"
+    # a difference within the seed noise, in the conjecture's words and a figure's, is open (≈), not "?"
+    from recdrop.experiments.conjecture import _beats
+    from recdrop.report import figure_verdict
+    assert verdict_kind(_beats(0.5, noise=1.0)) == verdict_kind(figure_verdict(made[2])) == "open"
+    assert verdict_kind(_beats(-5.0, noise=1.0)) == "other"  # the conjecture's own "yes": see its chapter
     assert verdict_tally(made + made[:1]) == "2 ✔ confirmed, 1 ✓ holds, 1 ≈ open, 1 ✗ fails, 1 ✘ refuted, 1 · not yet run"
     assert len({symbol for _, symbol, _ in VERDICTS}) == len(VERDICTS)
 

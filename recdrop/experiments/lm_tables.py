@@ -307,7 +307,7 @@ def pilot_table(rows, unit: str, paper_table: int, digits: int) -> "pd.DataFrame
             verdict = "the gap does not favour dropout by more than the seed noise" + (
                 ": redefine the scale" if tested == "final" else ": with early stopping, dropout gains nothing here")
         out.append({"model tested": tested, "no dropout": fmt_mean_sd(a.mean(), a.std(), len(a), digits),
-                    f"the paper's best cell ({name})": fmt_mean_sd(b.mean(), b.std(), len(b), digits),
+                    f"the paper's best cell without forward dropout ({name})": fmt_mean_sd(b.mean(), b.std(), len(b), digits),
                     f"gap ({unit})": round(gap, digits), "seed noise (2 SE)": round(noise, digits), "pilot": verdict})
     return pd.DataFrame(out)
 
