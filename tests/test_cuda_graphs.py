@@ -205,6 +205,7 @@ def test_a_fused_group_trained_through_graphs_has_the_plain_loops_records_and_fr
     assert stand_in.replays > len(stand_in.captures) > 0 and not graphs.LOOPS.graphs
     monkeypatch.setenv("RECDROP_CUDA_GRAPHS", "0")
     plain = train_group(WordLMTask, runs, store=RunStore(tmp_path / "plain"), progress=False)
+    assert len(graphed) == len(plain) == len(runs) > 1
     for g, p in zip(graphed, plain):
         assert close(g, p, rtol=0.0), (g.metrics, p.metrics)
 

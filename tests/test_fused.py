@@ -45,19 +45,29 @@ def test_fused_equals_reference(kind, scheme, sampling, scaling, training):
 
 @pytest.mark.parametrize("kind,scheme", CASES)
 @pytest.mark.parametrize("batch", [1, 3, 16])
-def test_fused_in_float32_with_packed_weights_equals_reference(kind, scheme, batch):
+def test_fused_in_float32_with_packed_weights_equals_reference(kind, scheme, batch, monkeypatch):
     """On a CPU in float32 the per-step matmuls run on oneDNN with the weight packed once per
-    sequence: the same numbers as the reference loop's torch.mm, to float32 rounding."""
-    from recdrop.fused import _packed_matmul_usable
+    sequence: the same numbers as the reference loop's torch.mm, to float32 rounding. The products
+    here are small, so the size above which the weight is packed is lowered to 0, and the test
+    counts the packings (at these sizes the fast path would otherwise take torch.addmm)."""
+    from recdrop import fused
 
     torch.manual_seed(2)
     m = getattr(recdrop, kind)(8, 32, bidirectional=True, recurrent_dropout=0.25, scheme=scheme)
-    if not _packed_matmul_usable(m.weight_hh_l0):
+    if not fused._packed_matmul_usable(m.weight_hh_l0):
         pytest.skip("this torch has no oneDNN prepacked linear: the fast path uses torch.mm")
+    packings = []
+    reorder = torch.ops.mkldnn._reorder_linear_weight
+    monkeypatch.setattr(fused, "SMALL_PRODUCT", 0)
+    monkeypatch.setattr(torch.ops.mkldnn, "_reorder_linear_weight", lambda *a: packings.append(a) or reorder(*a))
     x = torch.randn(7, batch, 8, requires_grad=True)
     hx = tuple(torch.randn(2, batch, 32, requires_grad=True) for _ in range(2 if kind == "LSTM" else 1))
     masks = m.draw_masks(7, batch)
-    for a, b in zip(run(m, x, hx, masks, True), run(m, x, hx, masks, False)):
+    fast = run(m, x, hx, masks, True)
+    assert packings, "the fast path packed no weight"
+    ref = run(m, x, hx, masks, False)
+    assert len(fast) == len(ref)
+    for a, b in zip(fast, ref):
         assert (a - b).abs().max() < 2e-5 * max(1.0, b.abs().max().item())
 
 

@@ -112,6 +112,7 @@ def test_eval_with_inverted_dropout_matches_torch(kind, scheme, torch_kernels):
     ref.eval(), ours.eval()
     x = torch.randn(5, 3, 4, dtype=torch.float64)
     assert_close(ref(x)[0], ours(x)[0], 1e-10)
+    assert (ours.last_route.kernels == "torch.nn") == torch_kernels  # torch.nn's hand-over, or our own code
     ours.train()  # and in training the dropout does change the output
     assert (ref(x)[0] - ours(x)[0]).abs().max() > 1e-3
 
@@ -170,4 +171,10 @@ def test_state_dict_loads_both_ways(kind):
     ref.load_state_dict(ours.state_dict())
     assert [n for n, _ in ours.named_parameters()] == [n for n, _ in ref.named_parameters()]
     for (_, a), (_, b) in zip(ours.named_parameters(), ref.named_parameters()):
+        assert torch.equal(a, b)
+    torch.nn.init.normal_(ref.weight_hh_l1_reverse)  # and back: torch.nn's weights into a fresh recdrop module
+    back = getattr(recdrop, kind)(3, 4, 2, bidirectional=True, recurrent_dropout=0.25)
+    back.load_state_dict(ref.state_dict())
+    assert [n for n, _ in back.named_parameters()] == [n for n, _ in ref.named_parameters()]
+    for (_, a), (_, b) in zip(back.named_parameters(), ref.named_parameters()):
         assert torch.equal(a, b)

@@ -176,15 +176,15 @@ def test_the_fast_path_runs_a_group_as_each_run_alone_forward_and_backward(cell,
 @pytest.mark.parametrize("kind", ["LSTM", "GRU", "RNN"])
 @pytest.mark.parametrize("training", [True, False])
 @pytest.mark.parametrize("fused", [True, False])
-@pytest.mark.parametrize("stacked", [True, False])
-def test_a_group_of_layers_computes_what_each_layer_computes_alone(kind, training, fused, stacked, monkeypatch):
+def test_a_group_of_layers_computes_what_each_layer_computes_alone(kind, training, fused, monkeypatch):
     """``layers.run_group``: layers of different recurrent dropouts, each drawing from its own
-    generator, on the fast path and on the reference loop; outputs, final states and every weight's
-    gradient per run equal the layer's own forward on its slice, in float64."""
+    generator, on the fast path and on the reference loop, their weights stacked as on a GPU; outputs,
+    final states and every weight's gradient per run equal the layer's own forward on its slice, in
+    float64. (On a CPU by default a group runs each layer's own forward, which needs no such test.)"""
     import recdrop
     from recdrop.layers import run_group
 
-    monkeypatch.setattr("recdrop.route.STACK_ON_CPU", stacked)  # a GPU's stacked weights, or each run's own
+    monkeypatch.setattr("recdrop.route.STACK_ON_CPU", True)  # a GPU's stacked weights
     T, I = 6, 3
     dropouts = [dict(recurrent_dropout=0.25, scheme="semeniuta", sampling="per-step", scaling="paper"),
                 dict(recurrent_dropout=0.5, scheme="gal", sampling="per-sequence"),
@@ -204,6 +204,7 @@ def test_a_group_of_layers_computes_what_each_layer_computes_alone(kind, trainin
             m.generator = torch.Generator().manual_seed(100 + r)
     seed_generators()
     ys, states = run_group(layers, x, hx)
+    assert layers[0].last_route.runs == len(layers)  # one stacked call, not each layer's own
     seed_generators()
     alone = []
     for r, m in enumerate(layers):
@@ -235,13 +236,14 @@ def test_a_group_refuses_layers_that_cannot_share_a_model():
         run_group([recdrop.GRU(3, 4)] * 3, x, (torch.zeros(3, 1, 4),))
 
 
-def test_a_group_of_language_models_is_each_model_alone_with_its_own_generator():
+def test_a_group_of_language_models_is_each_model_alone_with_its_own_generator(monkeypatch):
     """``models.language_models_forward``: word-LM models of different dropouts (forward and
     recurrent), each drawing from its own generator, as one group; logits, states and gradients per
     run equal the model's own forward, in float64. Without generators (torch's global one) a model
     draws as before: ``ForwardDropout`` is ``torch.nn.Dropout`` there."""
     from recdrop.models import Dropout, LanguageModel, language_models_forward, set_generator
 
+    monkeypatch.setattr("recdrop.route.STACK_ON_CPU", True)  # the recurrent layers stacked as on a GPU
     V, E, Hs, T = 11, 4, 5, 7
     settings = [Dropout(0.25, "semeniuta", "per-step", "paper", 0.2, 0.5), Dropout(0.0, input=0.0, output=0.5),
                 Dropout(0.5, "gal", "per-sequence", "paper", 0.0, 0.0)]
@@ -256,6 +258,7 @@ def test_a_group_of_language_models_is_each_model_alone_with_its_own_generator()
             set_generator(m, torch.Generator().manual_seed(10 + r))
     fresh_generators()
     logits, (h, c) = language_models_forward(models, tokens, states)
+    assert models[0].rnn.last_route.runs == len(models)
     fresh_generators()
     alone = [m(tokens, (states[0][r:r + 1], states[1][r:r + 1])) for r, m in enumerate(models)]
     torch.testing.assert_close(logits, torch.stack([a[0] for a in alone], 1), rtol=1e-10, atol=1e-12)

@@ -30,14 +30,24 @@ def test_a_cells_settings_are_settable_too_and_a_per_sequence_mask_is_drawn_anew
     cell = getattr(recdrop, kind)(3, 4, recurrent_dropout=0.5, sampling="per-sequence").train()
     ref = CELLS[kind](3, 4)
     ref.load_state_dict(cell.state_dict())
-    x = torch.randn(2, 3)
-    cell(x)
-    assert cell._sequence_masks is not None
+    x, h0 = torch.randn(2, 3), torch.randn(2, 4)  # a state that is not zero: Moon's and Gal's masks drop it
+    state = (h0, h0) if kind == "LSTMCell" else h0
+    cell.torch_kernels = False  # our own cell throughout, also where no dropout acts
+
+    def h(out):
+        return out[0] if isinstance(out, tuple) else out
+    assert not torch.allclose(h(cell(x, state)), h(ref(x, state)))  # dropout acts
+    old = cell._sequence_masks
+    assert old is not None
     cell.recurrent_dropout = 0.0
     assert cell._sequence_masks is None  # drawn under the old settings: forgotten
-    out, expected = cell(x), ref(x)
-    torch.testing.assert_close(out[0] if isinstance(out, tuple) else out,
-                               expected[0] if isinstance(expected, tuple) else expected)
+    torch.testing.assert_close(h(cell(x, state)), h(ref(x, state)))
+    cell.recurrent_dropout = 0.25  # on again: a new mask from the next call, kept for the sequence
+    out = h(cell(x, state))
+    assert not torch.allclose(out, h(ref(x, state)))
+    new = cell._sequence_masks
+    assert new is not None and new is not old
+    torch.testing.assert_close(h(cell(x, state)), out)  # per sequence: the same mask at the next step
 
 
 def test_each_setting_is_checked_as_at_construction_and_a_refused_one_changes_nothing():

@@ -263,6 +263,7 @@ def test_a_group_on_a_gpus_way_ends_with_each_members_record_alone(experiment, s
         torch.set_default_dtype(torch.float32)
     steps = [b for b in stand_in_graphs if b.captures]
     assert len(steps) == 1 and steps[0].replays > 0  # the group's training step (the evaluations' too few)
+    assert len(group) == len(alone) == len(runs)
     for g, a in zip(group, alone):
         assert g.step == "cuda-graph" and "step" not in a.json()
         assert close(g, a, rtol=1e-9), (g.metrics, a.metrics)

@@ -280,6 +280,14 @@ def _close(actual, expected, **kw):
     torch.testing.assert_close(actual, expected, **kw)
 
 
+def _assert_ran_along(m, path):
+    """That a layer's last call took ``path``'s kernels: torch.nn's as built (``default``, where no
+    recurrent dropout acts), recdrop's own otherwise; the comparison with torch.nn is a test of the
+    hand-over on the first and of recdrop's code on the others. (A cell keeps no route.)"""
+    if getattr(m, "last_route", None) is not None:
+        assert (m.last_route.kernels == "torch.nn") == (path == "default"), (path, m.last_route)
+
+
 # -- test_forward -------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("training", TRAINING, ids=TRAINING_IDS)
@@ -293,6 +301,7 @@ def test_forward(mi, i, path, dtype, training):
         m.train(training)
         args, kwargs = sample.forward_input.args, sample.forward_input.kwargs
         outputs = m(*args, **kwargs)
+        _assert_ran_along(m, path)
 
         # the ModuleInfo's reference: unbatched input == a batch of one
         if sample.reference_fn is not None:
@@ -869,6 +878,7 @@ def test_torch_parity_backward(mi, i, path, dtype, training):
     t_args, t_kwargs = _traverse((args, kwargs), lambda x: x.detach().clone().requires_grad_(x.requires_grad))
 
     out, t_out = tree_flatten(m(*args, **kwargs))[0], tree_flatten(t(*t_args, **t_kwargs))[0]
+    _assert_ran_along(m, path)
     _close(out, t_out)
     g = [torch.randn_like(o) for o in out]
     torch.autograd.backward(out, g)
