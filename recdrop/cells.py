@@ -16,6 +16,7 @@ drop-in replacements whose weights load from torch.nn.GRU.
 """
 from __future__ import annotations
 
+import numbers
 from typing import Callable, Dict, Optional, Tuple
 
 import torch
@@ -133,6 +134,20 @@ def check_activation(nonlinearity: str) -> Callable[[Tensor], Tensor]:
     return ACTIVATIONS[nonlinearity]
 
 
+def _set_nonlinearity(module: nn.Module, value: str) -> None:
+    check_activation(value)
+    module.__dict__["nonlinearity"] = value
+    if isinstance(module, nn.RNNBase):  # torch.nn's forward computes its ``mode``: the RNN's RNN_TANH or RNN_RELU
+        module.mode = module._mode(value)
+
+
+# A module's nonlinearity by name (a module holds no function, so that it loads weights_only), settable after
+# construction as the dropout's settings are: checked as at construction, and a layer's torch.nn ``mode``
+# follows it, so that torch.nn's forward (where no dropout acts) and recdrop's compute the same function.
+NONLINEARITY = property(lambda module: module.__dict__["nonlinearity"], _set_nonlinearity,
+                        doc="The nonlinearity's name, settable (checked as at construction).")
+
+
 class _CellBase(DropoutSettings, nn.RNNCellBase):
     """A single-step cell, drop-in for torch.nn.{LSTM,GRU,RNN}Cell, with recurrent dropout: a subclass
     of its torch.nn twin, built by torch.nn's constructor. Where no recurrent dropout acts and the
@@ -141,26 +156,34 @@ class _CellBase(DropoutSettings, nn.RNNCellBase):
     With ``sampling="per-sequence"`` the cell draws its mask at the first training call and keeps
     it until ``reset_masks()`` (call it at the start of every new sequence); with ``"per-step"``
     every call draws a fresh mask. ``forward(..., masks=...)`` takes raw 0/1 masks of shape
-    ``(B, H)`` instead, one per dropped target (see ``RecurrentDropout.targets``).
+    ``(B, H)`` instead (``(1, H)`` for an unbatched input), one per dropped target (see
+    ``RecurrentDropout.targets``). Masks are drawn from ``generator`` where one is set, else from
+    torch's global generator.
     """
 
     kind = ""
     torch_kernels = True  # where no recurrent dropout acts, torch.nn's forward; False: recdrop's own there too
+    generator: Optional[torch.Generator] = None  # draws the masks; None: torch's global one
+    nonlinearity = NONLINEARITY
 
     def __init__(self, input_size: int, hidden_size: int, bias: bool = True, device=None, dtype=None, *,
                  nonlinearity: str = "tanh", recurrent_dropout: float = 0.0, scheme: str = "semeniuta",
                  sampling: str = "per-step", scaling: str = "inverted"):
-        _check_sizes(input_size, hidden_size)
+        input_size, hidden_size = _check_sizes(input_size, hidden_size)
         check_activation(nonlinearity)
         rdrop = RecurrentDropout(recurrent_dropout, scheme, sampling, scaling, CELL_SCHEMES[self.kind])
         nn.RNNCellBase.__init__(self, input_size, hidden_size, bias, GATES[self.kind], device, dtype)
-        self.nonlinearity = nonlinearity  # its name: a module holds no function, so that it loads weights_only
+        self.nonlinearity = nonlinearity
         self.rdrop = rdrop
         self._sequence_masks: Optional[Dict[str, Tensor]] = None
 
     def reset_masks(self) -> None:
         """Forget the per-sequence mask: the next training call draws a new one."""
         self._sequence_masks = None
+
+    def __getstate__(self):
+        """The module's state less its ``generator`` (``without_generator``)."""
+        return without_generator(super().__getstate__())
 
     def extra_repr(self) -> str:
         s = f"{self.input_size}, {self.hidden_size}"
@@ -180,16 +203,18 @@ class _CellBase(DropoutSettings, nn.RNNCellBase):
         r, shape = self.rdrop, (x.shape[0], self.hidden_size)
         if masks is None and self.training and r.targets:
             if r.sampling == "per-step":
-                masks = r.draw(shape, x.device, x.dtype)
+                masks = r.draw(shape, x.device, x.dtype, self.generator)
             else:
                 if self._sequence_masks is None:
-                    self._sequence_masks = r.draw(shape, x.device, x.dtype)
-                masks = self._sequence_masks
+                    self._sequence_masks = r.draw(shape, x.device, x.dtype, self.generator)
+                # the sequence's mask, on the input's device and dtype: the cell may have moved since (.to, .half)
+                masks = self._sequence_masks = {t: m.to(x) for t, m in self._sequence_masks.items()}
                 if next(iter(masks.values())).shape[0] != shape[0]:
                     raise ValueError(f"input batch size {shape[0]} differs from the per-sequence mask's: "
                                      "call reset_masks() at the start of every new sequence")
         if masks is not None:
             r.check_masks(masks, shape)
+            masks = {t: m.to(x) for t, m in masks.items()}  # given masks of another dtype act as the input's
         return r.factors(masks, self.training, per_step=False)
 
     def _prepare(self, input: Tensor, hx, n_states: int):
@@ -223,6 +248,16 @@ class _CellBase(DropoutSettings, nn.RNNCellBase):
         return x, gx, states, batched
 
 
+def without_generator(state: dict) -> dict:
+    """A module's pickled state (``__getstate__``) less the mask ``generator`` set on it: a generator is
+    a run's source of randomness, not part of the module, and ``torch.load(weights_only=True)`` refuses
+    one; a copy (pickle, ``copy.deepcopy``) draws from torch's global generator until given its own,
+    rather than drawing its original's masks."""
+    state = dict(state)
+    state.pop("generator", None)
+    return state
+
+
 def states_of(hx, n_states: int) -> Tuple[Tensor, ...]:
     """``hx`` as a tuple of tensors: (h_0,), or (h_0, c_0) where ``n_states`` is 2 (the LSTM)."""
     states = tuple(hx) if n_states == 2 and isinstance(hx, (tuple, list)) else (hx,)
@@ -234,10 +269,17 @@ def states_of(hx, n_states: int) -> Tuple[Tensor, ...]:
     return states
 
 
-def _check_sizes(input_size: int, hidden_size: int) -> None:
+def _check_sizes(input_size: int, hidden_size: int) -> Tuple[int, int]:
+    """The sizes as ints: any integer (``numpy.int64`` too, as torch.nn's cells take), positive (where
+    torch.nn's cells take 0 and fail at the first call); a TypeError for another type, as torch.nn's."""
+    sizes = []
     for name, v in (("input_size", input_size), ("hidden_size", hidden_size)):
-        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+            raise TypeError(f"{name} should be of type int, got: {type(v).__name__}")
+        if v <= 0:
             raise ValueError(f"{name} must be a positive int, got {v!r}")
+        sizes.append(int(v))
+    return sizes[0], sizes[1]
 
 
 class LSTMCell(_CellBase, nn.LSTMCell):

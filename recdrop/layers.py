@@ -23,7 +23,8 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 from . import graphs, route, triton_kernels
-from .cells import ACTIVATIONS, CELL_SCHEMES, check_activation, gru_step, lstm_step, rnn_step, states_of
+from .cells import (ACTIVATIONS, CELL_SCHEMES, NONLINEARITY, check_activation, gru_step, lstm_step, rnn_step, states_of,
+                    without_generator)
 from .fused import gru_sequence, linear, lstm_sequence, plain_ops_needed, rnn_sequence, transformed
 from .masks import DropoutSettings, RecurrentDropout, StepFactors, stack_factors
 from .route import Route
@@ -52,6 +53,7 @@ class _RecurrentLayer(DropoutSettings, nn.RNNBase):
     generator: Optional[torch.Generator] = None  # draws the masks; None: torch's global one (a run's own in a group)
     has_triton = True  # whether its fused sequence has Triton kernels for its pointwise parts
     last_route: Optional[Route] = None  # the path of its last call (``route``), which the trainer records
+    nonlinearity = NONLINEARITY
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
@@ -65,7 +67,7 @@ class _RecurrentLayer(DropoutSettings, nn.RNNBase):
         rdrop = RecurrentDropout(recurrent_dropout, scheme, sampling, scaling, CELL_SCHEMES[self.kind])
         nn.RNNBase.__init__(self, self._mode(nonlinearity), input_size, hidden_size, num_layers, bias, batch_first,
                             dropout, bidirectional, proj_size, device, dtype)
-        self.nonlinearity = nonlinearity  # its name: a module holds no function, so that it loads weights_only
+        self.nonlinearity = nonlinearity
         self.rdrop = rdrop
         self.num_directions = 2 if bidirectional else 1
 
@@ -79,9 +81,10 @@ class _RecurrentLayer(DropoutSettings, nn.RNNBase):
         return self.proj_size or self.hidden_size
 
     def __getstate__(self):
-        """The module's state less ``last_route``, a note of its last call, not of what it is: a pickled
-        layer holds only what ``torch.load(weights_only=True)`` accepts."""
-        state = super().__getstate__()  # torch.nn's: its weight references dropped
+        """The module's state less ``last_route``, a note of its last call, not of what it is, and less its
+        ``generator`` (``cells.without_generator``): a pickled layer holds only what
+        ``torch.load(weights_only=True)`` accepts."""
+        state = without_generator(super().__getstate__())  # torch.nn's: its weight references dropped
         state.pop("last_route", None)
         return state
 
@@ -99,8 +102,10 @@ class _RecurrentLayer(DropoutSettings, nn.RNNBase):
         """Whether this call runs torch.nn's forward: no recurrent dropout acts, the nonlinearity is
         one torch.nn has (its LSTM and GRU have only tanh), and neither torch.compile (where AOTAutograd
         fails on torch.nn's LSTM in eval) nor a functorch transform (torch.nn's LSTM has no vmap rule)
-        is at work: there recdrop's plain ops run."""
-        return (self.torch_kernels and not self.rdrop.acts(self.training)
+        is at work: there recdrop's plain ops run. Nor where the dropout between stacked layers acts and
+        is to be drawn from the layer's ``generator``, which torch.nn's forward cannot take."""
+        own_between = self.generator is not None and self.dropout > 0 and self.training and self.num_layers > 1
+        return (self.torch_kernels and not self.rdrop.acts(self.training) and not own_between
                 and (self.kind == "RNN" or self.nonlinearity == "tanh")
                 and not torch.compiler.is_compiling() and not transformed(x))
 
@@ -195,6 +200,7 @@ class _RecurrentLayer(DropoutSettings, nn.RNNBase):
             masks = self.draw_masks(steps, batch, x.device, x.dtype, self.generator)
         if masks is not None:
             self._check_masks(masks, steps, batch)
+            masks = [{t: m.to(x) for t, m in k.items()} for k in masks]  # given ones act in the input's dtype
         return masks
 
     def _run_layers(self, x: Tensor, hx: Tuple[Tensor, ...], masks: Optional[Masks], run_direction):
@@ -211,7 +217,7 @@ class _RecurrentLayer(DropoutSettings, nn.RNNBase):
                     final.append(s)
             x = outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)
             if self.dropout > 0 and self.training and layer < self.num_layers - 1:
-                x = F.dropout(x, self.dropout, training=True)
+                x = between_layers_dropout(x, self.dropout, self.generator)
         return x, tuple(torch.stack(final) for final in finals)
 
     # -- packed sequences -------------------------------------------------------------------------
@@ -361,6 +367,9 @@ class _RecurrentLayer(DropoutSettings, nn.RNNBase):
         """The initial states against the input: each of ``shapes`` where given (torch.nn's message), and
         of the input's dtype, which torch.nn does not check (its kernels fail deep inside instead)."""
         for i, s in enumerate(states):
+            if s.device != x.device:  # torch.nn's check and words (its kernels run it; recdrop's own code must)
+                raise RuntimeError(f"Input and hidden tensors are not at the same device, found input tensor at "
+                                   f"{x.device} and hidden tensor at {s.device}")
             if shapes is not None and tuple(s.shape) != shapes[i]:
                 raise RuntimeError(f"Expected hidden size {shapes[i]}, got {list(s.shape)}")
             if s.dtype != x.dtype and not torch.is_autocast_enabled(x.device.type):  # autocast casts them
@@ -373,6 +382,14 @@ class _RecurrentLayer(DropoutSettings, nn.RNNBase):
         shapes = self._mask_shapes(steps, batch)
         for m in masks:
             self.rdrop.check_masks(m, shapes)
+
+
+def between_layers_dropout(x: Tensor, p: float, generator: Optional[torch.Generator]) -> Tensor:
+    """torch.nn's ``dropout`` between stacked layers (inverted, a fresh mask per element): where the
+    layer has a ``generator``, drawn from it like its recurrent masks; else ``F.dropout``'s own draw."""
+    if generator is None:
+        return F.dropout(x, p, training=True)
+    return x * torch.empty_like(x).bernoulli_(1 - p, generator=generator) / (1 - p)
 
 
 @torch.compiler.disable

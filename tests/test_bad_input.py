@@ -251,3 +251,37 @@ def test_a_training_split_without_a_batch_is_a_clear_error(store):
             return []
     with pytest.raises(ValueError, match="its training split gives no batch"):
         train_run(NoBatches, TemporalOrderConfig.at_scale("ci", epochs=1), store=store, progress=False)
+
+
+@pytest.mark.parametrize("cls", CELLS)
+def test_a_cell_takes_any_integer_size_as_torch_nns_cells_do_and_refuses_others_with_torchs_type_error(cls):
+    cell = cls(np.int64(3), np.int32(4))
+    assert (cell.input_size, cell.hidden_size) == (3, 4) and type(cell.hidden_size) is int
+    with pytest.raises(TypeError, match="input_size should be of type int, got: float"):
+        cls(3.0, 4)
+    with pytest.raises(ValueError, match="hidden_size must be a positive int, got 0"):
+        cls(3, 0)
+
+
+@pytest.mark.parametrize("cls", LAYERS)
+def test_an_initial_state_on_another_device_gets_torch_nns_error_on_recdrops_own_path_too(cls):
+    m = cls(3, 4, recurrent_dropout=0.3).train()  # dropout acts: recdrop's own code, not torch.nn's kernels
+    h = torch.zeros(1, 2, 4, device="meta")
+    with pytest.raises(RuntimeError, match="Input and hidden tensors are not at the same device, found input "
+                                           "tensor at cpu and hidden tensor at meta"):
+        m(torch.randn(5, 2, 3), (h, h) if cls is recdrop.LSTM else h)
+
+
+@pytest.mark.parametrize("proj_size", [0, 2])
+def test_given_masks_of_another_dtype_act_in_the_inputs_dtype(proj_size):
+    """Masks from ``draw_masks`` are float32 by default; a bfloat16 layer takes them, on the fast path
+    and on the loop (a projection runs the loop), and gives what the same masks cast by hand give."""
+    torch.manual_seed(0)
+    m = recdrop.LSTM(3, 4, proj_size=proj_size, recurrent_dropout=0.5, scheme="gal").to(torch.bfloat16).train()
+    x = torch.randn(5, 2, 3, dtype=torch.bfloat16)
+    masks = m.draw_masks(5, 2)
+    assert next(iter(masks[0].values())).dtype == torch.float32
+    out = m(x, masks=masks)[0]
+    assert out.dtype == torch.bfloat16
+    cast = [{t: v.to(torch.bfloat16) for t, v in k.items()} for k in masks]
+    torch.testing.assert_close(out, m(x, masks=cast)[0], rtol=0, atol=0)

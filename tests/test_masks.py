@@ -90,3 +90,30 @@ def test_cell_per_step_mask_is_fresh_every_call():
     cell = recdrop.GRUCell(3, 64, recurrent_dropout=0.5, scheme="moon", sampling="per-step", scaling="paper")
     x = torch.randn(4, 3)
     assert not torch.equal(cell(x) == 0, cell(x) == 0)
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU", "RNN"])
+def test_a_layers_generator_draws_all_its_masks_and_a_cells_too(kind):
+    """With ``generator`` set, what a layer draws (its recurrent masks, and torch.nn's dropout between
+    stacked layers) is the generator's alone: torch's global seed changes nothing; without it, it does."""
+    torch.manual_seed(0)
+    layer = getattr(recdrop, kind)(3, 4, num_layers=2, dropout=0.5, recurrent_dropout=0.3).train()
+    cell = getattr(recdrop, kind + "Cell")(3, 4, recurrent_dropout=0.5).train()
+    x, h = torch.randn(5, 2, 3), torch.randn(2, 4)
+    state = (h, h) if kind == "LSTM" else h
+
+    def outputs(global_seed):
+        for m, seed in ((layer, 1), (cell, 2)):
+            if m.generator is not None:
+                m.generator.manual_seed(seed)
+        torch.manual_seed(global_seed)
+        out = cell(x[0], state)
+        return layer(x)[0], out[0] if isinstance(out, tuple) else out
+    assert not torch.equal(outputs(0)[0], outputs(1)[0])  # torch's global generator, without one
+    layer.recurrent_dropout = 0.0  # the dropout between layers alone: it draws from the generator too
+    layer.generator, cell.generator = torch.Generator().manual_seed(1), torch.Generator().manual_seed(2)
+    (a, c), (b, d) = outputs(0), outputs(1)
+    torch.testing.assert_close(a, b, rtol=0, atol=0)
+    torch.testing.assert_close(c, d, rtol=0, atol=0)
+    layer.recurrent_dropout = 0.3
+    torch.testing.assert_close(outputs(0)[0], outputs(1)[0], rtol=0, atol=0)

@@ -183,3 +183,19 @@ def test_a_cells_input_of_another_dtype_is_the_error_torch_nn_gives(kind, train,
             m.train(train)(x)
         errors.append((type(err.value), str(err.value)))
     assert errors[0] == errors[1]
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "LSTMCell"])
+def test_a_modules_generator_is_a_runs_not_the_modules_and_is_left_out_of_a_copy(kind):
+    """A generator set on a module would make ``torch.load(weights_only=True)`` refuse it, and a deep copy
+    draw its original's masks: pickle, deepcopy and torch.save leave it out (the README says so)."""
+    m = getattr(recdrop, kind)(3, 5, recurrent_dropout=0.3)
+    m.generator = torch.Generator().manual_seed(0)
+    assert copy.deepcopy(m).generator is None and pickle.loads(pickle.dumps(m)).generator is None
+    buf = io.BytesIO()
+    torch.save(m, buf)
+    with torch.serialization.safe_globals(PUBLIC):
+        loaded = torch.load(io.BytesIO(buf.getvalue()), weights_only=True)
+    assert loaded.generator is None and m.generator is not None  # the original keeps its own
+    for a, b in zip(loaded.state_dict().values(), m.state_dict().values()):
+        assert torch.equal(a, b)

@@ -65,3 +65,24 @@ def test_each_setting_is_checked_as_at_construction_and_a_refused_one_changes_no
     assert "scheme='moon', sampling='per-sequence', scaling='paper'" in repr(lstm)
     masks = lstm.draw_masks(5, 2)
     assert set(masks[0]) == {"moon"} and masks[0]["moon"].shape == (2, 4)  # per sequence, Moon's target
+
+
+def test_the_nonlinearity_is_settable_checked_and_torch_nns_mode_follows_it():
+    """Set after construction, the RNN's nonlinearity is what both paths compute: torch.nn's forward
+    (where no dropout acts, which reads ``mode``) and recdrop's own."""
+    torch.manual_seed(0)
+    rnn = recdrop.RNN(3, 4, recurrent_dropout=0.3).eval()
+    rnn.nonlinearity = "relu"
+    assert rnn.mode == "RNN_RELU" and "nonlinearity='relu'" in repr(rnn)
+    x = torch.randn(5, 2, 3)
+    torch_path = rnn(x)[0]
+    assert rnn.last_route.kernels == "torch.nn"
+    rnn.torch_kernels = False
+    torch.testing.assert_close(rnn(x)[0], torch_path)
+    assert (torch_path >= 0).all()  # relu's, not tanh's
+    with pytest.raises(ValueError, match="nonlinearity='gelu' is not valid"):
+        rnn.nonlinearity = "gelu"
+    assert (rnn.nonlinearity, rnn.mode) == ("relu", "RNN_RELU")  # a refused value changes nothing
+    cell = recdrop.RNNCell(3, 4)
+    cell.nonlinearity = "relu"
+    assert (cell(torch.randn(2, 3)) >= 0).all()
