@@ -192,6 +192,20 @@ def show_figure(name: str, figure, draw, rows, shown: str, store: Optional[RunSt
     plt.close(fig)  # shown once, not again at the end of the cell
 
 
+def conjecture_runs(experiment: str, scale: str, seeds, store: Optional[RunStore] = None, device: str = "cpu",
+                    jobs: int = 1, train: bool = False) -> Tuple[list, list, list]:
+    """The runs the conjecture's chapter and its landing rows judge, for Table 2 (``word_lm``) or 3
+    (``char_lm``) at ``scale``: the table's own grid (its single schemes: all of its cells, 26 or 28 runs a
+    seed) and the combination's (8 a seed), each for ``seeds``, trained where missing with ``train``; and
+    the seeds study's headline cells at seeds 0-2 as stored (never trained here), which give the seed noise
+    (``conjecture.pooled_seed_sd``). The table's rows are its cells alone (``Experiment.table_rows``:
+    Table 3's batch-size check aside)."""
+    table, combined = (run_grid(experiment, scale, seeds=seeds, device=device, jobs=jobs, train=train, store=store,
+                                grid=grid) for grid in ("table", "conjecture"))
+    headline = run_grid(experiment, scale, seeds=[0, 1, 2], train=False, store=store, grid="headline")
+    return EXPERIMENTS[experiment].table_rows(table), combined, headline
+
+
 def show_ablations(name: str, scale: str, seeds, store: Optional[RunStore] = None) -> None:
     """In a chapter rendered at ``scale``: each ablation of experiment ``name`` (``Experiment.ablations``)
     beside the table's runs (``_show_ablation``)."""

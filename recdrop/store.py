@@ -13,6 +13,7 @@ import datetime
 import errno
 import fcntl
 import functools
+import hashlib
 import io
 import json
 import os
@@ -228,8 +229,16 @@ class RunStore:
     def path(self, experiment: str, scale: str, rid: str) -> Path:
         return self.root / experiment / scale / f"{rid}.json"
 
+    def checkpoint_dir(self) -> Path:
+        """This store's checkpoints: ``<cache>/checkpoints/<key>``, the key a hash of the store's resolved
+        root, so that a scratch store (a rerun into ``RECDROP_RUNS=/tmp/...``) neither resumes another
+        store's run, trained by other code, nor deletes its checkpoint on finishing. ``STORE`` in it
+        names the root."""
+        root = str(self.root.resolve())
+        return cache_dir() / "checkpoints" / hashlib.sha256(root.encode()).hexdigest()[:10]
+
     def checkpoint_path(self, experiment: str, rid: str) -> Path:
-        return cache_dir() / "checkpoints" / experiment / f"{rid}.pt"
+        return self.checkpoint_dir() / experiment / f"{rid}.pt"
 
     @contextlib.contextmanager
     def hold_runs(self, experiment: str, rids: Sequence[str]) -> Iterator[None]:
@@ -238,6 +247,10 @@ class RunStore:
         system frees a lock with its process, also one that is killed; the files stay, empty of meaning.
         Where the file system has no such locks (some network ones), a warning says so and training goes on."""
         with contextlib.ExitStack() as held:
+            named = self.checkpoint_dir() / "STORE"  # which store the hashed folder is, for whoever looks
+            if not named.exists():
+                named.parent.mkdir(parents=True, exist_ok=True)
+                atomic_write_bytes(named, f"{self.root.resolve()}\n".encode())
             for rid in rids:
                 path = self.checkpoint_path(experiment, rid).with_suffix(".lock")
                 path.parent.mkdir(parents=True, exist_ok=True)

@@ -10,8 +10,8 @@ from typing import Any, List, Optional
 import pandas as pd
 
 from .book import chapter_scale, chapter_seeds
-from .chapters import (best_cell, claims_by_scale, figure_at_largest_scale, judged_claims, largest_verdicts,
-                       paper_comparison, paper_so_far)
+from .chapters import (best_cell, claims_by_scale, conjecture_runs, figure_at_largest_scale, judged_claims,
+                       largest_verdicts, paper_comparison, paper_so_far)
 from .config import SCALE_NAMES
 from .experiments import EXPERIMENTS, conjecture
 from .experiments import seeds as seeds_study
@@ -126,10 +126,7 @@ def study_claims(store: Optional[RunStore] = None) -> list:
     scale = chapter_scale("conjecture", store)
     for experiment, table in STUDIED:
         if scale:
-            runs = [run_grid(experiment, scale, seeds, train=False, store=store, grid=grid)
-                    for grid, seeds in (("table", chapter_seeds("conjecture", scale, store)),
-                                        ("conjecture", chapter_seeds("conjecture", scale, store)),
-                                        ("headline", [0, 1, 2]))]
+            runs = conjecture_runs(experiment, scale, chapter_seeds("conjecture", scale, store), store)
             verdicts = conjecture.conjecture_summary(experiment, *runs).set_index("forward")["verdict"]
         for forward in ("without forward dropout", "with forward dropout"):
             out.append(row("conjecture", f"{table}, {forward}: Gal's scheme with ours beats the best single scheme",

@@ -39,13 +39,17 @@ from .train import add_precision_options, check_device, group_key, precision_opt
 
 
 def check_seeds(seeds) -> List[int]:
-    """``seeds`` as a list: a non-negative int, or a non-empty list of them; else a ValueError."""
+    """``seeds`` as a list: a non-negative int, or a non-empty list of distinct ones; else a ValueError (a seed
+    twice would train one run twice, and two workers would race for it)."""
     if isinstance(seeds, int) and not isinstance(seeds, bool):
         seeds = [seeds]
     if not isinstance(seeds, (list, tuple)) or not seeds or not all(
             isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds):
         hint = " (papermill's -p gives a string: give a list with -y 'seeds: [0, 1]')" if isinstance(seeds, str) else ""
         raise ValueError(f"seeds must be a non-negative int or a non-empty list of them, got {seeds!r}{hint}")
+    twice = sorted({s for s in seeds if list(seeds).count(s) > 1})
+    if twice:
+        raise ValueError(f"seeds must be distinct, got {list(seeds)!r}: {', '.join(map(str, twice))} more than once")
     return list(seeds)
 
 
@@ -232,6 +236,9 @@ def run_grid(experiment: str, scale: str, seeds: Sequence[int] = (0,), device: s
     store = store or RunStore()
     rows = grid_rows(experiment, scale, seeds, grid, only, store, **overrides)
     todo = [r for r in rows if not r.done]
+    if train and not todo and progress:  # a rerun that trains nothing says so, and where it read the runs from
+        say(f"sweep {experiment} ({scale}): all {len(rows)} runs already in {store.root}; nothing to train "
+            "(a scratch RECDROP_RUNS trains them anew)")
     if not train or not todo:
         return rows
     if (fuse is not False or precision != "float32") and engine != "local":

@@ -265,7 +265,9 @@ def check_device(device: str, available: bool = True) -> str:
     if not isinstance(device, str) or kind not in DEVICES or (sep and (kind == "cpu" or not index.isdigit())):
         raise ValueError(f"device={device!r} is not valid; allowed values: 'cpu', 'cuda', 'cuda:N'")
     if available and kind == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device={device!r} was asked for but no CUDA device is available here; use device='cpu'")
+        why = (f"this torch ({torch.__version__}) is a CPU-only build: install a CUDA build (README, 'On a GPU')"
+               if torch.version.cuda is None else "no CUDA device is available here")
+        raise ValueError(f"device={device!r} was asked for but {why}; or use device='cpu'")
     return str(device)
 
 

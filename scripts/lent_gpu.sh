@@ -129,8 +129,8 @@ wait_campaign() {  # until the campaign ends or the time $1, with its checkpoint
   local next=0 newest
   while running && [ "$(now)" -lt "$1" ]; do
     if [ "$(now)" -ge "$next" ]; then
-      newest=$(ls -t "$CACHE"/checkpoints/*/*.pt 2>/dev/null | head -1)
-      echo "$(date +%T): $(ls "$CACHE"/checkpoints/*/*.pt 2>/dev/null | wc -l) checkpoints${newest:+, the newest $(basename "$newest") written $(date -r "$newest" +%T)}"
+      newest=$(ls -t "$CACHE"/checkpoints/*/*/*.pt 2>/dev/null | head -1)
+      echo "$(date +%T): $(ls "$CACHE"/checkpoints/*/*/*.pt 2>/dev/null | wc -l) checkpoints${newest:+, the newest $(basename "$newest") written $(date -r "$newest" +%T)}"
       next=$(( $(now) + 60 ))
     fi
     sleep 2

@@ -428,7 +428,9 @@ def test_the_estimate_reads_the_newest_runs_and_what_a_resumed_run_has_left(stor
     assert 1 <= done < 2 and campaign.checkpoint_progress(path) == pytest.approx((done, ck["elapsed"]))
     resumable = dataclasses.replace(rows[1], resumable=True)
     assert campaign.expected_seconds(resumable, store) == pytest.approx(10.0 * (1 - done / cfg.epochs))
-    elsewhere = RunStore(store.root.parent / "no-records")  # the same checkpoints, no run like it stored: its own pace
+    elsewhere = RunStore(store.root.parent / "no-records")  # the same checkpoint, no run like it stored: its own pace
+    elsewhere.checkpoint_path("temporal_order", rows[1].run_id).parent.mkdir(parents=True)
+    elsewhere.checkpoint_path("temporal_order", rows[1].run_id).write_bytes(path.read_bytes())
     assert campaign.expected_seconds(resumable, elsewhere) == pytest.approx(ck["elapsed"] / done * (cfg.epochs - done))
     assert campaign.expected_seconds(rows[1], elsewhere) is None  # not resuming, and nothing like it
     store.checkpoint_path("temporal_order", rows[1].run_id).write_bytes(b"not a checkpoint")
@@ -443,7 +445,8 @@ def test_the_command_line_runs_and_lists_a_campaign(store, tmp_path, monkeypatch
     assert campaign.main(["--list", *file]) == 0
     head, legend, *listed = capsys.readouterr().out.splitlines()
     assert head == (f"# store {store.root} (RECDROP_RUNS); list {tmp_path / 'campaign.toml'}; checkpoints "
-                    f"{cache_dir()} (RECDROP_CACHE)")  # which store it read: pointed at the wrong one, all is new
+                    f"{store.checkpoint_dir()} (in RECDROP_CACHE)")  # which store it read: the wrong one, all is new
+    assert store.checkpoint_dir().parent.parent == cache_dir()
     assert legend.startswith("# new: no record; resumes: from its checkpoint; reruns:")
     assert [line.split()[0] for line in listed[:-1]] == ["new", "new"]
     assert listed[0].endswith("length=short scheme=semeniuta sampling=per-step scaling=paper seed=0")
@@ -469,6 +472,7 @@ def test_a_checkpoint_of_uncommitted_code_is_not_resumable_into_a_committed_stor
     rid = pending_runs([CI_ENTRY], "cpu", committed)[0].run_id
     path = committed.checkpoint_path("temporal_order", rid)
     save_checkpoint(path, {"commit": "0123456789-dirty", "segments": []})
+    save_checkpoint(scratch.checkpoint_path("temporal_order", rid), {"commit": "0123456789-dirty", "segments": []})
     assert not next(r for r in pending_runs([CI_ENTRY], "cpu", committed) if r.run_id == rid).resumable
     assert next(r for r in pending_runs([CI_ENTRY], "cpu", scratch) if r.run_id == rid).resumable
     save_checkpoint(path, {"commit": "0123456789", "segments": [{"commit": "0123456789"}]})

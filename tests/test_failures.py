@@ -114,6 +114,7 @@ BAD_RUN_GRID = [
     ({"seeds": "[0,1]"}, "seeds must be .* got '\\[0,1\\]' \\(papermill's -p gives a string: give a list with -y"),
     ({"seeds": []}, "seeds must be"),
     ({"seeds": [0.5]}, "seeds must be"),
+    ({"seeds": [0, 1, 0]}, "seeds must be distinct, got \\[0, 1, 0\\]: 0 more than once"),
     ({"jobs": 0}, "jobs must be a positive int"),
     ({"jobs": 1.5}, "jobs must be a positive int"),
     ({"jobs": True}, "jobs must be a positive int"),
@@ -159,6 +160,20 @@ def test_device_names():
             check_device(bad, available=False)
 
 
+def test_a_cuda_device_on_a_cpu_only_torch_names_the_build_not_the_machine(monkeypatch):
+    import torch
+
+    from recdrop.train import check_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.version, "cuda", None)
+    with pytest.raises(ValueError, match=r"is a CPU-only build: install a CUDA build \(README, 'On a GPU'\)"):
+        check_device("cuda")
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    with pytest.raises(ValueError, match="no CUDA device is available here"):
+        check_device("cuda")
+
+
 # -- uncommitted code and a store whose records are committed ---------------------------------------
 def _stamped(monkeypatch, commit):
     real = train.environment
@@ -181,15 +196,33 @@ def test_a_checkpoint_of_uncommitted_code_is_not_resumed_into_a_committed_store(
     cfg = TemporalOrderConfig.at_scale("ci", epochs=2)
     straight = train_run(TemporalOrderTask, cfg, store=RunStore(tmp_path / "straight"), progress=False)
     _stamped(monkeypatch, "0123456789-dirty")
-    ckpt = _interrupted_run(cfg, store)  # in a scratch store, by uncommitted code
+    made = _interrupted_run(cfg, store)  # in a scratch store, by uncommitted code
     (tmp_path / "repo" / ".git").mkdir(parents=True)
     committed = RunStore(tmp_path / "repo" / "data" / "runs")
+    ckpt = committed.checkpoint_path("temporal_order", run_id(cfg, 0))  # each store has its own: moved there
+    ckpt.parent.mkdir(parents=True)
+    made.rename(ckpt)
     _stamped(monkeypatch, "0123456789")
     with pytest.warns(UserWarning, match=f"checkpoint {ckpt} holds training by uncommitted code"):
         rec = train_run(TemporalOrderTask, cfg, store=committed, progress=False)
     assert "resumed_from_commit" not in rec.json() and "segments" not in rec.json() and rec.commit == "0123456789"
     assert rec.curves == straight.curves and not ckpt.exists()
     assert committed.has("temporal_order", "ci", rec.run_id)
+
+
+def test_a_scratch_store_neither_resumes_nor_deletes_another_stores_checkpoint(store, tmp_path):
+    """A rerun into a scratch store (``RECDROP_RUNS=/tmp/...``) beside the tracked store: each store keeps
+    its own checkpoints, so the scratch run trains from the start and the other's checkpoint stays."""
+    cfg = TemporalOrderConfig.at_scale("ci", epochs=2)
+    theirs = _interrupted_run(cfg, store)
+    before = theirs.read_bytes()
+    scratch = RunStore(tmp_path / "scratch-runs")
+    assert scratch.checkpoint_path("temporal_order", run_id(cfg, 0)) != theirs
+    assert RunStore(tmp_path / "scratch-runs" / ".." / "scratch-runs").checkpoint_dir() == scratch.checkpoint_dir()
+    record = train_run(TemporalOrderTask, cfg, store=scratch, progress=False)
+    assert "resumed_from_commit" not in record.json() and "segments" not in record.json()  # from the start
+    assert theirs.read_bytes() == before and not store.has("temporal_order", "ci", run_id(cfg, 0))
+    assert (store.checkpoint_dir() / "STORE").read_text() == f"{store.root.resolve()}\n"
 
 
 def test_a_run_that_another_process_trains_is_not_trained_beside_it(store):

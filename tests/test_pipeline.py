@@ -229,11 +229,15 @@ def test_device_is_checked(store):
 
 
 # -- sweep ---------------------------------------------------------------------------------------
-def test_sweep_render_only_and_train(store):
+def test_sweep_render_only_and_train(store, capsys):
     rows = run_grid("temporal_order", "ci", seeds=[0], train=False, store=store)
     assert len(rows) == len(grid("ci")) == 18 and all(r.record is None for r in rows)
     rows = run_grid("temporal_order", "ci", seeds=[0], store=store, progress=False, epochs=1)
     assert all(r.record is not None for r in rows)
+    capsys.readouterr()
+    again = run_grid("temporal_order", "ci", seeds=[0], store=store, epochs=1)  # a rerun: all stored
+    assert [r.record for r in again] == [r.record for r in rows]
+    assert f"all 18 runs already in {store.root}; nothing to train" in capsys.readouterr().out
     with pytest.raises(ValueError, match="seeds"):
         run_grid("temporal_order", "ci", seeds=[-1], store=store)
     with pytest.raises(ValueError, match="experiment='nope'"):
