@@ -22,8 +22,8 @@ are reported, and the call exits non-zero). A local checkpoint further on than t
 of a run with a clean record, is kept.
 
 Environment: ``RECDROP_RUNS`` the store of records (default ``data/runs`` of this checkout: a bare
-call trains into it, for an hour); ``RECDROP_CACHE`` the checkpoints, a folder per store (default ``~/.cache/recdrop``);
-``RECDROP_DATA`` the datasets (default ``../shared/data``).
+call trains into it, for an hour); ``RECDROP_CACHE`` the checkpoints, a folder per store (default
+``~/.cache/recdrop``); ``RECDROP_DATA`` the datasets (default ``../shared/data``).
 """
 from __future__ import annotations
 
@@ -473,7 +473,8 @@ def main(argv=None) -> int:
                 return 1 if refused else 0
         entries = load_campaign(args.file)
         if args.list:
-            print(f"# store {store.root} (RECDROP_RUNS); list {args.file}; checkpoints {store.checkpoint_dir()} (in RECDROP_CACHE)\n"
+            print(f"# store {store.root} (RECDROP_RUNS); list {args.file}; "
+                  f"checkpoints {store.checkpoint_dir()} (in RECDROP_CACHE)\n"
                   "# new: no record; resumes: from its checkpoint; reruns: its record is of uncommitted code; "
                   "minutes: its expected time on the hardware of the stored runs like it (?: none stored)")
             total, unknown = 0.0, 0

@@ -167,7 +167,8 @@ def test_a_cuda_device_on_a_cpu_only_torch_names_the_build_not_the_machine(monke
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(torch.version, "cuda", None)
-    with pytest.raises(ValueError, match=r"is a CPU-only build: install a CUDA build \(README, 'On a GPU'\)"):
+    with pytest.raises(ValueError, match=r"is a CPU-only build: install a CUDA build of it \(pip install "
+                                         r"--force-reinstall torch==\d+\.\d+\.\d+ --index-url"):
         check_device("cuda")
     monkeypatch.setattr(torch.version, "cuda", "13.0")
     with pytest.raises(ValueError, match="no CUDA device is available here"):
