@@ -280,9 +280,20 @@ def run_grid(experiment: str, scale: str, seeds: Sequence[int] = (0,), device: s
     finally:
         sweep_bar.close()
     if failures:
-        lines = "\n".join(f"  {r.run_id} {r.config}: {type(e).__name__}: {e}" for r, e in failures)
-        raise RuntimeError(f"{len(failures)} of {len(todo)} runs failed (finished records are kept):\n{lines}")
+        raise RuntimeError(failures_report(failures, len(todo)))
     return rows
+
+
+def failures_report(failures: Sequence[Tuple[Row, Exception]], of: int) -> str:
+    """The runs that failed, ``of`` this many tried: each error once (a missing dataset fails every run
+    alike), with the runs it stopped (all of their configs where it stopped only some)."""
+    by_error: Dict[str, List[Row]] = {}
+    for row, e in failures:
+        by_error.setdefault(f"{type(e).__name__}: {e}", []).append(row)
+    lines = [f"{len(rows)} of them: {error}\n" + (f"    runs {', '.join(r.run_id for r in rows)}" if len(rows) > 1 else
+                                                 f"    run {rows[0].run_id} {rows[0].config}")
+             for error, rows in by_error.items()]
+    return f"{len(failures)} of {of} runs failed (finished records are kept):\n  " + "\n  ".join(lines)
 
 
 def _parse_overrides(items: Sequence[str]) -> Dict[str, Any]:

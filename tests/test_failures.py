@@ -18,7 +18,7 @@ from recdrop.experiments.temporal_order import TemporalOrderConfig, TemporalOrde
 from recdrop import store as store_module, train
 from recdrop.store import (CorruptCheckpointError, DirtyTreeError, RunInUseError, RunStore, load_checkpoint,
                            save_checkpoint)
-from recdrop.sweep import run_grid
+from recdrop.sweep import grid_rows, run_grid
 from recdrop.train import train_run
 
 from kills import REPO, epoch_seconds, kill_repeatedly, resume_to_the_end, stored_records, sweep_command
@@ -332,3 +332,18 @@ def test_a_sweep_of_uncommitted_code_into_a_committed_store_starts_nothing(tmp_p
     with pytest.raises(DirtyTreeError, match="4 runs of temporal_order are not started: .*0123456789-dirty"):
         run_grid("temporal_order", "ci", store=RunStore(tmp_path / "repo" / "runs"), engine=engine, progress=False,
                  only={"length": "short", "scheme": "moon"}, epochs=1)
+
+
+def test_a_sweeps_failures_give_each_error_once_with_the_runs_it_stopped(store):
+    """A missing dataset fails every run alike: its message comes once, with the runs' ids, not once a run."""
+    from recdrop.data.files import DatasetError
+    from recdrop.sweep import failures_report
+
+    rows = grid_rows("temporal_order", "ci", store=store)[:3]
+    missing = DatasetError("ptb: /data/ptb/ptb.train.txt is missing")
+    report = failures_report([(rows[0], missing), (rows[1], missing), (rows[2], ValueError("odd"))], 18)
+    assert report.startswith("3 of 18 runs failed (finished records are kept):")
+    assert report.count("is missing") == 1
+    assert f"2 of them: DatasetError: ptb: /data/ptb/ptb.train.txt is missing\n    runs {rows[0].run_id}, " \
+           f"{rows[1].run_id}" in report
+    assert f"1 of them: ValueError: odd\n    run {rows[2].run_id} {rows[2].config}" in report
