@@ -16,7 +16,7 @@ setup: .venv/.installed
 # committed records are untouched); the book build from the committed records; then every page of
 # the built book in headless Chromium.
 test: setup
-	TQDM_DISABLE=1 $(PY) -m pytest -q tests --ignore=tests/browser
+	TQDM_DISABLE=1 $(PY) -m pytest -q --durations=40 tests --ignore=tests/browser  # the slowest, to keep CI short
 	scratch=$$(mktemp -d) && TQDM_DISABLE=1 RECDROP_RUNS=$$scratch/runs RECDROP_CACHE=$$scratch/cache \
 	  $(PY) -m pytest -q --nbval-lax --nbval-current-env --nbval-cell-timeout=600 notebooks/
 	$(PY) -m recdrop.book
