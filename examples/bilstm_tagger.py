@@ -105,6 +105,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--epochs", type=int, default=5)
     ap.add_argument("--batches", type=int, default=10**9, help="training batches per epoch (default: all)")
+    ap.add_argument("--dev-batches", type=int, default=10**9,
+                    help="dev batches evaluated after each epoch (default: all; 256 sentences a batch)")
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--hidden", type=int, default=100)
@@ -133,7 +135,7 @@ def main(argv=None):
         model = torch.compile(model, dynamic=True, backend=args.compile)
     for epoch in range(1, args.epochs + 1):
         losses = train_batches(model, train, optimizer, args.batches, args.device)
-        accuracy, f1 = evaluate(model, dev, tag_names, args.device)
+        accuracy, f1 = evaluate(model, islice(dev, args.dev_batches), tag_names, args.device)
         print(f"epoch {epoch}: train loss {sum(losses) / len(losses):.4f} | dev token accuracy {100 * accuracy:.2f}%"
               + ("" if f1 is None else f" | dev entity F1 {f1:.2f}"))
 

@@ -68,7 +68,9 @@ def test_recdrop_tagger_equals_torch_tagger_on_a_packed_batch(example, p, torch_
 @torch._dynamo.config.patch(allow_rnn=False)  # the example sets it True for its process: not for the tests after
 def test_the_example_trains_compiled(example, capsys):
     """``--compile``: the tagger compiled with dynamic shapes trains on CoNLL's batches of varying length
-    (Dynamo's tracing only, backend 'eager', to keep it short)."""
-    example.main(["--epochs", "1", "--batches", "4", "--batch-size", "8", "--hidden", "16", "--compile", "eager"])
+    and evaluates (Dynamo's tracing only, backend 'eager', 2 batches and 1 dev batch, to keep it short: each new
+    length is traced anew)."""
+    example.main(["--epochs", "1", "--batches", "2", "--batch-size", "8", "--hidden", "16", "--compile", "eager",
+                  "--dev-batches", "1"])
     out = capsys.readouterr().out
     assert "epoch 1: train loss" in out and "dev token accuracy" in out
