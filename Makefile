@@ -15,8 +15,11 @@ setup: .venv/.installed
 # Unit tests; every notebook at `ci` scale under nbval (training into a scratch store, so the
 # committed records are untouched); the book build from the committed records; then every page of
 # the built book in headless Chromium.
+# The unit tests run in two workers (as many as the cores, up to 2), a file each at a time, one thread
+# each, and list the slowest.
 test: setup
-	TQDM_DISABLE=1 $(PY) -m pytest -q --durations=40 tests --ignore=tests/browser  # the slowest, to keep CI short
+	TQDM_DISABLE=1 OMP_NUM_THREADS=1 $(PY) -m pytest -q -n auto --maxprocesses=2 --dist loadfile --durations=40 \
+	  tests --ignore=tests/browser
 	scratch=$$(mktemp -d) && TQDM_DISABLE=1 RECDROP_RUNS=$$scratch/runs RECDROP_CACHE=$$scratch/cache \
 	  $(PY) -m pytest -q --nbval-lax --nbval-current-env --nbval-cell-timeout=600 notebooks/
 	$(PY) -m recdrop.book
