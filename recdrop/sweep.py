@@ -286,7 +286,7 @@ def run_grid(experiment: str, scale: str, seeds: Sequence[int] = (0,), device: s
 
 def failures_report(failures: Sequence[Tuple[Row, Exception]], of: int) -> str:
     """The runs that failed, ``of`` this many tried: each error once (a missing dataset fails every run
-    alike), with the runs it stopped (all of their configs where it stopped only some)."""
+    alike), with the ids of the runs it stopped, or the run's id and config where it stopped one."""
     by_error: Dict[str, List[Row]] = {}
     for row, e in failures:
         by_error.setdefault(f"{type(e).__name__}: {e}", []).append(row)
