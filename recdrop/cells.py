@@ -207,14 +207,13 @@ class _CellBase(DropoutSettings, nn.RNNCellBase):
             else:
                 if self._sequence_masks is None:
                     self._sequence_masks = r.draw(shape, x.device, x.dtype, self.generator)
-                # the sequence's mask, on the input's device and dtype: the cell may have moved since (.to, .half)
-                masks = self._sequence_masks = {t: m.to(x) for t, m in self._sequence_masks.items()}
+                masks = self._sequence_masks  # cast below: the cell may have moved since it was drawn (.to, .half)
                 if next(iter(masks.values())).shape[0] != shape[0]:
                     raise ValueError(f"input batch size {shape[0]} differs from the per-sequence mask's: "
                                      "call reset_masks() at the start of every new sequence")
         if masks is not None:
             r.check_masks(masks, shape)
-            masks = {t: m.to(x) for t, m in masks.items()}  # given masks of another dtype act as the input's
+            masks = {t: m.to(x) for t, m in masks.items()}  # given or kept masks act in the input's dtype
         return r.factors(masks, self.training, per_step=False)
 
     def _prepare(self, input: Tensor, hx, n_states: int):

@@ -385,8 +385,9 @@ class _RecurrentLayer(DropoutSettings, nn.RNNBase):
 
 
 def between_layers_dropout(x: Tensor, p: float, generator: Optional[torch.Generator]) -> Tensor:
-    """torch.nn's ``dropout`` between stacked layers (inverted, a fresh mask per element): where the
-    layer has a ``generator``, drawn from it like its recurrent masks; else ``F.dropout``'s own draw."""
+    """torch.nn's ``dropout`` (inverted, a fresh mask per element), between stacked layers and in the
+    models' forward dropout (``models.ForwardDropout``): where a ``generator`` is set, drawn from it
+    like the recurrent masks; else ``F.dropout``'s own draw."""
     if generator is None:
         return F.dropout(x, p, training=True)
     return x * torch.empty_like(x).bernoulli_(1 - p, generator=generator) / (1 - p)

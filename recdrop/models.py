@@ -66,9 +66,9 @@ class ForwardDropout(torch.nn.Dropout):
     generator: Optional[torch.Generator] = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.training or self.p == 0 or self.generator is None:
+        if not self.training or self.p == 0:
             return super().forward(x)
-        return x * torch.empty_like(x).bernoulli_(1 - self.p, generator=self.generator) / (1 - self.p)
+        return layers.between_layers_dropout(x, self.p, self.generator)
 
 
 def set_generator(model: torch.nn.Module, generator: Optional[torch.Generator]) -> torch.nn.Module:
