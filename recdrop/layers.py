@@ -217,7 +217,7 @@ class _RecurrentLayer(DropoutSettings, nn.RNNBase):
                     final.append(s)
             x = outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)
             if self.dropout > 0 and self.training and layer < self.num_layers - 1:
-                x = between_layers_dropout(x, self.dropout, self.generator)
+                x = inverted_dropout(x, self.dropout, self.generator)
         return x, tuple(torch.stack(final) for final in finals)
 
     # -- packed sequences -------------------------------------------------------------------------
@@ -384,7 +384,7 @@ class _RecurrentLayer(DropoutSettings, nn.RNNBase):
             self.rdrop.check_masks(m, shapes)
 
 
-def between_layers_dropout(x: Tensor, p: float, generator: Optional[torch.Generator]) -> Tensor:
+def inverted_dropout(x: Tensor, p: float, generator: Optional[torch.Generator]) -> Tensor:
     """torch.nn's ``dropout`` (inverted, a fresh mask per element), between stacked layers and in the
     models' forward dropout (``models.ForwardDropout``): where a ``generator`` is set, drawn from it
     like the recurrent masks; else ``F.dropout``'s own draw."""

@@ -68,7 +68,7 @@ class ForwardDropout(torch.nn.Dropout):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.training or self.p == 0:
             return super().forward(x)
-        return layers.between_layers_dropout(x, self.p, self.generator)
+        return layers.inverted_dropout(x, self.p, self.generator)
 
 
 def set_generator(model: torch.nn.Module, generator: Optional[torch.Generator]) -> torch.nn.Module:
