@@ -192,6 +192,9 @@ def show_figure(name: str, figure, draw, rows, shown: str, store: Optional[RunSt
     plt.close(fig)  # shown once, not again at the end of the cell
 
 
+CONJECTURE_GRIDS = ("table", "conjecture")  # the grids ``conjecture_runs`` trains where runs are missing
+
+
 def conjecture_runs(experiment: str, scale: str, seeds, store: Optional[RunStore] = None, device: str = "cpu",
                     jobs: int = 1, train: bool = False) -> Tuple[list, list, list]:
     """The runs the conjecture's chapter and its landing rows judge, for Table 2 (``word_lm``) or 3
@@ -201,7 +204,7 @@ def conjecture_runs(experiment: str, scale: str, seeds, store: Optional[RunStore
     (``conjecture.pooled_seed_sd``). The table's rows are its cells alone (``Experiment.table_rows``:
     Table 3's batch-size check aside)."""
     table, combined = (run_grid(experiment, scale, seeds=seeds, device=device, jobs=jobs, train=train, store=store,
-                                grid=grid) for grid in ("table", "conjecture"))
+                                grid=grid) for grid in CONJECTURE_GRIDS)
     headline = run_grid(experiment, scale, seeds=[0, 1, 2], train=False, store=store, grid="headline")
     return EXPERIMENTS[experiment].table_rows(table), combined, headline
 

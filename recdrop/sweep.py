@@ -208,6 +208,17 @@ def stored_rows(experiment: str, scale: str, grid: str = "table",
     return grid_rows(experiment, scale, stored_seeds(experiment, scale, store), grid, store=store)
 
 
+def check_data(experiment: str, scale: str, seeds: Sequence[int] = (0,), grids: Sequence[str] = ("table",),
+               train: bool = True, store: Optional[RunStore] = None) -> None:
+    """Where ``train`` is True and any of ``experiment``'s ``grids`` at ``scale`` has a run not in the store, its
+    dataset files verified (``Task.check_data``: a ``DatasetError`` naming a missing or corrupt one). A notebook
+    that trains several experiments checks each first, so a missing dataset stops it before it has trained
+    the others."""
+    store = store or RunStore()
+    if train and any(not r.done for grid in grids for r in grid_rows(experiment, scale, seeds, grid, store=store)):
+        experiments.get(experiment)[0].check_data()
+
+
 def run_grid(experiment: str, scale: str, seeds: Sequence[int] = (0,), device: str = "cpu", jobs: int = 1,
              train: bool = True, store: Optional[RunStore] = None, progress: bool = True, engine: str = "local",
              only: Optional[Dict[str, Any]] = None, grid: str = "table", fuse: Union[bool, int] = False,
@@ -244,6 +255,8 @@ def run_grid(experiment: str, scale: str, seeds: Sequence[int] = (0,), device: s
     if (fuse is not False or precision != "float32") and engine != "local":
         raise ValueError(f"fuse and precision are the local engine's; they run with engine='local', not {engine!r}")
     groups = fuse_groups(experiment, todo, fuse, device)  # its errors come before any run starts
+    if engine == "local":  # (a remote worker reads its own machine's data)
+        experiments.get(experiment)[0].check_data()  # a missing dataset once, before any run starts
     store.refuse_unclean_code(git_commit(), f"{len(todo)} runs of {experiment} are")  # before any worker starts
     threads = worker_threads(jobs)
     if progress and len(todo) < len(rows):  # said once, not left to a bar that starts part-way

@@ -138,6 +138,12 @@ class Task:
     autocasts: bool = False
     precision: str = "float32"
 
+    @staticmethod
+    def check_data() -> None:
+        """Verify the dataset files this task reads, without reading them (``data.files.DatasetError``
+        names a missing or corrupt one): the sweep calls it before any run starts. Nothing by default
+        (a task whose data is synthetic)."""
+
     @classmethod
     def group_key(cls, config: ExperimentConfig, seed: int):
         """What the runs of one group share: the config less ``FUSABLE_FIELDS`` (and the seed where it

@@ -103,6 +103,39 @@ def test_a_corrupt_data_file_is_a_clear_error(tmp_path, monkeypatch):
         load_conll2003()
 
 
+DATASETS = {"word_lm": "ptb", "char_lm": "ptb_char", "ner": "conll2003", "sentiment": "semeval"}
+
+
+@pytest.mark.parametrize("experiment", DATASETS)
+def test_a_missing_dataset_stops_a_sweep_before_any_run_starts(experiment, tmp_path, monkeypatch):
+    from recdrop import sweep
+    from recdrop.data.files import DatasetError
+
+    monkeypatch.setenv("RECDROP_DATA", str(tmp_path / "empty"))
+    monkeypatch.setattr(sweep, "run_groups", lambda *a, **k: pytest.fail("a run started"))
+    store = RunStore(tmp_path / "runs")
+    with pytest.raises(DatasetError, match=rf"{DATASETS[experiment]}: {tmp_path / 'empty' / DATASETS[experiment]}/"
+                                           r"\S+ is missing\. Get it from"):
+        run_grid(experiment, "ci", store=store, progress=False)
+    assert not store.records(experiment, "ci")
+
+
+def test_a_notebook_checks_each_experiments_data_where_it_has_runs_to_train(tmp_path, monkeypatch):
+    """``sweep.check_data``: a multi-experiment notebook's first check. Nothing to train (all stored, or
+    ``train`` False) needs no data; a run to train in any of the grids does."""
+    from recdrop.data.files import DatasetError
+    from recdrop.sweep import check_data
+
+    monkeypatch.setenv("RECDROP_DATA", str(tmp_path / "empty"))
+    committed = RunStore()  # Table 2's headline cells at reduced, seeds 0-2, are all in the committed store
+    assert all(r.done for r in grid_rows("word_lm", "reduced", [0, 1, 2], "headline", store=committed))
+    check_data("word_lm", "reduced", [0, 1, 2], grids=["headline"], store=committed)
+    check_data("word_lm", "ci", [0], grids=["headline", "conjecture"], train=False, store=RunStore(tmp_path / "runs"))
+    check_data("temporal_order", "ci", [0], store=RunStore(tmp_path / "runs"))  # synthetic data: nothing to check
+    with pytest.raises(DatasetError, match="ptb: .* is missing"):  # seed 3 is not stored
+        check_data("word_lm", "reduced", [0, 1, 2, 3], grids=["headline"], store=committed)
+
+
 # -- every parameter a notebook passes, wrong -------------------------------------------------------
 BAD_RUN_GRID = [
     ({"scale": "huge"}, "scale='huge' is not valid"),

@@ -52,6 +52,11 @@ def load_conll2003(root: Optional[Path] = None, download: bool = False) -> Dict[
     return {split: read_conll(paths[name]) for split, name in SPLITS.items()}
 
 
+def check_conll2003(root: Optional[Path] = None) -> None:
+    """The three files verified, not read: a ``DatasetError`` naming a missing or corrupt one."""
+    verified_files("conll2003", list(SPLITS.values()), SOURCE, root)
+
+
 def entity_f1(true_tags: Sequence[Sequence[str]], predicted_tags: Sequence[Sequence[str]]) -> float:
     """Entity-level F1 over all sentences, in percent, as conlleval computes it (seqeval's default mode)."""
     from seqeval.metrics import f1_score

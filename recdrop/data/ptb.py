@@ -47,9 +47,13 @@ def tokenize(path: Path) -> List[str]:
     return words
 
 
-def _load(folder: str, stem: str, source: str, mirror: str, root: Optional[Path], download: bool) -> Corpus:
+def _files(folder: str, stem: str, source: str, mirror: str, root: Optional[Path], download: bool) -> Dict[str, Path]:
     names = [f"{stem}.{s}.txt" for s in SPLITS]
-    paths = verified_files(folder, names, source, root, {n: mirror + n for n in names} if download else None)
+    return verified_files(folder, names, source, root, {n: mirror + n for n in names} if download else None)
+
+
+def _load(folder: str, stem: str, source: str, mirror: str, root: Optional[Path], download: bool) -> Corpus:
+    paths = _files(folder, stem, source, mirror, root, download)
     symbols = {s: tokenize(paths[f"{stem}.{s}.txt"]) for s in SPLITS}
     index: Dict[str, int] = {}
     for w in symbols["train"]:
@@ -76,3 +80,13 @@ def batchify(tokens: torch.Tensor, streams: int) -> torch.Tensor:
     stateful truncated BPTT; the tail that does not fill a row is dropped."""
     steps = tokens.numel() // streams
     return tokens[: steps * streams].view(streams, steps).t().contiguous()
+
+
+def check_ptb(root: Optional[Path] = None) -> None:
+    """The word-level PTB's files verified, not read: a ``DatasetError`` naming a missing or corrupt one."""
+    _files("ptb", "ptb", SOURCE, MIRROR, root, download=False)
+
+
+def check_ptb_char(root: Optional[Path] = None) -> None:
+    """The character-level PTB's files verified, not read: a ``DatasetError`` naming a missing or corrupt one."""
+    _files("ptb_char", "ptb.char", CHAR_SOURCE, CHAR_MIRROR, root, download=False)

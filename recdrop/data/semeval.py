@@ -109,6 +109,11 @@ def load_semeval(root: Optional[Path] = None, download: bool = False) -> SemEval
     return SemEval(train, valid, tests, dict(PARTIAL))
 
 
+def check_semeval(root: Optional[Path] = None) -> None:
+    """The six files verified, not read: a ``DatasetError`` naming a missing or corrupt one."""
+    verified_files("semeval", FILES, SOURCE, root)
+
+
 def tokenize(text: str) -> List[str]:
     """NLTK's tweet tokenizer, lower-cased, elongations shortened ("sooooo" -> "sooo")."""
     from nltk.tokenize import TweetTokenizer

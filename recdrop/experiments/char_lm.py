@@ -16,7 +16,7 @@ import pandas as pd
 import torch
 
 from ..config import ExperimentConfig
-from ..data.ptb import load_ptb_char
+from ..data.ptb import check_ptb_char, load_ptb_char
 from ..models import Dropout, LanguageModel, generators, language_models_bytes, language_models_nll
 from ..report import Metric, check_claims, fmt_mean_sd, summarize
 from ..stacked import StackedAdam, StackedLanguageModels, stacking
@@ -127,6 +127,8 @@ class CharLMTask(Task):
     FUSABLE_FIELDS = ("scheme", "sampling", "recurrent_dropout", "scaling", "input_dropout", "output_dropout",
                       "init_scale", "lr", "lr_decay", "decay_from_epoch", "clip_norm")
     autocasts = True
+
+    check_data = staticmethod(check_ptb_char)
 
     def __init__(self, cfg: CharLMConfig, device: str, seed: int):
         self.cfg, self.device, self.seed = cfg, device, seed

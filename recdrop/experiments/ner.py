@@ -17,7 +17,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from ..data.conll2003 import entity_f1, load_conll2003
+from ..data.conll2003 import check_conll2003, entity_f1, load_conll2003
 from ..data.embeddings import GLOVE, PAD, UNK, embedding_table
 from ..models import Dropout, Tagger
 from ..paper import paper_results
@@ -170,6 +170,8 @@ def gather(split: Split, firsts: torch.Tensor, lengths: torch.Tensor, steps: int
 
 class NERTask(Task):
     progress_metric = "valid_f1"
+
+    check_data = staticmethod(check_conll2003)
 
     def __init__(self, cfg: NERConfig, device: str, seed: int):
         self.cfg, self.device, self.seed = cfg, device, seed

@@ -19,7 +19,8 @@ import torch
 import torch.nn.functional as F
 
 from ..data.embeddings import GLOVE, PAD, UNK, embedding_table
-from ..data.semeval import LABELS, PARTIAL, TEST_SETS, distant_label, load_semeval, semeval_f1, tokenize
+from ..data.semeval import (LABELS, PARTIAL, TEST_SETS, check_semeval, distant_label, load_semeval, semeval_f1,
+                           tokenize)
 from ..models import Dropout, SequenceClassifier
 from ..paper import paper_results
 from ..report import Metric, check_claims, compare, plain_label, seed_values
@@ -118,6 +119,8 @@ def classifier(cfg: SentimentConfig, vectors: torch.Tensor) -> SequenceClassifie
 
 class SentimentTask(Task):
     progress_metric = "valid_f1"
+
+    check_data = staticmethod(check_semeval)
 
     def __init__(self, cfg: SentimentConfig, device: str, seed: int):
         self.cfg, self.device, self.seed = cfg, device, seed

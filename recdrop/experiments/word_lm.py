@@ -16,7 +16,7 @@ import pandas as pd
 import torch
 
 from ..config import ExperimentConfig
-from ..data.ptb import batchify, load_ptb
+from ..data.ptb import batchify, check_ptb, load_ptb
 from ..models import Dropout, LanguageModel, generators, language_models_bytes, language_models_nll
 from ..report import Metric, check_claims, claim_verdict, figure_verdict, means_over, seed_values
 from .. import step_graph
@@ -111,6 +111,8 @@ class WordLMTask(Task):
                       "init_scale", "lr", "lr_decay", "clip_norm")
     batches_depend_on_seed = False
     autocasts = True
+
+    check_data = staticmethod(check_ptb)
 
     def __init__(self, cfg: WordLMConfig, device: str, seed: int):
         self.cfg, self.device = cfg, device
