@@ -166,7 +166,8 @@ class _RecurrentLayer(DropoutSettings, nn.RNNBase):
     # -- forward ----------------------------------------------------------------------------------
     def forward(self, input: Tensor, hx=None, *, masks: Optional[Masks] = None):
         """Same as torch.nn's forward. ``masks`` (keyword-only) replaces the random masks with
-        given raw 0/1 masks, in the layout of ``draw_masks``; used when training only."""
+        given raw 0/1 masks, in the layout of ``draw_masks``, in training; in eval they are not applied,
+        and a warning says so."""
         if torch.compiler.is_compiling():  # Dynamo traces the layer (``allow_rnn``): its plain ops
             return self._forward(input, hx, masks)
         # Run eagerly, every frame below too: where Dynamo skips an RNN module (its default), it would

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
+import warnings
 from dataclasses import dataclass
 from typing import Dict, Optional, Sequence, Tuple, Union
 
@@ -138,6 +139,9 @@ class RecurrentDropout:
             if self.scaling == "inverted":  # Eq. 18
                 masks = {k: m / (1.0 - self.p) for k, m in masks.items()}
             return StepFactors(masks, per_step=per_step)
+        if masks is not None:  # (only a caller gives masks in eval: a layer draws them in training only)
+            warnings.warn("masks given in eval mode are not applied: recurrent dropout acts in training only "
+                          "(call .train() to apply them)", UserWarning)
         if self.scaling == "paper":  # Eq. 3, test phase: (1 - p) x
             return StepFactors({t: 1.0 - self.p for t in self.targets}, per_step=False)
         return StepFactors({}, per_step=False)

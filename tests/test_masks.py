@@ -1,4 +1,6 @@
 """Mask statistics, and that forward really samples the way `sampling` says."""
+import warnings
+
 import pytest
 import torch
 
@@ -69,6 +71,30 @@ def test_forward_draws_with_draw_masks():
     masks = m.draw_masks(7, 4, dtype=torch.float64)
     y_given, _ = m(x, masks=masks)
     assert torch.equal(y_random, y_given)
+
+
+@pytest.mark.parametrize("kind", ["layer", "cell"])
+def test_masks_given_in_eval_are_not_applied_and_a_warning_says_so(kind):
+    """In training given masks act (all-zero ones change the output); in eval no recurrent dropout acts,
+    so they are not applied, and a warning says so rather than ignoring them silently."""
+    torch.manual_seed(0)
+    if kind == "layer":
+        m, x = recdrop.LSTM(3, 8, recurrent_dropout=0.5), torch.randn(5, 2, 3)
+        zeros = [{t: torch.zeros_like(k) for t, k in d.items()} for d in m.draw_masks(5, 2)]
+    else:
+        m, x = recdrop.LSTMCell(3, 8, recurrent_dropout=0.5), torch.randn(2, 3)
+        zeros = {"semeniuta": torch.zeros(2, 8)}
+
+    def c_or_out(**kw):  # a layer's output, a cell's c
+        return m(x, **kw)[0 if kind == "layer" else 1]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning in training
+        in_training = c_or_out(masks=zeros)
+    m.eval()
+    with pytest.warns(UserWarning, match=r"masks given in eval mode are not applied: .*call \.train\(\)"):
+        in_eval = c_or_out(masks=zeros)
+    torch.testing.assert_close(in_eval, c_or_out())  # (recdrop's own code where masks are given, else torch.nn's)
+    assert (in_training - in_eval).abs().max() > 0.01
 
 
 def test_cell_per_sequence_mask_is_kept_until_reset():
