@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 
-from . import experiments
+from . import estimates, experiments
 from .paths import DATA_DIR
 from .progress import bar as progress_bar
 from .progress import say
@@ -150,51 +150,11 @@ def pending_runs(entries: Sequence[Entry], device: str, store: RunStore) -> List
     return todo
 
 
-DROPOUT_FIELDS = ("scheme", "sampling", "recurrent_dropout", "scaling", "input_dropout", "output_dropout")
-
-
-RECENT_RUNS = 4  # the estimate reads this many of the newest stored runs like it (the code gets faster)
-
-
 def expected_seconds(run: Pending, store: RunStore) -> Optional[float]:
-    """What a pending run should take: the mean wall time of the newest ``RECENT_RUNS`` stored runs (not
-    diverged) of its experiment at its scale whose configs differ from its own only in the dropout
-    fields and the fields added since some were stored (``ExperimentConfig.ADDED``: the optimiser's
-    form) and, where some of those ran, that use recurrent dropout as it does (without it the layers
-    run torch.nn's kernels, up to twice as fast on a CPU); for a run that resumes, the part of it
-    left (``checkpoint_progress``), at its own pace so far where no run like it is stored. None where
-    neither tells."""
-    e, cfg = run.entry, run.config
-
-    def rest(config: Dict[str, Any]) -> Dict[str, Any]:  # nor in the fields added since (the optimiser's form)
-        return {k: v for k, v in config.items() if k not in DROPOUT_FIELDS and k not in type(cfg).ADDED}
-
-    mine = json.loads(json.dumps(cfg.to_dict()))  # as a record holds it (tuples as lists)
-    like = [r for r in store.records(e.experiment, e.scale)  # a diverged run stopped early: it says nothing
-            if r.wall_time_s and not r.diverged and rest(r.config) == rest(mine)]
-    dropout = bool(mine.get("recurrent_dropout"))
-    alike = [r for r in like if bool(r.config.get("recurrent_dropout")) == dropout] or like
-    done, spent = (checkpoint_progress(store.checkpoint_path(e.experiment, run.run_id))
-                   if run.resumable else (0.0, 0.0))
-    if alike:
-        newest = sorted(alike, key=lambda r: r.finished)[-RECENT_RUNS:]
-        whole = sum(r.wall_time_s for r in newest) / len(newest)
-    elif done > 0:
-        whole = spent / done * cfg.epochs
-    else:
-        return None
-    return whole * max(0.0, 1.0 - done / cfg.epochs)
-
-
-def checkpoint_progress(path: Path) -> Tuple[float, float]:
-    """How many epochs a run's checkpoint holds, counting a part-done epoch in part (from its last
-    ``segments`` stretch), and the seconds of training they took; (0, 0) where it is unreadable."""
-    try:
-        ck = load_checkpoint(path)
-    except CorruptCheckpointError:
-        return 0.0, 0.0
-    segments = ck.get("segments") or [{"to_epoch": ck["epoch"]}]
-    return float(segments[-1]["to_epoch"]), float(ck.get("elapsed", 0.0))
+    """What a pending run should take (``estimates.expected_seconds``), on the hardware of the stored runs like
+    it, or the part of it left where it resumes from its checkpoint."""
+    return estimates.expected_seconds(run.experiment, run.config, store, store.checkpoint_path(
+        run.experiment, run.run_id) if run.resumable else None)
 
 
 def parse_budget(text: str) -> float:

@@ -30,11 +30,12 @@ import torch
 
 from . import experiments
 from .config import SCALE_NAMES, run_id
+from .estimates import expected_seconds
 from .records import Record, Row
 from .progress import bar as progress_bar, say
 from .report import stored_seeds
 from .runner import Job, check_jobs, run_groups, run_job, worker_threads
-from .store import RunStore, cache_dir, git_commit
+from .store import DEFAULT_RUNS, RunStore, cache_dir, git_commit
 from .train import add_precision_options, check_device, group_key, precision_option, set_precision
 
 
@@ -262,6 +263,8 @@ def run_grid(experiment: str, scale: str, seeds: Sequence[int] = (0,), device: s
     if progress and len(todo) < len(rows):  # said once, not left to a bar that starts part-way
         say(f"sweep {experiment} ({scale}): {len(rows) - len(todo)} of {len(rows)} runs already in {store.root}; "
             f"training the other {len(todo)} (any with a checkpoint resumes from it)")
+    if progress and fuse is False:  # (a fused group's time is not its runs' summed)
+        say(forecast(experiment, scale, todo, device, jobs, store))
     sweep_bar = progress_bar(total=len(rows), initial=len(rows) - len(todo), desc=f"sweep {experiment} ({scale})",
                              disable=not progress, position=0, dynamic_ncols=True)
     failures = []
@@ -295,6 +298,34 @@ def run_grid(experiment: str, scale: str, seeds: Sequence[int] = (0,), device: s
     if failures:
         raise RuntimeError(failures_report(failures, len(todo)))
     return rows
+
+
+def forecast(experiment: str, scale: str, todo: Sequence[Row], device: str, jobs: int, store: RunStore) -> str:
+    """Before a sweep trains ``todo``: about how long it should take, ``jobs`` at a time, by the runs like each
+    trained alone on this kind of device (``estimates.expected_seconds``; a run with a checkpoint counts what it
+    has left), stored in ``store`` or else in the repository's tracked store (a scratch store has none)."""
+    tracked = RunStore(DEFAULT_RUNS)
+    stores = [store] + [tracked] * (tracked.root.resolve() != store.root.resolve())
+
+    def expected(row: Row) -> Optional[float]:
+        path = store.checkpoint_path(experiment, row.run_id)
+        for s in stores:
+            t = expected_seconds(experiment, row.config, s, path if path.exists() else None, device, alone=True)
+            if t is not None:
+                return t
+        return None
+    times = [expected(r) for r in todo]
+    known = [t for t in times if t is not None]
+    kind = device.split(":")[0]
+    head = f"sweep {experiment} ({scale}): {len(todo)} run{'s' * (len(todo) != 1)} to train"
+    if not known:
+        return f"{head}; no stored run like them trained alone on {kind} to say how long they take"
+    total = sum(known) / min(jobs, len(known))
+    took = f"{total / 60:.0f} min" if total < 5400 else f"{total / 3600:.1f} h"
+    unknown = len(times) - len(known)
+    return (f"{head}, about {took} running {jobs} at a time, going by the stored runs like them trained alone on "
+            f"{kind}; another machine differs"
+            + (f"; {unknown} of them have none like them, not counted" if unknown else ""))
 
 
 def failures_report(failures: Sequence[Tuple[Row, Exception]], of: int) -> str:

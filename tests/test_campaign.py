@@ -11,7 +11,7 @@ import types
 import pytest
 import torch
 
-from recdrop import campaign, runner, sweep, train
+from recdrop import campaign, estimates, runner, sweep, train
 from recdrop.campaign import Entry, Pending, load_campaign, pack, parse_budget, pending_runs, run_campaign, unpack
 from recdrop.config import run_id
 from recdrop.experiments.temporal_order import TemporalOrderConfig, TemporalOrderTask
@@ -412,7 +412,7 @@ def test_the_list_estimates_a_runs_time_from_the_stored_runs_like_it(store):
 def test_the_estimate_reads_the_newest_runs_and_what_a_resumed_run_has_left(store, stop_after):
     rows = [Pending.of(r, CI_ENTRY, False, False) for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
     rec = train_run(TemporalOrderTask, rows[0].config, store=store, progress=False)
-    for i in range(campaign.RECENT_RUNS + 2):  # older runs, slower ones first, then the newest runs
+    for i in range(estimates.RECENT_RUNS + 2):  # older runs, slower ones first, then the newest runs
         store.save({**rec.json(), "run_id": f"old{i}", "wall_time_s": 1000.0 if i < 2 else 10.0,
                     "finished": f"2000-01-0{i + 1}T00:00:00+00:00"})
     store.save({**rec.json(), "finished": "2000-02-01T00:00:00+00:00", "wall_time_s": 10.0})
@@ -425,7 +425,7 @@ def test_the_estimate_reads_the_newest_runs_and_what_a_resumed_run_has_left(stor
     path = store.checkpoint_path("temporal_order", rows[1].run_id)
     ck = load_checkpoint(path)
     done = ck["epoch"] + ck["batch"] / n_batches
-    assert 1 <= done < 2 and campaign.checkpoint_progress(path) == pytest.approx((done, ck["elapsed"]))
+    assert 1 <= done < 2 and estimates.checkpoint_progress(path) == pytest.approx((done, ck["elapsed"]))
     resumable = dataclasses.replace(rows[1], resumable=True)
     assert campaign.expected_seconds(resumable, store) == pytest.approx(10.0 * (1 - done / cfg.epochs))
     elsewhere = RunStore(store.root.parent / "no-records")  # the same checkpoint, no run like it stored: its own pace
@@ -435,6 +435,39 @@ def test_the_estimate_reads_the_newest_runs_and_what_a_resumed_run_has_left(stor
     assert campaign.expected_seconds(rows[1], elsewhere) is None  # not resuming, and nothing like it
     store.checkpoint_path("temporal_order", rows[1].run_id).write_bytes(b"not a checkpoint")
     assert campaign.expected_seconds(resumable, store) == pytest.approx(10.0)  # unreadable: all of it
+
+
+def test_a_sweep_forecasts_its_time_by_the_stored_runs_like_its_own_on_its_kind_of_device(store):
+    rows = grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)
+    rec = train_run(TemporalOrderTask, rows[0].config, store=store, progress=False)
+    for i in range(estimates.RECENT_RUNS):  # the newest runs on a CPU took an hour each; one on a GPU, a minute
+        store.save({**rec.json(), "run_id": f"cpu{i}", "wall_time_s": 3600.0, "finished": f"2100-01-0{i + 1}T00:00:00+00:00"})
+    store.save({**rec.json(), "run_id": "gpu", "device": "cuda", "wall_time_s": 60.0, "finished": "2100-02-01T00:00:00+00:00"})
+    config = rows[1].config
+    assert estimates.expected_seconds("temporal_order", config, store, device="cpu") == 3600.0
+    store.save({**rec.json(), "run_id": "fused", "group": ["fused", "cpu0"], "wall_time_s": 1.0,  # a group's share
+                "finished": "2100-03-01T00:00:00+00:00"})
+    assert estimates.expected_seconds("temporal_order", config, store, device="cpu") == pytest.approx((3 * 3600 + 1) / 4)
+    assert estimates.expected_seconds("temporal_order", config, store, device="cpu", alone=True) == 3600.0
+    assert estimates.expected_seconds("temporal_order", config, store, device="cuda", alone=True) == 60.0
+    store.path("temporal_order", "ci", "fused").unlink()
+    assert estimates.expected_seconds("temporal_order", config, store, device="cuda:0") == 60.0
+    assert estimates.expected_seconds("temporal_order", config, store) == pytest.approx((3 * 3600.0 + 60.0) / 4)
+    todo = rows[:2]  # (forecast times whatever it is given)
+    assert sweep.forecast("temporal_order", "ci", todo, "cpu", 1, store) == (
+        "sweep temporal_order (ci): 2 runs to train, about 2.0 h running 1 at a time, going by the stored runs like "
+        "them trained alone on cpu; another machine differs")
+    assert "about 60 min running 2 at a time" in sweep.forecast("temporal_order", "ci", todo, "cpu", 2, store)
+    assert "about 1 min running 4 at a time" in sweep.forecast("temporal_order", "ci", todo, "cuda", 4, store)  # 2 at once
+    bigger = [dataclasses.replace(todo[0], config=config.replace(hidden_size=32))]
+    assert sweep.forecast("temporal_order", "ci", bigger + todo, "cpu", 1, store).endswith(
+        "; 1 of them have none like them, not counted")
+    assert sweep.forecast("temporal_order", "ci", bigger, "cpu", 1, store) == (
+        "sweep temporal_order (ci): 1 run to train; no stored run like them trained alone on cpu to say how long they "
+        "take")
+    scratch = RunStore(store.root.parent / "scratch")  # a scratch store's forecast reads the tracked store's runs
+    assert "26 runs to train, about" in sweep.forecast("word_lm", "reduced", grid_rows("word_lm", "reduced", [9], store=scratch),
+                                                      "cpu", 1, scratch)
 
 
 def test_the_command_line_runs_and_lists_a_campaign(store, tmp_path, monkeypatch, capsys, clean_code):

@@ -11,7 +11,8 @@ ROOT = Path(recdrop.__file__).parent
 LAYERS = [
     {"paths", "masks", "cells", "fused", "triton_kernels", "graphs", "layers", "memory", "models", "optim", "paper",
      "route", "stacked", "step_graph"},
-    {"config", "records", "store", "progress", "train", "report", "perf", "figure1", "demo", "data"},  # data: its checksums and writes
+    {"config", "records", "store", "estimates", "progress", "train", "report", "perf", "figure1", "demo",
+     "data"},  # data: its checksums and writes
     {"experiments"},
     {"runner", "sweep", "campaign"},
     {"chapters"},
