@@ -139,9 +139,11 @@ class RecurrentDropout:
             if self.scaling == "inverted":  # Eq. 18
                 masks = {k: m / (1.0 - self.p) for k, m in masks.items()}
             return StepFactors(masks, per_step=per_step)
-        if masks is not None:  # (only a caller gives masks in eval: a layer draws them in training only)
-            warnings.warn("masks given in eval mode are not applied: recurrent dropout acts in training only "
-                          "(call .train() to apply them)", UserWarning)
+        # Only a caller gives masks in eval (a layer draws them in training only). Not under torch.compile,
+        # where a warning would break the graph.
+        if masks is not None and not torch.compiler.is_compiling():
+            warnings.warn("masks given in eval mode are not applied: masks act in training only, and the test "
+                          "phase is Eq. 3's (call .train() to apply them)", UserWarning)
         if self.scaling == "paper":  # Eq. 3, test phase: (1 - p) x
             return StepFactors({t: 1.0 - self.p for t in self.targets}, per_step=False)
         return StepFactors({}, per_step=False)

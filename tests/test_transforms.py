@@ -75,6 +75,19 @@ def test_compile_has_no_graph_break_and_matches_eager(kind, training):
     assert m.weight_hh_l0.grad is not None
 
 
+@dynamo.config.patch(allow_rnn=True)
+def test_masks_given_in_eval_break_no_graph_and_warn_only_eagerly():
+    """In eval given masks are not applied (``RecurrentDropout.factors``): eagerly a warning says so; compiled,
+    the warning is left out, as it would break the graph."""
+    m, x = layer("LSTM", False), torch.randn(5, 2, 3)
+    masks = m.draw_masks(5, 2)
+    dynamo.reset()
+    explained = dynamo.explain(lambda x: m(x, masks=masks))(x)
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
+    with pytest.warns(UserWarning, match="masks given in eval mode are not applied"):
+        m(x, masks=masks)
+
+
 @pytest.mark.parametrize("kind", KINDS)
 @dynamo.config.patch(allow_rnn=False)  # Dynamo's default (the example tagger sets it for its own process)
 def test_under_compile_with_dynamos_defaults_the_layer_runs_eagerly_on_its_fast_path(kind, monkeypatch):
