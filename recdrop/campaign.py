@@ -121,17 +121,6 @@ def load_campaign(path: os.PathLike = CAMPAIGN) -> List[Entry]:
     return entries
 
 
-def _resumable(path: Path, store: RunStore) -> bool:
-    """Whether a run has a checkpoint that it will resume into ``store`` (``RunStore.accepts_checkpoint``);
-    an unreadable one counts, so that the run reports it."""
-    if not path.exists():
-        return False
-    try:
-        return store.accepts_checkpoint(load_checkpoint(path))
-    except CorruptCheckpointError:
-        return True
-
-
 def pending_runs(entries: Sequence[Entry], device: str, store: RunStore) -> List[Pending]:
     """The runs still to do, in campaign order: those not done (``RunStore.is_done``). Runs of an entry
     kept to other devices are left out unless a checkpoint can resume them."""
@@ -143,7 +132,7 @@ def pending_runs(entries: Sequence[Entry], device: str, store: RunStore) -> List
             if key in seen or row.done:
                 continue
             seen.add(key)
-            resumable = _resumable(store.checkpoint_path(entry.experiment, row.run_id), store)
+            resumable = estimates.resumable(store.checkpoint_path(entry.experiment, row.run_id), store)
             if kind in entry.devices or resumable:
                 rerun = store.has(entry.experiment, row.config.scale, row.run_id)
                 todo.append(Pending.of(row, entry, resumable, rerun))

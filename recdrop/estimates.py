@@ -30,7 +30,8 @@ def expected_seconds(experiment: str, config: ExperimentConfig, store: RunStore,
     mine = json.loads(json.dumps(config.to_dict()))  # as a record holds it (tuples as lists)
     kind = None if device is None else device.split(":")[0]
     like = [r for r in store.records(experiment, config.scale)  # a diverged run stopped early: it says nothing
-            if r.wall_time_s and not r.diverged and rest(r.config) == rest(mine) and kind in (None, r.device)
+            if r.wall_time_s and not r.diverged and rest(r.config) == rest(mine)
+            and kind in (None, r.device.split(":")[0])
             and not (alone and len(r.group or ()) > 1)]
     dropout = bool(mine.get("recurrent_dropout"))
     alike = [r for r in like if bool(r.config.get("recurrent_dropout")) == dropout] or like
@@ -50,7 +51,18 @@ def checkpoint_progress(path: Path) -> Tuple[float, float]:
     ``segments`` stretch), and the seconds of training they took; (0, 0) where it is unreadable."""
     try:
         ck = load_checkpoint(path)
-    except CorruptCheckpointError:
+        segments = ck.get("segments") or [{"to_epoch": ck["epoch"]}]
+        return float(segments[-1]["to_epoch"]), float(ck.get("elapsed", 0.0))
+    except (CorruptCheckpointError, KeyError, TypeError, ValueError):  # (the run reports it when it starts)
         return 0.0, 0.0
-    segments = ck.get("segments") or [{"to_epoch": ck["epoch"]}]
-    return float(segments[-1]["to_epoch"]), float(ck.get("elapsed", 0.0))
+
+
+def resumable(path: Path, store: RunStore) -> bool:
+    """Whether a run has a checkpoint at ``path`` that it will resume into ``store``
+    (``RunStore.accepts_checkpoint``); an unreadable one counts, so that the run reports it."""
+    if not path.exists():
+        return False
+    try:
+        return store.accepts_checkpoint(load_checkpoint(path))
+    except CorruptCheckpointError:
+        return True

@@ -30,7 +30,7 @@ import torch
 
 from . import experiments
 from .config import SCALE_NAMES, run_id
-from .estimates import expected_seconds
+from .estimates import expected_seconds, resumable
 from .records import Record, Row
 from .progress import bar as progress_bar, say
 from .report import stored_seeds
@@ -216,8 +216,16 @@ def check_data(experiment: str, scale: str, seeds: Sequence[int] = (0,), grids: 
     that trains several experiments checks each first, so a missing dataset stops it before it has trained
     the others."""
     store = store or RunStore()
-    if train and any(not r.done for grid in grids for r in grid_rows(experiment, scale, seeds, grid, store=store)):
-        experiments.get(experiment)[0].check_data()
+    if train:
+        _check_data(experiment, [r for grid in grids for r in grid_rows(experiment, scale, seeds, grid, store=store)
+                                 if not r.done])
+
+
+def _check_data(experiment: str, todo: Sequence[Row]) -> None:
+    """``Task.check_data`` of each distinct config among ``todo``."""
+    task = experiments.get(experiment)[0]
+    for config in {repr(r.config): r.config for r in todo}.values():
+        task.check_data(config)
 
 
 def run_grid(experiment: str, scale: str, seeds: Sequence[int] = (0,), device: str = "cpu", jobs: int = 1,
@@ -257,13 +265,13 @@ def run_grid(experiment: str, scale: str, seeds: Sequence[int] = (0,), device: s
         raise ValueError(f"fuse and precision are the local engine's; they run with engine='local', not {engine!r}")
     groups = fuse_groups(experiment, todo, fuse, device)  # its errors come before any run starts
     if engine == "local":  # (a remote worker reads its own machine's data)
-        experiments.get(experiment)[0].check_data()  # a missing dataset once, before any run starts
+        _check_data(experiment, todo)  # a missing dataset once, before any run starts
     store.refuse_unclean_code(git_commit(), f"{len(todo)} runs of {experiment} are")  # before any worker starts
     threads = worker_threads(jobs)
     if progress and len(todo) < len(rows):  # said once, not left to a bar that starts part-way
         say(f"sweep {experiment} ({scale}): {len(rows) - len(todo)} of {len(rows)} runs already in {store.root}; "
             f"training the other {len(todo)} (any with a checkpoint resumes from it)")
-    if progress and fuse is False:  # (a fused group's time is not its runs' summed)
+    if progress and fuse is False and engine == "local":  # (a fused group's time is not its runs' summed)
         say(forecast(experiment, scale, todo, device, jobs, store))
     sweep_bar = progress_bar(total=len(rows), initial=len(rows) - len(todo), desc=f"sweep {experiment} ({scale})",
                              disable=not progress, position=0, dynamic_ncols=True)
@@ -309,8 +317,9 @@ def forecast(experiment: str, scale: str, todo: Sequence[Row], device: str, jobs
 
     def expected(row: Row) -> Optional[float]:
         path = store.checkpoint_path(experiment, row.run_id)
+        checkpoint = path if resumable(path, store) else None
         for s in stores:
-            t = expected_seconds(experiment, row.config, s, path if path.exists() else None, device, alone=True)
+            t = expected_seconds(experiment, row.config, s, checkpoint, device, alone=True)
             if t is not None:
                 return t
         return None
@@ -320,11 +329,12 @@ def forecast(experiment: str, scale: str, todo: Sequence[Row], device: str, jobs
     head = f"sweep {experiment} ({scale}): {len(todo)} run{'s' * (len(todo) != 1)} to train"
     if not known:
         return f"{head}; no stored run like them trained alone on {kind} to say how long they take"
-    total = sum(known) / min(jobs, len(known))
+    at_once = min(jobs, len(todo))
+    total = max(sum(known) / min(at_once, len(known)), max(known))  # no sooner than its longest run
     took = f"{total / 60:.0f} min" if total < 5400 else f"{total / 3600:.1f} h"
     unknown = len(times) - len(known)
-    return (f"{head}, about {took} running {jobs} at a time, going by the stored runs like them trained alone on "
-            f"{kind}; another machine differs"
+    return (f"{head}, about {took} running {at_once} at a time, going by the stored runs like them trained alone "
+            f"on {kind}; another machine differs"
             + (f"; {unknown} of them have none like them, not counted" if unknown else ""))
 
 
@@ -383,7 +393,7 @@ def main(argv=None) -> int:
                         progress=not args.no_progress, engine=args.engine,
                         only=_parse_overrides(args.only) or None, grid=args.grid, fuse=args.fuse,
                         precision=precision_option(args), **overrides)
-    except (ValueError, RuntimeError) as e:
+    except (ValueError, RuntimeError, FileNotFoundError, ImportError) as e:  # (a dataset or the word vectors missing)
         print(f"error: {e}", file=sys.stderr)
         return 1
     print(f"{len(rows)} runs of {args.experiment} at scale {args.scale} are in {RunStore().root}")

@@ -139,10 +139,10 @@ class Task:
     precision: str = "float32"
 
     @staticmethod
-    def check_data() -> None:
-        """Verify the dataset files this task reads, without reading them (``data.files.DatasetError``
-        names a missing or corrupt one): the sweep calls it before any run starts. Nothing by default
-        (a task whose data is synthetic)."""
+    def check_data(config: ExperimentConfig) -> None:
+        """Verify the data a run of ``config`` reads, without reading it (``data.files.DatasetError`` names a
+        missing or corrupt dataset file; the word vectors' error a missing package or file): the sweep
+        calls it before any run starts. Nothing by default (a task whose data is synthetic)."""
 
     @classmethod
     def group_key(cls, config: ExperimentConfig, seed: int):

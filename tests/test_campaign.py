@@ -442,7 +442,8 @@ def test_a_sweep_forecasts_its_time_by_the_stored_runs_like_its_own_on_its_kind_
     rec = train_run(TemporalOrderTask, rows[0].config, store=store, progress=False)
     for i in range(estimates.RECENT_RUNS):  # the newest runs on a CPU took an hour each; one on a GPU, a minute
         store.save({**rec.json(), "run_id": f"cpu{i}", "wall_time_s": 3600.0, "finished": f"2100-01-0{i + 1}T00:00:00+00:00"})
-    store.save({**rec.json(), "run_id": "gpu", "device": "cuda", "wall_time_s": 60.0, "finished": "2100-02-01T00:00:00+00:00"})
+    store.save({**rec.json(), "run_id": "gpu", "device": "cuda:0", "wall_time_s": 60.0,
+                "finished": "2100-02-01T00:00:00+00:00"})
     config = rows[1].config
     assert estimates.expected_seconds("temporal_order", config, store, device="cpu") == 3600.0
     store.save({**rec.json(), "run_id": "fused", "group": ["fused", "cpu0"], "wall_time_s": 1.0,  # a group's share
@@ -458,7 +459,12 @@ def test_a_sweep_forecasts_its_time_by_the_stored_runs_like_its_own_on_its_kind_
         "sweep temporal_order (ci): 2 runs to train, about 2.0 h running 1 at a time, going by the stored runs like "
         "them trained alone on cpu; another machine differs")
     assert "about 60 min running 2 at a time" in sweep.forecast("temporal_order", "ci", todo, "cpu", 2, store)
-    assert "about 1 min running 4 at a time" in sweep.forecast("temporal_order", "ci", todo, "cuda", 4, store)  # 2 at once
+    assert "about 1 min running 2 at a time" in sweep.forecast("temporal_order", "ci", todo, "cuda", 4, store)  # 2 runs
+    store.save({**rec.json(), "run_id": "gpu-long", "device": "cuda", "config": {**rec.config, "hidden_size": 32},
+                "wall_time_s": 600.0, "finished": "2100-02-01T00:00:00+00:00"})
+    long_and_short = [dataclasses.replace(todo[0], config=config.replace(hidden_size=32)), todo[1]]
+    assert "about 10 min running 2 at a time" in sweep.forecast("temporal_order", "ci", long_and_short, "cuda", 2,
+                                                                store)  # no sooner than its longest run
     bigger = [dataclasses.replace(todo[0], config=config.replace(hidden_size=32))]
     assert sweep.forecast("temporal_order", "ci", bigger + todo, "cpu", 1, store).endswith(
         "; 1 of them have none like them, not counted")

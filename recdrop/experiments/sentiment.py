@@ -18,7 +18,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from ..data.embeddings import GLOVE, PAD, UNK, embedding_table
+from ..data.embeddings import GLOVE, PAD, UNK, check_vectors, embedding_table
 from ..data.semeval import (LABELS, PARTIAL, TEST_SETS, check_semeval, distant_label, load_semeval, semeval_f1,
                            tokenize)
 from ..models import Dropout, SequenceClassifier
@@ -120,7 +120,10 @@ def classifier(cfg: SentimentConfig, vectors: torch.Tensor) -> SequenceClassifie
 class SentimentTask(Task):
     progress_metric = "valid_f1"
 
-    check_data = staticmethod(check_semeval)
+    @staticmethod
+    def check_data(config: SentimentConfig) -> None:
+        check_semeval()
+        check_vectors(config.embeddings)
 
     def __init__(self, cfg: SentimentConfig, device: str, seed: int):
         self.cfg, self.device, self.seed = cfg, device, seed

@@ -112,7 +112,9 @@ class WordLMTask(Task):
     batches_depend_on_seed = False
     autocasts = True
 
-    check_data = staticmethod(check_ptb)
+    @staticmethod
+    def check_data(config: WordLMConfig) -> None:
+        check_ptb()
 
     def __init__(self, cfg: WordLMConfig, device: str, seed: int):
         self.cfg, self.device = cfg, device
