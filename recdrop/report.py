@@ -343,8 +343,8 @@ class Metric:
         """The tolerance in words, for a table's caption."""
         within = (f"{self.tolerance:.0%} of the paper's number" if self.relative else
                   f"{self.tolerance:g} {'points' if self.points else self.unit}")
-        return (f"*reproduced* within {within}; with several seeds, a cell further out only by less than "
-                f"two standard errors of our mean is *within seed noise*")
+        return (f"*reproduced* within {within}; with several seeds (ours is then their mean ± standard deviation, "
+                f"n seeds), a cell further out only by less than two standard errors of our mean is *within seed noise*")
 
 
 JUDGED = ("reproduced", "within seed noise", "not reproduced")  # a cell's verdicts at the paper's scale

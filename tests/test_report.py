@@ -106,9 +106,10 @@ def test_fit_table_says_which_runs_over_fit_and_which_converged():
             run([500, 400, 300, 250, 200, 150, 120, 110], falling, [1.0] * 8, 2),
             run([500, 400, 300, 250, 240, 260], falling, [1.0] * 6, 3),  # up 8% from a best 1 epoch back
             run([500, 400, 301, 300.5, 300.2, 300.1, 300.3, 300.0], falling, [1.0] * 8, 4),
+            run([500, 400, 296, 295, 300, 302, 300, 297.5], falling, [1.0] * 8, 6),  # within 1% of its best, up since
             row(forward="without forward dropout", scheme="none", rate=0.0, sampling="-", seed=5)]
     t = fit_table(rows, "ppl").set_index("seed")
-    assert list(t.index) == [0, 1, 2, 3, 4]  # a cell not run has no row
+    assert list(t.index) == [0, 1, 2, 3, 4, 6]  # a cell not run has no row
     assert t.loc[0, "fit"] == "over-fits" and t.loc[0, "best validation epoch"] == 3
     assert t.loc[0, "validation, last vs best (%)"] == 40.0 and t.loc[0, "converged"] == "yes: no new best for 5 epochs"
     assert t.loc[1, "fit"] == "flat" and t.loc[1, "converged"] == "yes: learning rate decayed"
@@ -116,6 +117,7 @@ def test_fit_table_says_which_runs_over_fit_and_which_converged():
     assert t.loc[2, "fit"] == "still improving" and t.loc[2, "converged"] == "no"
     assert t.loc[3, "fit"] == "validation rising" and t.loc[3, "converged"] == "no"
     assert t.loc[4, "fit"] == "flat" and t.loc[4, "converged"] == "yes: validation flat for 5 epochs"
+    assert t.loc[6, "fit"] == "still moving" and t.loc[6, "converged"] == "no"
     assert "5 epochs" in describe_fit() and "1%" in describe_fit()
 
 

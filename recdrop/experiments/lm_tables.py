@@ -260,7 +260,7 @@ def fit_table(rows, unit: str) -> "pd.DataFrame":
         if valid_up > tol:
             fit = "over-fits" if no_new_best and train_move < 0 else "validation rising"
         else:
-            fit = "flat" if flat else "still improving"
+            fit = "flat" if flat else "still improving" if recent.iloc[-1] < recent.iloc[0] else "still moving"
         converged = ("yes: learning rate decayed" if lr_left <= FIT_DECAYED else
                      f"yes: no new best for {window} epochs" if no_new_best else
                      f"yes: validation flat for {window} epochs" if flat else "no")
@@ -318,7 +318,8 @@ def describe_fit() -> str:
     return (f"A run *over-fits* where validation is more than {tol} above its best, its best is at least {window} "
             f"epochs before the last, and training has fallen since; *validation rising* where it is more than "
             f"{tol} above its best but the best is more recent; *flat* where validation moved by less than {tol} "
-            f"over the last {window} epochs; else *still improving*. A run has *converged* where its learning rate "
+            f"over the last {window} epochs; else *still improving* where it is lower than {window} epochs before, "
+            f"*still moving* where it is not. A run has *converged* where its learning rate "
             f"has decayed to {FIT_DECAYED:g} of its first value or less, or validation has had no new best for "
             f"{window} epochs (an early-stopping rule's patience), or has moved by less than {tol} over them. "
             f"Its number is *settled* where validation moved over its last {window} epochs by less than the seed "
