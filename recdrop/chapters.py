@@ -161,8 +161,8 @@ def figure_at_largest_scale(name: str, figure, rows, shown: Optional[str], store
     one of ``Experiment.figures``) at the largest scale where the runs it draws have run, as a claim is
     judged (``judged_claims``); where they have run at no scale, at ``shown`` (the chapter's scale) on
     ``rows``. The landing page and the chapter show the figure there. As for a claim on the landing page,
-    where that scale has too few seeds to judge against the seed noise, the row's ``ours`` also gives
-    what the largest smaller scale that has enough found."""
+    where that scale has too few seeds to judge against the seed noise, the row's ``ours`` and ``verdict``
+    also give what the largest smaller scale that has enough found."""
     found = None
     for scale, stored in stored_scales(name, store=store):
         row = figure(stored, scale)
@@ -174,6 +174,7 @@ def figure_at_largest_scale(name: str, figure, rows, shown: Optional[str], store
                 break
         elif verdict_kind(row["judged"]) in AGAINST_NOISE:
             found[2]["ours"] += f"; at {scale} scale, judged against seed noise: {row['ours']}"
+            found[2]["verdict"] += f"; at {scale} scale: {row['verdict']}"
             break
     return found or (shown, rows, figure(rows, shown))
 

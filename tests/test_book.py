@@ -422,6 +422,8 @@ def test_a_figures_landing_row_is_judged_at_the_largest_scale_where_its_cells_ra
         "train 33.0 vs 26.0, valid 108.0 vs 142.0 (seed 0): holds (1 seed, too few to judge against seed noise); "
         "at reduced scale, judged against seed noise: train 108.0 vs 142.0, valid 33.0 vs 26.0 (mean of 3 seeds): "
         "refuted (3 of 3 seeds)")
+    assert figure["verdict"] == ("holds on fewer than 3 seeds: not judged against seed noise; at reduced scale: "
+                                 "not reproduced")  # the verdict says so too, not only the numbers
 
 
 def test_a_figure_whose_runs_ran_nowhere_is_shown_at_the_chapters_scale_on_its_rows(tmp_path, monkeypatch):
