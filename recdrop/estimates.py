@@ -21,9 +21,9 @@ def expected_seconds(experiment: str, config: ExperimentConfig, store: RunStore,
     optimiser's form) and, where some of those ran, that use recurrent dropout as it does (without it
     the layers run torch.nn's kernels, up to twice as fast on a CPU); with ``device`` ("cpu", "cuda"),
     only the runs on that kind of device; with ``alone``, only the runs trained alone (a fused group's runs
-    shared its time). For a run that resumes from ``checkpoint``, the part of it
-    left (``checkpoint_progress``), at its own pace so far where no run like it is stored. None where
-    neither tells."""
+    shared its time). For a run that resumes from ``checkpoint``, the part of it left
+    (``checkpoint_progress``), at its own pace so far where no run like it is stored. None where neither
+    tells."""
     def rest(c: Dict[str, Any]) -> Dict[str, Any]:  # nor in the fields added since (the optimiser's form)
         return {k: v for k, v in c.items() if k not in DROPOUT_FIELDS and k not in type(config).ADDED}
 

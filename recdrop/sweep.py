@@ -211,10 +211,10 @@ def stored_rows(experiment: str, scale: str, grid: str = "table",
 
 def check_data(experiment: str, scale: str, seeds: Sequence[int] = (0,), grids: Sequence[str] = ("table",),
                train: bool = True, store: Optional[RunStore] = None) -> None:
-    """Where ``train`` is True and any of ``experiment``'s ``grids`` at ``scale`` has a run not in the store, its
-    dataset files verified (``Task.check_data``: a ``DatasetError`` naming a missing or corrupt one). A notebook
-    that trains several experiments checks each first, so a missing dataset stops it before it has trained
-    the others."""
+    """Where ``train`` is True and any of ``experiment``'s ``grids`` at ``scale`` has runs not in the store, the
+    data they read verified (``Task.check_data``: a ``DatasetError`` naming a missing or corrupt dataset file, or
+    the word vectors' error). A notebook that trains several experiments checks each first, so a missing
+    dataset stops it before it has trained the others."""
     store = store or RunStore()
     if train:
         _check_data(experiment, [r for grid in grids for r in grid_rows(experiment, scale, seeds, grid, store=store)
