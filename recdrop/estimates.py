@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 from .config import ExperimentConfig
 from .store import CorruptCheckpointError, RunStore, load_checkpoint
@@ -14,11 +14,12 @@ RECENT_RUNS = 4  # the estimate reads this many of the newest stored runs like i
 
 
 def expected_seconds(experiment: str, config: ExperimentConfig, store: RunStore, checkpoint: Optional[Path] = None,
-                     device: Optional[str] = None, alone: bool = False) -> Optional[float]:
+                     device: Optional[str] = None, alone: bool = False,
+                     also: Sequence[RunStore] = ()) -> Optional[float]:
     """What a run of ``experiment`` with ``config`` should take: the mean wall time of the newest
-    ``RECENT_RUNS`` stored runs (not diverged) at its scale whose configs differ from its own only in
-    the dropout fields and the fields added since some were stored (``ExperimentConfig.ADDED``: the
-    optimiser's form) and, where some of those ran, that use recurrent dropout as it does (without it
+    ``RECENT_RUNS`` runs (not diverged) stored in ``store`` or in ``also`` at its scale whose configs differ
+    from its own only in the dropout fields and the fields added since some were stored
+    (``ExperimentConfig.ADDED``: the optimiser's form) and, where some of those ran, that use recurrent dropout as it does (without it
     the layers run torch.nn's kernels, up to twice as fast on a CPU); with ``device`` ("cpu", "cuda"),
     only the runs on that kind of device; with ``alone``, only the runs trained alone (a fused group's runs
     shared its time). For a run that resumes from ``checkpoint``, the part of it left
@@ -29,10 +30,10 @@ def expected_seconds(experiment: str, config: ExperimentConfig, store: RunStore,
 
     mine = json.loads(json.dumps(config.to_dict()))  # as a record holds it (tuples as lists)
     kind = None if device is None else device.split(":")[0]
-    like = [r for r in store.records(experiment, config.scale)  # a diverged run stopped early: it says nothing
+    like = [r for s in (store, *also) for r in s.records(experiment, config.scale)
             if r.wall_time_s and not r.diverged and rest(r.config) == rest(mine)
             and kind in (None, r.device.split(":")[0])
-            and not (alone and len(r.group or ()) > 1)]
+            and not (alone and len(r.group or ()) > 1)]  # a diverged run stopped early: it says nothing
     dropout = bool(mine.get("recurrent_dropout"))
     alike = [r for r in like if bool(r.config.get("recurrent_dropout")) == dropout] or like
     done, spent = checkpoint_progress(checkpoint) if checkpoint is not None else (0.0, 0.0)

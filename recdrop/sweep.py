@@ -311,18 +311,14 @@ def run_grid(experiment: str, scale: str, seeds: Sequence[int] = (0,), device: s
 def forecast(experiment: str, scale: str, todo: Sequence[Row], device: str, jobs: int, store: RunStore) -> str:
     """Before a sweep trains ``todo``: about how long it should take, ``jobs`` at a time, by the runs like each
     trained alone on this kind of device (``estimates.expected_seconds``; a run with a checkpoint counts what it
-    has left), stored in ``store`` or else in the repository's tracked store (a scratch store has none)."""
+    has left), stored in ``store`` and in the repository's tracked store (a scratch store has none)."""
     tracked = RunStore(DEFAULT_RUNS)
-    stores = [store] + [tracked] * (tracked.root.resolve() != store.root.resolve())
+    also = [tracked] * (tracked.root.resolve() != store.root.resolve())
 
     def expected(row: Row) -> Optional[float]:
         path = store.checkpoint_path(experiment, row.run_id)
-        checkpoint = path if resumable(path, store) else None
-        for s in stores:
-            t = expected_seconds(experiment, row.config, s, checkpoint, device, alone=True)
-            if t is not None:
-                return t
-        return None
+        return expected_seconds(experiment, row.config, store, path if resumable(path, store) else None, device,
+                                alone=True, also=also)
     times = [expected(r) for r in todo]
     known = [t for t in times if t is not None]
     kind = device.split(":")[0]
