@@ -47,14 +47,18 @@ def read_conll(path: Path) -> List[Sentence]:
 
 def load_conll2003(root: Optional[Path] = None, download: bool = False) -> Dict[str, List[Sentence]]:
     """``{"train", "valid", "test"}`` -> sentences, every file verified against its checksum."""
-    names = list(SPLITS.values())
-    paths = verified_files("conll2003", names, SOURCE, root, {n: MIRROR + n for n in names} if download else None)
+    paths = _files(root, download)
     return {split: read_conll(paths[name]) for split, name in SPLITS.items()}
+
+
+def _files(root: Optional[Path], download: bool) -> Dict[str, Path]:
+    names = list(SPLITS.values())
+    return verified_files("conll2003", names, SOURCE, root, {n: MIRROR + n for n in names} if download else None)
 
 
 def check_conll2003(root: Optional[Path] = None) -> None:
     """The three files verified, not read: a ``DatasetError`` naming a missing or corrupt one."""
-    verified_files("conll2003", list(SPLITS.values()), SOURCE, root)
+    _files(root, download=False)
 
 
 def entity_f1(true_tags: Sequence[Sequence[str]], predicted_tags: Sequence[Sequence[str]]) -> float:

@@ -98,7 +98,7 @@ def load_semeval(root: Optional[Path] = None, download: bool = False) -> SemEval
     if download:
         raise NotImplementedError("the SemEval files are research copies without a stable download URL; "
                                   f"get them from {SOURCE}")
-    paths = verified_files("semeval", FILES, SOURCE, root)
+    paths = _files(root)
     tests = {}
     for name, (file, prefix) in TEST_SETS.items():
         rows = read_gold_2014(paths[file], prefix) if prefix else read_task_a(paths[file])
@@ -109,9 +109,13 @@ def load_semeval(root: Optional[Path] = None, download: bool = False) -> SemEval
     return SemEval(train, valid, tests, dict(PARTIAL))
 
 
+def _files(root: Optional[Path]) -> Dict[str, Path]:
+    return verified_files("semeval", FILES, SOURCE, root)
+
+
 def check_semeval(root: Optional[Path] = None) -> None:
     """The six files verified, not read: a ``DatasetError`` naming a missing or corrupt one."""
-    verified_files("semeval", FILES, SOURCE, root)
+    _files(root)
 
 
 def tokenize(text: str) -> List[str]:
