@@ -75,8 +75,8 @@ def test_forward_draws_with_draw_masks():
 
 @pytest.mark.parametrize("kind", ["layer", "cell"])
 def test_masks_given_in_eval_are_not_applied_and_a_warning_says_so(kind):
-    """In training given masks act (all-zero ones change the output); in eval no recurrent dropout acts,
-    so they are not applied, and a warning says so rather than ignoring them silently."""
+    """In training given masks act (all-zero ones change the output); in eval (Eq. 3's test phase) they are
+    not applied, and a warning says so rather than ignoring them silently."""
     torch.manual_seed(0)
     if kind == "layer":
         m, x = recdrop.LSTM(3, 8, recurrent_dropout=0.5), torch.randn(5, 2, 3)
