@@ -85,6 +85,8 @@ def main(argv=None):
                     help="steps first, for at least this long (captures the CUDA graphs and wakes a GPU's clocks)")
     ap.add_argument("--models", nargs="+", default=["word"], choices=sorted(MODELS))
     ap.add_argument("--sizes", type=int, nargs="+", default=[1, 2, 4, 8, 13, 26])
+    ap.add_argument("--group-only", action="store_true",
+                    help="time the group's step alone, not its runs one at a time (a lease's sizing: minutes count)")
     add_precision_options(ap)
     ap.add_argument("--out", type=Path, help="write the table as CSV here (with hardware, torch and commit per row)")
     args = ap.parse_args(argv)
@@ -101,7 +103,7 @@ def main(argv=None):
             task_type, tasks = make_tasks(name, n, args.device, precision)
             batches = tasks[0].batches(0)
             # the trainer's steppers, made once: on a GPU each is one CUDA graph once warmed up (issue 46)
-            alone_steps = [task_type.group_stepper([t]) for t in tasks]
+            alone_steps = [] if args.group_only else [task_type.group_stepper([t]) for t in tasks]
             group_step = task_type.group_stepper(tasks)
 
             def alone(b):
@@ -110,7 +112,9 @@ def main(argv=None):
 
             def group(b):
                 group_step(b)
-            per_step(alone, batches, sync, args.warmup_s), per_step(group, batches, sync, args.warmup_s)  # warm-up
+            if alone_steps:
+                per_step(alone, batches, sync, args.warmup_s)  # warm-up
+            per_step(group, batches, sync, args.warmup_s)
             # the group's path, read while its warm-up is the last Python to have run (a replayed graph runs
             # none): read at the end, the H200's 8-run row of 1e88ffe named torch.nn, one run's alone
             path = layer_paths(tasks[0].model)
@@ -118,16 +122,19 @@ def main(argv=None):
                 print(f"warning: {name} R={n}: the group's layers ran {path!r}, not stacked", flush=True)
             times = {"alone": [], "group": []}
             for _ in range(args.repeats):  # in turn, so that a busy machine slows both alike
-                times["alone"].append(per_step(alone, batches, sync, args.min_s))
+                if alone_steps:
+                    times["alone"].append(per_step(alone, batches, sync, args.min_s))
                 times["group"].append(per_step(group, batches, sync, args.min_s))
-            a, g = statistics.median(times["alone"]), statistics.median(times["group"])
+            a = statistics.median(times["alone"]) if alone_steps else float("nan")
+            g = statistics.median(times["group"])
             rows.append({"model": name, "runs": n, "alone_s": round(a, 4), "group_s": round(g, 4),
                          "alone_runs_per_hour_of_steps": round(n * 3600 / a, 1),
                          "group_runs_per_hour_of_steps": round(n * 3600 / g, 1), "speedup": round(a / g, 2),
+                         "run_steps": len(batches) * tasks[0].cfg.epochs,  # a run's whole training, for sizing
                          "threads": args.threads, "batch": tasks[0].cfg.batch_size, "tf32": precision == "tf32",
                          "min_s": args.min_s, "path": path, **provenance(args.device, precision, group_step)})
-            print(f"{name} R={n:2d}: one at a time {a:.3f} s, as a group {g:.3f} s a step of all {n} runs: "
-                  f"{a / g:.2f}x", flush=True)
+            print(f"{name} R={n:2d}: one at a time {a:.4f} s, as a group {g:.4f} s a step of all {n} runs: "
+                  f"{a / g:.2f}x ({path})", flush=True)
             if args.out:  # each size as it is measured: a lease's timeout keeps the sizes done
                 write_benchmark(args.out, rows)
             for step in alone_steps + [group_step]:

@@ -4,10 +4,13 @@ Everything is measured in one run on one machine: torch.nn (cuDNN on a GPU, its 
 CPU) without dropout; recdrop with Semeniuta per-step dropout p=0.25 (and optionally the other
 schemes) on its default path (the fused sequence of recdrop.fused, its loops as CUDA graphs on a
 GPU); on a GPU the same without graphs (``RECDROP_CUDA_GRAPHS=0``); and the same module's plain
-per-step loop (``fused=False``). Prints a table and, with --out, writes it as CSV.
+per-step loop (``fused=False``). With ``--autocast bf16`` every forward, torch.nn's too, runs under
+``torch.autocast`` to that dtype (a mixed-precision user's model). Prints a table and, with --out,
+writes it as CSV.
 
     python benchmarks/bench_layers.py                   # CPU, 2 threads
     python benchmarks/bench_layers.py --device cuda --schemes semeniuta gal moon
+    python benchmarks/bench_layers.py --device cuda --autocast bf16
 """
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ import os
 import statistics
 import time
 from pathlib import Path
+from typing import Optional
 
 import torch
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
@@ -24,14 +28,17 @@ import recdrop
 from recdrop.perf import flops_per_step, peak_tflops, require_clean_commit, write_benchmark
 from recdrop.store import git_commit, hardware
 
+AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
 SHAPES = [(256, 35), (1024, 35), (1024, 100)]  # (hidden, sequence length); issue 3 and issue 6 shapes
 
 
-def time_fwd_bwd(module, x, repeats: int, device: str) -> float:
-    """Median seconds of one forward+backward pass (after two warm-up passes)."""
+def time_fwd_bwd(module, x, repeats: int, device: str, autocast: Optional[torch.dtype] = None) -> float:
+    """Median seconds of one forward+backward pass (after two warm-up passes), the forward under
+    ``torch.autocast`` to ``autocast`` where given."""
     def step():
-        y, _ = module(x)
-        (y.data if isinstance(y, PackedSequence) else y).sum().backward()
+        with torch.autocast(torch.device(device).type, dtype=autocast or torch.bfloat16, enabled=autocast is not None):
+            y, _ = module(x)
+        (y.data if isinstance(y, PackedSequence) else y).float().sum().backward()
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     for _ in range(2):
         step()
@@ -60,6 +67,7 @@ def main(argv=None):
     ap.add_argument("--input", type=int, help="input size (default: the hidden size)")
     ap.add_argument("--bidirectional", action="store_true", help="both directions, as a tagger's BiLSTM")
     ap.add_argument("--tf32", action="store_true", help="allow TF32 matmuls on the GPU (both torch.nn and recdrop)")
+    ap.add_argument("--autocast", choices=sorted(AUTOCAST), help="every forward under torch.autocast to this dtype")
     ap.add_argument("--out", type=Path, help="write the table as CSV here (with hardware, torch and commit per row)")
     args = ap.parse_args(argv)
     require_clean_commit(args.out)
@@ -67,13 +75,15 @@ def main(argv=None):
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = args.tf32
     torch.manual_seed(0)
     print(f"# hardware: {hardware(args.device)} | threads: {torch.get_num_threads()} | torch {torch.__version__} "
-          f"| commit {git_commit()} | float32{' (TF32 matmuls)' if args.tf32 else ''}, batch {args.batch}")
+          f"| commit {git_commit()} | float32{' (TF32 matmuls)' if args.tf32 else ''}"
+          f"{f', autocast {args.autocast}' if args.autocast else ''}, batch {args.batch}")
+    autocast = AUTOCAST.get(args.autocast)
     rows = []
     # on a GPU the fast path runs as CUDA graphs unless RECDROP_CUDA_GRAPHS=0 (then recdrop_ms is without them)
     graphed = args.device.startswith("cuda") and os.environ.get("RECDROP_CUDA_GRAPHS", "1") != "0"
     env = {"hardware": hardware(args.device), "device": args.device, "threads": torch.get_num_threads(),
            "torch": torch.__version__, "commit": git_commit(), "batch": args.batch, "tf32": args.tf32,
-           "packed": args.packed, "bidirectional": args.bidirectional}
+           "packed": args.packed, "bidirectional": args.bidirectional, "autocast": args.autocast}
     peak = peak_tflops(env["hardware"], args.tf32)
     shapes = [(h, args.seq) for h in args.hidden] if args.hidden else SHAPES
     for kind in args.kinds:
@@ -84,22 +94,26 @@ def main(argv=None):
                 lengths = torch.linspace(steps, steps // 2, args.batch).round().long()
                 x = pack_padded_sequence(x, lengths, enforce_sorted=False)
             ref = getattr(torch.nn, kind)(size, hidden, bidirectional=args.bidirectional).to(args.device)
-            t_ref = time_fwd_bwd(ref, x, args.repeats, args.device)
+            try:
+                t_ref = time_fwd_bwd(ref, x, args.repeats, args.device, autocast)
+            except RuntimeError as e:  # a CPU's oneDNN LSTM may not take autocast's dtype
+                print(f"torch.nn.{kind} cannot run here: {str(e).splitlines()[0]}")
+                t_ref = float("nan")
             for scheme in args.schemes:
                 ours = getattr(recdrop, kind)(size, hidden, bidirectional=args.bidirectional, recurrent_dropout=0.25,
                                               scheme=scheme, sampling="per-step").to(args.device)
                 fused = ours.fused
-                t_ours = time_fwd_bwd(ours, x, args.repeats, args.device)
+                t_ours = time_fwd_bwd(ours, x, args.repeats, args.device, autocast)
                 path = str(ours.last_route)  # the path the timed calls took (layers._RecurrentLayer.route)
                 t_ungraphed = None
                 if graphed:  # the fast path without CUDA graphs (recdrop.graphs)
                     os.environ["RECDROP_CUDA_GRAPHS"] = "0"
                     try:
-                        t_ungraphed = time_fwd_bwd(ours, x, args.repeats, args.device)
+                        t_ungraphed = time_fwd_bwd(ours, x, args.repeats, args.device, autocast)
                     finally:
                         os.environ.pop("RECDROP_CUDA_GRAPHS")
                 ours.fused = False  # the plain per-step loop, for comparison
-                t_loop = time_fwd_bwd(ours, x, args.repeats, args.device) if fused else t_ours
+                t_loop = time_fwd_bwd(ours, x, args.repeats, args.device, autocast) if fused else t_ours
                 rows.append({"kind": kind, "hidden": hidden, "input_size": size, "seq": steps, "scheme": scheme,
                              "torch_nn_ms": round(t_ref * 1e3, 2), "recdrop_ms": round(t_ours * 1e3, 2),
                              "loop_ms": round(t_loop * 1e3, 2), "ratio": round(t_ours / t_ref, 2),

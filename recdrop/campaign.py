@@ -28,6 +28,7 @@ call trains into it, for an hour); ``RECDROP_CACHE`` the checkpoints, a folder p
 from __future__ import annotations
 
 import argparse
+import csv
 import dataclasses
 import hashlib
 import io
@@ -51,7 +52,8 @@ from .store import (CorruptCheckpointError, DirtyTreeError, RunInUseError, RunSt
 from .records import Record, Row
 from .runner import Job, check_jobs, run_groups, worker_threads
 from .sweep import check_seeds, fuse_groups, grid_rows, set_stored
-from .train import DEVICES, BudgetExhausted, add_precision_options, check_device, precision_option, set_precision
+from .train import (DEVICES, PRECISIONS, BudgetExhausted, add_precision_options, check_device, precision_option,
+                    set_precision)
 
 CAMPAIGN = DATA_DIR / "campaign.toml"
 PACK_NAME = "campaign-pack.tar"
@@ -68,6 +70,7 @@ class Entry:
     seeds: Tuple[int, ...] = (0,)
     only: Optional[Dict[str, Any]] = None  # keep the cells with these labels
     devices: Tuple[str, ...] = DEVICES  # where its runs may start (a checkpoint resumes anywhere)
+    precision: Optional[str] = None  # how its runs train (``train.PRECISIONS``); None: the command line's
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -115,6 +118,8 @@ def load_campaign(path: os.PathLike = CAMPAIGN) -> List[Entry]:
         devices = tuple(item.get("devices", DEVICES))
         if not devices or set(devices) - set(DEVICES):
             raise ValueError(f"{path}: entry {i}: devices must be a non-empty list of {DEVICES}, got {devices}")
+        if item.get("precision", "float32") not in PRECISIONS:
+            raise ValueError(f"{path}: entry {i}: precision must be one of {PRECISIONS}, got {item['precision']!r}")
         entries.append(Entry(**{**item, "seeds": tuple(check_seeds(item.get("seeds", [0]))), "devices": devices}))
     if not entries:
         raise ValueError(f"campaign file {path} has no [[entry]]")
@@ -146,6 +151,65 @@ def expected_seconds(run: Pending, store: RunStore) -> Optional[float]:
         run.experiment, run.run_id) if run.resumable else None)
 
 
+Fuse = Union[bool, int, str, Dict[str, int]]
+MAX_GROUP = 26  # a table's cells
+
+
+def fitting_caps(todo: Sequence[Pending], group_times: Sequence[Dict[str, Any]], budget_s: float,
+                 precision: str) -> Dict[str, int]:
+    """``fuse="fit"``: each experiment's cap on its groups, in the order of its first pending run: the largest
+    group (at most the pending runs of that run's entry, so that no group runs ahead of the campaign's
+    order, and ``MAX_GROUP``) that finishes in the time the groups before it leave, by ``group_times``
+    (``estimates.group_seconds``). An experiment of which no group fits, or whose time is unknown, is left
+    out: its runs go one at a time, where ``whole_runs`` lets them start."""
+    caps: Dict[str, int] = {}
+    left = budget_s
+    for run in todo:
+        e = run.experiment
+        if e in caps or run.config.scale != "paper":
+            continue
+        caps[e] = 0
+        most = min(MAX_GROUP, sum(1 for r in todo if r.entry is run.entry))
+        for size in range(most, 0, -1):
+            t = estimates.group_seconds(group_times, e, run.entry.precision or precision, size)
+            if t is not None and t <= left:
+                caps[e], left = size, left - t
+                break
+    return {e: cap for e, cap in caps.items() if cap}
+
+
+def read_group_times(path: Optional[Path]) -> List[Dict[str, str]]:
+    """The rows of a ``benchmarks/bench_groups.py`` CSV (none without a path)."""
+    if path is None:
+        return []
+    try:
+        with open(path, newline="") as f:
+            return list(csv.DictReader(f))
+    except OSError as e:
+        raise ValueError(f"--group-times {path} cannot be read ({e})") from e
+
+
+def parse_fuse(values: Optional[Sequence[str]]) -> Fuse:
+    """``--fuse``'s words as ``run_campaign``'s ``fuse``: absent, False; alone, True; ``N``, a cap;
+    ``EXPERIMENT=N`` words, each experiment's cap; ``fit``, the caps that fit the budget (``fitting_caps``)."""
+    if values is None:
+        return False
+    if not values:
+        return True
+    if values == ["fit"]:
+        return "fit"
+    if len(values) == 1 and values[0].isdigit():
+        return int(values[0])
+    caps = {}
+    for word in values:
+        name, _, n = word.partition("=")
+        if name not in experiments.EXPERIMENTS or not n.isdigit() or int(n) < 1:
+            raise ValueError(f"--fuse takes N or EXPERIMENT=N words (N at least 1, the experiments "
+                             f"{', '.join(experiments.EXPERIMENTS)}), got {word!r}")
+        caps[name] = int(n)
+    return caps
+
+
 def parse_budget(text: str) -> float:
     """Seconds in a budget such as ``2h30m``, ``9m``, ``45s`` or ``1h``."""
     m = re.fullmatch(r"\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s)?\s*", str(text))
@@ -157,17 +221,20 @@ def parse_budget(text: str) -> float:
 
 def run_campaign(entries: Sequence[Entry], device: str = "cpu", jobs: int = 1, budget_s: float = 3600.0,
                  store: Optional[RunStore] = None, progress: bool = True,
-                 fuse: Union[bool, int] = False, precision: str = "float32",
-                 whole_runs: bool = False) -> Dict[str, List[Pending]]:
+                 fuse: Fuse = False, precision: str = "float32",
+                 whole_runs: bool = False, group_times: Sequence[Dict[str, Any]] = ()) -> Dict[str, List[Pending]]:
     """Run the pending runs in order with ``jobs`` worker processes until all are done or ``budget_s``
-    seconds have passed; then every running run checkpoints and stops. With ``fuse`` (True, or a cap
-    on a group's size) the runs of an experiment that can share one model train as one group
-    (``sweep.fuse_groups``), groups in the order of their first run. Returns the rows by outcome:
+    seconds have passed; then every running run checkpoints and stops. With ``fuse`` (True, a cap on a
+    group's size, or each experiment's cap, ``{"char_lm": 6}``: the others one run at a time) the runs of
+    an experiment that can share one model train as one group (``sweep.fuse_groups``), groups in the
+    order of their first run. Each run trains at its entry's precision, else at ``precision``. Returns the rows by outcome:
     ``finished`` and ``diverged`` (recorded as such) with their stored record (``stored``); ``stopped``
     (checkpoint saved), ``failed`` and ``not_started``, with their ``error``. Its log (``log``, with or
     without bars) says what is pending, then each run as it settles. With ``whole_runs`` a group starts
-    only where its expected time (``expected_seconds``, its members' summed; unknown: any) ends within the
-    budget: for a machine whose checkpoints do not outlive it, where a run stopped midway is lost."""
+    only where its expected time (``expected_seconds``, its members' summed; where a member's is unknown, the
+    group's step as ``group_times`` measured it on this machine, ``estimates.group_seconds``; unknown:
+    any, but none where ``group_times`` are given) ends within the budget: for a machine whose checkpoints
+    do not outlive it, where a run stopped midway is lost."""
     device = check_device(device)
     check_jobs(jobs)
     set_precision(precision, device)
@@ -175,6 +242,9 @@ def run_campaign(entries: Sequence[Entry], device: str = "cpu", jobs: int = 1, b
     store.refuse_unclean_code(git_commit(), "the campaign is")
     deadline = time.time() + budget_s
     todo = pending_runs(entries, device, store)
+    if fuse == "fit":
+        fuse = fitting_caps(todo, group_times, budget_s, precision)
+        log(f"groups of at most {fuse or 'one run'}: the largest that finish in the time left, by --group-times")
     groups = campaign_groups(todo, fuse, device)
     out = {"finished": [], "diverged": [], "stopped": [], "failed": [], "not_started": []}
     bar = progress_bar(total=len(todo), desc=f"campaign on {device}", disable=not progress, position=0,
@@ -203,13 +273,22 @@ def run_campaign(entries: Sequence[Entry], device: str = "cpu", jobs: int = 1, b
             settled(run, "failed", f": {run.error}")
 
     def start_by(group: List[Pending]) -> Optional[float]:
+        if not whole_runs:
+            return None
         expected = [expected_seconds(r, store) for r in group]
-        return deadline - sum(expected) if whole_runs and None not in expected else None
+        if None in expected and group_times:
+            if group[0].config.scale != "paper":  # bench_groups times the paper's shapes
+                return 0.0
+            expected = [estimates.group_seconds(group_times, group[0].experiment,
+                                                group[0].entry.precision or precision, len(group))]
+            if None in expected:  # not known to finish: on a machine that measured its groups, not started
+                return 0.0
+        return deadline - sum(expected) if None not in expected else None
 
     def job(i, group: List[Pending]):
         return Job(group[0].experiment, tuple((r.config, r.seed) for r in group), device, str(store.root), threads,
                    position=1 + i % jobs, progress=progress, deadline=deadline, start_by=start_by(group),
-                   rerun=any(r.rerun for r in group), precision=precision)
+                   rerun=any(r.rerun for r in group), precision=group[0].entry.precision or precision)
     try:
         run_groups(groups, jobs, job, store, took, failed)
     finally:
@@ -222,7 +301,7 @@ def log(line: str) -> None:
     say(f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} campaign: {line}")
 
 
-def campaign_groups(todo: Sequence[Pending], fuse: Union[bool, int], device: str) -> List[List[Pending]]:
+def campaign_groups(todo: Sequence[Pending], fuse: Fuse, device: str) -> List[List[Pending]]:
     """The pending runs as the groups that train together (``sweep.fuse_groups`` per experiment; each
     alone without ``fuse``, and those of an experiment whose runs cannot share a model): the runs that
     resume a checkpoint first within an experiment (so that they train together rather than each beside a
@@ -232,8 +311,10 @@ def campaign_groups(todo: Sequence[Pending], fuse: Union[bool, int], device: str
     groups = []
     for e in experiments_in_order:
         mine = sorted((r for r in todo if r.experiment == e), key=lambda r: not r.resumable)  # stable
-        groups += fuse_groups(e, mine,  # an experiment whose runs cannot share a model: one at a time
-                              fuse if experiments.EXPERIMENTS[e].task.FUSABLE_FIELDS else False, device)
+        cap = fuse.get(e, False) if isinstance(fuse, dict) else fuse
+        for precision in dict.fromkeys(r.entry.precision for r in mine):  # a group trains at one precision
+            groups += fuse_groups(e, [r for r in mine if r.entry.precision == precision],  # or one at a time
+                                  cap if experiments.EXPERIMENTS[e].task.FUSABLE_FIELDS else False, device)
     order = {id(r): i for i, r in enumerate(todo)}
     return sorted(groups, key=lambda g: (not any(r.resumable for r in g), order[id(g[0])]))
 
@@ -399,11 +480,16 @@ def main(argv=None) -> int:
     ap.add_argument("--list", action="store_true", help="print the pending runs in order and exit")
     ap.add_argument("--pack", type=Path, metavar="DIR", help="afterwards, pack records and checkpoints into DIR")
     ap.add_argument("--unpack", type=Path, metavar="DIR", help="put a pack's checkpoints and records in place, first")
-    ap.add_argument("--fuse", nargs="?", type=int, const=True, default=False, metavar="N",
-                    help="train the runs that can share one model as one, at most N to a group")
+    ap.add_argument("--fuse", nargs="*", default=None, metavar="N",
+                    help="train the runs that can share one model as one, at most N to a group; or each "
+                         "experiment's cap, e.g. --fuse word_lm=2 char_lm=6 (the others one run at a time); or "
+                         "'fit': the largest groups that finish in the budget, by --group-times")
     ap.add_argument("--whole-runs", action="store_true",
                     help="start a run only where its expected time (--list's) ends within the budget: on a machine "
                          "whose checkpoints do not outlive it")
+    ap.add_argument("--group-times", type=Path, metavar="CSV",
+                    help="with --whole-runs, a group's expected time where no stored run tells: this machine's "
+                         "benchmarks/bench_groups.py rows")
     add_precision_options(ap)
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
@@ -436,9 +522,14 @@ def main(argv=None) -> int:
                   + (f", and {unknown} runs of no known cost (no stored run like them to time)" if unknown else ""))
             return 1 if refused else 0
         budget = parse_budget(args.budget or "1h")
+        fuse = parse_fuse(args.fuse)
+        if fuse == "fit" and not (args.group_times and args.whole_runs):
+            raise ValueError("--fuse fit sizes the groups by --group-times, and needs --whole-runs so that none "
+                             "starts that would not finish")
         started = time.time()
         out = run_campaign(entries, args.device, args.jobs, budget, store, progress=not args.no_progress,
-                           fuse=args.fuse, precision=precision_option(args), whole_runs=args.whole_runs)
+                           fuse=fuse, precision=precision_option(args), whole_runs=args.whole_runs,
+                           group_times=read_group_times(args.group_times))
     except (ValueError, RuntimeError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

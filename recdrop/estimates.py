@@ -67,3 +67,27 @@ def resumable(path: Path, store: RunStore) -> bool:
         return store.accepts_checkpoint(load_checkpoint(path))
     except CorruptCheckpointError:
         return True
+
+
+# A group's wall time over the steps its benchmark times: the evaluations, the warm-up and capture, the
+# checkpoints and the estimate's own error (a graphed group of 7 word LMs took 27% more than its steps).
+GROUP_MARGIN = 1.4
+MODELS = {"word": "word_lm", "char": "char_lm"}  # bench_groups' model names
+
+
+def group_seconds(rows: Sequence[Dict[str, Any]], experiment: str, precision: str, runs: int) -> Optional[float]:
+    """What a group of ``runs`` paper-scale runs of ``experiment`` should take at ``precision``, from a
+    lease's own ``benchmarks/bench_groups.py`` rows (``model``, ``runs``, ``group_s``, ``run_steps``,
+    ``precision``): its runs' steps (``run_steps``) at the group step's time interpolated between the sizes
+    measured (it grows about linearly with the runs), times ``GROUP_MARGIN``. None where no row of that
+    model and precision tells (or ``runs`` lies beyond the largest size measured)."""
+    mine = sorted((int(r["runs"]), float(r["group_s"]), int(float(r["run_steps"]))) for r in rows
+                  if MODELS.get(r.get("model")) == experiment and r.get("precision") == precision
+                  and r.get("run_steps") not in (None, "") and r.get("group_s") not in (None, ""))
+    if not mine or runs > mine[-1][0]:
+        return None
+    below = [m for m in mine if m[0] <= runs] or mine[:1]
+    above = [m for m in mine if m[0] >= runs]
+    (r0, s0, steps), (r1, s1, _) = below[-1], above[0]
+    step = s0 if r1 == r0 else s0 + (s1 - s0) * (runs - r0) / (r1 - r0)
+    return GROUP_MARGIN * step * steps

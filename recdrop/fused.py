@@ -9,6 +9,12 @@ graph. Higher-order gradients (``create_graph=True``: double backward, gradgradc
 sequence through the reference steps and let autograd differentiate that, so the gradient is itself
 differentiable; first-order backward never records anything. On a CUDA device each forward and
 backward loop runs as a CUDA graph (``recdrop.graphs``).
+
+Under autocast (``torch.autocast`` to bfloat16 or float16, as a mixed-precision trainer runs its
+forward) the same Functions run with their products in autocast's dtype, as torch.nn's cuDNN path
+does there: the input projection is autocast's own, each recurrent weight is cast once per call (once
+per training step), and the products accumulate in float32. The cell state, the gate activations
+and every other pointwise value stay in the state's float32 (``product_dtype``).
 """
 from __future__ import annotations
 
@@ -37,18 +43,35 @@ def transformed(*tensors: Optional[Tensor]) -> bool:
 def plain_ops_needed(*tensors: Optional[Tensor]) -> bool:
     """Whether a forward must run on plain torch ops, not the fast path (one autograd.Function with
     preallocated ``out=`` buffers): under ``torch.jit.trace``, ``torch.compile`` and ``torch.export``
-    (which trace ops), under autocast (mixed precision: the plain ops cast as torch.nn's do), and under
-    functorch transforms and forward-mode AD (``transformed``), which an autograd.Function without
-    those rules does not support."""
-    return (torch.jit.is_tracing() or torch.compiler.is_compiling() or torch._C._is_any_autocast_enabled()
-            or transformed(*tensors))
+    (which trace ops), and under functorch transforms and forward-mode AD (``transformed``), which an
+    autograd.Function without those rules does not support. Autocast runs the fast path
+    (``product_dtype``)."""
+    return torch.jit.is_tracing() or torch.compiler.is_compiling() or transformed(*tensors)
+
+
+def product_dtype(state: Tensor) -> Optional[torch.dtype]:
+    """The dtype of the fast path's products: autocast's (bfloat16 or float16) where autocast is on for
+    the ``state``'s device and would cast it (float32, or already autocast's dtype, as for a bfloat16
+    input), else None (the products in the state's own dtype). The state keeps its own dtype."""
+    kind = state.device.type
+    if not torch.is_autocast_enabled(kind):
+        return None
+    dtype = torch.get_autocast_dtype(kind)
+    return dtype if state.dtype in (torch.float32, dtype) else None
+
+
+def _autocast_off(device_type: str):
+    """A block in which autocast casts nothing on ``device_type``: the sequence Functions cast their
+    operands themselves, and their ``out=`` buffers keep the state's dtype."""
+    return torch.autocast(device_type, enabled=False)
 
 
 def _onednn_usable(*tensors: Tensor) -> bool:
     """Whether oneDNN's linear (``torch.ops.mkldnn._linear_pointwise``, the op Inductor uses on CPUs) can
-    compute products of ``tensors``: float32 CPU tensors and a torch that has it."""
+    compute products of ``tensors``: float32 CPU tensors, outside autocast (whose products are torch's
+    own in autocast's dtype), and a torch that has it."""
     return (torch.backends.mkldnn.is_available() and torch._C._get_mkldnn_enabled()
-            and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+            and not torch._C._is_any_autocast_enabled() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
             and all(t.device.type == "cpu" and t.dtype == torch.float32 and t.numel() > 0 for t in tensors))
 
 
@@ -127,13 +150,16 @@ def _packed_matmul_usable(w: Tensor) -> bool:
 SMALL_PRODUCT = 2**19
 
 
-def _times_transposed(w: Tensor, batch: int, bias: Optional[Tensor] = None):
+def _times_transposed(w: Tensor, batch: int, bias: Optional[Tensor] = None, dtype: Optional[torch.dtype] = None):
     """``(x, add=None, out=None) -> add + x @ w.T`` (``+ bias`` where given, without ``add``), for the
     per-step matmuls of one sequence. On a CPU in float32 the weight is packed once per sequence for
     oneDNN where the product is larger than ``SMALL_PRODUCT`` (faster than ``torch.mm`` there:
     ``benchmarks/bench_matmul.py``); smaller products run on ``torch.addmm``. The results agree with
     ``torch.mm`` to float32 rounding (another summation order). For a group of runs, ``w``
-    ``(R, G, H)`` and ``x`` ``(R, B, H)``: one batched product, each run with its own weight."""
+    ``(R, G, H)`` and ``x`` ``(R, B, H)``: one batched product, each run with its own weight. With a
+    product ``dtype`` (``product_dtype``), ``_times_in``."""
+    if dtype is not None and dtype != w.dtype:
+        return _times_in(dtype, w, bias)
     if w.dim() == 3:
         w_t = w.transpose(1, 2).contiguous()
 
@@ -159,15 +185,34 @@ def _times_transposed(w: Tensor, batch: int, bias: Optional[Tensor] = None):
     return times
 
 
+def _times_in(dtype: torch.dtype, w: Tensor, bias: Optional[Tensor] = None):
+    """``_times_transposed`` with the products in ``dtype`` (autocast's), accumulated in float32 by the
+    matmul: ``w`` is cast once, here, and each ``x`` at its call; the product comes back in ``dtype``, and
+    ``bias`` and ``add`` (in the state's dtype) promote it where given."""
+    w_t = w.transpose(-2, -1).to(dtype).contiguous()
+    mm = torch.bmm if w.dim() == 3 else torch.mm
+    bias = None if bias is None else bias.unsqueeze(-2) if w.dim() == 3 else bias
+
+    def low_precision_times(x, add=None, out=None):
+        y = mm(x.to(dtype), w_t)
+        if bias is not None:
+            y = y + bias
+        return y if add is None else torch.add(add, y, out=out)
+    return low_precision_times
+
+
 def _transposed(w: Tensor) -> Tensor:
     """``w.T`` of a weight, or of each run's in a group's stacked ``(R, G, H)``, contiguous."""
     return w.transpose(-2, -1).contiguous()
 
 
-def _weight_grad(d_pre: Tensor, inputs: Tensor) -> Tensor:
+def _weight_grad(d_pre: Tensor, inputs: Tensor, dtype: Optional[torch.dtype] = None) -> Tensor:
     """The gradient of a recurrent weight, the sum over every step and example of d_pre^T inputs: one
     run's ``(T, B, G)`` and ``(T, B, H)`` give ``(G, H)`` (``matmul``); a group's ``(T, R, B, G)`` and
-    ``(T, R, B, H)`` give each run's own, ``(R, G, H)``."""
+    ``(T, R, B, H)`` give each run's own, ``(R, G, H)``. With a product ``dtype``, the product in it, and
+    the gradient in the state's dtype."""
+    if dtype is not None:  # the products' dtype is autocast's, for float32 weights
+        return _weight_grad(d_pre.to(dtype), inputs.to(dtype)).float()
     if d_pre.dim() == 3:
         return matmul(d_pre.reshape(-1, d_pre.shape[-1]).t(), inputs.reshape(-1, inputs.shape[-1]))
     runs = d_pre.shape[1]
@@ -252,13 +297,16 @@ class _LSTMSequence(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, gx: Tensor, h0: Tensor, c0: Tensor, w_hh: Tensor, gal, sem, moon, per_step: bool,
-                relu: bool, reverse: bool, cells: bool = False, use_triton: bool = False):
-        saved = run_loop(_lstm_forward, (gx, h0, c0, w_hh, gal, sem, moon), (per_step, relu, reverse, use_triton),
-                         step_work(h0, w_hh))
+                relu: bool, reverse: bool, cells: bool = False, use_triton: bool = False,
+                dtype: Optional[torch.dtype] = None):
+        with _autocast_off(gx.device.type):
+            saved = run_loop(_lstm_forward, (gx, h0, c0, w_hh, gal, sem, moon),
+                             (per_step, relu, reverse, use_triton, dtype), step_work(h0, w_hh))
         gates_all, c_all, tc_all, ys, hin_all, gsem_all = saved  # in processing order
         ctx.save_for_backward(w_hh, h0, *saved, gx, c0)  # gx and c0 for a higher-order backward (its replay)
         ctx.factors = (gal, sem, moon)
         ctx.flags = (per_step, relu, reverse, use_triton, cells)
+        ctx.dtype = dtype
         cs = c_all[1:].clone() if cells else gx.new_empty(0)  # with ``cells``: c_t of every step, as the ys
         h, c = ys[-1].clone(), c_all[-1].clone()
         return (ys.flip(0) if reverse else ys), h, c, (cs.flip(0) if reverse and cells else cs)
@@ -270,28 +318,31 @@ class _LSTMSequence(torch.autograd.Function):
         d_cs = d_cs if cells else None
         if _differentiable_backward_needed(d_ys, d_hn, d_cn, d_cs):
             return _replay_backward(ctx, _lstm_replay_step, (gx, h0, c0, w_hh), 2, (d_ys, d_hn, d_cn, d_cs))
-        grads = run_loop(_lstm_backward, (d_ys, d_hn, d_cn, d_cs, w_hh, h0, gates_all, c_all, tc_all, ys, hin_all,
-                                          gsem_all, *ctx.factors), (per_step, relu, reverse, use_triton),
-                         step_work(h0, w_hh))
-        return (*grads, None, None, None, None, None, None, None, None)
+        with _autocast_off(h0.device.type):
+            grads = run_loop(_lstm_backward, (d_ys, d_hn, d_cn, d_cs, w_hh, h0, gates_all, c_all, tc_all, ys,
+                                              hin_all, gsem_all, *ctx.factors),
+                             (per_step, relu, reverse, use_triton, ctx.dtype), step_work(h0, w_hh))
+        return (*grads, None, None, None, None, None, None, None, None, None)
 
 
-def _lstm_forward(gx, h0, c0, w_hh, gal, sem, moon, per_step, relu, reverse, use_triton):
+def _lstm_forward(gx, h0, c0, w_hh, gal, sem, moon, per_step, relu, reverse, use_triton, dtype):
     """The LSTM's forward loop (``_LSTMSequence``): every buffer the backward reads, in processing order:
-    the gates after their activations, c_0 .. c_T, act(c_t), h_t, d(h_{t-1}) (Gal) and d(g_t)
-    (Semeniuta), or None where no factor makes them differ from the others."""
+    the gates after their activations, c_0 .. c_T, act(c_t), h_t, d(h_{t-1}) (Gal; with a product
+    ``dtype``, every step's product operand in it) and d(g_t) (Semeniuta), or None where no factor makes
+    them differ from the others."""
     if reverse:
         gx = gx.flip(0)
     steps, hidden = gx.shape[0], h0.shape[-1]
     act_ = torch.relu_ if relu else torch.tanh_
-    times_w = _times_transposed(w_hh, h0.shape[-2])  # h @ w_hh.T
-    gates_all = torch.empty_like(gx)  # i, f, g, o after their activations
-    c_all = gx.new_empty(steps + 1, *h0.shape)  # c_0 .. c_T
+    times_w = _times_transposed(w_hh, h0.shape[-2], dtype=dtype)  # h @ w_hh.T
+    gates_all = gx.new_empty(gx.shape, dtype=h0.dtype)  # i, f, g, o after their activations
+    c_all = h0.new_empty(steps + 1, *h0.shape)  # c_0 .. c_T
     c_all[0] = c0
-    tc_all = gx.new_empty(steps, *h0.shape)  # act(c_t)
-    ys = gx.new_empty(steps, *h0.shape)
-    hin_all = None if gal is None else gx.new_empty(steps, *h0.shape)  # d(h_{t-1}) entering the gates
-    gsem_all = None if sem is None else gx.new_empty(steps, *h0.shape)  # d(g_t)
+    tc_all = h0.new_empty(steps, *h0.shape)  # act(c_t)
+    ys = h0.new_empty(steps, *h0.shape)
+    # d(h_{t-1}) entering the gates; with a product dtype, in it, for the weight's gradient too
+    hin_all = h0.new_empty(steps, *h0.shape, dtype=dtype) if dtype else None if gal is None else torch.empty_like(ys)
+    gsem_all = None if sem is None or use_triton else h0.new_empty(steps, *h0.shape)  # d(g_t), for the torch backward
     # Per-step views made once (unbind), not indexed inside the loop: on small layers the
     # loop's Python and dispatch overhead is a good part of the time.
     gals, sems, moons = (_steps(f, steps, per_step) for f in (gal, sem, moon))
@@ -304,6 +355,16 @@ def _lstm_forward(gx, h0, c0, w_hh, gal, sem, moon, per_step, relu, reverse, use
     for k in range(steps):
         if gal is not None:
             h = torch.mul(h, gals[k], out=hin_k[k])  # Eq. 7
+        elif dtype is not None and (k == 0 or not use_triton):  # else the kernel wrote it
+            h = hin_k[k].copy_(h)
+        elif dtype is not None:
+            h = hin_k[k]
+        if dtype is not None and use_triton:  # the sum with gx, and h_t in the products' dtype, in the kernel
+            low = hin_k[k + 1] if gal is None and k + 1 < steps else None
+            triton_kernels.lstm_forward_step(times_w(h), c_k[k], sems[k], moons[k], gsem_k[k], c_k[k + 1], tc_k[k],
+                                             ys_k[k], relu, addend=gx_k[k], gates_out=gates_k[k], h_low_out=low)
+            h = ys_k[k]
+            continue
         gates = times_w(h, add=gx_k[k], out=gates_k[k])
         if use_triton:  # the rest of the step in one kernel
             triton_kernels.lstm_forward_step(gates, c_k[k], sems[k], moons[k], gsem_k[k], c_k[k + 1], tc_k[k],
@@ -325,13 +386,23 @@ def _lstm_forward(gx, h0, c0, w_hh, gal, sem, moon, per_step, relu, reverse, use
 
 
 def _lstm_backward(d_ys, d_hn, d_cn, d_cs, w_hh, h0, gates_all, c_all, tc_all, ys, hin_all, gsem_all, gal, sem, moon,
-                   per_step, relu, reverse, use_triton):
+                   per_step, relu, reverse, use_triton, dtype):
     """The LSTM's backward (``_LSTMSequence``) from the gradients of its outputs and ``_lstm_forward``'s
-    buffers: the gradients of gx, h_0, c_0 and w_hh."""
+    buffers: the gradients of gx, h_0, c_0 and w_hh. With a product ``dtype``, the gates' gradients are
+    kept in it, the operand of every product after the loop as of the recurrent one in it."""
     if reverse:
         d_ys = d_ys.flip(0)
         d_cs = None if d_cs is None else d_cs.flip(0)
     i, f, g, o = gates_all.chunk(4, dim=-1)  # after their activations
+    d_gates = torch.empty_like(gates_all, dtype=dtype)
+    dh = torch.zeros_like(h0) if d_hn is None else d_hn
+    dc = torch.zeros_like(h0) if d_cn is None else d_cn
+    times_w = _times_transposed(_transposed(w_hh), h0.shape[-2], dtype=dtype)  # d_gates @ w_hh
+    hin = hin_all if hin_all is not None else torch.cat([h0.unsqueeze(0), ys[:-1]])
+    if use_triton:  # the kernel computes each step's local derivatives
+        dh, dc = _lstm_backward_triton(dh, dc, d_ys, gates_all, c_all, tc_all, d_gates, times_w, gal, sem, moon,
+                                       per_step, relu)
+        return (d_gates.flip(0) if reverse else d_gates), dh.to(h0.dtype), dc, _weight_grad(d_gates, hin, dtype)
     # Local derivatives for all steps at once: d pre-activation = (dc or dh) * local[k].
     local = torch.addcmul(gates_all, gates_all, gates_all, value=-1.0)  # s (1 - s) for the sigmoid gates
     l_i, l_f, l_g, l_o = local.chunk(4, dim=-1)
@@ -342,20 +413,14 @@ def _lstm_backward(d_ys, d_hn, d_cn, d_cs, w_hh, h0, gates_all, c_all, tc_all, y
     if sem is not None:
         l_g.mul_(sem)
     o_dtc = o * ((tc_all > 0).to(tc_all.dtype) if relu else 1 - tc_all * tc_all)  # d h_t / d c_t
-    d_gates = torch.empty_like(gates_all)
-    dh = torch.zeros_like(h0) if d_hn is None else d_hn
-    dc = torch.zeros_like(h0) if d_cn is None else d_cn
-    if use_triton:
-        dh, dc = _lstm_backward_triton(dh, dc, d_ys, o_dtc, local, gates_all, d_gates, w_hh, gal, moon, per_step)
-    else:
-        dh, dc = _lstm_backward_torch(dh, dc, d_ys, o_dtc, local, gates_all, d_gates, w_hh, gal, moon, per_step, d_cs)
-    hin = hin_all if hin_all is not None else torch.cat([h0.unsqueeze(0), ys[:-1]])
-    return (d_gates.flip(0) if reverse else d_gates), dh, dc, _weight_grad(d_gates, hin)
+    dh, dc = _lstm_backward_torch(dh, dc, d_ys, o_dtc, local, gates_all, d_gates, times_w, gal, moon, per_step, d_cs)
+    return (d_gates.flip(0) if reverse else d_gates), dh.to(h0.dtype), dc, _weight_grad(d_gates, hin, dtype)
 
 
-def _lstm_backward_torch(dh, dc, d_ys, o_dtc, local, gates_all, d_gates, w_hh, gal, moon, per_step, d_cs=None):
+def _lstm_backward_torch(dh, dc, d_ys, o_dtc, local, gates_all, d_gates, times_w, gal, moon, per_step, d_cs=None):
     """The backward loop over the steps, 7 kernels a step (the gradient of ``cells.lstm_step``, step by
-    step; ``d_cs``, where given, the gradient of every step's c_t); fills ``d_gates``, returns (dh_0, dc_0)."""
+    step; ``d_cs``, where given, the gradient of every step's c_t; ``times_w``, d_gates @ w_hh); fills
+    ``d_gates``, returns (dh_0, dc_0)."""
     steps, hidden = gates_all.shape[0], gates_all.shape[-1] // 4
     gals, moons = _steps(gal, steps, per_step), _steps(moon, steps, per_step)
     f_k = gates_all[..., hidden:2 * hidden].unbind(0)
@@ -364,7 +429,6 @@ def _lstm_backward_torch(dh, dc, d_ys, o_dtc, local, gates_all, d_gates, w_hh, g
     d_ifg_k = d_gates.view(by_gate)[..., :3, :].unbind(0)
     local_o_k, d_o_k = local[..., 3 * hidden:].unbind(0), d_gates[..., 3 * hidden:].unbind(0)
     d_ys_k, o_dtc_k, d_gates_k = d_ys.unbind(0), o_dtc.unbind(0), d_gates.unbind(0)
-    times_w = _times_transposed(_transposed(w_hh), gates_all.shape[-2])  # d_gates @ w_hh
     d_cs_k = None if d_cs is None else d_cs.unbind(0)
     for k in range(steps - 1, -1, -1):
         dh = dh + d_ys_k[k]
@@ -382,17 +446,17 @@ def _lstm_backward_torch(dh, dc, d_ys, o_dtc, local, gates_all, d_gates, w_hh, g
     return dh, dc
 
 
-def _lstm_backward_triton(dh, dc, d_ys, o_dtc, local, gates_all, d_gates, w_hh, gal, moon, per_step):
-    """The same loop with each step's pointwise part in one Triton kernel."""
+def _lstm_backward_triton(dh, dc, d_ys, gates_all, c_all, tc_all, d_gates, times_w, gal, sem, moon, per_step, relu):
+    """The same loop with each step's pointwise part, its local derivatives included, in one Triton kernel."""
     # The kernels read flat memory: every tensor they touch must be contiguous (a gradient of
     # h_n.sum(), or of a permuted h_n, is not).
     d_ys, dh = d_ys.contiguous(), dh.contiguous()
     dc = dc.clone(memory_format=torch.contiguous_format)  # updated in place by the kernel
     gal_next = None  # the final state's gradient enters without a Gal factor
     for k in range(d_ys.shape[0] - 1, -1, -1):
-        triton_kernels.lstm_backward_step(dh, gal_next, d_ys[k], dc, o_dtc[k], local[k], gates_all[k],
-                                       _at(moon, k, per_step), d_gates[k], dc)
-        dh = torch.mm(d_gates[k], w_hh)
+        triton_kernels.lstm_backward_step(dh, gal_next, d_ys[k], dc, gates_all[k], c_all[k], tc_all[k],
+                                          _at(sem, k, per_step), _at(moon, k, per_step), d_gates[k], dc, relu)
+        dh = times_w(d_gates[k])
         gal_next = _at(gal, k, per_step)
     return _mul(dh, gal_next), dc
 
@@ -401,11 +465,13 @@ def lstm_sequence(gx: Tensor, h0: Tensor, c0: Tensor, w_hh: Tensor, factors: Ste
                   nonlinearity: str, reverse: bool, cells: bool = False, triton: bool = False):
     """The LSTM over all steps of ``gx = W_ih x + b_ih + b_hh`` ``(T, B, 4H)``: outputs ``(T, B, H)`` and (h_T, c_T),
     and with ``cells`` the cell state c_t of every step ``(T, B, H)`` too; with ``triton`` (the layer's
-    ``route``: one unstacked run, not ``cells``, ``triton_kernels.usable``) each step's pointwise part in one kernel.
+    ``route``: not ``cells``, ``triton_kernels.usable``) each step's pointwise part in one kernel; under
+    autocast its products in autocast's dtype (``product_dtype``).
 
     Computes what the reference loop over ``recdrop.cells.lstm_step`` computes."""
     ys, h, c, cs = _LSTMSequence.apply(gx, h0, c0, w_hh, factors.gal, factors.semeniuta, factors.moon,
-                                       factors.per_step, nonlinearity == "relu", reverse, cells, triton)
+                                       factors.per_step, nonlinearity == "relu", reverse, cells, triton,
+                                       product_dtype(h0))
     return (ys, (h, c), cs) if cells else (ys, (h, c))
 
 
@@ -415,13 +481,13 @@ class _GRUSequence(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, gx: Tensor, h0: Tensor, w_hh: Tensor, b_hh: Optional[Tensor], gal, sem, moon, per_step: bool,
-                relu: bool, reverse: bool, use_triton: bool = False):
-        saved = run_loop(_gru_forward, (gx, h0, w_hh, b_hh, gal, sem, moon), (per_step, relu, reverse, use_triton),
-                         step_work(h0, w_hh))
+                relu: bool, reverse: bool, use_triton: bool = False, dtype: Optional[torch.dtype] = None):
+        ctx.flags = (per_step, relu, reverse, use_triton, dtype)
+        with _autocast_off(gx.device.type):
+            saved = run_loop(_gru_forward, (gx, h0, w_hh, b_hh, gal, sem, moon), ctx.flags, step_work(h0, w_hh))
         ys, buffers = saved[0], saved[1:]
         ctx.save_for_backward(w_hh, *buffers, gx, h0, b_hh)
         ctx.factors = (gal, sem, moon)
-        ctx.flags = (per_step, relu, reverse, use_triton)
         return ys, ys[0 if reverse else -1].clone()
 
     @staticmethod
@@ -429,14 +495,17 @@ class _GRUSequence(torch.autograd.Function):
         w_hh, rzn_all, hn_all, hin_all, h_prev_all, gx, h0, b_hh = ctx.saved_tensors
         if _differentiable_backward_needed(d_ys, d_hn_out):
             return _replay_backward(ctx, _gru_replay_step, (gx, h0, w_hh, b_hh), 1, (d_ys, d_hn_out))
-        grads = run_loop(_gru_backward, (d_ys, d_hn_out, h0, rzn_all, hn_all, hin_all, h_prev_all, w_hh, b_hh,
-                                         *ctx.factors), ctx.flags, step_work(h0, w_hh))
-        return (*grads, None, None, None, None, None, None, None)
+        with _autocast_off(h0.device.type):
+            grads = run_loop(_gru_backward, (d_ys, d_hn_out, h0, rzn_all, hn_all, hin_all, h_prev_all, w_hh, b_hh,
+                                             *ctx.factors), ctx.flags, step_work(h0, w_hh))
+        return (*grads, None, None, None, None, None, None, None, None)
 
 
-def _gru_forward(gx, h0, w_hh, b_hh, gal, sem, moon, per_step, relu, reverse, use_triton):
+def _gru_forward(gx, h0, w_hh, b_hh, gal, sem, moon, per_step, relu, reverse, use_triton, dtype):
     """The GRU's forward loop (``_GRUSequence``): h_t of every step, and the buffers the backward reads
-    (r, z, n after their activations, n before d(.); W_hn d(h_{t-1}) + b_hn; d(h_{t-1}); h_{t-1}), in time order."""
+    (r, z, n after their activations, n before d(.); W_hn d(h_{t-1}) + b_hn; d(h_{t-1}); h_{t-1}), in time order.
+    With a product ``dtype``, the recurrent products in it, everything else in the state's dtype."""
+    gx = gx.to(h0.dtype)
     steps, hidden = gx.shape[0], h0.shape[-1]
     act = torch.relu if relu else torch.tanh
     order = range(steps - 1, -1, -1) if reverse else range(steps)
@@ -445,11 +514,11 @@ def _gru_forward(gx, h0, w_hh, b_hh, gal, sem, moon, per_step, relu, reverse, us
     hn_all = gx.new_empty(steps, *h0.shape)  # W_hn d(h_{t-1}) + b_hn
     hin_all = gx.new_empty(steps, *h0.shape)
     h_prev_all = gx.new_empty(steps, *h0.shape)
-    times_w = _times_transposed(w_hh, h0.shape[-2], b_hh)  # hin @ w_hh.T + b_hh
+    times_w = _times_transposed(w_hh, h0.shape[-2], b_hh, dtype)  # hin @ w_hh.T + b_hh
     h = h0
     for k, t in enumerate(order):
         hin = _mul(h, _at(gal, k, per_step))
-        gh = times_w(hin)
+        gh = times_w(hin).to(h0.dtype)  # with a product dtype, back in the state's
         h_prev_all[t] = h
         hin_all[t] = hin
         if use_triton:  # the rest of the step in one kernel
@@ -468,7 +537,7 @@ def _gru_forward(gx, h0, w_hh, b_hh, gal, sem, moon, per_step, relu, reverse, us
 
 
 def _gru_backward(d_ys, d_hn_out, h0, rzn_all, hn_all, hin_all, h_prev_all, w_hh, b_hh, gal, sem, moon, per_step, relu,
-                  reverse, use_triton):
+                  reverse, use_triton, dtype):
     """The GRU's backward (``_GRUSequence``) from the gradients of its outputs and ``_gru_forward``'s buffers:
     the gradients of gx, h_0, w_hh and b_hh."""
     steps = rzn_all.shape[0]
@@ -476,18 +545,19 @@ def _gru_backward(d_ys, d_hn_out, h0, rzn_all, hn_all, hin_all, h_prev_all, w_hh
     d_gx_all = torch.empty_like(rzn_all)
     d_gh_all = torch.empty_like(rzn_all)
     dh = torch.zeros_like(h0) if d_hn_out is None else d_hn_out.clone()
+    times_w = _times_transposed(_transposed(w_hh), dh.shape[-2], dtype=dtype)  # d_gh @ w_hh
     loop = _gru_backward_triton if use_triton else _gru_backward_torch
-    dh = loop(dh, d_ys, order, rzn_all, hn_all, h_prev_all, d_gx_all, d_gh_all, w_hh, gal, sem, moon, per_step, relu)
+    dh = loop(dh, d_ys, order, rzn_all, hn_all, h_prev_all, d_gx_all, d_gh_all, times_w, gal, sem, moon, per_step,
+              relu)
     d_b_hh = None if b_hh is None else _bias_grad(d_gh_all)
-    return d_gx_all, dh, _weight_grad(d_gh_all, hin_all), d_b_hh
+    return d_gx_all, dh, _weight_grad(d_gh_all, hin_all, dtype), d_b_hh
 
 
-def _gru_backward_torch(dh, d_ys, order, rzn_all, hn_all, h_prev_all, d_gx_all, d_gh_all, w_hh, gal, sem, moon,
+def _gru_backward_torch(dh, d_ys, order, rzn_all, hn_all, h_prev_all, d_gx_all, d_gh_all, times_w, gal, sem, moon,
                         per_step, relu):
-    """The GRU's backward loop over the steps (the gradient of ``cells.gru_step``, step by step); fills
-    ``d_gx_all`` and ``d_gh_all``, returns dh_0."""
-    hidden = w_hh.shape[-1]
-    times_w = _times_transposed(_transposed(w_hh), dh.shape[-2])  # d_gh @ w_hh
+    """The GRU's backward loop over the steps (the gradient of ``cells.gru_step``, step by step;
+    ``times_w``, d_gh @ w_hh); fills ``d_gx_all`` and ``d_gh_all``, returns dh_0."""
+    hidden = dh.shape[-1]
     for k, t in reversed(list(enumerate(order))):
         rzn = rzn_all[t]
         r, z, n = rzn[..., :hidden], rzn[..., hidden:2 * hidden], rzn[..., 2 * hidden:]
@@ -504,7 +574,7 @@ def _gru_backward_torch(dh, d_ys, order, rzn_all, hn_all, h_prev_all, d_gx_all, 
     return dh
 
 
-def _gru_backward_triton(dh, d_ys, order, rzn_all, hn_all, h_prev_all, d_gx_all, d_gh_all, w_hh, gal, sem, moon,
+def _gru_backward_triton(dh, d_ys, order, rzn_all, hn_all, h_prev_all, d_gx_all, d_gh_all, times_w, gal, sem, moon,
                          per_step, relu):
     """The same loop with each step's pointwise part in one Triton kernel."""
     d_ys = d_ys.contiguous()  # the kernels read flat memory
@@ -512,7 +582,7 @@ def _gru_backward_triton(dh, d_ys, order, rzn_all, hn_all, h_prev_all, d_gx_all,
     for k, t in reversed(list(enumerate(order))):
         triton_kernels.gru_backward_step(dz, mm, gal_next, d_ys[t], _at(moon, k, per_step), _at(sem, k, per_step),
                                       rzn_all[t], hn_all[t], h_prev_all[t], d_gx_all[t], d_gh_all[t], dz, relu)
-        mm, gal_next = d_gh_all[t] @ w_hh, _at(gal, k, per_step)
+        mm, gal_next = times_w(d_gh_all[t]), _at(gal, k, per_step)
     return dz + _mul(mm, gal_next)
 
 
@@ -522,12 +592,12 @@ class _RNNSequence(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, gx: Tensor, h0: Tensor, w_hh: Tensor, drop_in, moon, per_step: bool, relu: bool,
-                reverse: bool):
-        ys, a_all, hin_all = run_loop(_rnn_forward, (gx, h0, w_hh, drop_in, moon), (per_step, relu, reverse),
-                                      step_work(h0, w_hh))
+                reverse: bool, dtype: Optional[torch.dtype] = None):
+        ctx.flags = (per_step, relu, reverse, dtype)
+        with _autocast_off(gx.device.type):
+            ys, a_all, hin_all = run_loop(_rnn_forward, (gx, h0, w_hh, drop_in, moon), ctx.flags, step_work(h0, w_hh))
         ctx.save_for_backward(w_hh, a_all, hin_all, gx, h0)
         ctx.factors = (drop_in, None, moon)
-        ctx.flags = (per_step, relu, reverse)
         return ys, ys[0 if reverse else -1].clone()
 
     @staticmethod
@@ -536,21 +606,23 @@ class _RNNSequence(torch.autograd.Function):
         if _differentiable_backward_needed(d_ys, d_hn_out):
             return _replay_backward(ctx, _rnn_replay_step, (gx, h0, w_hh), 1, (d_ys, d_hn_out))
         drop_in, _, moon = ctx.factors
-        grads = run_loop(_rnn_backward, (d_ys, d_hn_out, h0, a_all, hin_all, w_hh, drop_in, moon), ctx.flags,
-                         step_work(h0, w_hh))
-        return (*grads, None, None, None, None, None)
+        with _autocast_off(h0.device.type):
+            grads = run_loop(_rnn_backward, (d_ys, d_hn_out, h0, a_all, hin_all, w_hh, drop_in, moon), ctx.flags,
+                             step_work(h0, w_hh))
+        return (*grads, None, None, None, None, None, None)
 
 
-def _rnn_forward(gx, h0, w_hh, drop_in, moon, per_step, relu, reverse):
+def _rnn_forward(gx, h0, w_hh, drop_in, moon, per_step, relu, reverse, dtype):
     """The vanilla RNN's forward loop (``_RNNSequence``): h_t of every step, act(pre-activation) before
-    Moon's d(.), and d(h_{t-1}), in time order."""
+    Moon's d(.), and d(h_{t-1}), in time order; with a product ``dtype``, the recurrent products in it."""
+    gx = gx.to(h0.dtype)
     steps = gx.shape[0]
     act = torch.relu if relu else torch.tanh
     order = range(steps - 1, -1, -1) if reverse else range(steps)
     ys = gx.new_empty(steps, *h0.shape)
     a_all = gx.new_empty(steps, *h0.shape)  # act(pre-activation), before Moon's d(.)
     hin_all = gx.new_empty(steps, *h0.shape)
-    times_w = _times_transposed(w_hh, h0.shape[-2])  # hin @ w_hh.T
+    times_w = _times_transposed(w_hh, h0.shape[-2], dtype=dtype)  # hin @ w_hh.T
     h = h0
     for k, t in enumerate(order):
         hin = _mul(h, _at(drop_in, k, per_step))
@@ -560,19 +632,19 @@ def _rnn_forward(gx, h0, w_hh, drop_in, moon, per_step, relu, reverse):
     return ys, a_all, hin_all
 
 
-def _rnn_backward(d_ys, d_hn_out, h0, a_all, hin_all, w_hh, drop_in, moon, per_step, relu, reverse):
+def _rnn_backward(d_ys, d_hn_out, h0, a_all, hin_all, w_hh, drop_in, moon, per_step, relu, reverse, dtype):
     """The vanilla RNN's backward (``_RNNSequence``): the gradients of gx, h_0 and w_hh."""
     steps = a_all.shape[0]
     order = range(steps - 1, -1, -1) if reverse else range(steps)
     d_pre_all = torch.empty_like(a_all)
     dh = torch.zeros_like(h0) if d_hn_out is None else d_hn_out.clone()
-    times_w = _times_transposed(_transposed(w_hh), dh.shape[-2])  # d_pre @ w_hh
+    times_w = _times_transposed(_transposed(w_hh), dh.shape[-2], dtype=dtype)  # d_pre @ w_hh
     for k, t in reversed(list(enumerate(order))):
         a = a_all[t]
         d_pre = _mul(dh + d_ys[t], _at(moon, k, per_step)) * ((a > 0).to(a.dtype) if relu else 1 - a * a)
         d_pre_all[t] = d_pre
-        dh = _mul(times_w(d_pre), _at(drop_in, k, per_step))
-    return d_pre_all, dh, _weight_grad(d_pre_all, hin_all)
+        dh = _mul(times_w(d_pre), _at(drop_in, k, per_step)).to(h0.dtype)
+    return d_pre_all, dh, _weight_grad(d_pre_all, hin_all, dtype)
 
 
 def gru_sequence(gx: Tensor, h0: Tensor, w_hh: Tensor, b_hh: Optional[Tensor], factors: StepFactors,
@@ -580,7 +652,7 @@ def gru_sequence(gx: Tensor, h0: Tensor, w_hh: Tensor, b_hh: Optional[Tensor], f
     """The GRU over all steps of ``gx = W_ih x + b_ih`` ``(T, B, 3H)``, as the loop over ``gru_step``; with
     ``triton`` (the layer's ``route``) each step's pointwise part in one kernel."""
     ys, h = _GRUSequence.apply(gx, h0, w_hh, b_hh, factors.gal, factors.semeniuta, factors.moon,
-                               factors.per_step, nonlinearity == "relu", reverse, triton)
+                               factors.per_step, nonlinearity == "relu", reverse, triton, product_dtype(h0))
     return ys, (h,)
 
 
@@ -589,5 +661,5 @@ def rnn_sequence(gx: Tensor, h0: Tensor, w_hh: Tensor, factors: StepFactors,
     """The vanilla RNN over all steps of ``gx = W_ih x + b_ih + b_hh``, as the loop over ``rnn_step``."""
     drop_in = rnn_recurrent_factor(factors.gal, factors.semeniuta)
     ys, h = _RNNSequence.apply(gx, h0, w_hh, drop_in, factors.moon, factors.per_step, nonlinearity == "relu",
-                               reverse)
+                               reverse, product_dtype(h0))
     return ys, (h,)

@@ -115,10 +115,10 @@ class _RecurrentLayer(DropoutSettings, nn.RNNBase):
         torch.nn's forward where it computes the call (``_torch_computes_it``; not where the caller runs
         recdrop's own code, ``own``: given masks, a group); else, for one direction's ``weights``
         (``_weights``; a group's stacked ``(R, ...)``) and ``state``, recdrop's fused sequence where it can
-        run (not under ``plain_ops_needed``, nor with a projection or ``fused = False``), with Triton for one
-        unstacked run's LSTM or GRU (not where every step's cell state is wanted, ``cells``) where
-        ``triton_kernels.usable``, and its loops as CUDA graphs where ``graphs.loop_graphed``; else the
-        reference loop. Without ``weights``, None where recdrop's own code runs (each direction's route is
+        run (not under ``plain_ops_needed``, nor with a projection or ``fused = False``; under autocast too,
+        its products in autocast's dtype), with Triton for an LSTM or GRU, one run's or a group's (not where
+        every step's cell state is wanted, ``cells``) where ``triton_kernels.usable``, and its loops as CUDA
+        graphs where ``graphs.loop_graphed``; else the reference loop. Without ``weights``, None where recdrop's own code runs (each direction's route is
         chosen with its weights)."""
         if not own and self._torch_computes_it(x):
             return Route("torch.nn")
@@ -128,10 +128,7 @@ class _RecurrentLayer(DropoutSettings, nn.RNNBase):
         runs = w_hh.shape[0] if w_hh.dim() == 3 else 1
         if not self.fused or w_hr is not None or plain_ops_needed(x, w_ih, w_hh, b_ih, b_hh, *state):
             return Route("loop", runs=runs)
-        # the kernels' loops multiply by one run's (G, H) matrix: a stack, even of one run (a run alone on a
-        # group's path), takes the fused path without them (on an H200 a char LM alone failed there, 2026-11-27)
-        triton = (self.has_triton and w_hh.dim() == 2 and not (cells and self.n_states == 2)
-                  and triton_kernels.usable(x))
+        triton = self.has_triton and not (cells and self.n_states == 2) and triton_kernels.usable(x)
         batch = x.shape[-2] if x.dim() > 1 else 1  # an unbatched or malformed input is checked after the route
         work = runs * batch * self.hidden_size * w_hh.shape[-2]  # a step's product (``graphs.step_work``)
         return Route("fused", triton, graphs.loop_graphed((x,), work), runs)

@@ -168,8 +168,10 @@ def token_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     ``(T, R, B, vocab)`` (``language_models_forward``): ``(R,)``."""
     if logits.shape[1] == 1:
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1)).reshape(1)
-    index = targets.unsqueeze(1).unsqueeze(-1).expand(-1, logits.shape[1], -1, 1)
-    return -logits.log_softmax(-1).gather(-1, index).squeeze(-1).mean((0, 2))
+    # cross_entropy, not log_softmax and gather: autocast computes it in float32 on every device
+    steps, runs, batch, vocab = logits.shape
+    every = targets.unsqueeze(1).expand(-1, runs, -1).reshape(-1)
+    return F.cross_entropy(logits.reshape(-1, vocab), every, reduction="none").view(steps, runs, batch).mean((0, 2))
 
 
 class SequenceClassifier(torch.nn.Module):

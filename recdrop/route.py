@@ -6,10 +6,11 @@ that chooses, at each call):
 
 - ``torch.nn``: torch.nn's own forward (cuDNN, oneDNN), where no recurrent dropout acts;
 - ``loop``: the reference loop over ``recdrop.cells``' steps, recorded by autograd step by step (under
-  tracing, torch.compile's tracing, export, autocast, functorch transforms and forward-mode AD; with
+  tracing, torch.compile's tracing, export, functorch transforms and forward-mode AD; with
   ``proj_size``; with ``module.fused = False``);
-- ``fused``: ``recdrop.fused``'s sequence Functions, on a GPU with each step's pointwise part in one
-  Triton kernel (``triton``) and each loop captured as a CUDA graph (``graphs``) where they can run.
+- ``fused``: ``recdrop.fused``'s sequence Functions (under autocast too, with their products in its
+  dtype), on a GPU with each step's pointwise part in one Triton kernel (``triton``) and each loop
+  captured as a CUDA graph (``graphs``) where they can run.
 
 Above the layer, a group of runs computes as one stacked model where ``stacks`` says so (``layers.run_group``,
 ``models.language_models_nll``, ``recdrop.stacked``), and its whole training step may be one CUDA graph

@@ -7,8 +7,10 @@ work is one kernel: the gate activations, Semeniuta's d(g_t) (Eq. 9), c_t with M
 with Gal's d(.) (Eq. 7) on the incoming dh. The GRU's kernels do the same for its gates
 (torch.nn's form, Eq. 13 with Gal and Moon). The matmuls stay with cuBLAS.
 
-Used for float32/float64 tensors on CUDA when Triton is installed; ``RECDROP_TRITON=0`` turns it
-off. With ``TRITON_INTERPRET=1`` set before import, Triton runs the same kernels on CPU tensors,
+Used for float32/float64 states on CUDA when Triton is installed, for one run or a group's runs stacked
+on a leading dimension (the kernels index the flat memory of ``([R,] B, H)``); ``RECDROP_TRITON=0``
+turns it off. Under autocast the products and the gates' gradients may come in bfloat16 or float16: the
+kernels read every operand in the state's dtype and compute there. With ``TRITON_INTERPRET=1`` set before import, Triton runs the same kernels on CPU tensors,
 which is how the tests check them against the PyTorch path.
 """
 from __future__ import annotations
@@ -53,11 +55,12 @@ def _check_contiguous(**tensors: Tensor) -> None:
 
 
 def _factor(f, like: Tensor):
-    """(mode, tensor argument, scalar argument) for a factor that is None, a number or a (B, H) tensor."""
+    """(mode, tensor argument, scalar argument) for a factor that is None, a number or a tensor of
+    ``like``'s shape, or one that broadcasts to it (a group's constants at test, ``(R, 1, 1)``)."""
     if f is None:
         return NONE, like, 1.0
     if isinstance(f, Tensor):
-        return TENSOR, f.contiguous(), 1.0
+        return TENSOR, (f if f.shape == like.shape else f.expand_as(like)).contiguous(), 1.0
     if like.dtype == torch.float64:  # Triton passes a Python float as float32: keep float64's precision
         return TENSOR, torch.full_like(like, float(f)), 1.0
     return SCALAR, like, float(f)
@@ -75,31 +78,48 @@ if triton is not None:
         if MODE == 1:
             x = x * scalar
         if MODE == 2:
-            x = x * tl.load(ptr + idx, mask=m, other=0.0)
+            x = x * tl.load(ptr + idx, mask=m, other=0.0).to(x.dtype)
         return x
 
     @triton.jit
-    def _lstm_fwd_kernel(gates, c_prev, sem, moon, gsem_out, c_out, tc_out, h_out, sem_s, moon_s, n, H,
+    def _read(ptr, offset, m, like):
+        """A block of ``ptr`` in the dtype of the pointer ``like`` (the state's): a product or a
+        gradient may come in autocast's dtype."""
+        return tl.load(ptr + offset, mask=m, other=0.0).to(like.dtype.element_ty)
+
+    @triton.jit
+    def _pre(gates, addend, offset, m, like, ADD: tl.constexpr):
+        """A gate's pre-activation: the product (``gates``), plus gx where given apart (``ADD``)."""
+        x = _read(gates, offset, m, like)
+        if ADD:
+            x = x + _read(addend, offset, m, like)
+        return x
+
+    @triton.jit
+    def _lstm_fwd_kernel(gates, addend, gates_out, c_prev, sem, moon, gsem_out, c_out, tc_out, h_out, h_low,
+                         sem_s, moon_s, n, H, ADD: tl.constexpr, LOW: tl.constexpr, GSEM: tl.constexpr,
                          SEM: tl.constexpr, MOON: tl.constexpr, RELU: tl.constexpr, BLOCK: tl.constexpr):
         """Equals ``cells.lstm_step`` after its recurrent matmul, step by step:
-        c_t = d(f_t ⊙ c_{t-1} + i_t ⊙ d(g_t)) (Eqs. 8-9), h_t = o_t ⊙ f(c_t) (Eq. 6)."""
+        c_t = d(f_t ⊙ c_{t-1} + i_t ⊙ d(g_t)) (Eqs. 8-9), h_t = o_t ⊙ f(c_t) (Eq. 6). With ``ADD`` the
+        pre-activations are ``gates`` + ``addend`` (the product and gx); with ``LOW`` h_t is written to
+        ``h_low`` too, in its dtype (the next product's operand); with ``GSEM`` d(g_t) to ``gsem_out``."""
         idx = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         m = idx < n
         row = (idx // H) * 4 * H + idx % H
-        i = tl.sigmoid(tl.load(gates + row, mask=m, other=0.0))
-        f = tl.sigmoid(tl.load(gates + row + H, mask=m, other=0.0))
-        g = tl.load(gates + row + 2 * H, mask=m, other=0.0)
+        i = tl.sigmoid(_pre(gates, addend, row, m, c_prev, ADD))
+        f = tl.sigmoid(_pre(gates, addend, row + H, m, c_prev, ADD))
+        g = _pre(gates, addend, row + 2 * H, m, c_prev, ADD)
         if RELU:
             g = tl.maximum(g, 0.0)
         else:
             g = _tanh(g)
-        o = tl.sigmoid(tl.load(gates + row + 3 * H, mask=m, other=0.0))
-        tl.store(gates + row, i, mask=m)
-        tl.store(gates + row + H, f, mask=m)
-        tl.store(gates + row + 2 * H, g, mask=m)
-        tl.store(gates + row + 3 * H, o, mask=m)
+        o = tl.sigmoid(_pre(gates, addend, row + 3 * H, m, c_prev, ADD))
+        tl.store(gates_out + row, i, mask=m)
+        tl.store(gates_out + row + H, f, mask=m)
+        tl.store(gates_out + row + 2 * H, g, mask=m)
+        tl.store(gates_out + row + 3 * H, o, mask=m)
         gs = _apply(g, sem, sem_s, idx, m, SEM)  # Eq. 9: d(g_t)
-        if SEM != 0:
+        if GSEM:
             tl.store(gsem_out + idx, gs, mask=m)
         c = f * tl.load(c_prev + idx, mask=m, other=0.0) + i * gs
         c = _apply(c, moon, moon_s, idx, m, MOON)  # Eq. 8: d(c_t)
@@ -110,25 +130,40 @@ if triton is not None:
         tl.store(c_out + idx, c, mask=m)
         tl.store(tc_out + idx, tc, mask=m)
         tl.store(h_out + idx, o * tc, mask=m)
+        if LOW:
+            tl.store(h_low + idx, o * tc, mask=m)
 
     @triton.jit
-    def _lstm_bwd_kernel(dh_in, d_y, dc_in, o_dtc, local, f_gates, gal, moon, d_gates, dc_out, gal_s, moon_s, n,
-                         H, GAL: tl.constexpr, MOON: tl.constexpr, BLOCK: tl.constexpr):
-        """Equals one step of ``fused._lstm_backward_torch``: the gradient of ``cells.lstm_step``."""
+    def _lstm_bwd_kernel(dh_in, d_y, dc_in, gates, c_prev, tc, gal, moon, sem, d_gates, dc_out, gal_s, moon_s, sem_s,
+                         n, H, GAL: tl.constexpr, MOON: tl.constexpr, SEM: tl.constexpr, RELU: tl.constexpr,
+                         BLOCK: tl.constexpr):
+        """Equals one step of ``fused._lstm_backward_torch``, the gradient of ``cells.lstm_step``, with the
+        step's local derivatives computed here from the forward's i, f, g, o, c_{t-1} and act(c_t) (the
+        torch path computes them for all steps before its loop)."""
         idx = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         m = idx < n
         row = (idx // H) * 4 * H + idx % H
+        i = tl.load(gates + row, mask=m, other=0.0)
+        f = tl.load(gates + row + H, mask=m, other=0.0)
+        g = tl.load(gates + row + 2 * H, mask=m, other=0.0)
+        o = tl.load(gates + row + 3 * H, mask=m, other=0.0)
+        a = tl.load(tc + idx, mask=m, other=0.0)
+        if RELU:
+            d_act_g = tl.where(g > 0, 1.0, 0.0)
+            d_act_c = tl.where(a > 0, 1.0, 0.0)
+        else:
+            d_act_g = 1.0 - g * g
+            d_act_c = 1.0 - a * a
         # dh reaching h_t: from the next step through d(h_t) of Eq. 7, and from the output
-        dh = _apply(tl.load(dh_in + idx, mask=m, other=0.0), gal, gal_s, idx, m, GAL)
+        dh = _apply(_read(dh_in, idx, m, dc_in), gal, gal_s, idx, m, GAL)
         dh = dh + tl.load(d_y + idx, mask=m, other=0.0)
-        dc = tl.load(dc_in + idx, mask=m, other=0.0) + dh * tl.load(o_dtc + idx, mask=m, other=0.0)
-        dc = _apply(dc, moon, moon_s, idx, m, MOON)
-        tl.store(d_gates + row, dc * tl.load(local + row, mask=m, other=0.0), mask=m)
-        tl.store(d_gates + row + H, dc * tl.load(local + row + H, mask=m, other=0.0), mask=m)
-        tl.store(d_gates + row + 2 * H, dc * tl.load(local + row + 2 * H, mask=m, other=0.0), mask=m)
-        tl.store(d_gates + row + 3 * H, dh * tl.load(local + row + 3 * H, mask=m, other=0.0), mask=m)
-        tl.store(dc_out + idx, dc * tl.load(f_gates + row + H, mask=m, other=0.0), mask=m)
-
+        dc = tl.load(dc_in + idx, mask=m, other=0.0) + dh * o * d_act_c
+        dc = _apply(dc, moon, moon_s, idx, m, MOON)  # Eq. 8
+        tl.store(d_gates + row, dc * i * (1.0 - i) * _apply(g, sem, sem_s, idx, m, SEM), mask=m)  # Eq. 9: d(g_t)
+        tl.store(d_gates + row + H, dc * f * (1.0 - f) * tl.load(c_prev + idx, mask=m, other=0.0), mask=m)
+        tl.store(d_gates + row + 2 * H, _apply(dc * i * d_act_g, sem, sem_s, idx, m, SEM), mask=m)
+        tl.store(d_gates + row + 3 * H, dh * o * (1.0 - o) * a, mask=m)
+        tl.store(dc_out + idx, dc * f, mask=m)
 
     @triton.jit
     def _gru_fwd_kernel(gx, gh, h_prev, sem, moon, rzn_out, hn_out, h_out, sem_s, moon_s, n, H,
@@ -138,9 +173,9 @@ if triton is not None:
         idx = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         m = idx < n
         row = (idx // H) * 3 * H + idx % H
-        r = tl.sigmoid(tl.load(gx + row, mask=m, other=0.0) + tl.load(gh + row, mask=m, other=0.0))
-        z = tl.sigmoid(tl.load(gx + row + H, mask=m, other=0.0) + tl.load(gh + row + H, mask=m, other=0.0))
-        hn = tl.load(gh + row + 2 * H, mask=m, other=0.0)
+        r = tl.sigmoid(tl.load(gx + row, mask=m, other=0.0) + _read(gh, row, m, h_prev))
+        z = tl.sigmoid(tl.load(gx + row + H, mask=m, other=0.0) + _read(gh, row + H, m, h_prev))
+        hn = _read(gh, row + 2 * H, m, h_prev)
         a = tl.load(gx + row + 2 * H, mask=m, other=0.0) + r * hn
         if RELU:
             cand = tl.maximum(a, 0.0)
@@ -164,8 +199,7 @@ if triton is not None:
         m = idx < n
         row = (idx // H) * 3 * H + idx % H
         # dh reaching h_t: through z * h_t of the next step, through d(h_t) into its matmul, and the output
-        dh = tl.load(dz_in + idx, mask=m, other=0.0) + _apply(tl.load(mm + idx, mask=m, other=0.0), gal, gal_s,
-                                                                idx, m, GAL)
+        dh = tl.load(dz_in + idx, mask=m, other=0.0) + _apply(_read(mm, idx, m, dz_in), gal, gal_s, idx, m, GAL)
         dh = _apply(dh + tl.load(d_y + idx, mask=m, other=0.0), moon, moon_s, idx, m, MOON)
         r = tl.load(rzn + row, mask=m, other=0.0)
         z = tl.load(rzn + row + H, mask=m, other=0.0)
@@ -186,31 +220,40 @@ if triton is not None:
         tl.store(dz_out + idx, dh * z, mask=m)
 
 def lstm_forward_step(gates: Tensor, c_prev: Tensor, sem, moon, gsem_out: Optional[Tensor], c_out: Tensor,
-                      tc_out: Tensor, h_out: Tensor, relu: bool) -> None:
-    """One step's pointwise forward: ``gates`` (B, 4H) pre-activations are replaced by i, f, g, o;
-    d(g_t), c_t, act(c_t) and h_t are written to the ``*_out`` buffers (all contiguous)."""
-    _check_contiguous(gates=gates, c_prev=c_prev, gsem_out=gsem_out, c_out=c_out, tc_out=tc_out, h_out=h_out)
+                      tc_out: Tensor, h_out: Tensor, relu: bool, addend: Optional[Tensor] = None,
+                      gates_out: Optional[Tensor] = None, h_low_out: Optional[Tensor] = None) -> None:
+    """One step's pointwise forward: from the pre-activations ``gates`` ([R,] B, 4H) (plus ``addend``
+    where given: the product and gx apart, under autocast), i, f, g, o are written to ``gates_out``
+    (default: over ``gates``); d(g_t), c_t, act(c_t) and h_t to the ``*_out`` buffers, and h_t to
+    ``h_low_out`` too where given, in its dtype (all contiguous; ``gsem_out`` may be None)."""
+    gates_out = gates if gates_out is None else gates_out
+    _check_contiguous(gates=gates, addend=addend, gates_out=gates_out, c_prev=c_prev, gsem_out=gsem_out, c_out=c_out,
+                      tc_out=tc_out, h_out=h_out, h_low_out=h_low_out)
     n, hidden = c_prev.numel(), c_prev.shape[-1]
     sem_mode, sem_t, sem_s = _factor(sem, c_prev)
     moon_mode, moon_t, moon_s = _factor(moon, c_prev)
     _lstm_fwd_kernel[(triton.cdiv(n, BLOCK),)](
-        gates, c_prev, sem_t, moon_t, c_prev if gsem_out is None else gsem_out, c_out, tc_out, h_out, sem_s,
-        moon_s, n, hidden, SEM=sem_mode, MOON=moon_mode, RELU=relu, BLOCK=BLOCK)
+        gates, gates if addend is None else addend, gates_out, c_prev, sem_t, moon_t,
+        c_prev if gsem_out is None else gsem_out, c_out, tc_out, h_out, h_out if h_low_out is None else h_low_out,
+        sem_s, moon_s, n, hidden, ADD=addend is not None, LOW=h_low_out is not None, GSEM=gsem_out is not None,
+        SEM=sem_mode, MOON=moon_mode, RELU=relu, BLOCK=BLOCK)
 
 
-def lstm_backward_step(dh_in: Tensor, gal_next, d_y: Tensor, dc_in: Tensor, o_dtc: Tensor, local: Tensor,
-                       gates: Tensor, moon, d_gates: Tensor, dc_out: Tensor) -> None:
+def lstm_backward_step(dh_in: Tensor, gal_next, d_y: Tensor, dc_in: Tensor, gates: Tensor, c_prev: Tensor,
+                       tc: Tensor, sem, moon, d_gates: Tensor, dc_out: Tensor, relu: bool) -> None:
     """One step's pointwise backward: from the dh arriving at h_t before the next step's Gal
-    factor ``gal_next``, the output's ``d_y`` and the carried ``dc``, write this step's
-    pre-activation gradients ``d_gates`` (B, 4H) and dc_{t-1} (``dc_out`` may be ``dc_in``)."""
-    _check_contiguous(dh_in=dh_in, d_y=d_y, dc_in=dc_in, o_dtc=o_dtc, local=local, gates=gates, d_gates=d_gates,
+    factor ``gal_next``, the output's ``d_y`` and the carried ``dc``, and the forward's i, f, g, o
+    (``gates``), c_{t-1} and act(c_t) (``tc``), write this step's pre-activation gradients ``d_gates``
+    ([R,] B, 4H) (in its dtype) and dc_{t-1} (``dc_out`` may be ``dc_in``)."""
+    _check_contiguous(dh_in=dh_in, d_y=d_y, dc_in=dc_in, gates=gates, c_prev=c_prev, tc=tc, d_gates=d_gates,
                       dc_out=dc_out)
     n, hidden = dh_in.numel(), dh_in.shape[-1]
-    gal_mode, gal_t, gal_s = _factor(gal_next, dh_in)
-    moon_mode, moon_t, moon_s = _factor(moon, dh_in)
+    gal_mode, gal_t, gal_s = _factor(gal_next, dc_in)
+    moon_mode, moon_t, moon_s = _factor(moon, dc_in)
+    sem_mode, sem_t, sem_s = _factor(sem, dc_in)
     _lstm_bwd_kernel[(triton.cdiv(n, BLOCK),)](
-        dh_in, d_y, dc_in, o_dtc, local, gates, gal_t, moon_t, d_gates, dc_out, gal_s, moon_s, n, hidden,
-        GAL=gal_mode, MOON=moon_mode, BLOCK=BLOCK)
+        dh_in, d_y, dc_in, gates, c_prev, tc, gal_t, moon_t, sem_t, d_gates, dc_out, gal_s, moon_s, sem_s, n, hidden,
+        GAL=gal_mode, MOON=moon_mode, SEM=sem_mode, RELU=relu, BLOCK=BLOCK)
 
 
 def gru_forward_step(gx: Tensor, gh: Tensor, h_prev: Tensor, sem, moon, rzn_out: Tensor, hn_out: Tensor,

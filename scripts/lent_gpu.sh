@@ -3,12 +3,11 @@
 # of at most 10 minutes: a process started with setsid runs on between commands while the machine is
 # warm. Run from the repository root there, every command carrying .gpu-data: data.tgz (ptb and ptb_char),
 # head.bundle (main) and, to resume, a previous lease's pack in .gpu-data/pack:
-#     bash scripts/lent_gpu.sh setup              # carry [".gpu-data"]: data, pack, GPU tests, group step
+#     bash scripts/lent_gpu.sh setup              # carry [".gpu-data"]: data, pack, GPU tests, group steps, profiles
 #     bash scripts/lent_gpu.sh train S [WAIT]     # the fused campaign, detached, packed within S seconds
 #     bash scripts/lent_gpu.sh finish             # wait for it (not past its end), then its pack into $OUT
 #     bash scripts/lent_gpu.sh layers             # this GPU's layer benchmarks, if minutes remain
-#     bash scripts/lent_gpu.sh groups             # the fused groups' steps in float32 and TF32, if minutes remain
-#     bash scripts/lent_gpu.sh profile            # what bounds the word-LM group's step (8 runs), if minutes remain
+#     bash scripts/lent_gpu.sh profile            # what bounds each model's 26-run step (setup runs it too)
 #     LEASE_S=585 bash scripts/lent_gpu.sh        # all in one command of LEASE_S seconds
 # S counts from train's start to the written pack: the device time left after setup (the run tool's
 # budget_left_s) less the commands' transfers and the gaps between them. Whatever the lease makes
@@ -28,10 +27,11 @@ export RECDROP_DATA=${RECDROP_DATA:-$LEASE/data} PYTHONPATH=. PYTHONUNBUFFERED=1
 # sizes setup times), a stand-in nvidia-smi on PATH, and LEASE_CAMPAIGN a copy of data/campaign-gpu.toml
 # whose entries allow the cpu (theirs name cuda only)
 DEVICE=${LEASE_DEVICE:-cuda} CAMPAIGN=${LEASE_CAMPAIGN:-data/campaign-gpu.toml}
-# TF32 products on the GPU (issue 46: the word LM's 26 decoders take 9.4 ms a step in float32, 1.8 in TF32);
-# every record says so. LEASE_PRECISION=float32 for float32 throughout (and for a rehearsal on the CPU).
+# TF32 products on the GPU (the word LM's 26 decoders take 9.4 ms a step in float32, 1.8 in TF32); an entry of
+# the campaign may name its own (the char LM: bf16); every record says which. LEASE_PRECISION=float32 for
+# float32 throughout (and for a rehearsal on the CPU, where LEASE_BF16=float32 stands in for bf16 too).
 PRECISION=${LEASE_PRECISION:-tf32}
-[ "$PRECISION" = tf32 ] && TF32=--tf32 || TF32=
+BF16=${LEASE_BF16:-bf16}
 CACHE=${RECDROP_CACHE:-$HOME/.cache/recdrop}
 export RECDROP_RUNS=$LEASE/runs
 START_S=30  # from the campaign's launch to its clock: imports, the store, CUDA
@@ -75,36 +75,37 @@ setup() {
   # each log's summary under its name (on 2026-11-27 an unnamed "1 failed" was the fused test's, for the char LM)
   for f in "$b"/logs/*.log; do echo "$(basename "$f" .log): $(tail -n1 "$f")"; done
   grep -hE "^(FAILED|ERROR)" "$b"/logs/*.log
-  # the group sizes' step times at this lease's precision, which choose the size
-  timeout 150 python3 benchmarks/bench_groups.py --device "$DEVICE" --models word --sizes ${LEASE_SIZES:-1 8 26} --repeats 2 $TF32 \
-      --out "$b/groups/$gpu-$PRECISION.csv"
-  cp "$b/groups/$gpu-$PRECISION.csv" "$LEASE/groups.csv" 2>/dev/null
+  # the kernels of a group's stacked runs and of bf16 products, on this GPU (on failure no kernels: RECDROP_TRITON=0)
+  timeout 120 python3 -m pytest -q -x -p no:cacheprovider tests/triton_cases.py -k "group or autocast" > "$b/logs/triton-test.log" 2>&1
+  if [ $? -ne 0 ]; then echo "the Triton kernels' test failed: kernels off"; echo "export RECDROP_TRITON=0" >> "$LEASE/env"; fi
+  # a bf16 group against its runs alone; on failure the campaign's bf16 entries train in TF32
+  timeout 120 python3 -m pytest -q -x -p no:cacheprovider tests/test_fused_training.py -k "agrees_with_its_run_alone and bf16 and cuda" \
+      > "$b/logs/bf16-test.log" 2>&1
+  if [ $? -ne 0 ]; then echo "the bf16 group's test failed: its entries train in $PRECISION"; echo "export BF16=$PRECISION" >> "$LEASE/env"; fi
+  . "$LEASE/env"
+  # each log's summary under its name (on 2026-11-27 an unnamed "1 failed" was the fused test's, for the char LM)
+  for f in "$b"/logs/*.log; do echo "$(basename "$f" .log): $(tail -n1 "$f")"; done
+  grep -hE "^(FAILED|ERROR)" "$b"/logs/*.log
+  # the groups' steps at both precisions, which size the campaign's groups (train), the group alone timed
+  for p in "$PRECISION" "$BF16"; do
+    timeout 150 python3 benchmarks/bench_groups.py --device "$DEVICE" --models char word --sizes ${LEASE_SIZES:-1 4 8 13 26} \
+        --group-only --repeats 2 --warmup-s 0.5 --min-s 0.2 --precision "$p" --out "$b/groups/$gpu-$p-lease.csv"
+  done
+  cat "$b"/groups/*-lease.csv | awk 'NR == 1 || !/^model,/' > "$LEASE/groups.csv"
+  profile_step "${LEASE_PROFILE_RUNS:-26}"
   pack_bench
   echo "setup done"
 }
 
-pack_bench() { (cd "$LEASE/bench" && tar cf "$OUT/bench.tar" .) && echo "bench.tar: $(tar tf "$OUT/bench.tar" | grep -c '\.\(csv\|log\)$') files"; }
-
-size() {  # the group size that finishes the most Table 2 paper runs (100 epochs of 829 steps) in $1 seconds
-  python3 - "$1" "$LEASE/groups.csv" <<'PY'
-import csv, sys
-import numpy as np
-budget, steps = float(sys.argv[1]), 829 * 100
-try:
-    measured = {int(r["runs"]): float(r["group_s"]) for r in csv.DictReader(open(sys.argv[2])) if r["model"] == "word"}
-except (OSError, KeyError, ValueError):
-    measured = {}
-if not measured:
-    print(0); sys.exit()
-sizes = sorted(measured)  # between measured sizes a step's time is interpolated: it grows about linearly
-step = {r: float(np.interp(r, sizes, [measured[s] for s in sizes])) for r in range(1, max(sizes) + 1)}
-# 40% for the evaluations, the warm-up and capture, the checkpoints and the estimate's error: a graphed
-# group of 7 took 27% more than its steps (579 s against 7 runs' interpolated 5.5 ms x 82,900 steps), and
-# one stopped short comes back as at most two checkpoints
-finished = {r: int(budget // (1.4 * s * steps)) * r for r, s in step.items()}
-print(max(finished, key=lambda r: (finished[r], r)) if any(finished.values()) else 0)
-PY
+profile_step() {  # what bounds each model's group step of $1 runs at its training precision: kernels and operators
+  local gpu; gpu=$(gpu_name); mkdir -p "$LEASE/bench/profiles"
+  timeout 90 python3 benchmarks/profile_group.py --device "$DEVICE" --model word --runs "$1" --steps 5 --precision "$PRECISION" \
+      --out "$LEASE/bench/profiles/$gpu-word-$1-$PRECISION.csv"
+  timeout 90 python3 benchmarks/profile_group.py --device "$DEVICE" --model char --runs "$1" --steps 5 --precision "$BF16" \
+      --out "$LEASE/bench/profiles/$gpu-char-$1-$BF16.csv"
 }
+
+pack_bench() { (cd "$LEASE/bench" && tar cf "$OUT/bench.tar" .) && echo "bench.tar: $(tar tf "$OUT/bench.tar" | grep -c '\.\(csv\|log\)$') files"; }
 
 running() { [ -f "$LEASE/pid" ] && [ ! -f "$LEASE/rc" ] && kill -0 "$(cat "$LEASE/pid")" 2>/dev/null; }
 
@@ -112,14 +113,17 @@ train() {  # $1: seconds from now to the written pack; $2: how long this command
   [ -f "$LEASE/env" ] && [ -d "$RECDROP_RUNS" ] && [ -d "$RECDROP_DATA/ptb" ] || {
     echo "error: setup has not run on this machine (a fresh one, after the warm one went back?): run setup first"; exit 1; }
   if running; then echo "error: a campaign runs already (pid $(cat "$LEASE/pid")): wait for it with finish"; exit 1; fi
-  local budget=$(( $1 - START_S - STOP_S )) cap
-  cap=$(size "$budget")
-  [[ $cap =~ ^[1-9][0-9]*$ ]] || cap=2  # none finishes: pairs, whose two checkpoints (22 MB each) come back
-  echo "campaign: ${budget} s of training, groups of up to $cap; its pack due by $(date -d @$(( $(now) + $1 )) +%T)"
+  local budget=$(( $1 - START_S - STOP_S ))
+  echo "campaign: ${budget} s of training; its pack due by $(date -d @$(( $(now) + $1 )) +%T)"
   echo $(( $(now) + $1 )) > "$LEASE/end"
   rm -rf "$LEASE/pack" "$LEASE/rc"; mkdir -p "$LEASE/pack"
-  setsid nohup bash -c "python3 -m recdrop.campaign --file '$CAMPAIGN' --for ${budget}s --device '$DEVICE' \
-      --fuse $cap $TF32 --no-progress --pack $LEASE/pack > $LEASE/campaign.log 2>&1; echo \$? > $LEASE/rc" < /dev/null > /dev/null 2>&1 &
+  # the bf16 entries at this lease's bf16 (setup falls back to the lease's precision where its test failed)
+  sed "s/^precision = \"bf16\"/precision = \"$BF16\"/" "$CAMPAIGN" > "$LEASE/campaign.toml"
+  # each experiment's groups as large as finish in the time left, by setup's step times; none starts that
+  # would not finish (a char LM's checkpoint, 64 MB, cannot come back)
+  setsid nohup bash -c "python3 -m recdrop.campaign --file '$LEASE/campaign.toml' --for ${budget}s --device '$DEVICE' \
+      --fuse fit --whole-runs --group-times '$LEASE/groups.csv' --precision '$PRECISION' --no-progress --pack $LEASE/pack \
+      > $LEASE/campaign.log 2>&1; echo \$? > $LEASE/rc" < /dev/null > /dev/null 2>&1 &
   echo $! > "$LEASE/pid"
   wait_campaign $(( $(now) + ${2:-560} ))
   running || collect
@@ -151,19 +155,8 @@ finish() {  # waits until the campaign ends, but not past its pack's due time an
   collect
 }
 
-groups() {  # the fused groups' steps at both precisions, word LM and char LM, if minutes remain
-  local gpu; gpu=$(gpu_name); mkdir -p "$LEASE/bench/groups"
-  for p in float32 tf32; do timeout 200 python3 benchmarks/bench_groups.py --device "$DEVICE" --models word char \
-      --sizes 1 4 8 26 --repeats 2 $([ $p = tf32 ] && echo --tf32) --out "$LEASE/bench/groups/$gpu-$p-all.csv"; done
-  pack_bench
-}
-
-profile() {  # what bounds the word-LM group's step of 8 runs: its kernels and operators, graphed and eager
-  local gpu r=${LEASE_PROFILE_RUNS:-8}; gpu=$(gpu_name); mkdir -p "$LEASE/bench/profiles"
-  timeout 100 python3 benchmarks/profile_group.py --device "$DEVICE" --model word --runs "$r" --precision "$PRECISION" \
-      --out "$LEASE/bench/profiles/$gpu-word-$r-$PRECISION-graphed.csv"
-  RECDROP_STEP_GRAPH=0 timeout 100 python3 benchmarks/profile_group.py --device "$DEVICE" --model word --runs "$r" --precision "$PRECISION" \
-      --out "$LEASE/bench/profiles/$gpu-word-$r-$PRECISION-eager.csv"
+profile() {  # what bounds each model's 26-run step (LEASE_PROFILE_RUNS), if setup's timed out
+  profile_step "${LEASE_PROFILE_RUNS:-26}"
   pack_bench
 }
 
@@ -171,6 +164,8 @@ layers() {
   local gpu; gpu=$(gpu_name); mkdir -p "$LEASE/bench"
   for p in "" --packed; do timeout 100 python3 benchmarks/bench_layers.py --device "$DEVICE" --schemes semeniuta gal moon \
       $p --out "$LEASE/bench/$gpu${p#-}.csv"; done
+  # a mixed-precision user's layer: both under bf16 autocast
+  timeout 100 python3 benchmarks/bench_layers.py --device "$DEVICE" --autocast bf16 --out "$LEASE/bench/$gpu-autocast-bf16.csv"
   pack_bench
 }
 
@@ -182,17 +177,12 @@ case "${1:-all}" in
   train) train "${2:?train needs the seconds from now to the written pack}" "${3:-560}" ;;
   finish) finish ;;
   layers) layers ;;
-  groups) groups ;;
   profile) profile ;;
   all)
     END=$(( $(now) + ${LEASE_S:-585} ))
     setup
     LEFT=$(( END - $(now) - 15 ))  # 15 s to copy the pack into $OUT
-    if [ "$(size $(( LEFT - START_S - STOP_S )))" = 0 ] && ! grep -qs ungraphed_ms "data/benchmarks/$(gpu_name).csv" \
-        && [ "$LEFT" -gt 400 ]; then
-      layers; LEFT=$(( END - $(now) - 15 ))
-    fi
     if [ "$LEFT" -gt 120 ]; then train "$LEFT" "$LEFT"; running && finish; fi
     echo "left: $(( END - $(now) )) s" ;;
-  *) echo "usage: $0 [setup | train SECONDS [WAIT] | finish | layers | groups | profile | all]"; exit 2 ;;
+  *) echo "usage: $0 [setup | train SECONDS [WAIT] | finish | layers | profile | all]"; exit 2 ;;
 esac

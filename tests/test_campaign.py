@@ -544,3 +544,75 @@ def test_the_sweep_and_the_campaign_share_the_cpus_out_alike(monkeypatch):
     assert runner.worker_threads(1) == torch.get_num_threads()  # one worker: torch's own default
     assert campaign.worker_threads is sweep.worker_threads is runner.worker_threads
     assert campaign.run_groups is sweep.run_groups is runner.run_groups  # one runner of groups
+
+
+def _bench_rows(model, precision, steps_by_size, run_steps):
+    return [{"model": model, "precision": precision, "runs": str(r), "group_s": str(s), "run_steps": str(run_steps)}
+            for r, s in steps_by_size.items()]
+
+
+def test_a_groups_time_comes_from_its_measured_step_interpolated_between_sizes():
+    rows = _bench_rows("char", "bf16", {1: 0.002, 8: 0.009}, 39_050) + _bench_rows("word", "tf32", {1: 0.0013}, 82_900)
+    margin = estimates.GROUP_MARGIN
+    assert estimates.group_seconds(rows, "char_lm", "bf16", 8) == pytest.approx(margin * 0.009 * 39_050)
+    assert estimates.group_seconds(rows, "char_lm", "bf16", 4) == pytest.approx(margin * 0.005 * 39_050)
+    assert estimates.group_seconds(rows, "word_lm", "tf32", 1) == pytest.approx(margin * 0.0013 * 82_900)
+    # beyond the largest size measured, at a precision not measured, or of a model not measured: unknown
+    assert estimates.group_seconds(rows, "char_lm", "bf16", 9) is None
+    assert estimates.group_seconds(rows, "char_lm", "tf32", 4) is None
+    assert estimates.group_seconds(rows, "ner", "bf16", 1) is None
+
+
+def test_fit_sizes_each_experiments_groups_to_the_time_left_in_the_campaigns_order():
+    """Table 2's last two cells first (its entry's two runs, though six would fit), then the largest char
+    group that finishes in the time they leave; a later entry's runs wait their turn."""
+    word0, char0, word12 = (Entry(experiment=e, scale="paper", why="test", precision=p)
+                            for e, p in (("word_lm", None), ("char_lm", "bf16"), ("word_lm", None)))
+    todo = [types.SimpleNamespace(experiment=e.experiment, entry=e, config=types.SimpleNamespace(scale="paper"))
+            for e, n in ((word0, 2), (char0, 26), (word12, 52)) for _ in range(n)]
+    rows = (_bench_rows("word", "tf32", {1: 0.001, 26: 0.014}, 1000)
+            + _bench_rows("char", "bf16", {1: 0.001, 26: 0.026}, 1000))
+    word_pair = estimates.group_seconds(rows, "word_lm", "tf32", 2)
+    budget = word_pair + estimates.group_seconds(rows, "char_lm", "bf16", 6) + 0.001
+    assert campaign.fitting_caps(todo, rows, budget, "tf32") == {"word_lm": 2, "char_lm": 6}
+    assert campaign.fitting_caps(todo, rows, word_pair, "tf32") == {"word_lm": 2}  # no char group finishes
+    assert campaign.fitting_caps(todo, [], budget, "tf32") == {}  # nothing measured: nothing known to fit
+
+
+@pytest.mark.parametrize("words,fuse", [(None, False), ([], True), (["3"], 3), (["fit"], "fit"),
+                                        (["word_lm=2", "char_lm=6"], {"word_lm": 2, "char_lm": 6})])
+def test_fuse_takes_a_cap_each_experiments_cap_or_fit(words, fuse):
+    assert campaign.parse_fuse(words) == fuse
+
+
+@pytest.mark.parametrize("words", [["word_lm=0"], ["words=2"], ["word_lm"], ["2", "3"]])
+def test_a_bad_fuse_is_a_clear_error(words):
+    with pytest.raises(ValueError, match="--fuse takes N or EXPERIMENT=N"):
+        campaign.parse_fuse(words)
+
+
+def test_fit_needs_the_group_times_and_whole_runs(store, capsys):
+    assert campaign.main(["--for", "1m", "--fuse", "fit"]) == 1
+    assert "--fuse fit sizes the groups by --group-times, and needs --whole-runs" in capsys.readouterr().err
+
+
+def test_each_entry_trains_at_its_own_precision_in_groups_of_one_precision(store, monkeypatch, tmp_path):
+    (tmp_path / "c.toml").write_text(CI_TOML + CI_TOML.replace('why = "test"', 'why = "test"\nprecision = "bf16"')
+                                     .replace('"short"', '"medium"'))
+    entries = load_campaign(tmp_path / "c.toml")
+    assert [e.precision for e in entries] == [None, "bf16"]
+    jobs = []
+    monkeypatch.setattr(campaign, "run_groups", lambda groups, n, job, *rest: jobs.extend(
+        job(i, g) for i, g in enumerate(groups)))
+    run_campaign(entries, "cpu", 1, 600.0, store, progress=False, precision="float32")
+    assert sorted(j.precision for j in jobs) == ["bf16", "bf16", "float32", "float32"]
+    (tmp_path / "bad.toml").write_text(CI_TOML + 'precision = "fp8"\n')
+    with pytest.raises(ValueError, match="entry 1: precision must be one of"):
+        load_campaign(tmp_path / "bad.toml")
+
+
+def test_with_measured_group_times_a_run_not_known_to_finish_does_not_start(store, monkeypatch):
+    monkeypatch.setattr(campaign, "expected_seconds", lambda run, store: None)
+    rows = _bench_rows("word", "tf32", {1: 0.001}, 1000)  # measures the paper's word LM, not temporal order at ci
+    out = run_campaign([CI_ENTRY], "cpu", 1, 600.0, store, progress=False, whole_runs=True, group_times=rows)
+    assert len(out["not_started"]) == 2 and not out["finished"]

@@ -72,3 +72,35 @@ def test_the_command_lines_take_a_precision_and_tf32_as_its_older_spelling():
         precision_option(ap.parse_args(["--tf32", "--precision", "bf16"]))
     with pytest.raises(SystemExit):
         ap.parse_args(["--precision", "fp16"])
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU", "RNN"])
+def test_under_autocast_a_layer_takes_the_fused_path_and_agrees_with_the_reference_loop(kind):
+    """A user's own ``torch.autocast`` around ``recdrop.LSTM``, ``GRU`` or ``RNN`` runs the fused path with
+    its products in bf16, as torch.nn's cuDNN path does there; the reference loop (``fused = False``) under
+    the same autocast computes the same to bf16's rounding, and float32 differs from both by about it."""
+    import recdrop
+
+    torch.manual_seed(0)
+    layer = getattr(recdrop, kind)(6, 8, recurrent_dropout=0.25, scheme="gal" if kind == "RNN" else "semeniuta").train()
+    x = torch.randn(7, 3, 6)
+    masks = layer.draw_masks(7, 3)
+    results, routes = {}, {}
+    for how in ("fused", "loop", "float32"):
+        layer.fused = how != "loop"
+        layer.zero_grad()
+        leaf = x.clone().requires_grad_()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=how != "float32"):
+            y, state = layer(leaf, masks=masks)
+        h = state[0] if kind == "LSTM" else state
+        assert how == "loop" or y.dtype == h.dtype == torch.float32  # the fused path's states stay float32
+        (y.float().sum() + 2 * h.float().sum()).backward()
+        routes[how] = layer.last_route.kernels
+        results[how] = [y, h, leaf.grad] + [p.grad.clone() for p in layer.parameters()]
+    assert routes == {"fused": "fused", "loop": "loop", "float32": "fused"}
+
+    def apart(a, b):  # bf16's error is relative to a tensor's scale, not to each of its elements (sums cancel)
+        return float(((a - b).norm() / b.norm()).detach())
+    for a, b, c in zip(results["fused"], results["loop"], results["float32"]):
+        assert apart(a, b) < 0.02 and apart(a, c) < 0.02, (apart(a, b), apart(a, c))
+    assert max(apart(a, c) for a, c in zip(results["fused"], results["float32"])) > 1e-4  # the products were bf16

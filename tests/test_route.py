@@ -31,7 +31,7 @@ def test_a_call_runs_torch_nn_where_no_dropout_acts_else_the_fused_sequence_else
     autocast = recdrop.GRU(3, 4, recurrent_dropout=0.25).train()
     with torch.autocast("cpu", dtype=torch.bfloat16):
         autocast(x)
-    assert autocast.last_route.kernels == "loop"  # the plain ops cast as torch.nn's do
+    assert autocast.last_route.kernels == "fused"  # its products in bf16, as torch.nn's under autocast
     given = recdrop.LSTM(3, 4, recurrent_dropout=0.25).eval()  # given masks take recdrop's own code, even at test
     with pytest.warns(UserWarning, match="masks given in eval mode are not applied"):
         given(x, masks=given.draw_masks(5, 2))

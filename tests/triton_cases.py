@@ -98,32 +98,54 @@ def test_non_contiguous_final_state_gradients(kind, loss_kind, monkeypatch):
     _assert_paths_agree(m, x, None, m.draw_masks(6, 3, device=DEVICE), loss, monkeypatch)
 
 
-@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
-def test_a_run_alone_on_a_groups_path_equals_it_through_the_kernels(kind, monkeypatch):
-    """A run alone on a group's path is a stack of one (``w_hh`` of shape ``(1, G, H)``; the char LM
-    trains so on a GPU). Its route is the fused path without the kernels, whose outputs and gradients equal the run's
-    own through the kernels: on a lent H200 (2026-11-27) the kernels' loop was chosen for a stack of one
-    and its backward failed."""
+GROUP = [("semeniuta", "per-step"), ("gal", "per-sequence"), ("moon", "per-step")]  # one run each
+
+
+def _group_through_both_paths(kind, runs, training, monkeypatch, dtype=torch.float64, autocast=False):
+    """A group of ``runs`` layers (``layers.run_group``: their weights stacked on a leading dimension; a
+    run alone on a group's path is a stack of one, as the char LM trains on a GPU), through the kernels
+    and without them, from the same masks: the routes and, per path, the outputs, final states and
+    gradients of the inputs, states and parameters."""
     monkeypatch.setattr("recdrop.route.STACK_ON_CPU", True)
-    monkeypatch.setenv("RECDROP_TRITON", "1")
     torch.manual_seed(0)
-    m = getattr(recdrop, kind)(5, 7, recurrent_dropout=0.3).double().train().to(DEVICE)
-    x = torch.randn(6, 3, 5, dtype=torch.float64, device=DEVICE)
-    state = [torch.randn(1, 3, 7, dtype=torch.float64, device=DEVICE) for _ in range(2 if kind == "LSTM" else 1)]
+    ms = [getattr(recdrop, kind)(5, 7, recurrent_dropout=0.3, scheme=sc, sampling=sa, scaling="paper")
+          .to(dtype).train(training).to(DEVICE) for sc, sa in GROUP[:runs]]
+    x = torch.randn(6, runs, 3, 5, dtype=dtype, device=DEVICE)
+    state = [torch.randn(runs, 3, 7, dtype=dtype, device=DEVICE) for _ in range(2 if kind == "LSTM" else 1)]
     results, routes = [], []
-    for group in (True, False):
-        m.zero_grad()
-        m.generator = torch.Generator(DEVICE).manual_seed(1)  # the same masks on both paths
+    for use in (True, False):
+        monkeypatch.setenv("RECDROP_TRITON", "1" if use else "0")
+        for r, m in enumerate(ms):
+            m.zero_grad()
+            m.generator = torch.Generator(DEVICE).manual_seed(r)  # the same masks on both paths
         leaves = [t.clone().requires_grad_() for t in [x, *state]]
-        if group:
-            y, finals = recdrop.layers.run_group([m], leaves[0][:, None], tuple(leaves[1:]))
-            y = y[:, 0]
-        else:
-            y, finals = m(leaves[0], tuple(leaves[1:]) if kind == "LSTM" else leaves[1])
-        finals = finals if isinstance(finals, tuple) else (finals,)
-        routes.append(m.last_route)
-        (y.sum() + sum((1.5 * f).sum() for f in finals)).backward()
-        results.append([y, *finals] + [t.grad for t in leaves] + [p.grad.clone() for p in m.parameters()])
-    assert (routes[0].triton, routes[0].runs, routes[1].triton) == (False, 1, True), routes
-    for a, b in zip(*results):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            y, finals = recdrop.layers.run_group(ms, leaves[0], tuple(leaves[1:]))
+        routes.append(ms[0].last_route)
+        (y.float().sum() + sum((1.5 * f).sum() for f in finals)).backward()
+        results.append([y, *finals] + [t.grad for t in leaves] + [p.grad.clone() for m in ms for p in m.parameters()])
+    return routes, results
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+@pytest.mark.parametrize("runs,training", [(1, True), (3, True), (3, False)])
+def test_a_groups_stacked_runs_through_the_kernels_equal_them_without(kind, runs, training, monkeypatch):
+    """The kernels index a stack's flat memory ``(R, B, H)``; at test a group's constant factors (Eq. 3,
+    ``(R, 1, 1)``) broadcast to it."""
+    routes, (through, without) = _group_through_both_paths(kind, runs, training, monkeypatch)
+    assert [(r.kernels, r.triton, r.runs) for r in routes] == [("fused", True, runs), ("fused", False, runs)]
+    for a, b in zip(through, without):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+@pytest.mark.parametrize("runs", [1, 3])
+def test_under_autocast_the_kernels_take_bf16_products_and_equal_the_torch_path(kind, runs, monkeypatch):
+    """Under bf16 autocast both take the fused path, with the products (and the LSTM's gates' gradients)
+    in bf16 and the states in float32; the kernels read them as the torch path does. They differ by
+    the rounding of h_t to bf16 for the next product (Triton's interpreter truncates, a GPU rounds)."""
+    routes, (through, without) = _group_through_both_paths(kind, runs, True, monkeypatch, torch.float32, True)
+    assert [(r.kernels, r.triton) for r in routes] == [("fused", True), ("fused", False)]
+    assert through[1].dtype == torch.float32  # h_n: the state stays float32
+    for a, b in zip(through, without):
+        torch.testing.assert_close(a, b, rtol=0.05, atol=0.02)
