@@ -99,8 +99,9 @@ def main(argv=None):
     sync = torch.cuda.synchronize if args.device.startswith("cuda") else (lambda: None)
     rows = []
     for name in args.models:
+        task_type, built = make_tasks(name, max(args.sizes), args.device, precision)  # built once: a task takes seconds
         for n in args.sizes:
-            task_type, tasks = make_tasks(name, n, args.device, precision)
+            tasks = built[:n]
             batches = tasks[0].batches(0)
             # the trainer's steppers, made once: on a GPU each is one CUDA graph once warmed up (issue 46)
             alone_steps = [] if args.group_only else [task_type.group_stepper([t]) for t in tasks]
@@ -140,6 +141,7 @@ def main(argv=None):
             for step in alone_steps + [group_step]:
                 getattr(step, "release", lambda: None)()
             del tasks, alone_steps, group_step
+        del built
     if args.out:
         print(f"written {args.out}")
 

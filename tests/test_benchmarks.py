@@ -21,6 +21,17 @@ def test_bench_groups_times_a_stacked_pair_and_names_its_path(stacked, capsys):
     assert "word R= 2: one at a time" in out and "warning" not in out
 
 
+def test_bench_groups_builds_its_runs_once_and_with_group_only_times_the_group_alone(stacked, capsys, monkeypatch):
+    built = []
+    real = bench_groups.make_tasks
+    monkeypatch.setattr(bench_groups, "make_tasks", lambda name, n, *a: built.append(n) or real(name, n, *a))
+    bench_groups.main(["--sizes", "1", "2", "--group-only", "--repeats", "1", "--min-s", "0", "--warmup-s", "0",
+                       "--threads", "1"])
+    out = capsys.readouterr().out
+    assert built == [2]  # the largest group's runs, the smaller groups their first ones
+    assert "word R= 1: one at a time nan s" in out and "word R= 2: one at a time nan s" in out
+
+
 def test_profile_group_ranks_the_steps_operators_by_their_own_time(stacked, capsys):
     profile_group.main(["--runs", "2", "--steps", "1", "--top", "3", "--warmup-s", "0"])
     lines = [line.split() for line in capsys.readouterr().out.splitlines() if line.split()[:1] in (["step"], ["operator"])]
