@@ -119,7 +119,7 @@ def _group_through_both_paths(kind, runs, training, monkeypatch, dtype=torch.flo
             m.zero_grad()
             m.generator = torch.Generator(DEVICE).manual_seed(r)  # the same masks on both paths
         leaves = [t.clone().requires_grad_() for t in [x, *state]]
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        with torch.autocast(DEVICE, dtype=torch.bfloat16, enabled=autocast):
             y, finals = recdrop.layers.run_group(ms, leaves[0], tuple(leaves[1:]))
         routes.append(ms[0].last_route)
         (y.float().sum() + sum((1.5 * f).sum() for f in finals)).backward()
