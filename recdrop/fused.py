@@ -127,6 +127,80 @@ def group_linear(x: Tensor, w: Tensor, b: Optional[Tensor] = None) -> Tensor:
     return y.view(runs, steps, batch, -1).transpose(0, 1).contiguous()
 
 
+# Logits held at once by ``group_decoder_nll`` (float32 elements, 256 MB): a chunk of steps of every run.
+DECODER_CHUNK = 2**26
+
+
+def group_decoder_nll(y: Tensor, w: Tensor, b: Tensor, targets: Tensor, steps_per_chunk: Optional[int] = None) -> Tensor:
+    """Each run's mean negative log-likelihood of ``targets`` ``(T, B)`` under its decoder, for a group's
+    outputs ``y`` ``(T, R, B, H)``, weights ``w`` ``(R, V, H)`` and biases ``b`` ``(R, V)``: ``(R,)``, the
+    mean over the tokens of logsumexp(l) - l[target], l = W_r y + b_r (``group_linear``, then each run's
+    cross-entropy). Computed ``steps_per_chunk`` steps at a time (default: ``DECODER_CHUNK``
+    logits), forward and backward (which computes each chunk's logits again), so that the group's
+    logits are never held whole; under autocast the products are in its dtype, the softmax in float32."""
+    steps, runs, batch, _ = y.shape
+    if w.shape[0] != runs or targets.shape != (steps, batch):
+        raise ValueError(f"a group's decoder of {tuple(w.shape)} needs outputs (T, R, B, H) with R = {w.shape[0]} "
+                         f"and targets (T, B); got {tuple(y.shape)} and {tuple(targets.shape)}")
+    chunk = steps_per_chunk or max(1, DECODER_CHUNK // (runs * batch * w.shape[1]))
+    dtype = product_dtype(y) if y.dtype == torch.float32 else None
+    return _GroupDecoderNLL.apply(y, w, b, targets, chunk, dtype)
+
+
+def _at_least_float32(dtype: torch.dtype) -> torch.dtype:
+    """float32 for a lower precision's logits, float64 for float64's."""
+    return torch.promote_types(dtype, torch.float32)
+
+
+def _chunk_logits(y: Tensor, w_t: Tensor, b: Tensor, targets: Tensor, t0: int, t1: int):
+    """The logits ``(R, n, V)`` (at least float32) of steps ``t0:t1`` of every run (``w_t`` its ``(R, H, V)`` weights,
+    in the products' dtype), that chunk's outputs ``(R, n, H)`` in it, and its targets ``(R, n, 1)``."""
+    runs = y.shape[1]
+    yc = y[t0:t1].transpose(0, 1).reshape(runs, -1, y.shape[-1]).to(w_t.dtype)
+    # the bias inside the product, in its dtype, as autocast's linear adds it
+    logits = torch.baddbmm(b.unsqueeze(1).to(w_t.dtype), yc, w_t).to(_at_least_float32(y.dtype))
+    return logits, yc, targets[t0:t1].reshape(1, -1, 1).expand(runs, -1, 1)
+
+
+class _GroupDecoderNLL(torch.autograd.Function):
+    """``group_decoder_nll``: d/dl of the mean NLL is (softmax(l) - onehot(target)) / N, a chunk at a time."""
+
+    @staticmethod
+    def forward(ctx, y: Tensor, w: Tensor, b: Tensor, targets: Tensor, chunk: int, dtype: Optional[torch.dtype]):
+        ctx.save_for_backward(y, w, b, targets)
+        ctx.chunk, ctx.dtype = chunk, dtype
+        total = y.new_zeros(y.shape[1], dtype=_at_least_float32(y.dtype))
+        with _autocast_off(y.device.type), torch.no_grad():
+            w_t = w.transpose(1, 2).to(dtype or w.dtype)
+            for t0 in range(0, y.shape[0], chunk):
+                logits, _, picked = _chunk_logits(y, w_t, b, targets, t0, t0 + chunk)
+                total += (torch.logsumexp(logits, -1) - logits.gather(-1, picked).squeeze(-1)).sum(1)
+        return (total / targets.numel()).to(y.dtype)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        y, w, b, targets = ctx.saved_tensors
+        if _differentiable_backward_needed(grad):
+            raise RuntimeError("group_decoder_nll has no higher-order gradient")
+        runs, steps, batch = w.shape[0], y.shape[0], y.shape[2]
+        wide = _at_least_float32(y.dtype)
+        dy, dw, db = torch.empty_like(y), torch.zeros_like(w, dtype=wide), torch.zeros_like(b)
+        scale = (grad.to(wide) / targets.numel()).view(runs, 1, 1)
+        with _autocast_off(y.device.type):
+            low = ctx.dtype or w.dtype
+            w_t, w_low = w.transpose(1, 2).to(low), w.to(low)
+            for t0 in range(0, steps, ctx.chunk):
+                logits, yc, picked = _chunk_logits(y, w_t, b, targets, t0, t0 + ctx.chunk)
+                d = torch.softmax(logits, -1).scatter_add_(-1, picked, torch.full_like(picked, -1, dtype=logits.dtype))
+                d.mul_(scale)
+                d_low = d.to(low)
+                db += d_low.sum(1).to(db.dtype)
+                dw += torch.bmm(d_low.transpose(1, 2), yc).to(wide)
+                n = min(ctx.chunk, steps - t0)
+                dy[t0:t0 + n] = torch.bmm(d_low, w_low).view(runs, n, batch, -1).transpose(0, 1)
+        return dy, dw.to(w.dtype), db, None, None, None
+
+
 def linear(x: Tensor, w: Tensor, b: Optional[Tensor] = None) -> Tensor:
     """``F.linear(x, w, b)``, through oneDNN on a CPU in float32 (``matmul``), forward and backward;
     ``F.linear`` itself where the fast path may not run (``plain_ops_needed``) or elsewhere; for a

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from . import layers, route
-from .fused import group_linear, linear
+from .fused import group_decoder_nll, group_linear, linear
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,16 +136,17 @@ def language_models_forward(models: Sequence[LanguageModel], tokens: torch.Tenso
 def language_models_nll(models: Sequence[LanguageModel], tokens: torch.Tensor, states: Tuple[torch.Tensor, ...],
                         targets: torch.Tensor, reduction: str = "mean"):
     """Each run's negative log-likelihood of ``targets`` ``(T, B)`` after ``tokens``, its mean over the
-    tokens (or its sum, ``reduction="sum"``), ``(R,)``, and the new states: ``language_models_forward``
-    and ``token_nll`` in one. Where a group stacks (``route.stacks``: off the CPU) the decoders are one
-    batched product; on a CPU each run's decoder and loss run on their own, its logits not stacked."""
+    tokens (or its sum, ``reduction="sum"``), ``(R,)``, and the new states. Where a group stacks
+    (``route.stacks``: off the CPU) the decoders and the loss are one (``fused.group_decoder_nll``, whose
+    logits are never held whole); on a CPU each run's decoder and loss run on their own."""
     flat = targets.reshape(-1)
     if len(models) == 1:
         logits, states = models[0](tokens, tuple(states))
         return F.cross_entropy(logits.reshape(flat.numel(), -1), flat, reduction=reduction).reshape(1), states
     if route.stacks(tokens.device):
-        logits, states = language_models_forward(models, tokens, states)
-        nll = token_nll(logits, targets)
+        ys, states = _group_outputs(models, tokens, states)
+        w, b = torch.stack([m.out.weight for m in models]), torch.stack([m.out.bias for m in models])
+        nll = group_decoder_nll(torch.stack(ys, 1), w, b, targets)
         return (nll * flat.numel() if reduction == "sum" else nll), states
     ys, states = _group_outputs(models, tokens, states)
     return torch.stack([F.cross_entropy(m.out(y).reshape(flat.numel(), -1), flat, reduction=reduction)
@@ -161,17 +162,6 @@ def language_models_bytes(runs: int, vocab: int, embedding: int, hidden: int, st
     params = vocab * embedding + 4 * hidden * (embedding + hidden + 2) + vocab * (hidden + 1)
     activations = steps * batch * (2 * embedding + 10 * hidden + 3 * vocab)
     return runs * dtype_bytes * (params * (4 + optimizer_slots) + activations)
-
-
-def token_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Each run's mean negative log-likelihood of ``targets`` ``(T, B)`` under its ``logits``
-    ``(T, R, B, vocab)`` (``language_models_forward``): ``(R,)``."""
-    if logits.shape[1] == 1:
-        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1)).reshape(1)
-    # cross_entropy, not log_softmax and gather: autocast computes it in float32 on every device
-    steps, runs, batch, vocab = logits.shape
-    every = targets.unsqueeze(1).expand(-1, runs, -1).reshape(-1)
-    return F.cross_entropy(logits.reshape(-1, vocab), every, reduction="none").view(steps, runs, batch).mean((0, 2))
 
 
 class SequenceClassifier(torch.nn.Module):

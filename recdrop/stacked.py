@@ -22,9 +22,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from . import route
-from .fused import group_linear
+from .fused import group_decoder_nll, group_linear
 from .masks import SAMPLINGS, TARGETS, StepFactors
-from .models import LanguageModel, token_nll
+from .models import LanguageModel
 
 # A LanguageModel's parameters, in its own order (``named_parameters``).
 NAMES = ("embed.weight", "rnn.weight_ih_l0", "rnn.weight_hh_l0", "rnn.bias_ih_l0", "rnn.bias_hh_l0",
@@ -173,9 +173,9 @@ class StackedLanguageModels:
             found[t] = mask.transpose(0, 1) if per_step else mask  # (T, R, B, H) or (R, B, H)
         return StepFactors(found, per_step=per_step)
 
-    def outputs(self, tokens: Tensor, states: Tuple[Tensor, Tensor]):
-        """Logits ``(T, R, B, V)`` of every run on ``tokens`` ``(T, B)`` from ``states`` (h, c) ``(R, B, H)``,
-        and the new states."""
+    def hidden(self, tokens: Tensor, states: Tuple[Tensor, Tensor]):
+        """What enters every run's decoder on ``tokens`` ``(T, B)`` from ``states`` (h, c) ``(R, B, H)``: its
+        LSTM's outputs after its output dropout ``(T, R, B, H)``, and the new states."""
         steps, batch = tokens.shape
         x = F.embedding(tokens.unsqueeze(1) + self.offsets, self.embed.flatten(0, 1))  # (T, R, B, E)
         x = self._forward_dropout(x, self.input_draws, self.input_keep)
@@ -184,14 +184,20 @@ class StackedLanguageModels:
                                           factors, False)
         for m in self.models:  # each run's layer ran on this path (the trainer records it)
             m.rnn.last_route = self.rnn.last_route
-        y = self._forward_dropout(y, self.output_draws, self.output_keep)
+        return self._forward_dropout(y, self.output_draws, self.output_keep), states
+
+    def outputs(self, tokens: Tensor, states: Tuple[Tensor, Tensor]):
+        """Logits ``(T, R, B, V)`` of every run on ``tokens`` ``(T, B)`` from ``states`` (h, c) ``(R, B, H)``,
+        and the new states."""
+        y, states = self.hidden(tokens, states)
         return group_linear(y, self.w_out, self.b_out), states
 
     def nll(self, tokens: Tensor, states: Tuple[Tensor, Tensor], targets: Tensor, reduction: str = "mean"):
         """Each run's negative log-likelihood of ``targets`` ``(T, B)``: its mean over the tokens (or sum,
-        ``reduction="sum"``) ``(R,)``, and the new states (``models.language_models_nll``)."""
-        logits, states = self.outputs(tokens, states)
-        nll = token_nll(logits, targets)
+        ``reduction="sum"``) ``(R,)``, and the new states. The decoder and the loss are one
+        (``fused.group_decoder_nll``): the group's logits are never held whole."""
+        y, states = self.hidden(tokens, states)
+        nll = group_decoder_nll(y, self.w_out, self.b_out, targets)
         return (nll * targets.numel() if reduction == "sum" else nll), states
 
     def clip_(self, clip_norms: Tensor) -> Tensor:

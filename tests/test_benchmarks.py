@@ -44,3 +44,11 @@ def test_profile_group_refuses_a_group_larger_than_a_table(capsys):
     with pytest.raises(SystemExit):
         profile_group.main(["--runs", "27"])
     assert "--runs must be between 1 and 26 (a table's cells), got 27" in capsys.readouterr().err  # not another error
+
+
+def test_precision_check_trains_a_cell_in_float32_and_bf16_and_bounds_their_difference(capsys):
+    import precision_check
+
+    row = precision_check.main(["--scale", "ci", "--bound", "0.5"])
+    assert row["within"] and abs(row["bf16"] - row["float32"]) <= 0.5
+    assert row["bf16_path"] == "fused" and "within 0.5" in capsys.readouterr().out  # bf16 on the fast path

@@ -16,7 +16,7 @@ from recdrop.config import run_id
 from recdrop.experiments.char_lm import CharLMConfig, CharLMTask
 from recdrop.experiments.temporal_order import TemporalOrderConfig
 from recdrop.experiments.word_lm import WordLMConfig, WordLMTask
-from recdrop.models import token_nll
+from recdrop.fused import group_decoder_nll
 from recdrop.store import RunStore
 from recdrop.sweep import fuse_groups, grid_rows, run_grid
 from recdrop.train import train_group, train_run
@@ -279,16 +279,25 @@ def test_the_sweep_command_line_takes_fuse_with_and_without_a_cap(capsys, store)
     assert "cannot share one model" in capsys.readouterr().err
 
 
-def test_the_batched_loss_of_a_group_is_each_runs_own_cross_entropy():
-    """``token_nll`` (the loss of a group's batched decoders, off the CPU) against torch's cross-entropy of
-    each run's own logits."""
+@pytest.mark.parametrize("chunk", [None, 1, 2])
+def test_the_batched_loss_of_a_group_is_each_runs_own_cross_entropy_a_chunk_of_steps_at_a_time(chunk):
+    """``group_decoder_nll`` (a group's decoders and loss, off the CPU; ``chunk`` steps at a time) against
+    torch's cross-entropy of each run's own logits, the value and the gradients of outputs and decoder."""
     g = torch.Generator().manual_seed(0)
-    logits = torch.randn(5, 3, 4, 7, generator=g, dtype=torch.float64)
+    y = torch.randn(5, 3, 4, 6, generator=g, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(3, 7, 6, generator=g, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(3, 7, generator=g, dtype=torch.float64, requires_grad=True)
     targets = torch.randint(7, (5, 4), generator=g)
-    expected = torch.stack([torch.nn.functional.cross_entropy(logits[:, r].reshape(-1, 7), targets.reshape(-1))
-                            for r in range(3)])
-    torch.testing.assert_close(token_nll(logits, targets), expected, rtol=1e-12, atol=0)
-    torch.testing.assert_close(token_nll(logits[:, :1], targets), expected[:1], rtol=1e-12, atol=0)
+    weights = torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64)  # each run's loss its own gradient
+    expected = torch.stack([torch.nn.functional.cross_entropy(
+        torch.nn.functional.linear(y[:, r], w[r], b[r]).reshape(-1, 7), targets.reshape(-1)) for r in range(3)])
+    want = torch.autograd.grad((expected * weights).sum(), (y, w, b))
+    got = group_decoder_nll(y, w, b, targets, chunk)
+    torch.testing.assert_close(got, expected, rtol=1e-12, atol=0)
+    for a, e in zip(torch.autograd.grad((got * weights).sum(), (y, w, b)), want):
+        torch.testing.assert_close(a, e, rtol=1e-12, atol=1e-14)
+    with pytest.raises(ValueError, match="needs outputs"):
+        group_decoder_nll(y, w[:2], b[:2], targets)
 
 
 def _stop_after_steps(monkeypatch, n):

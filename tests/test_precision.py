@@ -104,3 +104,18 @@ def test_under_autocast_a_layer_takes_the_fused_path_and_agrees_with_the_referen
     for a, b, c in zip(results["fused"], results["loop"], results["float32"]):
         assert apart(a, b) < 0.02 and apart(a, c) < 0.02, (apart(a, b), apart(a, c))
     assert max(apart(a, c) for a, c in zip(results["fused"], results["float32"])) > 1e-4  # the products were bf16
+
+
+def test_under_autocast_a_groups_decoder_loss_takes_bf16_products_and_a_float32_softmax():
+    from recdrop.fused import group_decoder_nll
+
+    g = torch.Generator().manual_seed(0)
+    y = torch.randn(6, 2, 3, 8, generator=g, requires_grad=True)
+    w, b = torch.randn(2, 11, 8, generator=g, requires_grad=True), torch.randn(2, 11, generator=g)
+    targets = torch.randint(11, (6, 3), generator=g)
+    exact = group_decoder_nll(y, w, b, targets, 2)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        low = group_decoder_nll(y, w, b, targets, 2)
+    assert low.dtype == torch.float32 and 0 < (low - exact).abs().max() < 0.02 * exact.abs().max()
+    low.sum().backward()
+    assert y.grad.dtype == w.grad.dtype == torch.float32 and y.grad.isfinite().all()
