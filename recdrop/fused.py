@@ -76,10 +76,10 @@ def _onednn_usable(*tensors: Tensor) -> bool:
 
 
 def matmul(a: Tensor, b: Tensor) -> Tensor:
-    """``a @ b``, contiguous, for 2-D ``a`` and ``b`` of any strides. On a CPU in float32 through oneDNN:
-    torch sends float32 ``mm`` to MKL, which on this project's CPU (AMD EPYC, AVX-512, one thread)
-    reaches about 90 GFLOP/s where oneDNN reaches about 170-230 (``benchmarks/bench_matmul.py``). Equal
-    to ``torch.mm`` to float32 rounding (another summation order); elsewhere it is ``torch.mm``."""
+    """``a @ b``, contiguous, for 2-D ``a`` and ``b`` of any strides. On a CPU in float32 through oneDNN,
+    where torch sends float32 ``mm`` to MKL (``benchmarks/bench_matmul.py`` times the two on each
+    product of the experiments). Equal to ``torch.mm`` to float32 rounding (another summation order);
+    elsewhere it is ``torch.mm``."""
     if not _onednn_usable(a, b):
         return torch.mm(a, b)
     (m, k), n = a.shape, b.shape[1]

@@ -14,8 +14,8 @@ plainly (``MAX_STEP_WORK``). A loop runs plainly,
 silently, wherever capture cannot work (``graphs_usable``): off CUDA, while a capture is in progress
 (the caller's own graph then records the plain loop), under torch.compile or tracing, and where a
 capture failed once. Higher-order gradients and functorch never reach a loop: ``recdrop.fused`` replays
-those through the reference steps. ``RECDROP_CUDA_GRAPHS=0`` turns graphs off. The fused grid (issue
-35) runs its groups' sequences through the same loops, so it is graphed by the same mechanism.
+those through the reference steps. ``RECDROP_CUDA_GRAPHS=0`` turns graphs off. A fused grid runs its
+groups' sequences through the same loops, so it is graphed by the same mechanism.
 """
 from __future__ import annotations
 
@@ -37,10 +37,10 @@ CAPTURE_AT = 2  # a signature is captured at its second call: a shape met once r
 # Multiply-adds of a step's recurrent product (all runs of a group) above which a loop runs plainly. A graph
 # saves the host's launches (about 9 kernels a step, some 5 us each) but copies every tensor the loop reads
 # and writes, once a call; where one step's product alone outlasts its launches (about 2**30 multiply-adds
-# at an H100's float32 rate) the loop is compute-bound, and the copies would cost more than the launches
-# save: Table 3's 26 char LMs at `paper` as one group (26 x 64 x 4096 x 1024, about 7e9) run plainly, one or
-# two of them graphed; Table 2's 26 word LMs (26 x 32 x 1024 x 256, about 2.2e8) are graphed. An estimate
-# from the data sheet, to be measured on the next GPU (bench_layers, bench_groups).
+# at a data-center GPU's float32 rate, from its data sheet) the loop is compute-bound, and the copies would
+# cost more than the launches save: Table 3's 26 char LMs at `paper` as one group (26 x 64 x 4096 x 1024,
+# about 7e9) run plainly, one or two of them graphed; Table 2's 26 word LMs (about 2.2e8) are graphed. A
+# whole training step captured as one graph (``recdrop.step_graph``) holds its loops, whatever their size.
 MAX_STEP_WORK = 2**30
 
 

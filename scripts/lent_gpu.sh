@@ -8,6 +8,7 @@
 #     bash scripts/lent_gpu.sh finish             # wait for it (not past its end), then its pack into $OUT
 #     bash scripts/lent_gpu.sh layers             # this GPU's layer benchmarks, if minutes remain
 #     bash scripts/lent_gpu.sh profile            # what bounds each model's 26-run step (setup runs it too)
+#     bash scripts/lent_gpu.sh check              # bf16 against float32 on a Table 3 cell at reduced, if minutes remain
 #     LEASE_S=585 bash scripts/lent_gpu.sh        # all in one command of LEASE_S seconds
 # S counts from train's start to the written pack: the device time left after setup (the run tool's
 # budget_left_s) less the commands' transfers and the gaps between them. Whatever the lease makes
@@ -79,7 +80,7 @@ setup() {
   timeout 120 python3 -m pytest -q -x -p no:cacheprovider tests/triton_cases.py -k "group or autocast" > "$b/logs/triton-test.log" 2>&1
   if [ $? -ne 0 ]; then echo "the Triton kernels' test failed: kernels off"; echo "export RECDROP_TRITON=0" >> "$LEASE/env"; fi
   # a bf16 group against its runs alone; on failure the campaign's bf16 entries train in TF32
-  timeout 120 python3 -m pytest -q -x -p no:cacheprovider tests/test_fused_training.py -k "agrees_with_its_run_alone and bf16 and cuda" \
+  timeout 120 python3 -m pytest -q -x -p no:cacheprovider tests/test_fused_training.py -k "agrees_with_its_run_alone and bf16 and cuda and char" \
       > "$b/logs/bf16-test.log" 2>&1
   if [ $? -ne 0 ]; then echo "the bf16 group's test failed: its entries train in $PRECISION"; echo "export BF16=$PRECISION" >> "$LEASE/env"; fi
   . "$LEASE/env"
@@ -92,6 +93,7 @@ setup() {
         --group-only --repeats 2 --warmup-s 0.5 --min-s 0.2 --precision "$p" --out "$b/groups/$gpu-$p-lease.csv"
   done
   cat "$b"/groups/*-lease.csv | awk 'NR == 1 || !/^model,/' > "$LEASE/groups.csv"
+  pack_bench  # what is measured so far comes back even where the command's limit stops the profiles
   profile_step "${LEASE_PROFILE_RUNS:-26}"
   pack_bench
   echo "setup done"
@@ -160,6 +162,13 @@ profile() {  # what bounds each model's 26-run step (LEASE_PROFILE_RUNS), if set
   pack_bench
 }
 
+check() {  # bf16 against float32 on one Table 3 cell at reduced scale, if minutes remain (about 3 on an H200)
+  local gpu; gpu=$(gpu_name); mkdir -p "$LEASE/bench/precision"
+  timeout 400 python3 benchmarks/precision_check.py --device "$DEVICE" --scale reduced \
+      --out "$LEASE/bench/precision/$gpu-reduced.csv"
+  pack_bench
+}
+
 layers() {
   local gpu; gpu=$(gpu_name); mkdir -p "$LEASE/bench"
   for p in "" --packed; do timeout 100 python3 benchmarks/bench_layers.py --device "$DEVICE" --schemes semeniuta gal moon \
@@ -178,11 +187,12 @@ case "${1:-all}" in
   finish) finish ;;
   layers) layers ;;
   profile) profile ;;
+  check) check ;;
   all)
     END=$(( $(now) + ${LEASE_S:-585} ))
     setup
     LEFT=$(( END - $(now) - 15 ))  # 15 s to copy the pack into $OUT
     if [ "$LEFT" -gt 120 ]; then train "$LEFT" "$LEFT"; running && finish; fi
     echo "left: $(( END - $(now) )) s" ;;
-  *) echo "usage: $0 [setup | train SECONDS [WAIT] | finish | layers | profile | all]"; exit 2 ;;
+  *) echo "usage: $0 [setup | train SECONDS [WAIT] | finish | layers | profile | check | all]"; exit 2 ;;
 esac
