@@ -221,20 +221,20 @@ def parse_budget(text: str) -> float:
 
 def run_campaign(entries: Sequence[Entry], device: str = "cpu", jobs: int = 1, budget_s: float = 3600.0,
                  store: Optional[RunStore] = None, progress: bool = True,
-                 fuse: Fuse = False, precision: str = "float32",
-                 whole_runs: bool = False, group_times: Sequence[Dict[str, Any]] = ()) -> Dict[str, List[Pending]]:
-    """Run the pending runs in order with ``jobs`` worker processes until all are done or ``budget_s``
-    seconds have passed; then every running run checkpoints and stops. With ``fuse`` (True, a cap on a
-    group's size, or each experiment's cap, ``{"char_lm": 6}``: the others one run at a time) the runs of
-    an experiment that can share one model train as one group (``sweep.fuse_groups``), groups in the
-    order of their first run. Each run trains at its entry's precision, else at ``precision``. Returns the rows by outcome:
-    ``finished`` and ``diverged`` (recorded as such) with their stored record (``stored``); ``stopped``
-    (checkpoint saved), ``failed`` and ``not_started``, with their ``error``. Its log (``log``, with or
-    without bars) says what is pending, then each run as it settles. With ``whole_runs`` a group starts
-    only where its expected time (``expected_seconds``, its members' summed; where a member's is unknown, the
-    group's step as ``group_times`` measured it on this machine, ``estimates.group_seconds``; unknown:
-    any, but none where ``group_times`` are given) ends within the budget: for a machine whose checkpoints
-    do not outlive it, where a run stopped midway is lost."""
+                 fuse: Fuse = False, precision: str = "float32", whole_runs: bool = False,
+                 group_times: Sequence[Dict[str, Any]] = ()) -> Dict[str, List[Pending]]:
+    """Run the pending runs in order with ``jobs`` worker processes until all are done or ``budget_s`` seconds
+    have passed; then every running run checkpoints and stops. With ``fuse`` (True, a cap on a group's size, or
+    each experiment's cap, ``{"char_lm": 6}``: the others one run at a time) the runs of an experiment that can
+    share one model train as one group (``sweep.fuse_groups``), groups in the order of their first run. Each
+    run trains at its entry's precision, else at ``precision``. Returns the rows by outcome: ``finished`` and
+    ``diverged`` (recorded as such) with their stored record (``stored``); ``stopped`` (checkpoint saved),
+    ``failed`` and ``not_started``, with their ``error``. Its log (``log``, with or without bars) says what is
+    pending, then each run as it settles. With ``whole_runs`` a group starts only where its expected time
+    (``expected_seconds``, its members' summed; where a member's is unknown, the group's step as
+    ``group_times`` measured it on this machine, ``estimates.group_seconds``; unknown: any, but none where
+    ``group_times`` are given) ends within the budget: for a machine whose checkpoints do not outlive it, where
+    a run stopped midway is lost."""
     device = check_device(device)
     check_jobs(jobs)
     set_precision(precision, device)

@@ -131,7 +131,8 @@ def group_linear(x: Tensor, w: Tensor, b: Optional[Tensor] = None) -> Tensor:
 DECODER_CHUNK = 2**26
 
 
-def group_decoder_nll(y: Tensor, w: Tensor, b: Tensor, targets: Tensor, steps_per_chunk: Optional[int] = None) -> Tensor:
+def group_decoder_nll(y: Tensor, w: Tensor, b: Tensor, targets: Tensor,
+                      steps_per_chunk: Optional[int] = None) -> Tensor:
     """Each run's mean negative log-likelihood of ``targets`` ``(T, B)`` under its decoder, for a group's
     outputs ``y`` ``(T, R, B, H)``, weights ``w`` ``(R, V, H)`` and biases ``b`` ``(R, V)``: ``(R,)``, the
     mean over the tokens of logsumexp(l) - l[target], l = W_r y + b_r (``group_linear``, then each run's

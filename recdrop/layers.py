@@ -118,8 +118,8 @@ class _RecurrentLayer(DropoutSettings, nn.RNNBase):
         run (not under ``plain_ops_needed``, nor with a projection or ``fused = False``; under autocast too,
         its products in autocast's dtype), with Triton for an LSTM or GRU, one run's or a group's (not where
         every step's cell state is wanted, ``cells``) where ``triton_kernels.usable``, and its loops as CUDA
-        graphs where ``graphs.loop_graphed``; else the reference loop. Without ``weights``, None where recdrop's own code runs (each direction's route is
-        chosen with its weights)."""
+        graphs where ``graphs.loop_graphed``; else the reference loop. Without ``weights``, None where
+        recdrop's own code runs (each direction's route is chosen with its weights)."""
         if not own and self._torch_computes_it(x):
             return Route("torch.nn")
         if weights is None:

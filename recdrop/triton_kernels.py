@@ -10,8 +10,9 @@ with Gal's d(.) (Eq. 7) on the incoming dh. The GRU's kernels do the same for it
 Used for float32/float64 states on CUDA when Triton is installed, for one run or a group's runs stacked
 on a leading dimension (the kernels index the flat memory of ``([R,] B, H)``); ``RECDROP_TRITON=0``
 turns it off. Under autocast the products and the gates' gradients may come in bfloat16 or float16: the
-kernels read every operand in the state's dtype and compute there. With ``TRITON_INTERPRET=1`` set before import, Triton runs the same kernels on CPU tensors,
-which is how the tests check them against the PyTorch path.
+kernels read every operand in the state's dtype and compute there. With ``TRITON_INTERPRET=1`` set
+before import, Triton runs the same kernels on CPU tensors, which is how the tests check them against
+the PyTorch path.
 """
 from __future__ import annotations
 
