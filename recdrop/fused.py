@@ -144,8 +144,7 @@ def group_decoder_nll(y: Tensor, w: Tensor, b: Tensor, targets: Tensor,
         raise ValueError(f"a group's decoder of {tuple(w.shape)} needs outputs (T, R, B, H) with R = {w.shape[0]} "
                          f"and targets (T, B); got {tuple(y.shape)} and {tuple(targets.shape)}")
     chunk = steps_per_chunk or max(1, DECODER_CHUNK // (runs * batch * w.shape[1]))
-    dtype = product_dtype(y) if y.dtype == torch.float32 else None
-    return _GroupDecoderNLL.apply(y, w, b, targets, chunk, dtype)
+    return _GroupDecoderNLL.apply(y, w, b, targets, chunk, product_dtype(y))
 
 
 def _at_least_float32(dtype: torch.dtype) -> torch.dtype:
@@ -189,7 +188,8 @@ class _GroupDecoderNLL(torch.autograd.Function):
         scale = (grad.to(wide) / targets.numel()).view(runs, 1, 1)
         with _autocast_off(y.device.type):
             low = ctx.dtype or w.dtype
-            w_t, w_low = w.transpose(1, 2).to(low), w.to(low)
+            w_low = w.to(low)
+            w_t = w_low.transpose(1, 2)
             for t0 in range(0, steps, ctx.chunk):
                 logits, yc, picked = _chunk_logits(y, w_t, b, targets, t0, t0 + ctx.chunk)
                 d = torch.softmax(logits, -1).scatter_add_(-1, picked, torch.full_like(picked, -1, dtype=logits.dtype))
@@ -264,7 +264,7 @@ def _times_in(dtype: torch.dtype, w: Tensor, bias: Optional[Tensor] = None):
     """``_times_transposed`` with the products in ``dtype`` (autocast's), accumulated in float32 by the
     matmul: ``w`` is cast once, here, and each ``x`` at its call; the product comes back in ``dtype``, and
     ``bias`` and ``add`` (in the state's dtype) promote it where given."""
-    w_t = w.transpose(-2, -1).to(dtype).contiguous()
+    w_t = w.transpose(-2, -1).to(dtype, memory_format=torch.contiguous_format)  # one pass: cast and layout
     mm = torch.bmm if w.dim() == 3 else torch.mm
     bias = None if bias is None else bias.unsqueeze(-2) if w.dim() == 3 else bias
 
@@ -284,8 +284,8 @@ def _transposed(w: Tensor) -> Tensor:
 def _weight_grad(d_pre: Tensor, inputs: Tensor, dtype: Optional[torch.dtype] = None) -> Tensor:
     """The gradient of a recurrent weight, the sum over every step and example of d_pre^T inputs: one
     run's ``(T, B, G)`` and ``(T, B, H)`` give ``(G, H)`` (``matmul``); a group's ``(T, R, B, G)`` and
-    ``(T, R, B, H)`` give each run's own, ``(R, G, H)``. With a product ``dtype``, the product in it, and
-    the gradient in the state's dtype."""
+    ``(T, R, B, H)`` give each run's own, ``(R, G, H)``. With a product ``dtype`` (autocast's, whose
+    weights are float32), the product in it, and the gradient in float32."""
     if dtype is not None:  # the products' dtype is autocast's, for float32 weights
         return _weight_grad(d_pre.to(dtype), inputs.to(dtype)).float()
     if d_pre.dim() == 3:
