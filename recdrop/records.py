@@ -9,8 +9,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Dict, List, Optional, Tuple
 
-# 295cd5e (2026-11-25 20:03 UTC) turned cuDNN's TF32 off by default (``train.set_precision``): before it, a run
-# on a GPU whose layers took torch.nn's path (no recurrent dropout: cuDNN) computed in TF32 there, unrecorded
+# When cuDNN's TF32 was turned off by default (``train.set_precision``): before it, a run on a GPU whose
+# layers took torch.nn's path (no recurrent dropout: cuDNN) computed in TF32 there, unrecorded
 CUDNN_TF32_UNTIL = "2026-11-25T20:03:39"
 
 
@@ -57,11 +57,11 @@ class Record:
     @property
     def precisions(self) -> Tuple[str, ...]:
         """The precision of each of its ``stretches``: the one a record names ("tf32", "bf16"), else
-        "float32"; but "cudnn-tf32" for a run on a GPU finished before 295cd5e without recurrent
-        dropout, whose layers ran cuDNN's kernels with torch's default then, TF32 (``CUDNN_TF32_UNTIL``).
-        A stretch has no time of its own, so each is dated by the record's ``finished``: a resumed run whose
-        early stretch ran before 295cd5e and whose last ran after would count that stretch as float32. No
-        stored record is such a run, and no checkpoint from before 295cd5e is kept to make one."""
+        "float32"; but "cudnn-tf32" for a run on a GPU finished before ``CUDNN_TF32_UNTIL`` without
+        recurrent dropout, whose layers ran cuDNN's kernels with torch's default then, TF32. A stretch has
+        no time of its own, so each is dated by the record's ``finished``: a resumed run whose early
+        stretch ran before that time and whose last ran after would count that stretch as float32. No
+        stored record is such a run, and no checkpoint from before then is kept to make one."""
         cudnn = self.finished < CUDNN_TF32_UNTIL and not self.config.get("recurrent_dropout")
         return tuple(part.get("precision") or ("cudnn-tf32" if cudnn and str(part.get("device", "")).startswith("cuda")
                                                else "float32") for part in self.stretches)

@@ -97,3 +97,23 @@ def test_no_import_circle():
         if name not in state:
             visit(name, [])
     assert not circles, circles
+
+
+def test_the_library_speaks_of_what_and_why_never_of_when():
+    """No commit hash, date or tracker issue in ``recdrop/``'s comments and docstrings: history lives in
+    commit messages, measurements in ``data/benchmarks/``."""
+    import io
+    import re
+    import tokenize
+
+    pattern = re.compile(r"\b(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b|\b20\d\d-\d\d-\d\d\b|\bissue \d+",
+                         re.IGNORECASE)
+    found = []
+    for path in sorted(ROOT.rglob("*.py")):
+        tokens = list(tokenize.generate_tokens(io.StringIO(path.read_text()).readline))
+        for i, tok in enumerate(tokens):
+            docstring = (tok.type == tokenize.STRING and tok.string.lstrip("rbuRBU").startswith(('"""', "'''"))
+                         and (i == 0 or tokens[i - 1].type in (tokenize.INDENT, tokenize.NEWLINE, tokenize.NL)))
+            if (tok.type == tokenize.COMMENT or docstring) and pattern.search(tok.string):
+                found.append(f"{path.relative_to(ROOT.parent)}:{tok.start[0]}: {pattern.search(tok.string).group(0)}")
+    assert not found, found

@@ -47,11 +47,8 @@ class CharLMConfig(ExperimentConfig):
         # characters at batch 16 (250 updates an epoch, 12.5k in all), and the first 100k characters
         # of the validation and test sets. Chosen from probes (no dropout, seed 0, 1 thread): at this
         # size validation is lowest at epoch 22 and then rises while training bpc falls, so the
-        # model over-fits; at 256 units it only flattens. Measured in its pilot (two runs at a time on
-        # this machine's 2 cores): about 30 minutes a run without recurrent dropout (torch.nn's
-        # kernels) and 55 with it (recdrop's own code; a training step with dropout is 1.33x faster
-        # since 790b98d and 1.5x again since fda72ab, about torch.nn's speed), so about 12
-        # core-hours for Table 3's 26 cells (book/deviations.md). The first definition
+        # model over-fits; at 256 units it only flattens. Its cost on 2 CPU cores: about 12 core-hours
+        # for Table 3's 26 cells (book/deviations.md). The first definition
         # (LSTM 512, 500k characters at batch 64, 15 epochs: 1,185 updates in all) under-fit in its
         # pilot, so it was replaced (book/deviations.md); its 4 records stay in the store.
         "reduced": dict(hidden_size=512, train_chars=400_000, valid_chars=100_000, test_chars=100_000,
