@@ -39,7 +39,7 @@ def complete_scale(experiment: str, grid: str = "table", store: RunStore | None 
         if not rows:
             continue
         if e.comparison is not None:
-            if (verdict_rows(e.comparison(rows))["verdict"] != "not yet run").all():
+            if all(j.ran for j in verdict_rows(e.comparison(rows))["verdict"]):
                 return scale
         elif {r.config for r in rows} == {r.config for r in rows if r.done}:
             return scale

@@ -9,15 +9,15 @@ import ast
 import re
 from typing import Dict, List, Optional, Tuple
 
-import matplotlib.pyplot as plt
 import pandas as pd
 from IPython.display import Markdown, display
 
 from . import progress
 from .config import SCALE_NAMES
 from .experiments import EXPERIMENTS, temporal_order
-from .report import (AGAINST_NOISE, TOO_FEW_SEEDS, ablation_effects, ablation_finding, claim_verdicts, plot_against_paper, side_by_side,
-                     stamp, styled, verdict_kind, verdict_rows)
+from .report import (ablation_effects, ablation_finding, claim_verdicts, figure_html, plot_against_paper,
+                     provenance, side_by_side, styled, verdict_rows)
+from .report import Judgement, Verdict
 from .store import RunStore
 from .sweep import run_grid, stored_rows, stored_scales
 
@@ -74,7 +74,7 @@ def paper_so_far(e, grid: str = "table", store: Optional[RunStore] = None,
     ours beside the paper's for each of them (up to ``SO_FAR_LISTED``; past it, the paper's best cell
     where it ran); "none run" where none has. ``t``: its ``paper_comparison``, where made already."""
     t = paper_comparison(e, grid, store) if t is None else t
-    ran = t[t["verdict"] != "not yet run"] if t is not None else ()
+    ran = t[[bool(j and j.ran) for j in t["verdict"]]] if t is not None else ()
     if not len(ran):
         return "none run"
     listed = ran if len(ran) <= SO_FAR_LISTED else ran.loc[[i for i in (best_cell(e, t),) if i in ran.index]]
@@ -92,17 +92,17 @@ def claims_by_scale(name: str, store: Optional[RunStore] = None,
             if any(r.record for r in rows)]  # else nothing of this table here (a scale since redefined)
 
 
-def largest_verdicts(by_scale: List[Tuple[str, Dict[str, str]]], kinds: Optional[tuple] = None) -> Dict[str, tuple]:
+def largest_verdicts(by_scale: List[Tuple[str, Dict[str, Judgement]]], against_noise: bool = False) -> Dict[str, tuple]:
     """Each claim -> (scale, its verdict) at the largest scale of ``by_scale`` (``claims_by_scale``) where it
-    has a verdict; a claim with none anywhere is "not yet run" at the largest scale. With ``kinds``
-    (``report.VERDICTS``' first words), only a verdict of those kinds counts, and a claim without one is
-    left out."""
+    has run; a claim run nowhere is *not yet run* at the largest scale. With ``against_noise``, only a
+    verdict judged against the seed noise counts (``Judgement.against_noise``), and a claim without one
+    is left out."""
     judged: Dict[str, tuple] = {}
     for scale, verdicts in by_scale:
         for claim, verdict in verdicts.items():
-            if kinds is not None and verdict_kind(verdict) not in kinds:
+            if against_noise and not verdict.against_noise:
                 continue
-            if claim not in judged or (judged[claim][1] == "not yet run" and verdict != "not yet run"):
+            if claim not in judged or (not judged[claim][1].ran and verdict.ran):
                 judged[claim] = (scale, verdict)
     return judged
 
@@ -122,10 +122,10 @@ def claims_judged_below(name: str, shown: str, store: Optional[RunStore] = None)
     by_scale = claims_by_scale(name, store)  # one pass over the scales serves both questions
     judged = largest_verdicts([(scale, v) for scale, v in by_scale
                                if SCALE_NAMES.index(scale) <= SCALE_NAMES.index(shown)])
-    waiting = [(scale, v) for scale, v in judged.values() if scale != shown or v == "not yet run"]
-    below = [scale for scale, v in waiting if scale != shown and v != "not yet run"]
+    waiting = [(scale, v) for scale, v in judged.values() if scale != shown or not v.ran]
+    below = [scale for scale, v in waiting if scale != shown and v.ran]
     above = [scale for scale, v in largest_verdicts(by_scale).values()
-             if SCALE_NAMES.index(scale) > SCALE_NAMES.index(shown) and v != "not yet run"]
+             if SCALE_NAMES.index(scale) > SCALE_NAMES.index(shown) and v.ran]
 
     def at(scales) -> str:  # "3 at `paper` and 1 at `reduced`", largest first
         return " and ".join(f"{scales.count(scale)} at `{scale}`" for scale in reversed(SCALE_NAMES) if scale in scales)
@@ -166,15 +166,15 @@ def figure_at_largest_scale(name: str, figure, rows, shown: Optional[str], store
     found = None
     for scale, stored in stored_scales(name, store=store):
         row = figure(stored, scale)
-        if row["verdict"] == "not yet run":
+        if not row["judged"].ran:
             continue
         if found is None:
             found = scale, stored, row
-            if verdict_kind(row["judged"]) not in TOO_FEW_SEEDS:
+            if row["judged"].against_noise or row["judged"].verdict is Verdict.NOT_JUDGED:
                 break
-        elif verdict_kind(row["judged"]) in AGAINST_NOISE:
+        elif row["judged"].against_noise:
             found[2]["ours"] += f"; at {scale} scale, judged against seed noise: {row['ours']}"
-            found[2]["verdict"] += f"; at {scale} scale: {row['verdict']}"
+            found[2]["judged"] = found[2]["judged"].noted(f"at {scale} scale: {row['judged']}")
             break
     return found or (shown, rows, figure(rows, shown))
 
@@ -186,11 +186,10 @@ def show_figure(name: str, figure, draw, rows, shown: str, store: Optional[RunSt
     scale, rows, row = figure_at_largest_scale(name, figure, rows, shown, store)
     where = f"`{scale}` scale" + (" (larger than this page's: the largest where its runs have run)" if scale != shown
                                   else "")
-    runs = f"\n\n{stamp(row['runs'])}" if any(r.record for r in row["runs"]) else ""
+    runs = f"\n\n{provenance(row['runs'], 'How its numbers were made')}" if any(r.record for r in row["runs"]) else ""
     display(Markdown(f"At {where}: {row['ours']}.{runs}"))
-    fig = draw(rows)
-    display(fig)
-    plt.close(fig)  # shown once, not again at the end of the cell
+    shows = row["the paper's best cell"]  # what the paper's figure shows
+    display(figure_html(draw(rows), f"{row['what']}, at <code>{scale}</code> scale: {shows}."))
 
 
 CONJECTURE_GRIDS = ("table", "conjecture")  # the grids ``conjecture_runs`` trains where runs are missing
@@ -224,7 +223,7 @@ def _show_ablation(e, change: str, rows, ablated, heading: str) -> None:
     beside the table's own runs (``rows``), cell by cell (``report.ablation_effects``,
     ``report.side_by_side``), what it found (``report.ablation_finding``), then its runs' learning curves
     where the experiment draws them."""
-    display(Markdown(f"{heading} Ablation: {change}\n\n{stamp(ablated)}"))
+    display(Markdown(f"{heading} Ablation: {change}\n\n{provenance(ablated)}"))
     effects = ablation_effects(e.comparison, rows, ablated, e.metric)
     display(styled(side_by_side(effects, e.metric.digits), e.metric.digits))
     display(Markdown(ablation_finding(effects)))
@@ -235,8 +234,7 @@ def _show_ablation(e, change: str, rows, ablated, heading: str) -> None:
             fig.legends[0].set_title(title, prop={"size": "medium"})
         else:
             fig.suptitle(title, fontsize="medium")
-        display(fig)
-        plt.close(fig)  # shown once, not again at the end of the cell
+        display(figure_html(fig, f"The ablation's runs ({change}), per epoch, as the table's runs are drawn above."))
 
 
 def show_other_scales(name: str, shown: str, store: Optional[RunStore] = None) -> None:
@@ -255,24 +253,23 @@ def show_other_scales(name: str, shown: str, store: Optional[RunStore] = None) -
         ablations = [(change, ablated) for change, ablated in ablations if any(r.stored is not None for r in ablated)]
         if not rows and not ablations:
             continue
-        runs = (stamp(grid) if rows  # its cells counted of the whole grid's
+        runs = (provenance(grid) if rows  # its cells counted of the whole grid's
                 else "The table's grid has no runs at this scale; its ablations' runs follow.")
         display(Markdown(f"### At `{scale}` scale\n\n{runs}"))
         if rows and e.comparison is not None:
             table = e.comparison(rows)
             display(styled(table[table["ours"] != "not yet run"], e.metric.digits))
-            fig = plot_against_paper(table, e.metric)
-            display(fig)
-            plt.close(fig)  # shown once, not again at the end of the cell
+            display(figure_html(plot_against_paper(table, e.metric),
+                             f"At <code>{scale}</code> scale, ours against the paper's, cell by cell: whether our "
+                             "cells keep the paper's order (a smaller scale's level is not the paper's to match)."))
         if rows and e.claims is not None:
-            if scale == "quick":  # as the landing page says of a verdict at quick (summary.QUICK_CAVEAT)
+            if scale == "quick":  # as the landing page says of a verdict at quick (summary.QUICK)
                 display(Markdown("The claims below are judged at `quick`, a smoke test whose models under-fit: "
                                  "not a test of the claims (see Deviations)."))
             display(e.claims(rows))
         if rows and e.curves is not None:
-            fig = e.curves(rows)
-            display(fig)
-            plt.close(fig)  # shown once, not again at the end of the cell
+            display(figure_html(e.curves(rows), f"The runs at <code>{scale}</code> scale, per epoch, as those of "
+                                                "this page's scale are drawn above."))
         for check in e.checks if rows else ():
             display(check(rows))
         for change, ablated in ablations:

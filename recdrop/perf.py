@@ -133,6 +133,34 @@ def ratio_table(df: pd.DataFrame, value: str = "ratio") -> pd.DataFrame:
     return out[["hardware", "input", "kind", "hidden x steps", *schemes]].rename_axis(columns=None)
 
 
+def before_graphs(df: pd.DataFrame) -> pd.Series:
+    """Per row: a GPU file measured before the CUDA graphs (none of its rows timed the path without them,
+    ``ungraphed_ms``): superseded, kept as history."""
+    gpu = df["device"].astype(str).eq("cuda")
+    if "ungraphed_ms" not in df:
+        return gpu
+    return gpu & ~df.groupby("file")["ungraphed_ms"].transform(lambda t: t.notna().any())
+
+
+def answer_table(df: pd.DataFrame) -> pd.DataFrame:
+    """For a library user: ``recdrop.LSTM`` and ``GRU`` with our recurrent dropout 0.25 against
+    ``torch.nn``'s without dropout (its time over theirs, forward + backward, in the same run), per
+    machine and input (a padded tensor or a ``PackedSequence``): the range over the shapes timed, how
+    many, and when. Superseded rows (``before_graphs``) are left out."""
+    t = df[(df["scheme"] == "semeniuta") & ~before_graphs(df)]
+    if t.empty:
+        return pd.DataFrame()
+    t = t.assign(input=_flag(t, "packed").map({True: "packed", False: "padded"}),
+                 kind=_flag(t, "bidirectional").map({True: "Bi", False: ""}) + t["kind"],
+                 measured=t["file"].map(provenance(df).set_index("file")["date"]))
+    t = t.sort_values(["device", "hardware", "input"], ascending=[False, True, False], kind="stable")  # GPUs first
+    out = t.groupby(["hardware", "input", "kind"], sort=False).agg(
+        low=("ratio", "min"), high=("ratio", "max"), shapes=("ratio", "size"), measured=("measured", "first"))
+    out["recdrop's time / torch.nn's"] = [f"{lo:.2f}" if lo == hi else f"{lo:.2f}–{hi:.2f}"
+                                          for lo, hi in zip(out["low"], out["high"])]
+    return out.reset_index()[["hardware", "input", "kind", "recdrop's time / torch.nn's", "shapes", "measured"]]
+
+
 def graph_speedups(df: pd.DataFrame) -> pd.DataFrame:
     """What CUDA graphs gain (``recdrop.graphs``): the fast path's time without them over its time with
     them, in the same run, as ``ratio_table`` lays it out; only the rows timed both ways."""
@@ -205,7 +233,7 @@ def group_setting(df: pd.DataFrame) -> pd.Series:
     """How a benchmark's group steps ran: the whole step as one CUDA graph or eagerly (rows without a
     ``step`` column ran eagerly), its products' precision, and "stacked" where its largest group's layers
     ran stacked (``recdrop.stacked``; a row's ``path`` is the one its first run's layers took last, which
-    at one run is not the group's, and in the H200's TF32 file of 1e88ffe at 8 runs was not either)."""
+    at one run is not the group's, nor, in an older benchmark file, at 8 runs either)."""
     step = df["step"].fillna("eager") if "step" in df else pd.Series("eager", index=df.index)
     tf32 = df["tf32"].fillna(False).astype(bool) if "tf32" in df else pd.Series(False, index=df.index)
     named = df["precision"] if "precision" in df else pd.Series(None, index=df.index, dtype=object)
@@ -222,15 +250,16 @@ def group_setting(df: pd.DataFrame) -> pd.Series:
 
 def group_table(df: pd.DataFrame) -> pd.DataFrame:
     """A fused group's speed-up over its runs one at a time (``bench_groups.py``: one training step of
-    R runs of a table's paper grid), one row per machine, way of stepping (``group_setting``), the commits
-    its file measured, model and thread count, one column per group size R; above 1 the group is faster per run."""
+    R runs of a table's paper grid), one row per machine, way of stepping (``group_setting``), the date its
+    file was measured, model and thread count, one column per group size R; above 1 the group is faster per run."""
     if df.empty:
         return pd.DataFrame()
-    commit = (df["commit"].fillna("—") if "commit" in df else pd.Series("—", index=df.index)).astype(str).str[:7]
-    if "file" in df:  # a file's sizes measured at several commits stay one row
-        commit = commit.groupby(df["file"], dropna=False).transform(lambda c: ", ".join(sorted(set(c))))
-    df = df.assign(step=group_setting(df), commit=commit)
-    out = df.pivot_table(index=["hardware", "step", "commit", "model", "threads"], columns="runs", values="speedup",
+    measured = pd.Series("—", index=df.index)
+    if "file" in df:  # a file is one measurement: its date (``provenance``) keeps its rows apart from another's
+        dates = provenance(df).set_index("file")["date"]
+        measured = df["file"].map(dates).fillna("—")
+    df = df.assign(step=group_setting(df), measured=measured)
+    out = df.pivot_table(index=["hardware", "step", "measured", "model", "threads"], columns="runs", values="speedup",
                          aggfunc="first")
     out.columns = [f"R = {r}" for r in out.columns]
     return out.reset_index().rename_axis(columns=None)

@@ -3,9 +3,11 @@ builder every paper table goes through (setting | paper | ours | delta | verdict
 chapter shows is decided in ``book``."""
 from __future__ import annotations
 
+import html
 import math
 from collections import Counter
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -62,6 +64,13 @@ def stamp(rows: Iterable[Row]) -> str:
             f"{', '.join(map(str, sorted({r.seed for r in rows if r.record})))} | hardware: {values('hardware')} | "
             f"torch {values('torch')} | commit: {values('commit')} | runs finished {dates[0]} to {dates[-1]}"
             + precision)
+
+
+def provenance(rows: Iterable[Row], what: str = "How these numbers were made") -> str:
+    """``stamp`` of ``rows`` as a page shows it: folded under ``what`` (HTML), so that commits and dates
+    are there for the reader who asks, and out of the way of the one who reads the results."""
+    return (f'<details class="provenance"><summary>{html.escape(what)}</summary>'
+            f'<p>{html.escape(stamp(rows), quote=False)}</p></details>')
 
 
 def summarize(rows: List[Row], keys: List[str], metrics: List[str]) -> pd.DataFrame:
@@ -132,10 +141,96 @@ def seed_values(rows: Iterable[Row],
     return out
 
 
-MIN_SEEDS_TO_JUDGE = 3  # a claim is confirmed or refuted only where this many seeds have its every cell
+MIN_SEEDS_TO_JUDGE = 3  # a verdict is judged against the seed noise only where this many seeds ran
+
+
+class Verdict(str, Enum):
+    """The book's four verdicts, for a table's cells and the paper's claims alike. The number of seeds
+    and everything else are said beside it (``Judgement``)."""
+
+    REPRODUCED = "reproduced"
+    WITHIN_NOISE = "within seed noise"
+    NOT_REPRODUCED = "not reproduced"
+    NOT_JUDGED = "not judged at this scale"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def symbol(self) -> str:
+        return _LOOK[self][0]
+
+    @property
+    def colour(self) -> str:
+        return _LOOK[self][1]
+
+    @property
+    def meaning(self) -> str:
+        return _LOOK[self][2]
+
+
+_LOOK = {  # symbol, colour, what it means
+    Verdict.REPRODUCED: ("✔", "#1a7f37", "a cell within the table's tolerance of the paper's number; a claim "
+                         f"that holds (with {MIN_SEEDS_TO_JUDGE} seeds or more: on the mean and in every seed)"),
+    Verdict.WITHIN_NOISE: ("≈", "#b35900", "a cell outside the tolerance by less than two standard errors of our "
+                           "mean; a claim the seeds disagree on, or a difference within the seed noise"),
+    Verdict.NOT_REPRODUCED: ("✘", "#c62828", "a cell further out than that; a claim that fails (with "
+                             f"{MIN_SEEDS_TO_JUDGE} seeds or more: on the mean and in every seed)"),
+    Verdict.NOT_JUDGED: ("·", "#6e7781", "not yet run, a run it needs diverged, or a scale whose level is not the "
+                                         "paper's to match"),
+}
+
+
+class Judgement:
+    """A verdict and what is said beside it, e.g. "reproduced (3 of 3 seeds)": its ``verdict``, the
+    ``seeds`` it was judged on, and whether any of what it needs has run (``ran``). It prints, and
+    compares equal to, its text; a table keeps it whole (an object, not a string, to pandas)."""
+
+    __slots__ = ("verdict", "detail", "seeds", "ran")
+
+    def __init__(self, verdict: Verdict, detail: str = "", seeds: int = 0, ran: bool = True):
+        self.verdict, self.detail, self.seeds, self.ran = Verdict(verdict), detail, seeds, ran
+
+    def __str__(self) -> str:
+        return f"{self.verdict.value} ({self.detail})" if self.detail else self.verdict.value
+
+    def __repr__(self) -> str:
+        return repr(str(self))
+
+    def __eq__(self, other) -> bool:
+        return str(self) == str(other) if isinstance(other, (str, Judgement)) else NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(str(self))
+
+    @property
+    def against_noise(self) -> bool:
+        """Judged against the seed noise: on enough seeds, not merely not judged."""
+        return self.verdict is not Verdict.NOT_JUDGED and self.seeds >= MIN_SEEDS_TO_JUDGE
+
+    def noted(self, note: str) -> "Judgement":
+        """The same verdict with ``note`` added to what is said beside it."""
+        return Judgement(self.verdict, f"{self.detail}; {note}" if self.detail else note, self.seeds, self.ran)
+
+    def not_judged(self, why: str) -> "Judgement":
+        """Not judged, for ``why``, saying what it would have been."""
+        return Judgement(Verdict.NOT_JUDGED, f"{why}: {self}", self.seeds, self.ran)
+
+
+NOT_RUN = Judgement(Verdict.NOT_JUDGED, "not yet run", ran=False)
+
+
+def verdict_of(judged: Any) -> Verdict:
+    """The verdict of a ``Judgement`` (or a ``Verdict``); anything else is a bug, not a verdict to guess."""
+    if isinstance(judged, Judgement):
+        return judged.verdict
+    if isinstance(judged, Verdict):
+        return judged
+    raise TypeError(f"not a verdict: {judged!r} (a Judgement or a Verdict is; a verdict is never read from words)")
 
 
 class _Reading(dict):
+
     """One seed's values (or the means) that note every cell a claim reads, in ``seen``."""
 
     def __init__(self, values: Dict[Any, float], seen: set):
@@ -205,84 +300,57 @@ def claim_outcomes(test: Callable[[Dict[Any, float]], bool],
     return _outcomes(test, by_seed)[:2]
 
 
-def claim_verdict(test: Callable[[Dict[Any, float]], bool], by_seed: Dict[int, Dict[Any, float]]) -> str:
-    """A claim, ``test`` (values by key -> bool), judged on our runs against the seed noise. Each seed
-    that counts (``_outcomes``: every seed that ran its cells where each decides it on its own cells,
-    else those that have every cell it needs) is a replication of it:
+def claim_verdict(test: Callable[[Dict[Any, float]], bool], by_seed: Dict[int, Dict[Any, float]]) -> Judgement:
+    """A claim, ``test`` (values by key -> bool), judged on our runs. Each seed that counts
+    (``_outcomes``: every seed that ran its cells where each decides it on its own cells, else those that
+    have every cell it needs) is a replication of it:
 
-    - *confirmed*: it holds on the means over seeds and in each of at least ``MIN_SEEDS_TO_JUDGE`` seeds;
-    - *refuted*: it fails on the means and in each of them;
-    - *open*: the seeds disagree (it says how many hold, and whether it holds on the means);
-    - with fewer seeds it *holds* or *fails* on the means, not judged against the noise;
-    - *not yet run*: no seed has every cell it needs; *cannot be judged* where a run of one of those
-      cells diverged (``SeedValues.diverged``).
+    - *reproduced*: it holds on the means over the seeds and, with ``MIN_SEEDS_TO_JUDGE`` seeds or more,
+      in each of them;
+    - *not reproduced*: it fails on the means and, with that many seeds, in each of them;
+    - *within seed noise*: the seeds disagree (it says how many hold, and whether it holds on the means);
+    - *not judged at this scale*: no seed has every cell it needs, or a run of one of them diverged
+      (``SeedValues.diverged``).
 
-    The means are over the seeds that count, so that they and the seed count agree; the verdict says how
-    many more seeds ran some of its cells but not all and were left out (a table's means over every seed
-    of each cell can then read otherwise), or how many of those counted lack a cell the others read."""
+    The number of seeds is said beside the verdict, and with fewer than ``MIN_SEEDS_TO_JUDGE`` that it
+    is not judged against the seed noise. The means are over the seeds that count, so that they and the
+    seed count agree; it says how many more seeds ran some of its cells but not all and were left out
+    (a table's means over every seed of each cell can then read otherwise), or how many of those
+    counted lack a cell the others read."""
     on_means, outcomes, needed, partial, short = _outcomes(test, by_seed)
     if on_means is None:
         diverged = any(keys & needed for keys in getattr(by_seed, "diverged", {}).values())
-        return "cannot be judged: a run it needs diverged" if diverged else "not yet run"
+        return Judgement(Verdict.NOT_JUDGED, "a run it needs diverged") if diverged else NOT_RUN
     n = len(outcomes)
     # seeds that ran some of its cells but not all, left out: the verdict can differ from a table's means
     note = f"; {partial} more seed{'s lack' if partial > 1 else ' lacks'} a cell it needs" if partial else ""
     if short:  # counted, though they lack a cell the others read: each decided it before reading that cell
         note = f"; {short} of them decided without a cell {'they lack' if short > 1 else 'it lacks'}"
+    verdict = Verdict.REPRODUCED if on_means else Verdict.NOT_REPRODUCED
     if n < MIN_SEEDS_TO_JUDGE:
-        return (f"{'holds' if on_means else 'fails'} ({n} seed{'' if n == 1 else 's'}, "
-                f"too few to judge against seed noise{note})")
-    if on_means and all(outcomes):
-        return f"confirmed ({n} of {n} seeds{note})"
-    if not on_means and not any(outcomes):
-        return f"refuted ({n} of {n} seeds{note})"
-    return f"open (holds in {sum(outcomes)} of {n} seeds, {'holds' if on_means else 'fails'} on the means{note})"
+        return Judgement(verdict, f"{n} seed{'' if n == 1 else 's'}, too few to judge against seed noise{note}", n)
+    if all(outcomes) if on_means else not any(outcomes):
+        return Judgement(verdict, f"{n} of {n} seeds{note}", n)
+    return Judgement(Verdict.WITHIN_NOISE, f"holds in {sum(outcomes)} of {n} seeds, "
+                                           f"{'holds' if on_means else 'fails'} on the means{note}", n)
 
 
-# The one vocabulary of verdicts: each verdict ``claim_verdict`` (and a study's) gives begins with
-# one of these words; the landing page shows each with its symbol and colour, and counts them.
-VERDICTS = (  # (first words, symbol, what it means)
-    ("confirmed", "✔", f"holds on the means and in each of {MIN_SEEDS_TO_JUDGE} or more seeds"),
-    ("holds", "✓", f"holds on the means of fewer than {MIN_SEEDS_TO_JUDGE} seeds: not judged against the seed noise"),
-    ("open", "≈", "the seeds disagree, or a difference within the seed noise: within the seed noise"),
-    ("fails", "✗", f"fails on the means of fewer than {MIN_SEEDS_TO_JUDGE} seeds: not judged against the seed noise"),
-    ("refuted", "✘", f"fails on the means and in each of {MIN_SEEDS_TO_JUDGE} or more seeds"),
-    ("not yet run", "·", "a cell it needs has not run (in full)"),
-    ("other", "?", "a study's own verdict (the conjecture's, the seeds'), inconclusive, or a run it needs diverged: "
-                   "see its chapter"),
-)
+def verdict_html(judged: Any) -> str:
+    """A verdict as a page shows it: its symbol and words in its colour ("" where there is none)."""
+    if judged is None or (isinstance(judged, float) and math.isnan(judged)):
+        return ""
+    v = verdict_of(judged)
+    return f'<span class="verdict" style="color: {v.colour}">{v.symbol} {html.escape(str(judged))}</span>'
 
 
-AGAINST_NOISE = ("confirmed", "open", "refuted")  # the kinds of verdict judged against the seed noise
-TOO_FEW_SEEDS = ("holds", "fails")  # those on the means of too few seeds to judge against it
-
-
-# Verdicts that begin with other words but mean one of ``VERDICTS``: a difference within the seed noise
-# (the conjecture's, ``figure_verdict``'s "open") is "open", as the seeds' disagreeing is.
-SAME_KIND = (("within seed noise", "open"),)
-
-
-def verdict_kind(verdict: str) -> str:
-    """The first words of ``VERDICTS`` that ``verdict`` begins with, or the kind of those of ``SAME_KIND``
-    ("other" where none)."""
-    text = str(verdict).strip().lower()
-    return next((kind for kind, _, _ in VERDICTS[:-1] if text.startswith(kind)),
-                next((kind for words, kind in SAME_KIND if text.startswith(words)), "other"))
-
-
-def verdict_tally(verdicts: Iterable[str]) -> str:
-    """How many of ``verdicts`` are of each kind, in ``VERDICTS``' order: "3 ✔ confirmed, 10 ✓ holds"."""
-    kinds = [verdict_kind(v) for v in verdicts]
-    return ", ".join(f"{kinds.count(kind)} {symbol} {kind}" for kind, symbol, _ in VERDICTS if kind in kinds)
-
-
-def figure_verdict(verdict: str) -> str:
-    """A paper's figure's verdict on the landing page from its claim's (``claim_verdict``): reproduced
-    only where the claim is confirmed against the seed noise, not reproduced only where it is refuted."""
-    kind = verdict_kind(verdict)
-    return {"confirmed": "reproduced", "refuted": "not reproduced", "open": "within seed noise (the seeds disagree)",
-            "holds": f"holds on fewer than {MIN_SEEDS_TO_JUDGE} seeds: not judged against seed noise",
-            "fails": f"fails on fewer than {MIN_SEEDS_TO_JUDGE} seeds: not judged against seed noise"}.get(kind, verdict)
+def verdict_tally(judged: Iterable[Any], coloured: bool = False) -> str:
+    """How many of ``judged`` (``Judgement``s) have each verdict, in ``Verdict``'s order:
+    "3 ✔ reproduced, 1 ≈ within seed noise"; with ``coloured``, HTML with each in its colour."""
+    count = Counter(verdict_of(j) for j in judged)
+    if coloured:
+        return ", ".join(f'<span class="verdict" style="color: {v.colour}">{count[v]} {v.symbol} {v.value}</span>'
+                         for v in Verdict if count[v])
+    return ", ".join(f"{count[v]} {v.symbol} {v.value}" for v in Verdict if count[v])
 
 
 def check_claims(checks, paper_vals: Dict[Any, float], ours_by_seed: Dict[int, Dict[Any, float]],
@@ -293,7 +361,7 @@ def check_claims(checks, paper_vals: Dict[Any, float], ours_by_seed: Dict[int, D
     return pd.DataFrame(out, columns=[f"claim (paper Sec. {section})", "on the paper's numbers", "on ours"])
 
 
-def claim_verdicts(table: pd.DataFrame) -> Dict[str, str]:
+def claim_verdicts(table: pd.DataFrame) -> Dict[str, Judgement]:
     """Claim -> its verdict on ours, from an experiment's claims table: every one names the claim in its
     first column ("claim (paper Sec. ...)", "prediction (paper Sec. 3)") and the verdict in "on ours"."""
     return dict(zip(table.iloc[:, 0], table["on ours"]))
@@ -319,25 +387,25 @@ class Metric:
         """ours - paper, in % of the paper's number where the tolerance is relative."""
         return (ours - paper) / paper * 100 if self.relative else ours - paper
 
-    def verdict(self, values: Sequence[float], paper: float) -> str:
-        """reproduced: the mean over seeds is within the tolerance. With several seeds, a mean outside
-        it counts as not reproduced only when it is further out than the seed noise (two standard
-        errors of the mean); nearer, the verdict is "within seed noise"."""
+    def verdict(self, values: Sequence[float], paper: float) -> Optional[Judgement]:
+        """*reproduced*: the mean over seeds is within the tolerance. With several seeds, a mean outside
+        it counts as *not reproduced* only when it is further out than the seed noise (two standard
+        errors of the mean); nearer, it is *within seed noise*. None where the paper has no number."""
         if paper is None or math.isnan(paper):
-            return "not in the paper"
+            return None
         if not len(values):
-            return "not yet run"
-        mean = float(np.mean(values))
+            return NOT_RUN
+        mean, n = float(np.mean(values)), len(values)
         tol = self.tolerance * 100 if self.relative else self.tolerance
         off = abs(self.delta(mean, paper))
         if off <= tol:
-            return "reproduced"
-        if len(values) > 1:
-            sem = float(np.std(values, ddof=1)) / math.sqrt(len(values))
+            return Judgement(Verdict.REPRODUCED, seeds=n)
+        if n > 1:
+            sem = float(np.std(values, ddof=1)) / math.sqrt(n)
             noise = 2 * sem / abs(paper) * 100 if self.relative else 2 * sem
             if off - noise <= tol:
-                return "within seed noise"
-        return "not reproduced"
+                return Judgement(Verdict.WITHIN_NOISE, seeds=n)
+        return Judgement(Verdict.NOT_REPRODUCED, seeds=n)
 
     def describe(self) -> str:
         """The tolerance in words, for a table's caption."""
@@ -345,9 +413,6 @@ class Metric:
                   f"{self.tolerance:g} {'points' if self.points else self.unit}")
         return (f"*reproduced* within {within}; with several seeds (ours is then their mean ± standard deviation, "
                 f"n seeds), a cell further out only by less than two standard errors of our mean is *within seed noise*")
-
-
-JUDGED = ("reproduced", "within seed noise", "not reproduced")  # a cell's verdicts at the paper's scale
 
 
 def compare(rows: List[Row], cells: Iterable[Tuple[Dict[str, Any], Optional[float], str]],
@@ -361,7 +426,7 @@ def compare(rows: List[Row], cells: Iterable[Tuple[Dict[str, Any], Optional[floa
     ``extras``: (column, labels -> a record metric or None) shown beside, as mean ± sd ("" where
     None; "not recorded" where the cell's runs lack it). Columns: the labels, paper,
     ours (mean ± sd, n), delta (ours - paper, in ``metric.delta_unit``), verdict (``Metric.verdict`` at
-    the paper's scale; "not judged at <scale> scale" below it, as the landing page says), the extras,
+    the paper's scale; *not judged at this scale* below it; None where the paper has no number), the extras,
     and the numbers behind ``ours``: mean, sd, n."""
     out = []
     for labels, paper, key in cells:
@@ -376,11 +441,11 @@ def compare(rows: List[Row], cells: Iterable[Tuple[Dict[str, Any], Optional[floa
         delta = metric.delta(mean, paper) if n and not math.isnan(paper) else None
         ours, verdict = fmt_mean_sd(mean, sd, n, metric.digits), metric.verdict(values, paper)
         below = sorted({r.record.scale for r in mine if r.record} - {"paper"})
-        if below and verdict in JUDGED:  # a smaller model or corpus: its level is not the paper's to match
-            verdict = f"not judged at {below[0]} scale"
+        if below and verdict is not None and verdict.ran:  # a smaller model or corpus: its level is not the paper's
+            verdict = Judgement(Verdict.NOT_JUDGED, f"{below[0]} scale", n)
         if diverged:  # a run whose training loss became NaN or infinite: a result, not a gap
             ours = f"{ours}; {diverged} diverged" if n else f"diverged ({diverged} run{'s' * (diverged > 1)})"
-            verdict = verdict if n or math.isnan(paper) else "not reproduced: diverged"
+            verdict = verdict if n or math.isnan(paper) else Judgement(Verdict.NOT_REPRODUCED, "diverged")
         row = {**labels, "paper": paper, "ours": ours,
                "delta": None if delta is None else round(delta, 1 if metric.relative else metric.digits),
                "verdict": verdict}
@@ -441,7 +506,7 @@ def ablation_effects(comparison: Callable[[List[Row]], pd.DataFrame], rows: List
     digits shown), *not judged* (one seed each way) or "" (not run both ways); ``diverged``, whether an
     ablation's run diverged; each mean's distance to the paper's number where the table is at the
     paper's scale (``table_distance``, ``ablation_distance``), else the table's (or, where the table's
-    cell has not run, the ablation's) "not judged at <scale> scale" (``below_paper``); and ``counted``, whether the cell is one
+    cell has not run, the ablation's) *not judged at this scale* (``below_paper``); and ``counted``, whether the cell is one
     of the paper's test numbers (``verdict_rows``: what the table's verdicts weigh). Only the cells the
     ablation's grid holds (``held_cells``): an ablation of some cells (the RNN's) has no others to run."""
     base = held_cells(comparison(rows), ablated).set_index("setting")
@@ -466,10 +531,10 @@ def ablation_effects(comparison: Callable[[List[Row]], pd.DataFrame], rows: List
         return f"{'better' if better else 'worse'} {'beyond' if abs(change) > max(noise, resolution) else 'within'}"
     out["outcome"] = [outcome(c, e) for c, e in zip(out["change"], out["noise"])]
     out["diverged"] = abl["ours"].str.contains("diverged").to_numpy()
-    at_paper = ~base["verdict"].str.startswith("not judged at").to_numpy()  # below it the level is not the paper's
+    at_paper = ~base["verdict"].map(_below_paper).to_numpy()  # below it the level is not the paper's
     for name in ("table", "ablation"):
         out[f"{name}_distance"] = (out[f"{name}_mean"] - out["paper"]).abs().where(at_paper)
-    ablation_below = abl["verdict"].str.startswith("not judged at").to_numpy()  # where the table's cell has not run
+    ablation_below = abl["verdict"].map(_below_paper).to_numpy()  # where the table's cell has not run
     out["below_paper"] = np.where(~at_paper, base["verdict"].to_numpy(),
                                   np.where(ablation_below, abl["verdict"].to_numpy(), ""))
     counted = verdict_rows(base.reset_index())["setting"]
@@ -477,10 +542,15 @@ def ablation_effects(comparison: Callable[[List[Row]], pd.DataFrame], rows: List
     return out
 
 
+def _below_paper(judged: Optional[Judgement]) -> bool:
+    """A cell that ran below the paper's scale (``compare``): its level is not the paper's to match."""
+    return judged is not None and judged.ran and judged.verdict is Verdict.NOT_JUDGED
+
+
 def side_by_side(effects: pd.DataFrame, digits: int = 2) -> pd.DataFrame:
     """An ablation's ``ablation_effects`` as its chapter shows them: setting | paper | ours, the table's
     runs | ours, the ablation's | the change | its seed noise (95%) | the outcome | each one's distance to
-    the paper's number (at the paper's scale; below it, "not judged at <scale> scale", as the table says)."""
+    the paper's number (at the paper's scale; below it, *not judged at this scale*, as the table says)."""
     def distance(a: float, b: float, below: str) -> str:
         return below or ("—" if pd.isna(a) or pd.isna(b) else f"{a:.{digits}f} → {b:.{digits}f}")
     words = {"better beyond": "better, beyond the seed noise", "worse beyond": "worse, beyond the seed noise",
@@ -545,7 +615,7 @@ def ablation_finding(effects: pd.DataFrame, short: bool = False) -> str:
 def verdict_rows(table: pd.DataFrame) -> pd.DataFrame:
     """The rows of a comparison (``compare``'s output) that a table's verdict weighs: the paper's test
     numbers (not its validation or training rows, nor cells the paper does not have)."""
-    t = table[table["verdict"] != "not in the paper"]
+    t = table[table["verdict"].notna()]
     if "split" in t:
         t = t[t["split"].str.lower() == "test"]
     return t.reset_index(drop=True)
@@ -582,6 +652,41 @@ def plot_against_paper(table: pd.DataFrame, metric: Optional["Metric"] = None):
     return fig
 
 
+_FIGURES = [0]  # figures captioned so far on this page (a page is one kernel)
+
+
+def figure_html(fig, caption: str):
+    """A matplotlib figure (or a seaborn grid's) as a page's numbered figure, an IPython ``HTML`` object
+    to display: "Fig. N." and ``caption``, which says what to see, beneath it. The figure is closed
+    (shown once) and kept on the object as ``figure``. None where ``fig`` is."""
+    import base64
+    import io
+
+    import matplotlib.pyplot as plt
+    from IPython.display import HTML
+
+    if fig is None:  # nothing to draw (no runs): no figure, no caption
+        return None
+    fig = getattr(fig, "figure", fig)  # a seaborn grid or an axes: its figure
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    _FIGURES[0] += 1
+    png = base64.b64encode(buffer.getvalue()).decode()
+    shown = HTML(f'<figure class="captioned"><img src="data:image/png;base64,{png}" alt="{html.escape(caption)}" '
+                 f'style="max-width: 100%"/><figcaption><b>Fig. {_FIGURES[0]}.</b> {caption}</figcaption></figure>')
+    shown.figure = fig
+    return shown
+
+
+def captioned_figure(fig, caption: str) -> None:
+    """Display ``figure_html(fig, caption)``; nothing where ``fig`` is None (nothing to draw)."""
+    from IPython.display import display
+
+    if fig is not None:
+        display(figure_html(fig, caption))
+
+
 def plain_label(value: Any) -> Any:
     """A label as a table shows it: a float with no trailing zeros (a rate: 0.25, not 0.250000), a
     sequence as its items (15, 30, 60, not a Python tuple)."""
@@ -608,8 +713,10 @@ def styled(table: pd.DataFrame, digits: int = 2):
     shown = table.drop(columns=[c for c in ("mean", "sd", "n") if c in table])
     numbers = [c for c in ("paper", "delta") if c in shown]
     labels = [c for c in shown.select_dtypes("number").columns if c not in numbers]  # a rate: 0.25, not 0.250000
+    judged = [c for c in shown.columns if shown[c].map(lambda x: isinstance(x, (Judgement, Verdict))).any()]
     return (shown.style.hide().format(precision=digits, na_rep="—", subset=numbers)
-            .format(plain_label, na_rep="—", subset=labels))
+            .format(plain_label, na_rep="—", subset=labels)
+            .format(lambda j: verdict_html(j) or "—", subset=judged))
 
 
 def book_tables() -> None:
@@ -623,9 +730,17 @@ def book_tables() -> None:
         return
     shell = get_ipython()
     if shell is not None:
-        shell.display_formatter.formatters["text/html"].for_type(
-            pd.DataFrame, lambda df: df.to_html(index=not isinstance(df.index, pd.RangeIndex), na_rep="—",
-                                                float_format=_as_rounded))
+        shell.display_formatter.formatters["text/html"].for_type(pd.DataFrame, _book_html)
+
+
+def _book_html(df: pd.DataFrame) -> str:
+    """``book_tables``' HTML of a DataFrame: a column of verdicts with their symbols and colours."""
+    judged = {c: lambda j: verdict_html(j) or "—" for c in df.columns
+              if df[c].map(lambda x: isinstance(x, (Judgement, Verdict))).any()}
+    plain = {c: lambda x: "—" if x is None else html.escape(str(x)) for c in df.columns
+             if c not in judged and df[c].dtype == object}
+    return df.to_html(index=not isinstance(df.index, pd.RangeIndex), na_rep="—", float_format=_as_rounded,
+                      formatters={**plain, **judged}, escape=False)
 
 
 def _as_rounded(x: float) -> str:

@@ -1,6 +1,8 @@
-"""The book's landing page: every table and figure of the paper, our number at the best stored
-scale beside the paper's, the delta and a verdict, each linking to its chapter. Built from the
-stored records and ``data/paper_results.csv`` by the same table functions the chapters use.
+"""The book's landing page: a sentence per table and figure of the paper saying whether it reproduced,
+from the strongest evidence stored (its cells at the paper's scale where any has run there); our number
+at the paper's best cell beside the paper's, the cells by verdict, and the paper's claims, each linking
+to its chapter. Built from the stored records and ``data/paper_results.csv`` by the same table
+functions the chapters use.
 """
 from __future__ import annotations
 
@@ -15,54 +17,20 @@ from .chapters import (best_cell, claims_by_scale, conjecture_runs, figure_at_la
 from .config import SCALE_NAMES
 from .experiments import EXPERIMENTS, conjecture
 from .experiments import seeds as seeds_study
-from .report import (AGAINST_NOISE, TOO_FEW_SEEDS, VERDICTS, ablation_effects, ablation_finding, claim_verdicts,
-                     held_cells, stamp, verdict_kind, verdict_rows, verdict_tally)
+from .report import (NOT_RUN, Judgement, Verdict, ablation_effects, ablation_finding, claim_verdicts, held_cells,
+                     stamp, verdict_html, verdict_of, verdict_rows, verdict_tally)
 from .records import Row
 from .store import RunStore
 from .sweep import run_grid, stored_scales
 
-QUICK_CAVEAT = "; at quick, a smoke test whose models under-fit: not a test of the claim (see Deviations)"
+QUICK = "at quick, a smoke test whose models under-fit"  # no test of a claim (see Deviations)
 PAPER_COLUMN = "on the paper's numbers"  # a claims table's verdict on the paper's own table
 NOT_ON_PAPER = "the paper's own numbers do not bear it out"
 
 
-def _verdict(scale: Optional[str], verdicts: pd.Series) -> str:
-    """A table's verdict from its cells' (``report``'s): said only at ``paper`` scale, and only when every
-    cell has run there; until then it says how many have. Below ``paper`` scale a table whose cells ran
-    is *not judged* (its numbers are beside it, its claims judged on the claims table below)."""
-    ran = verdicts[verdicts != "not yet run"]
-    if scale != "paper" and not ran.empty:
-        return f"not judged at {scale} scale (paper scale not yet run in full)"
-    if scale != "paper" or ran.empty:
-        return "not yet run at paper scale"
-    if len(ran) < len(verdicts):
-        return f"not yet run in full at paper scale ({len(ran)} of {len(verdicts)} cells)"
-    reproduced, noisy = _tally(ran)
-    if reproduced == len(verdicts):
-        return "reproduced"
-    if reproduced + noisy == len(verdicts):  # no cell clearly out, but some only within the seed noise
-        return "reproduced within seed noise"
-    # A cell within seed noise is not within tolerance: a noisy cell must not make a table "partly" reproduced
-    # (the cells' column counts them).
-    return "partly" if reproduced else "not reproduced"
-
-
-def _tally(verdicts: pd.Series) -> tuple:
-    """(cells reproduced, cells only within seed noise) among a table's cell verdicts."""
-    return int((verdicts == "reproduced").sum()), int((verdicts == "within seed noise").sum())
-
-
-def _cells_within(verdicts: pd.Series) -> str:
-    """How many of a table's cells are within its tolerance, and how many more only within the seed noise
-    (outside the tolerance by less than two standard errors: not counted as within), of all its cells."""
-    reproduced, noisy = _tally(verdicts)
-    missing = int((verdicts == "not yet run").sum())
-    below = verdicts[verdicts.str.startswith("not judged at")]
-    if len(below):  # below the paper's scale no cell is judged: how many ran
-        return (f"not judged at {below.iloc[0].split()[3]} scale ({len(verdicts) - missing} of the paper's "
-                f"{len(verdicts)} cells run)")
-    return (f"{reproduced} of {len(verdicts)}" + (f", {noisy} more within seed noise" if noisy else "")
-            + (f" ({missing} not run)" if missing else ""))
+def _ran(t: pd.DataFrame) -> pd.DataFrame:
+    """The cells of comparison ``t`` that have run (a diverged run counts: it is a result)."""
+    return t[[bool(j is not None and j.ran) for j in t["verdict"]]]
 
 
 def landing_claims(store: Optional[RunStore] = None) -> pd.DataFrame:
@@ -83,15 +51,15 @@ def landing_claims(store: Optional[RunStore] = None) -> pd.DataFrame:
         by_scale = claims_by_scale(e.name, store)
         judged = largest_verdicts(by_scale) or {
             claim: ("none stored", verdict) for claim, verdict in claim_verdicts(table).items()}
-        against_noise = largest_verdicts(by_scale, AGAINST_NOISE)
+        against_noise = largest_verdicts(by_scale, against_noise=True)
         for claim, (scale, verdict) in judged.items():
-            if verdict_kind(verdict) in TOO_FEW_SEEDS and claim in against_noise:
+            if not verdict.against_noise and claim in against_noise:
                 below, judged_below = against_noise[claim]
                 assert SCALE_NAMES.index(below) < SCALE_NAMES.index(scale), (claim, below, scale)
-                verdict += (f"; at {below} scale, judged against seed noise: {judged_below}"
-                            + (QUICK_CAVEAT if below == "quick" else ""))
-            if scale == "quick" and verdict != "not yet run":
-                verdict += QUICK_CAVEAT
+                if below != "quick":  # quick under-fits: no test of the claim
+                    verdict = verdict.noted(f"at {below} scale, judged against seed noise: {judged_below}")
+            if scale == "quick" and verdict.ran:
+                verdict = verdict.not_judged(QUICK)
             shown = claim if on_paper.get(claim, "holds") == "holds" else f"{claim} ({NOT_ON_PAPER})"
             out.append({"table": e.title.split(":")[0], "claim": shown, "scale": scale, "on ours": verdict,
                         "chapter": e.name})
@@ -111,15 +79,15 @@ def study_claims(store: Optional[RunStore] = None) -> list:
     store = store or RunStore()
     out = []
 
-    def row(chapter: str, claim: str, scale: Optional[str], verdict: str) -> dict:
-        verdict = verdict if scale else "not yet run"
-        if scale == "quick" and verdict != "not yet run":
-            verdict += QUICK_CAVEAT
+    def row(chapter: str, claim: str, scale: Optional[str], verdict: Judgement) -> dict:
+        verdict = verdict if scale else NOT_RUN
+        if scale == "quick" and verdict.ran:
+            verdict = verdict.not_judged(QUICK)
         return {"table": f"{BEYOND}: {chapter.replace('_', ' ')}", "claim": claim, "scale": scale or "none stored",
                 "on ours": verdict, "chapter": chapter}
 
     judged = judged_claims("memory_loss", store) or {  # none stored: each prediction, not yet run
-        claim: (None, "") for claim in claim_verdicts(EXPERIMENTS["memory_loss"].claims(
+        claim: (None, NOT_RUN) for claim in claim_verdicts(EXPERIMENTS["memory_loss"].claims(
             run_grid("memory_loss", "quick", train=False, store=store)))}
     for claim, (scale, verdict) in judged.items():
         out.append(row("memory_loss", claim, scale, verdict))
@@ -130,10 +98,10 @@ def study_claims(store: Optional[RunStore] = None) -> list:
             verdicts = conjecture.conjecture_summary(experiment, *runs).set_index("forward")["verdict"]
         for forward in ("without forward dropout", "with forward dropout"):
             out.append(row("conjecture", f"{table}, {forward}: Gal's scheme with ours beats the best single scheme",
-                           scale, str(verdicts[forward]) if scale else ""))
+                           scale, verdicts[forward] if scale else NOT_RUN))
     scale = chapter_scale("seeds", store)
     for experiment, table in (("temporal_order", "Table 1"), *STUDIED):
-        verdict = ""
+        verdict = NOT_RUN
         if scale:
             rows = run_grid(experiment, scale, [0, 1, 2], train=False, store=store, grid="headline")
             verdict = seeds_study.orderings_verdict(seeds_study.orderings(experiment, rows))
@@ -186,57 +154,57 @@ def shown_tables(store: Optional[RunStore] = None) -> List[Shown]:
     return out
 
 
+def _strongest(shown: Shown) -> tuple:
+    """(scale, comparison) of the strongest evidence stored for ``shown``: its cells at ``paper`` scale,
+    partial or not, where any has run there; else the scale its chapter shows."""
+    if shown.at_paper is not None and len(_ran(shown.at_paper)):
+        return "paper", shown.at_paper
+    return shown.scale, shown.comparison
+
+
 def _table_row(shown: Shown) -> dict:
-    """A landing-table row: the comparison ``shown`` at its scale, at the paper's best cell, and what has
-    run at ``paper`` scale where that is not the scale shown."""
-    e, t, scale = shown.experiment, shown.comparison, shown.scale
+    """A landing-table row: the comparison ``shown`` at its strongest scale (``_strongest``), at the
+    paper's best cell, and its cells by verdict (how many of the paper's have run, where not all)."""
+    e = shown.experiment
+    scale, t = _strongest(shown)
     m = e.metric
     best = best_cell(e, t)
     delta = t.loc[best, "delta"]
-    # an ablation's runs differ from the paper's by its change (named in "what") too, not only by what the table lacks
-    ablated = "beside its own change, " if shown.grid != "table" else ""
-    return {"what": shown.what, "chapter": e.name, "scale": scale or "none stored",
+    ran = len(_ran(t))
+    lacks = f"; without {e.paper_scale_lacks} (see Deviations)" if scale == "paper" and e.paper_scale_lacks else ""
+    return {"what": shown.what, "chapter": e.name,
+            "scale": (scale or "none stored") + (f" ({ran} of {len(t)} cells)" if ran < len(t) and ran else ""),
             "the paper's best cell": t.loc[best, "setting"], "paper": f"{t.loc[best, 'paper']:.{m.digits}f} {m.unit}",
             "ours": t.loc[best, "ours"] + (" (n=1)" if t.loc[best, "n"] == 1 else ""),  # beside rows of n=3
             "delta": "—" if delta is None or pd.isna(delta) else  # to the metric's digits, as the chapter's table
             f"{delta:+g} {m.delta_unit}" if m.relative else f"{delta:+.{m.digits}f} {m.delta_unit}",
-            "cells within tolerance": _cells_within(t["verdict"]),
-            "verdict": _verdict(scale, t["verdict"]) + (
-                f" ({ablated}without {e.paper_scale_lacks}: see Deviations)" if scale == "paper" and e.paper_scale_lacks
-                else ""),
-            "at paper scale so far": shown.paper_so_far}
+            "cells": verdict_tally(_ran(t)["verdict"]) + lacks if ran else "not yet run"}
 
 
 def landing_table(store: Optional[RunStore] = None, shown: Optional[List[Shown]] = None) -> pd.DataFrame:
-    """One row per table and figure of the paper: the scale its chapter shows (``book.chapter_scale``),
-    the paper's best cell and ours at that cell, the delta, how many cells are within the chapter's
-    tolerance, and the verdict (``_verdict``: reproduced, reproduced within seed noise, partly or not
-    reproduced once every cell ran at `paper` scale; else how many have run there), and what has run at
-    `paper` scale where the chapter shows a smaller one (``chapters.paper_so_far``); beside a table, a row
-    for each of its ablations (``Experiment.ablations``) and for each paper's figure drawn from its runs
-    (``Shown.figures``). ``shown``: ``shown_tables``, where made already."""
+    """One row per table and figure of the paper, at its strongest evidence (``_strongest``: its cells at
+    `paper` scale where any has run, else the scale its chapter shows): the paper's best cell and ours at
+    that cell, the delta, and the cells by verdict; beside a table, a row for each of its ablations
+    (``Experiment.ablations``, with what it found against the table's runs) and for each paper's figure
+    drawn from its runs (``Shown.figures``). ``shown``: ``shown_tables``, where made already."""
     shown = shown_tables(store) if shown is None else shown
     out = [{"what": "Figure 1: the three schemes", "chapter": "schemes", "scale": "—", "the paper's best cell": "—",
-            "paper": "—", "ours": "drawn by code from the scheme definitions", "delta": "—",
-            "cells within tolerance": "—", "verdict": "drawn (no numbers)", "at paper scale so far": "—"}]
+            "paper": "—", "ours": "drawn by code from the scheme definitions", "delta": "—", "cells": "—"}]
     for name in dict.fromkeys(s.experiment.name for s in shown):
         table, *ablations = [s for s in shown if s.experiment.name == name]
         out.append(_table_row(table))
-        for s in ablations:  # what the ablation found against the table's runs, beside its own verdict, once it has run
+        for s in ablations:  # what the ablation found against the table's runs, once it has run
             row = _table_row(s)
             if len(s.comparison) < len(table.comparison):  # its best cell is the best of those it runs
                 row["the paper's best cell"] += " (the best of the cells it runs)"
             if any(r.record or r.diverged for r in s.rows):
                 e = s.experiment
                 found = ablation_finding(ablation_effects(e.comparison, table.rows, s.rows, e.metric), short=True)
-                row["verdict"] += f"; {found}"
+                row["cells"] += f"; {found}"
             out.append(row)
         for row in table.figures:  # the paper's figures drawn from this experiment's runs
-            verdict = row["verdict"] if row["scale"] == "paper" else _verdict(row["scale"], pd.Series([row["verdict"]]))
-            out.append({"chapter": name, "paper": "—", "delta": "—", "cells within tolerance": "—", **row,
-                        "verdict": verdict, "at paper scale so far": "—"})
-    cols = ["what", "scale", "the paper's best cell", "paper", "ours", "delta", "cells within tolerance", "verdict",
-            "at paper scale so far", "chapter"]
+            out.append({"chapter": name, "paper": "—", "delta": "—", **row, "cells": verdict_html(row["judged"])})
+    cols = ["what", "scale", "the paper's best cell", "paper", "ours", "delta", "cells", "chapter"]
     return pd.DataFrame(out)[cols]
 
 
@@ -255,7 +223,7 @@ def landing_stamps(store: Optional[RunStore] = None, shown: Optional[List[Shown]
         mine = [s for s in shown if s.experiment.name == e.name]
         by_scale = claims_by_scale(e.name, store)
         scales = ({s.scale for s in mine[:1]} | {scale for scale, _ in largest_verdicts(by_scale).values()}
-                  | {scale for scale, _ in largest_verdicts(by_scale, AGAINST_NOISE).values()})
+                  | {scale for scale, _ in largest_verdicts(by_scale, against_noise=True).values()})
         if any(s.paper_so_far not in ("none run", "shown") for s in mine):
             scales.add("paper")  # the cells run there so far are beside the table
         for scale, rows in stored_scales(e.name, store=store):
@@ -273,95 +241,152 @@ def landing_stamps(store: Optional[RunStore] = None, shown: Optional[List[Shown]
     return pd.DataFrame(out, columns=["table", "scale", "where the numbers came from", "chapter"])
 
 
+def sentences_html(sentences: List[str]) -> str:
+    """Sentences as an HTML list."""
+    return "<ul>" + "".join(f"<li>{x}</li>" for x in sentences) + "</ul>"
+
+
 def landing_html(table: pd.DataFrame, classes: str = "landing") -> str:
     """The landing table (or the claims table) as HTML, each row's first cell linking to its chapter's page;
-    a claims table's verdicts ("on ours") with their symbol and colour (``report.VERDICTS``)."""
+    a claims table's verdicts ("on ours") with their symbol and colour (``report.verdict_html``)."""
     t = table.copy()
     first = t.columns[0]
     t[first] = [f'<a href="{page}.html">{what}</a>' for what, page in zip(t[first], t["chapter"])]
     if "on ours" in t:
-        symbols = {kind: symbol for kind, symbol, _ in VERDICTS}
-        t["on ours"] = [f'<span class="verdict v-{verdict_kind(v).replace(" ", "-")}">'
-                        f'{symbols[verdict_kind(v)]} {v}</span>' for v in t["on ours"]]
+        t["on ours"] = [verdict_html(v) for v in t["on ours"]]
     return t.drop(columns="chapter").to_html(index=False, escape=False, classes=classes, border=0)
 
 
-def verdict_key(claims: pd.DataFrame) -> str:
-    """The claims table's tally by verdict and the key to its symbols, as Markdown."""
-    kinds = {verdict_kind(v) for v in claims["on ours"]}
-    key = "; ".join(f"{symbol} *{kind}*: {meaning}" for kind, symbol, meaning in VERDICTS if kind in kinds)
-    return f"**{len(claims)} claims: {verdict_tally(claims['on ours'])}.** Key: {key}."
+def _tolerance(m) -> str:
+    """A metric's tolerance in words: "within 5% of the paper's", "within 1 F1"."""
+    within = f"{m.tolerance:.0%}" if m.relative else f"{m.tolerance:g} {m.delta_unit}"
+    return f"within {within} of the paper's"
 
 
-def _table_number(what: str) -> str:
-    return what.split(":")[0].replace("Table ", "")
+def _seeds(judged) -> str:
+    """"1 seed", "3 seeds", "1–3 seeds": the seeds ``judged`` (``Judgement``s or a comparison's ``n``) rest on."""
+    n = [int(x) for x in judged if x]
+    if not n:
+        return "no seed"
+    lo, hi = min(n), max(n)
+    return f"{lo} seed{'s' * (lo > 1)}" if lo == hi else f"{lo}–{hi} seeds"
 
 
-def _tables(names: list) -> str:
-    """"Table 4", "Tables 4 and 5", "Tables 1, 2 and 3"."""
-    if len(names) == 1:
-        return f"Table {names[0]}"
-    return f"Tables {', '.join(names[:-1])} and {names[-1]}"
+def _claims_sentence(judged: pd.DataFrame) -> str:
+    """The claims of one table on our runs, by verdict, at the scale each is judged: "its 4 claims, at
+    `reduced` on 3 seeds: 3 ✔ reproduced, 1 ≈ within seed noise"."""
+    if judged.empty:
+        return ""
+    parts = []
+    for scale, g in judged.groupby("scale", sort=False):
+        ran = [j for j in g["on ours"] if j.ran]
+        if ran:
+            parts.append(f"at <code>{scale}</code> on {_seeds(j.seeds for j in ran)}: "
+                         f"{verdict_tally(g['on ours'], coloured=True)}")
+    n = len(judged)
+    if not parts:
+        return f"its {n} claim{'s are' if n > 1 else ' is'} not yet run"
+    return f"its {n} claim{'s' * (n > 1)}, " + "; ".join(parts)
 
 
-def bottom_line(table: pd.DataFrame, claims: pd.DataFrame) -> str:
-    """Where the replication stands, in a paragraph made from the landing table and the claims table
-    (``landing_table``, ``landing_claims``): the scale each table is shown at, what has run at the paper's
-    scale so far, ours against the paper's at the best cell of each table shown at that scale, and the
-    claims counted by verdict. Never typed: every number is a record's."""
-    tables = table[table["what"].str.startswith("Table") & ~table["what"].str.contains("ablation")]
-    by_scale: dict = {}
-    for _, r in tables.iterrows():
-        by_scale.setdefault(r["scale"], []).append(_table_number(r["what"]))
-    shown = "; ".join(f"{_tables(names)} at `{scale}` scale" for scale, names in by_scale.items())
-    figures = [f"{r['what'].split(':')[0]} at `{r['scale']}` scale" for _, r in table.iterrows()
-               if r["what"].startswith("Figure") and r["scale"] not in ("—", "none stored")]  # Figure 1 has no runs
-    parts = [f"**Where the replication stands.** Shown: {shown} (each at the scale its chapter shows: the "
-             "largest where every cell of the table has run, where there is one)"
-             + (f"; {', '.join(figures)} (the largest where the runs it draws have run)." if figures else ".")]
-    so_far = [f"Table {_table_number(r['what'])}, {r['at paper scale so far'].split(' (')[0].replace(' run', '')}"
-              for _, r in tables.iterrows() if r["scale"] != "paper" and r["at paper scale so far"] != "none run"]
-    if so_far:
-        parts.append(f"At the paper's scale so far: {'; '.join(so_far)}.")
-    at_paper = [f"Table {_table_number(r['what'])}, {r['ours']} against the paper's {r['paper']} ({r['delta']})"
-                for _, r in tables.iterrows() if r["scale"] == "paper"]
-    if at_paper:
-        parts.append(f"At the paper's best cell of each table shown at `paper`, ours: {'; '.join(at_paper)}.")
-    on_paper = claims[~claims["table"].str.startswith(BEYOND)]
-    parts.append(f"Of the paper's {len(on_paper)} claims on its tables, on our runs: "
-                 f"{verdict_tally(on_paper['on ours'])} (below, with the scale each is judged at).")
-    return " ".join(parts)
+def table_sentences(shown: List[Shown], claims: pd.DataFrame) -> List[str]:
+    """One sentence (HTML) per table and figure of the paper, from the strongest evidence stored: its cells at
+    `paper` scale where any has run (how many, within the tolerance, on how many seeds), else the
+    scale its chapter shows; then its claims by verdict at the scale each is judged (``landing_claims``).
+    Every number is a record's."""
+    out = ["<b>Figure 1</b> (the three schemes): drawn by code from the scheme definitions."]
+    for s in shown:
+        if s.grid != "table":
+            continue
+        e = s.experiment
+        number, subject = e.title.split(":", 1)
+        scale, t = _strongest(s)
+        ran = _ran(t)
+        if scale == "paper":
+            within = sum(verdict_of(j) is Verdict.REPRODUCED for j in ran["verdict"])
+            cells = (f"at the paper's scale, {within} of the {len(ran)} cells run are {_tolerance(e.metric)} "
+                     f"({_seeds(ran['n'])})" + (f"; {len(t) - len(ran)} of its {len(t)} cells not yet run there"
+                                                 if len(ran) < len(t) else ""))
+        elif len(ran):
+            cells = (f"not yet run at the paper's scale; at <code>{scale}</code>, {len(ran)} of {len(t)} cells on "
+                     f"{_seeds(ran['n'])}, whose level is not the paper's to match")
+        else:
+            cells = "not yet run"
+        mine = claims[(claims["chapter"] == e.name) & ~claims["table"].str.startswith(BEYOND)]
+        said = _claims_sentence(mine)
+        out.append(f"<b>{number}</b> ({subject.strip()}): {cells}" + (f"; {said}" if said else "") + ".")
+        for row in s.figures:
+            out.append(f"<b>{row['what'].split(':')[0]}</b> ({row['what'].split(':', 1)[1].strip()}): at "
+                       f"<code>{row['scale']}</code>, {verdict_html(row['judged'])}.")
+    return out
+
+
+def beyond_sentences(claims: pd.DataFrame) -> List[str]:
+    """One sentence (HTML) per question beyond the paper (``study_claims``' rows), with its verdict."""
+    rows = claims[claims["table"].str.startswith(BEYOND)]
+    return [f"{r['claim']} (<code>{r['scale']}</code>): {verdict_html(r['on ours'])}." for _, r in rows.iterrows()]
+
+
+LONGER = ("semeniuta per-step, paper scaling", "moon per-step, paper scaling", "gal per-step, paper scaling")
+
+
+def longer_sequences_sentence(store: Optional[RunStore] = None) -> Optional[str]:
+    """The memory-loss chapter's finding beyond the paper, in a sentence (HTML): on Temporal Order
+    sequences four times as long as those trained on, the accuracy of ours, Moon's and Gal's per-step
+    schemes (the paper's scaling), mean over the seeds, at the scale its chapter shows. None where
+    those have not run."""
+    from .experiments import memory_loss
+
+    scale = chapter_scale("memory_loss", store)
+    if not scale:
+        return None
+    rows = run_grid("memory_loss", scale, chapter_seeds("memory_loss", scale, store), train=False, store=store)
+    table = memory_loss.accuracy_by_length(rows)
+    trained = rows[0].config.length
+    longer = [n for n in table.columns if isinstance(n, int) and n >= 4 * trained]
+    if not longer or not set(LONGER) <= set(table.index):
+        return None
+    n = longer[0]
+
+    def named(setting: str) -> str:  # "moon per-step, paper scaling" -> "Moon's per-step"
+        scheme, sampling = setting.split(",")[0].split()
+        return f"{ {'semeniuta': 'ours', 'moon': 'Moon', 'gal': 'Gal'}[scheme]} {sampling}"
+    said = ", ".join(f"{named(name)} {table.loc[name, n]:.1f}%" for name in LONGER)
+    best = max(LONGER, key=lambda name: table.loc[name, n])
+    tail = "" if best == LONGER[0] else f"; on the means, {named(best)} keeps more of its memory than ours"
+    seeds = int(table.loc[list(LONGER), "seeds"].min())
+    return (f"On Temporal Order sequences of {n} steps, {n // trained} times as long as those trained on, the "
+            f"accuracy of each per-step scheme: {said} (at <code>{scale}</code>, "
+            f"{'1 seed' if seeds == 1 else f'mean of {seeds} seeds'}){tail}.")
+
+
+def verdict_key() -> str:
+    """The key to the four verdicts (HTML), each in its symbol and colour."""
+    return "<b>Key:</b> " + "; ".join(f'<span style="color: {v.colour}">{v.symbol} <i>{v.value}</i></span>: {v.meaning}'
+                                      for v in Verdict) + ". The number of seeds is said beside each verdict."
 
 
 def landing_figure(store: Optional[RunStore] = None, shown: Optional[List[Shown]] = None):
     """The landing page's picture: for each table, ours against the paper's cell by cell (test numbers,
-    mean over seeds) at the scale its chapter shows, and as stars the cells run at `paper` scale so far,
-    with the diagonal where ours equals the paper's. ``shown``: ``shown_tables``, where made already."""
+    mean over seeds) at its strongest evidence (``_strongest``: the cells run at `paper` scale where any
+    has, else the scale its chapter shows), with the diagonal where ours equals the paper's.
+    ``shown``: ``shown_tables``, where made already."""
     import matplotlib.pyplot as plt
 
     tables = [s for s in (shown_tables(store) if shown is None else shown) if s.grid == "table"]
-    fig, axes = plt.subplots(1, len(tables), figsize=(2.9 * len(tables), 3.1), squeeze=False)
-    axes = axes[0]
-    for ax, s in zip(axes, tables):
-        e, t = s.experiment, s.comparison
-        points = [(t[t["n"] > 0], "o", f"at {s.scale or 'quick'}")]
-        if s.at_paper is not None:
-            points.append((s.at_paper[s.at_paper["n"] > 0], "*", "at paper"))
-        values = []
-        for t, marker, label in points:
-            if len(t):
-                ax.plot(t["paper"], t["mean"], marker, markersize=9 if marker == "*" else 4, alpha=0.8,
-                        label=f"{label} ({len(t)})", linestyle="none")
-                values += [*t["paper"], *t["mean"]]
-        if values:
-            lo, hi = min(values), max(values)
+    fig, axes = plt.subplots(1, len(tables), figsize=(2.9 * len(tables), 3.3), squeeze=False)
+    for ax, s in zip(axes[0], tables):
+        e = s.experiment
+        scale, t = _strongest(s)
+        t = t[t["n"] > 0]
+        if len(t):
+            ax.plot(t["paper"], t["mean"], "*" if scale == "paper" else "o", markersize=8 if scale == "paper" else 4,
+                    alpha=0.8, color="tab:orange" if scale == "paper" else "tab:blue", linestyle="none")
+            lo, hi = min(t["paper"].min(), t["mean"].min()), max(t["paper"].max(), t["mean"].max())
             ax.plot([lo, hi], [lo, hi], color="grey", linestyle=":", linewidth=1)
-            ax.legend(fontsize=7, loc="best")
-        else:
-            ax.text(0.5, 0.5, "not yet run", ha="center", va="center", transform=ax.transAxes, color="grey")
-        ax.set_title(e.title.split(":")[0], fontsize=9)
-        ax.set_xlabel(f"the paper's ({e.metric.unit})", fontsize=8)
-        ax.tick_params(labelsize=7)
-    axes[0].set_ylabel("ours (mean over seeds)", fontsize=8)
+        ax.set_title(f"{e.title.split(':')[0]}: {len(t)} cells at {scale or 'quick'}", fontsize=9)
+        ax.set_xlabel(f"the paper's test {e.metric.unit}", fontsize=8)
+        ax.set_ylabel("ours (mean over seeds)", fontsize=8)
+        ax.tick_params(labelsize=8)
     fig.tight_layout()
     return fig

@@ -3,6 +3,7 @@ import json
 
 from made import RECORD_DEFAULTS
 from recdrop import book, chapters
+from recdrop.report import NOT_RUN, verdict_html
 from recdrop.store import RunStore
 from recdrop.summary import landing_stamps, landing_table
 from recdrop.sweep import grid_rows
@@ -90,27 +91,27 @@ def test_landing_page_says_not_yet_run_below_paper_scale(tmp_path):
     assert len(table) == 10 and table["what"].iloc[0].startswith("Figure 1")
     assert "Table 4: NER on CoNLL-2003, test F1; ablation: the word vectors tuned in training" in \
         " ".join(table["what"])
-    assert set(table["verdict"].iloc[1:]) == {"not yet run at paper scale"}
+    assert set(table["cells"].iloc[1:]) == {"not yet run", verdict_html(NOT_RUN)}  # a figure's, with its symbol
     assert table.set_index("chapter").loc["word_lm", "paper"].iloc[0] == "87.0 ppl"  # the paper's best, as it prints it
-    # what has run at paper scale is this store's: none (the project's store has some of Tables 2, 4 and 5)
-    assert set(table["at paper scale so far"].iloc[1:]) <= {"none run", "—"}
+    # what has run is this store's: nothing (the project's store has some of Tables 2, 4 and 5 at paper scale)
+    assert set(table["scale"].iloc[1:]) <= {"none stored", "—"}
 
 
-def test_the_landing_verdict_names_what_a_paper_scale_lacks(tmp_path):
+def test_the_landing_row_names_what_a_paper_scale_lacks(tmp_path):
+    from recdrop.experiments.sentiment import TEST_SETS
+
     store = RunStore(tmp_path)
     row = next(r for r in grid_rows("sentiment", "paper", [0], store=store))
     path = store.path("sentiment", "paper", row.run_id)
     path.parent.mkdir(parents=True)
-    path.write_text(json.dumps({**RECORD_DEFAULTS, "seed": 0, "config": {"scale": "paper"}, "metrics": {}}))
-    verdicts = landing_table(store).set_index("chapter")["verdict"]
-    assert verdicts["sentiment"].iloc[0].endswith(
-        "(without the pre-training on 1M weakly labelled tweets, the word2vec vectors (GloVe 50d here) and, most likely, "
-        "the 2013 test tweets in training: see Deviations)")
-    assert verdicts["word_lm"].iloc[0] == "not yet run at paper scale"  # the caveat only where the scale is `paper`
-    # the ablation's row names its change too: its runs differ from the paper's by that as well
-    assert verdicts["sentiment"].iloc[1].endswith(
-        "(beside its own change, without the pre-training on 1M weakly labelled tweets, the word2vec vectors (GloVe "
-        "50d here) and, most likely, the 2013 test tweets in training: see Deviations)")
+    path.write_text(json.dumps({**RECORD_DEFAULTS, "seed": 0, "config": {"scale": "paper"},
+                                "metrics": {f"test_f1:{t}": 50.0 for t in TEST_SETS}}))
+    table = landing_table(store).set_index("chapter")
+    assert table.loc["sentiment", "scale"].iloc[0] == "paper (6 of 36 cells)"  # the paper's cells, partial, counted
+    assert table.loc["sentiment", "cells"].iloc[0] == (
+        "6 ✘ not reproduced; without the pre-training on 1M weakly labelled tweets, the word2vec vectors (GloVe 50d "
+        "here) and, most likely, the 2013 test tweets in training (see Deviations)")
+    assert table.loc["word_lm", "cells"].iloc[0] == "not yet run"  # the caveat only where cells ran at `paper`
 
 
 def test_an_ablations_runs_show_beside_their_table_on_the_landing_page_and_in_the_chapter(tmp_path, monkeypatch):
@@ -130,8 +131,8 @@ def test_an_ablations_runs_show_beside_their_table_on_the_landing_page_and_in_th
     assert book.chapter_scale("ner") == "paper"
     table = landing_table(store).set_index("what")
     ablated = table.loc["Table 4: NER on CoNLL-2003, test F1; ablation: torch's RMSprop, no clipping"]
-    assert ablated["scale"] == "paper" and ablated["cells within tolerance"] == "0 of 12 (11 not run)"
-    assert table.loc["Table 4: NER on CoNLL-2003, test F1", "cells within tolerance"] == "0 of 12 (12 not run)"
+    assert ablated["scale"] == "paper (1 of 12 cells)" and ablated["cells"].startswith("1 ✘ not reproduced")
+    assert table.loc["Table 4: NER on CoNLL-2003, test F1", "cells"] == "not yet run"
 
     shown = []
     monkeypatch.setattr(chapters, "display", lambda obj: shown.append(obj))
@@ -141,7 +142,7 @@ def test_an_ablations_runs_show_beside_their_table_on_the_landing_page_and_in_th
     assert side.loc["5 word long sequences, RNN 0.0", "ours, the ablation's"] == "64.10"
     assert side.loc["5 word long sequences, RNN 0.0", "ours, the table's runs"] == "not yet run"
     assert shown[2].data == "*What it found:* nothing yet: no cell of the paper's table has run both ways."
-    assert ablated["verdict"].endswith("; no cell run both ways yet")
+    assert ablated["cells"].endswith("; no cell run both ways yet")
 
 
 
@@ -161,14 +162,16 @@ def test_an_ablations_runs_at_another_scale_show_under_other_scales(tmp_path, mo
     chapters.show_other_scales("ner", "paper", store)
     texts = [getattr(s, "data", s) for s in shown]
     assert texts[0] == "### At `quick` scale\n\nThe table's grid has no runs at this scale; its ablations' runs follow."
-    assert texts[1].startswith("#### Ablation: torch's RMSprop, no clipping\n\nScale: quick | runs: 1 shown")
+    assert texts[1].startswith("#### Ablation: torch's RMSprop, no clipping\n\n<details")  # its stamp, folded
+    assert "Scale: quick | runs: 1 shown" in texts[1]
     assert texts[2].set_index("setting").loc["5 word long sequences, RNN 0.0", "ours, the ablation's"] == "64.10"
     assert texts[3] == "*What it found:* nothing yet: no cell of the paper's table has run both ways."
     # its curves, named where no legend covers the name (the curves' legend sits at the figure's top)
-    assert texts[4].legends[0].get_title().get_text() == "Ablation: torch's RMSprop, no clipping"
+    assert shown[4].figure.legends[0].get_title().get_text() == "Ablation: torch's RMSprop, no clipping"
+    assert "<figcaption><b>Fig. " in texts[4]  # numbered, with a caption
     table = texts[2].set_index("setting")  # below the paper's scale, where the table's cell has not run
     assert table.loc["5 word long sequences, RNN 0.0", "distance to the paper's, table → ablation"] == (
-        "not judged at quick scale")
+        "not judged at this scale (quick scale)")
     assert not any(isinstance(t, str) and "At `paper` scale" in t for t in texts)  # the chapter's own scale
 
 
@@ -193,45 +196,15 @@ def test_an_ablation_of_some_cells_is_judged_on_those_against_the_tables_runs(tm
     tuned = landing_table(store).set_index("what").loc[
         "Table 4: NER on CoNLL-2003, test F1; ablation: the word vectors tuned in training (the paper keeps them "
         "static); the RNN's cells only"]
-    assert tuned["cells within tolerance"] == "0 of 4" and tuned["ours"] == "83.00 (n=1)"
+    assert tuned["cells"].startswith("4 ✘ not reproduced;") and tuned["ours"] == "83.00 (n=1)"
     assert tuned["the paper's best cell"] == "15 word long sequences, RNN 0.25 (the best of the cells it runs)"
     # 2.9 F1 nearer each of the paper's 85.60, 86.48, 86.12 and 86.95, from 80.1: 11.6 of 24.75 (47%)
-    assert tuned["verdict"].endswith("; against the table's runs, in 4 cells: better in 4 (4 beyond the seed noise), "
+    assert tuned["cells"].endswith("; against the table's runs, in 4 cells: better in 4 (4 beyond the seed noise), "
                                      "worse in 0; overall 47% nearer the paper's numbers")
     stamps = landing_stamps(store).set_index("table")["where the numbers came from"]  # its runs stamped apart
     assert stamps["Table 4; ablation: the word vectors tuned in training (the paper keeps them static); the RNN's "
                   "cells only"].startswith("Scale: paper | runs: 2 shown | settings: 2 of 2 run, 1 seed each")
     assert not any("torch's RMSprop" in t for t in stamps.index)  # not run: no stamp
-
-
-def test_landing_verdicts():
-    import pandas as pd
-
-    from recdrop.summary import _verdict
-
-    assert _verdict("paper", pd.Series(["reproduced", "reproduced"])) == "reproduced"
-    assert _verdict("paper", pd.Series(["reproduced", "not reproduced"])) == "partly"
-    assert _verdict("paper", pd.Series(["reproduced", "within seed noise"])) == "reproduced within seed noise"
-    # a cell only within the seed noise is not within tolerance: it never makes a table "partly" reproduced
-    assert _verdict("paper", pd.Series(["within seed noise", "not reproduced"])) == "not reproduced"
-    assert _verdict("paper", pd.Series(["reproduced", "within seed noise", "not reproduced"])) == "partly"
-    assert _verdict("paper", pd.Series(["reproduced", "not yet run", "not yet run"])) == (
-        "not yet run in full at paper scale (1 of 3 cells)")  # no verdict on a table with cells missing
-    assert _verdict("paper", pd.Series(["not reproduced"])) == "not reproduced"
-    assert _verdict("reduced", pd.Series(["reproduced", "not yet run"])) == (
-        "not judged at reduced scale (paper scale not yet run in full)")  # its numbers are no verdict on the paper's
-    assert _verdict("quick", pd.Series(["not yet run"])) == "not yet run at paper scale"
-    assert _verdict("paper", pd.Series(["not yet run"])) == "not yet run at paper scale"
-
-
-def test_landing_counts_cells_within_tolerance_apart_from_those_within_seed_noise():
-    import pandas as pd
-
-    from recdrop.summary import _cells_within
-
-    assert _cells_within(pd.Series(["reproduced", "within seed noise", "not reproduced", "not yet run"])) == (
-        "1 of 4, 1 more within seed noise (1 not run)")
-    assert _cells_within(pd.Series(["not reproduced", "reproduced"])) == "1 of 2"
 
 
 def test_a_chapter_shows_the_runs_of_its_other_scales(store, monkeypatch):
@@ -251,8 +224,8 @@ def test_a_chapter_shows_the_runs_of_its_other_scales(store, monkeypatch):
     assert f"settings: 1 of {n_cells} run" in shown[0].data and n_cells > 1  # of the whole grid, not of those run
     table = shown[1].data  # a Styler of the comparison
     assert len(table) == 2 and "not yet run" not in set(table["ours"])  # the one cell that ran: train, test
-    assert "one cell run" in [t.get_text() for t in shown[2].axes[0].texts]  # ours against the paper's
-    assert len(shown[3]) == 10 and "not yet run" in set(shown[3]["on ours"])  # Table 1's claims, judged on it
+    assert "one cell run" in [t.get_text() for t in shown[2].figure.axes[0].texts]  # ours against the paper's
+    assert len(shown[3]) == 10 and NOT_RUN in set(shown[3]["on ours"])  # Table 1's claims, judged on it
     chapters.show_other_scales("temporal_order", "ci", store)
     assert len(shown) == 4  # the scale shown is not repeated
 
@@ -328,7 +301,7 @@ def test_every_claims_table_names_its_claims_first_and_our_verdicts_in_on_ours(t
             t = e.claims(grid_rows(name, "quick", store=RunStore(tmp_path)))
             verdicts = claim_verdicts(t)
             assert len(verdicts) == len(t) and all(isinstance(c, str) and len(c) > 20 for c in verdicts)
-            assert set(verdicts.values()) == {"not yet run"}  # nothing stored
+            assert set(verdicts.values()) == {NOT_RUN}  # nothing stored
 
 
 def test_a_table_is_shown_at_the_largest_scale_where_every_cell_ran_with_the_paper_cells_so_far_beside(
@@ -356,9 +329,10 @@ def test_a_table_is_shown_at_the_largest_scale_where_every_cell_ran_with_the_pap
     so_far = paper_so_far(experiments.EXPERIMENTS["temporal_order"], store=store)
     assert so_far.startswith("1 of 12 cells run (short") and "ours 100.0, paper 100" in so_far
     table = landing_table(store).set_index("chapter")
-    assert table.loc["temporal_order", "scale"] == "quick"
-    assert table.loc["temporal_order", "at paper scale so far"] == so_far
-    assert table.loc["word_lm", "at paper scale so far"].iloc[0] == "none run"
+    # the landing row leads with the strongest evidence: the paper's cells, partial, counted
+    assert table.loc["temporal_order", "scale"] == "paper (1 of 12 cells)"
+    assert table.loc["temporal_order", "cells"] == "1 ✔ reproduced"
+    assert table.loc["word_lm", "scale"].iloc[0] == "none stored"
 
     shown = []
     monkeypatch.setattr(chapters, "display", lambda obj: shown.append(obj))
@@ -395,9 +369,9 @@ def test_a_figures_landing_row_is_judged_at_the_largest_scale_where_its_cells_ra
     assert book.chapter_scale("word_lm") == "reduced"
     figure = landing_table(store).set_index("what").loc["Figure 2: learning curves, word-level PTB"]
     assert figure["scale"] == "paper"
-    assert figure["ours"] == ("train 33.0 vs 26.0, valid 108.0 vs 142.0 (seed 0): holds (1 seed, too few to judge "
-                              "against seed noise)")
-    assert figure["verdict"] == "holds on fewer than 3 seeds: not judged against seed noise"
+    assert figure["ours"] == ("train 33.0 vs 26.0, valid 108.0 vs 142.0 (seed 0): reproduced (1 seed, too few to "
+                              "judge against seed noise)")
+    assert "✔ reproduced (1 seed, too few to judge against seed noise)" in figure["cells"]
     stamps = landing_stamps(store).set_index("table")
     assert stamps.loc["Figure 2", "scale"] == "paper"  # stamped apart: the two runs it draws, not the table's
     assert "runs: 2 shown" in stamps.loc["Figure 2", "where the numbers came from"]
@@ -409,7 +383,8 @@ def test_a_figures_landing_row_is_judged_at_the_largest_scale_where_its_cells_ra
     line, figure_stamp = shown[0].data.split("\n\n")
     assert line == ("At `paper` scale (larger than this page's: the largest where its runs have run): "
                     + figure["ours"] + ".")
-    assert figure_stamp == stamps.loc["Figure 2", "where the numbers came from"]  # its runs' hardware and precision
+    assert stamps.loc["Figure 2", "where the numbers came from"] in figure_stamp  # its runs' hardware and precision
+    assert figure_stamp.startswith("<details")  # folded: for the reader who asks
     assert {r.config.scale for r in drawn[0]} == {"paper"}
 
     # with 3 seeds of the two cells at reduced, where the figure fails in each: its row at paper (1 seed) also
@@ -419,11 +394,11 @@ def test_a_figures_landing_row_is_judged_at_the_largest_scale_where_its_cells_ra
             stored(store, "word_lm", r, metrics=ppl(r, "reduced"))
     figure = landing_table(store).set_index("what").loc["Figure 2: learning curves, word-level PTB"]
     assert figure["scale"] == "paper" and figure["ours"] == (
-        "train 33.0 vs 26.0, valid 108.0 vs 142.0 (seed 0): holds (1 seed, too few to judge against seed noise); "
+        "train 33.0 vs 26.0, valid 108.0 vs 142.0 (seed 0): reproduced (1 seed, too few to judge against seed noise); "
         "at reduced scale, judged against seed noise: train 108.0 vs 142.0, valid 33.0 vs 26.0 (mean of 3 seeds): "
-        "refuted (3 of 3 seeds)")
-    assert figure["verdict"] == ("holds on fewer than 3 seeds: not judged against seed noise; at reduced scale: "
-                                 "not reproduced")  # the verdict says so too, not only the numbers
+        "not reproduced (3 of 3 seeds)")
+    assert ("reproduced (1 seed, too few to judge against seed noise; at reduced scale: not reproduced (3 of 3 seeds))"
+            in figure["cells"])  # the verdict says so too, not only the numbers
 
 
 def test_a_figure_whose_runs_ran_nowhere_is_shown_at_the_chapters_scale_on_its_rows(tmp_path, monkeypatch):
@@ -436,6 +411,6 @@ def test_a_figure_whose_runs_ran_nowhere_is_shown_at_the_chapters_scale_on_its_r
     rows = grid_rows("word_lm", "quick", [0], store=store)
     scale, drawn, row = chapters.figure_at_largest_scale("word_lm", word_lm.figure2_row, rows, "quick", store)
     assert (scale, drawn) == ("quick", rows)
-    assert row["verdict"] == "not yet run"
+    assert row["verdict"] == NOT_RUN
     figure = landing_table(store).set_index("what").loc["Figure 2: learning curves, word-level PTB"]
-    assert figure["verdict"].startswith("not yet run")
+    assert "not judged at this scale (not yet run)" in figure["cells"]

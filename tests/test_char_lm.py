@@ -10,6 +10,7 @@ from recdrop.data import data_root
 from recdrop.experiments import char_lm
 from recdrop.experiments.char_lm import CharLMConfig, CharLMTask, grid, sequences
 from recdrop.records import Row
+from recdrop.report import NOT_RUN
 
 needs_data = pytest.mark.skipif(not (data_root() / "ptb_char").exists(), reason="PTB (characters) not available")
 
@@ -90,7 +91,7 @@ def test_learning_rate_decays_by_097_from_epoch_10():
 def test_claims_need_every_cell():
     rows = [Row(label, 0, run_id(cfg, 0), cfg) for label, cfg in grid("ci")]
     rows[0].stored = record(metrics={"test_bpc": 1.0, "valid_bpc": 1.0, "best_test_bpc": 1.0})
-    assert set(char_lm.claims(rows)["on ours"]) == {"not yet run"}
+    assert set(char_lm.claims(rows)["on ours"]) == {NOT_RUN}
     assert set(char_lm.claims(rows)["on the paper's numbers"]) == {"holds"}
 
 

@@ -6,9 +6,9 @@ import pytest
 
 from made import record, row, stored
 from recdrop.experiments import temporal_order
-from recdrop.report import claim_verdict, seed_values, stored_seeds
+from recdrop.report import NOT_RUN, Verdict, claim_verdict, seed_values, stored_seeds, verdict_of
 from recdrop.store import RunStore
-from recdrop.summary import BEYOND, QUICK_CAVEAT, landing_claims, study_claims
+from recdrop.summary import BEYOND, QUICK, landing_claims, study_claims
 from recdrop.sweep import grid_rows
 
 
@@ -17,30 +17,30 @@ def a_beats_b(v):
 
 
 @pytest.mark.parametrize("by_seed, verdict", [
-    ({0: {"a": 1, "b": 2}, 1: {"a": 1, "b": 3}, 2: {"a": 2, "b": 3}}, "confirmed (3 of 3 seeds)"),
-    ({0: {"a": 3, "b": 2}, 1: {"a": 4, "b": 3}, 2: {"a": 5, "b": 3}}, "refuted (3 of 3 seeds)"),
+    ({0: {"a": 1, "b": 2}, 1: {"a": 1, "b": 3}, 2: {"a": 2, "b": 3}}, "reproduced (3 of 3 seeds)"),
+    ({0: {"a": 3, "b": 2}, 1: {"a": 4, "b": 3}, 2: {"a": 5, "b": 3}}, "not reproduced (3 of 3 seeds)"),
     # holds on the means (2 < 3) but not in seed 2: the seeds disagree
-    ({0: {"a": 1, "b": 3}, 1: {"a": 1, "b": 3}, 2: {"a": 4, "b": 3}}, "open (holds in 2 of 3 seeds, holds on the means)"),
+    ({0: {"a": 1, "b": 3}, 1: {"a": 1, "b": 3}, 2: {"a": 4, "b": 3}}, "within seed noise (holds in 2 of 3 seeds, holds on the means)"),
     # fails on the means (3 > 2.67) though it holds in seed 0
-    ({0: {"a": 1, "b": 2}, 1: {"a": 4, "b": 3}, 2: {"a": 4, "b": 3}}, "open (holds in 1 of 3 seeds, fails on the means)"),
-    ({0: {"a": 1, "b": 2}, 1: {"a": 1, "b": 2}}, "holds (2 seeds, too few to judge against seed noise)"),
-    ({0: {"a": 3, "b": 2}}, "fails (1 seed, too few to judge against seed noise)"),
-    ({0: {"a": 1}, 1: {"a": 1}}, "not yet run"),
-    ({}, "not yet run"),
+    ({0: {"a": 1, "b": 2}, 1: {"a": 4, "b": 3}, 2: {"a": 4, "b": 3}}, "within seed noise (holds in 1 of 3 seeds, fails on the means)"),
+    ({0: {"a": 1, "b": 2}, 1: {"a": 1, "b": 2}}, "reproduced (2 seeds, too few to judge against seed noise)"),
+    ({0: {"a": 3, "b": 2}}, "not reproduced (1 seed, too few to judge against seed noise)"),
+    ({0: {"a": 1}, 1: {"a": 1}}, NOT_RUN),
+    ({}, NOT_RUN),
 ])
-def test_a_claim_is_confirmed_or_refuted_only_when_every_one_of_3_seeds_agrees(by_seed, verdict):
+def test_a_claim_is_reproduced_or_not_against_the_noise_only_when_every_one_of_3_seeds_agrees(by_seed, verdict):
     assert claim_verdict(a_beats_b, by_seed) == verdict
 
 
 def test_a_seed_without_every_cell_of_a_claim_does_not_count():
     by_seed = {0: {"a": 1, "b": 2}, 1: {"a": 1, "b": 2}, 2: {"a": 1, "b": 2}, 3: {"a": 9}}
     # seed 3 lacks b, and its a is left out: the verdict says so
-    assert claim_verdict(a_beats_b, by_seed) == "confirmed (3 of 3 seeds; 1 more seed lacks a cell it needs)"
+    assert claim_verdict(a_beats_b, by_seed) == "reproduced (3 of 3 seeds; 1 more seed lacks a cell it needs)"
     assert claim_verdict(a_beats_b, {0: {"a": 1, "b": 2}, 1: {"b": 2}, 2: {"a": 1}}) == (
-        "holds (1 seed, too few to judge against seed noise; 2 more seeds lack a cell it needs)")
+        "reproduced (1 seed, too few to judge against seed noise; 2 more seeds lack a cell it needs)")
     assert claim_verdict(a_beats_b, {0: {"a": 1, "b": 2}, 1: {"c": 2}}) == (  # seed 1 ran none of its cells
-        "holds (1 seed, too few to judge against seed noise)")
-    assert claim_verdict(a_beats_b, {0: {"a": 1}, 1: {"b": 2}}) == "not yet run"  # no seed has both cells
+        "reproduced (1 seed, too few to judge against seed noise)")
+    assert claim_verdict(a_beats_b, {0: {"a": 1}, 1: {"b": 2}}) == NOT_RUN  # no seed has both cells
 
 
 def a_beats_b_and_c(v):
@@ -51,12 +51,12 @@ def test_a_seed_without_a_cell_counts_where_its_own_cells_decide_the_claim_and_e
     # seeds 1 and 2 fail at "a beats b", whatever their c: all three count, and they disagree
     by_seed = {0: {"a": 1, "b": 2, "c": 3}, 1: {"a": 5, "b": 2}, 2: {"a": 5, "b": 2}}
     assert claim_verdict(a_beats_b_and_c, by_seed) == (
-        "open (holds in 1 of 3 seeds, fails on the means; 2 of them decided without a cell they lack)")  # said, beside a table of n=1
+        "within seed noise (holds in 1 of 3 seeds, fails on the means; 2 of them decided without a cell they lack)")  # said, beside a table of n=1
     # seed 1 beats b and would need its c: undecided, so only the complete seed counts, never seed 2
     # alone for failing early (a choice of seeds by their outcome)
     by_seed = {0: {"a": 1, "b": 2, "c": 3}, 1: {"a": 1, "b": 2}, 2: {"a": 5, "b": 2}}
     assert claim_verdict(a_beats_b_and_c, by_seed) == (
-        "holds (1 seed, too few to judge against seed noise; 2 more seeds lack a cell it needs)")
+        "reproduced (1 seed, too few to judge against seed noise; 2 more seeds lack a cell it needs)")
 
 
 def test_seed_values_leave_out_missing_and_nan_values():
@@ -95,7 +95,7 @@ def test_table1_claims_against_seed_noise():
         return 1.0, 1.0
 
     verdicts = claims_of(table1_rows(paper_like))
-    assert set(verdicts.values()) == {"confirmed (3 of 3 seeds)"}
+    assert set(verdicts.values()) == {"reproduced (3 of 3 seeds)"}
 
     def seed2_differs(r):  # Moon per-sequence, short: above chance at test in seed 2 only
         train, test = paper_like(r)
@@ -104,21 +104,21 @@ def test_table1_claims_against_seed_noise():
         return train, test
 
     claim = "short: Moon per-sequence learns the task in training but fails at test (at chance or below: at most 35%)"
-    assert claims_of(table1_rows(seed2_differs))[claim] == "open (holds in 2 of 3 seeds, fails on the means)"
+    assert claims_of(table1_rows(seed2_differs))[claim] == "within seed noise (holds in 2 of 3 seeds, fails on the means)"
     assert claims_of(table1_rows(paper_like, seeds=(0,)))[claim] == (
-        "holds (1 seed, too few to judge against seed noise)")
+        "reproduced (1 seed, too few to judge against seed noise)")
 
 
 def test_moon_per_step_must_solve_the_short_length_later_than_the_lstm_without_dropout():
     claim = ("short: Moon per-step solves it, later than the LSTM without dropout (only *later* is judged, not the "
              "paper's 10-20 times more iterations; the chapter's table of first solved epochs gives ours)")
-    assert claims_of(table1_rows(lambda r: (1.0, 1.0)))[claim] == "confirmed (3 of 3 seeds)"
-    assert claims_of(table1_rows(lambda r: (1.0, 1.0), reached_at=lambda r: 3))[claim] == "refuted (3 of 3 seeds)"
+    assert claims_of(table1_rows(lambda r: (1.0, 1.0)))[claim] == "reproduced (3 of 3 seeds)"
+    assert claims_of(table1_rows(lambda r: (1.0, 1.0), reached_at=lambda r: 3))[claim] == "not reproduced (3 of 3 seeds)"
 
     def later_in_seed_0_only(r):
         return 5 if (r["scheme"], r["sampling"], r.seed) == ("moon", "per-step", 0) else 3
     assert claims_of(table1_rows(lambda r: (1.0, 1.0), reached_at=later_in_seed_0_only))[claim] == (
-        "open (holds in 1 of 3 seeds, holds on the means)")
+        "within seed noise (holds in 1 of 3 seeds, holds on the means)")
 
 
 def test_how_much_later_moon_per_step_solves_it_is_shown_seed_by_seed():
@@ -140,14 +140,14 @@ def test_the_inverted_scaling_claim_reads_moons_per_sequence_cells_only():
             r.stored = record(metrics={**r.record.metrics, "train_cell_norm": 1.0, "test_cell_norm": 1.0},
                               curves=r.record.curves)
     claim = "Moon per-sequence, inverted scaling (Sec. 3, after Eq. 18): the cell state is larger in training than at test"
-    assert claims_of(rows)[claim] == "confirmed (3 of 3 seeds)"
+    assert claims_of(rows)[claim] == "reproduced (3 of 3 seeds)"
     for r in rows:
         if (r["scheme"], r["sampling"], r["scaling"], r["length"]) == ("moon", "per-sequence", "inverted", "medium"):
             r.stored = record(metrics={**r.record.metrics, "train_cell_norm": 1.0}, curves=r.record.curves)
-    assert claims_of(rows)[claim] == "refuted (3 of 3 seeds)"
+    assert claims_of(rows)[claim] == "not reproduced (3 of 3 seeds)"
 
 
-def test_table1_claims_are_inconclusive_where_the_lstm_without_dropout_fails_a_seed():
+def test_table1_claims_are_not_judged_where_the_lstm_without_dropout_fails_a_seed():
     def baseline_fails_medium_in_seed_1(r):
         if (r["scheme"], r["length"], r.seed) == ("none", "medium", 1):
             return 0.3, 0.3
@@ -155,16 +155,16 @@ def test_table1_claims_are_inconclusive_where_the_lstm_without_dropout_fails_a_s
 
     verdicts = claims_of(table1_rows(baseline_fails_medium_in_seed_1))
     medium = [v for c, v in verdicts.items() if c.startswith("medium")]
-    assert len(medium) == 5 and all(v.startswith("inconclusive") for v in medium)
-    assert verdicts["short: Gal solves it, both samplings"] == "confirmed (3 of 3 seeds)"
+    assert len(medium) == 5 and all(verdict_of(v) is Verdict.NOT_JUDGED and "does not solve" in str(v) for v in medium)
+    assert verdicts["short: Gal solves it, both samplings"] == "reproduced (3 of 3 seeds)"
 
 
 def test_table1_claims_wait_for_the_lstm_without_dropout_at_their_length():
     rows = [r for r in table1_rows(lambda r: (1.0, 1.0)) if (r["scheme"], r["length"]) != ("none", "medium")]
     verdicts = claims_of(rows)
     medium = [v for c, v in verdicts.items() if c.startswith("medium")]
-    assert len(medium) == 5 and set(medium) == {"not yet run"}
-    assert verdicts["short: Gal solves it, both samplings"] == "confirmed (3 of 3 seeds)"
+    assert len(medium) == 5 and set(medium) == {NOT_RUN}
+    assert verdicts["short: Gal solves it, both samplings"] == "reproduced (3 of 3 seeds)"
 
 
 def store_record(store, grid_row, metrics):
@@ -176,7 +176,7 @@ def test_landing_claims_show_each_claim_at_the_largest_scale_where_it_ran(tmp_pa
 
     store = RunStore(tmp_path)
     claims = landing_claims(store)
-    assert set(claims["on ours"]) == {"not yet run"} and set(claims["scale"]) == {"none stored"}
+    assert set(claims["on ours"]) == {NOT_RUN} and set(claims["scale"]) == {"none stored"}
     paper = ~claims["table"].str.startswith(BEYOND)
     assert set(claims[paper]["table"]) == {f"Table {i}" for i in range(1, 6)}
     orphan = grid_rows("sentiment", "paper", [0], store=store)[0]
@@ -196,20 +196,19 @@ def test_landing_claims_show_each_claim_at_the_largest_scale_where_it_ran(tmp_pa
     by_claim = {claim: (scale, verdict) for claim, scale, verdict in
                 zip(sentiment["claim"], sentiment["scale"], sentiment["on ours"])}
     assert by_claim["recurrent dropout lowers the vanilla RNN's F1 (mean over the test sets)"] == (
-        "quick", "confirmed (3 of 3 seeds)" + QUICK_CAVEAT)  # said, with why quick cannot test it
+        "quick", f"not judged at this scale ({QUICK}: reproduced (3 of 3 seeds))")  # and why quick cannot test it
     assert by_claim["recurrent dropout raises the LSTM's and the GRU's F1 (mean over the test sets)"] == (
-        "paper", "not yet run")  # run nowhere: at the largest scale with runs
+        "paper", NOT_RUN)  # run nowhere: at the largest scale with runs
 
-    # the RNN at paper scale, seed 0: the claim holds there on one seed, and the landing page says so, then
-    # gives its verdict against the seed noise at the largest scale where it has one (quick, 3 seeds)
+    # the RNN at paper scale, seed 0: the claim holds there on one seed, and the landing page says so; quick's
+    # verdict on 3 seeds is no test of it, and is not added
     for r in grid_rows("sentiment", "paper", [0], store=store):
         if r["cell"] == "RNN" and r["rate"]:
             store_record(store, r, {f"test_f1:{t}": 49.0 for t in TEST_SETS})
     sentiment = landing_claims(store).set_index("claim")
     assert tuple(sentiment.loc["recurrent dropout lowers the vanilla RNN's F1 (mean over the test sets)",
                                ["scale", "on ours"]]) == (
-        "paper", "holds (1 seed, too few to judge against seed noise); at quick scale, judged against seed noise: "
-                 "confirmed (3 of 3 seeds)" + QUICK_CAVEAT)
+        "paper", "reproduced (1 seed, too few to judge against seed noise)")
 
 
 def test_figure2_row_judges_the_curves_against_seed_noise():
@@ -224,16 +223,16 @@ def test_figure2_row_judges_the_curves_against_seed_noise():
         train = 120.0 if ours and r.seed != 2 else 100.0 if not ours else 90.0
         r.stored = record(metrics={"train_ppl": train, "valid_ppl": 140.0 if ours else 150.0})
     row = word_lm.figure2_row(picked, "quick")
-    assert row["ours"] == "train 110.0 vs 100.0, valid 140.0 vs 150.0 (mean of 3 seeds): open (holds in 2 of 3 seeds, holds on the means)"
-    assert row["verdict"] == "within seed noise (the seeds disagree)"  # it holds on the means, not in every seed
+    assert row["ours"] == "train 110.0 vs 100.0, valid 140.0 vs 150.0 (mean of 3 seeds): within seed noise (holds in 2 of 3 seeds, holds on the means)"
+    assert row["verdict"] == "within seed noise (holds in 2 of 3 seeds, holds on the means)"  # not in every seed
     one = [r for r in picked if r.seed == 1]
     assert word_lm.figure2_row(one, "quick")["ours"] == (
-        "train 120.0 vs 100.0, valid 140.0 vs 150.0 (seed 1): holds (1 seed, too few to judge against seed noise)")
-    assert word_lm.figure2_row(one, "quick")["verdict"] == "holds on fewer than 3 seeds: not judged against seed noise"
+        "train 120.0 vs 100.0, valid 140.0 vs 150.0 (seed 1): reproduced (1 seed, too few to judge against seed noise)")
+    assert word_lm.figure2_row(one, "quick")["verdict"].against_noise is False
     for r in picked:
         r.stored = record(metrics={"train_ppl": 120.0 if r["scheme"] == "semeniuta" else 100.0,
                                    "valid_ppl": 140.0 if r["scheme"] == "semeniuta" else 150.0})
-    assert word_lm.figure2_row(picked, "quick")["verdict"] == "reproduced"  # in each of 3 seeds
+    assert word_lm.figure2_row(picked, "quick")["verdict"] == "reproduced (3 of 3 seeds)"
 
 
 def test_a_claim_that_stops_early_in_one_seed_still_needs_the_cells_it_reads_in_another():
@@ -243,10 +242,10 @@ def test_a_claim_that_stops_early_in_one_seed_still_needs_the_cells_it_reads_in_
     by_seed = {0: {("a", "train"): 2, ("a", "test"): 1},  # b not yet run
                1: {("a", "train"): 1, ("a", "test"): 2},  # b not yet run; a does not grow, so b is never read
                2: {("a", "train"): 2, ("a", "test"): 1}}
-    assert claim_verdict(both_grow, by_seed) == "not yet run"
+    assert claim_verdict(both_grow, by_seed) == NOT_RUN
     for seed in by_seed:
         by_seed[seed].update({("b", "train"): 2, ("b", "test"): 1})
-    assert claim_verdict(both_grow, by_seed) == "open (holds in 2 of 3 seeds, holds on the means)"
+    assert claim_verdict(both_grow, by_seed) == "within seed noise (holds in 2 of 3 seeds, holds on the means)"
 
 
 def test_a_claim_whose_own_lookup_fails_raises_instead_of_looping():
@@ -273,15 +272,15 @@ def test_a_claim_that_needs_a_diverged_run_cannot_be_judged():
     def verdict(rows):
         return claim_verdict(a_beats_b, seed_values(rows, lambda r, m: {r["cell"]: m.get("m")}))
 
-    assert verdict([one("a", 0, 1.0), one("b", 0, diverged=True)]) == "cannot be judged: a run it needs diverged"
-    assert verdict([one("a", 0, 1.0), one("b", 0)]) == "not yet run"  # b not run: nothing diverged
+    assert verdict([one("a", 0, 1.0), one("b", 0, diverged=True)]) == "not judged at this scale (a run it needs diverged)"
+    assert verdict([one("a", 0, 1.0), one("b", 0)]) == NOT_RUN  # b not run: nothing diverged
     # a seed that has both cells is judged; the diverged seed is left out, as a seed not yet run is
     assert verdict([one("a", 0, 1.0), one("b", 0, 2.0), one("a", 1, 1.0), one("b", 1, diverged=True)]) == (
-        "holds (1 seed, too few to judge against seed noise; 1 more seed lacks a cell it needs)")
+        "reproduced (1 seed, too few to judge against seed noise; 1 more seed lacks a cell it needs)")
     # a diverged run of a cell this claim does not read changes nothing
     assert claim_verdict(lambda v: v["a"] < 2, seed_values([one("a", 0, 1.0), one("b", 0, diverged=True)],
                                                            lambda r, m: {r["cell"]: m.get("m")})) == (
-        "holds (1 seed, too few to judge against seed noise)")
+        "reproduced (1 seed, too few to judge against seed noise)")
 
 
 def test_table1_claims_whose_lstm_without_dropout_diverged_cannot_be_judged():
@@ -291,8 +290,8 @@ def test_table1_claims_whose_lstm_without_dropout_diverged_cannot_be_judged():
             r.stored = record(diverged={"epoch": 2, "batch": 5, "loss": "inf"})
     verdicts = claims_of(rows)
     medium = {v for c, v in verdicts.items() if c.startswith("medium")}
-    assert medium == {"cannot be judged: a run it needs diverged"}
-    assert verdicts["short: Gal solves it, both samplings"] == "confirmed (3 of 3 seeds)"
+    assert medium == {"not judged at this scale (a run it needs diverged)"}
+    assert verdicts["short: Gal solves it, both samplings"] == "reproduced (3 of 3 seeds)"
 
 
 def test_the_landing_page_stamps_each_table_at_each_scale_it_shows(tmp_path):
@@ -333,11 +332,11 @@ def test_the_studies_beyond_the_paper_reach_the_claims_table_labelled_as_such(tm
     from recdrop.experiments import CHAPTERS
 
     empty = pd.DataFrame(study_claims(RunStore(tmp_path)))
-    assert set(empty["on ours"]) == {"not yet run"} and set(empty["scale"]) == {"none stored"}
+    assert set(empty["on ours"]) == {NOT_RUN} and set(empty["scale"]) == {"none stored"}
     assert set(empty["chapter"]) == {"memory_loss", "conjecture", "seeds"} <= set(CHAPTERS)
     assert empty["table"].str.startswith(f"{BEYOND}: ").all()
     assert len(empty[empty["chapter"] == "conjecture"]) == 4 and len(empty[empty["chapter"] == "seeds"]) == 3
     stored = pd.DataFrame(study_claims())  # the committed records
-    judged = stored[stored["on ours"] != "not yet run"]
-    assert len(judged) and (judged["on ours"].str.len() > 0).all()
-    assert judged[judged["scale"] == "quick"]["on ours"].str.endswith(QUICK_CAVEAT).all()
+    judged = stored[stored["on ours"] != NOT_RUN]
+    assert len(judged) and (judged["on ours"].map(str).str.len() > 0).all()
+    assert (judged[judged["scale"] == "quick"]["on ours"].map(verdict_of) == Verdict.NOT_JUDGED).all()

@@ -1,69 +1,73 @@
-"""The landing page answers first (issue 48): a bottom line made from the landing and claims tables, one
-vocabulary of verdicts with a symbol each, the settings as a small table, thin rendered pages, and no
+"""The landing page answers first: four verdicts, each a type with its own symbol and colour, a sentence
+per table from the strongest evidence stored, the settings as a small table, thin rendered pages, and no
 "± 0.000"."""
 import nbformat
 import pandas as pd
+import pytest
 
 from recdrop.book import thin_page
 from recdrop.experiments.word_lm import WordLMConfig
-from recdrop.report import VERDICTS, claim_verdict, config_table, fmt_mean_sd, verdict_kind, verdict_tally
-from recdrop.summary import BEYOND, bottom_line, landing_html, verdict_key
+from recdrop.report import (NOT_RUN, Judgement, Verdict, claim_verdict, config_table, fmt_mean_sd, verdict_html,
+                            verdict_of, verdict_tally)
+from recdrop.summary import BEYOND, _claims_sentence, beyond_sentences, landing_html, verdict_key
 
 
-def test_every_verdict_a_claim_gets_has_one_kind():
+def test_every_verdict_is_one_of_four_with_its_seeds_beside_it():
     by_seed = {s: {"a": 1.0, "b": float(s)} for s in range(3)}
     made = [claim_verdict(lambda v: v["a"] > 0, by_seed), claim_verdict(lambda v: v["a"] < 0, by_seed),
             claim_verdict(lambda v: v["b"] > 0.5, by_seed), claim_verdict(lambda v: v["a"] > 0, {0: by_seed[0]}),
             claim_verdict(lambda v: v["a"] < 0, {0: by_seed[0]}), claim_verdict(lambda v: v["c"] > 0, by_seed)]
-    assert [verdict_kind(v) for v in made] == ["confirmed", "refuted", "open", "holds", "fails", "not yet run"]
-    assert verdict_kind("inconclusive: without dropout ...") == "other"
-    # a difference within the seed noise, in the conjecture's words and a figure's, is open (≈), not "?"
+    assert [verdict_of(v) for v in made] == [Verdict.REPRODUCED, Verdict.NOT_REPRODUCED, Verdict.WITHIN_NOISE,
+                                             Verdict.REPRODUCED, Verdict.NOT_REPRODUCED, Verdict.NOT_JUDGED]
+    assert [v.seeds for v in made] == [3, 3, 3, 1, 1, 0]
+    assert [v.against_noise for v in made] == [True, True, True, False, False, False]
+    assert str(made[3]) == "reproduced (1 seed, too few to judge against seed noise)"
+    # the conjecture's verdicts are the same four
     from recdrop.experiments.conjecture import _beats
-    from recdrop.report import figure_verdict
-    assert verdict_kind(_beats(0.5, noise=1.0)) == verdict_kind(figure_verdict(made[2])) == "open"
-    assert verdict_kind(_beats(-5.0, noise=1.0)) == "other"  # the conjecture's own "yes": see its chapter
-    assert verdict_tally(made + made[:1]) == "2 ✔ confirmed, 1 ✓ holds, 1 ≈ open, 1 ✗ fails, 1 ✘ refuted, 1 · not yet run"
-    assert len({symbol for _, symbol, _ in VERDICTS}) == len(VERDICTS)
+    assert verdict_of(_beats(0.5, noise=1.0)) is Verdict.WITHIN_NOISE
+    assert verdict_of(_beats(-5.0, noise=1.0)) is Verdict.REPRODUCED
+    assert verdict_of(_beats(5.0, noise=1.0)) is Verdict.NOT_REPRODUCED
+    assert verdict_tally(made + made[:1]) == ("3 ✔ reproduced, 1 ≈ within seed noise, 2 ✘ not reproduced, "
+                                              "1 · not judged at this scale")
+    assert len(Verdict) == 4 and len({v.symbol for v in Verdict}) == len({v.colour for v in Verdict}) == 4
 
 
-def landing():
-    table = pd.DataFrame([
-        {"what": "Figure 1: the three schemes", "scale": "—", "paper": "—", "ours": "—", "delta": "—",
-         "at paper scale so far": "—"},
-        {"what": "Table 2: word-level PTB, test perplexity", "scale": "reduced", "paper": "87.0 ppl", "ours": "250.1",
-         "delta": "+187 %", "at paper scale so far": "11 of 26 cells run (...)"},
-        {"what": "Table 3: character-level PTB, test bpc", "scale": "reduced", "paper": "1.301 bpc", "ours": "1.8",
-         "delta": "+0.5 bpc", "at paper scale so far": "none run"},
-        {"what": "Table 4: NER on CoNLL-2003, test F1", "scale": "paper", "paper": "87.10 F1", "ours": "84.05",
-         "delta": "-3.05 F1", "at paper scale so far": "shown"},
-        {"what": "Table 4: NER on CoNLL-2003, test F1; ablation: torch's RMSprop", "scale": "paper", "paper": "87.10 F1",
-         "ours": "80.00", "delta": "-7.1 F1", "at paper scale so far": "shown"},
-        {"what": "Figure 2: learning curves, word-level PTB", "scale": "paper", "paper": "—", "ours": "train ...",
-         "delta": "—", "at paper scale so far": "—"}])
-    claims = pd.DataFrame([
-        {"table": "Table 2", "claim": "a", "scale": "reduced", "on ours": "confirmed (3 of 3 seeds)", "chapter": "word_lm"},
-        {"table": "Table 4", "claim": "b", "scale": "paper", "on ours": "fails (1 seed, too few)", "chapter": "ner"},
-        {"table": f"{BEYOND}: seeds", "claim": "c", "scale": "reduced", "on ours": "refuted (3 of 3 seeds)",
-         "chapter": "seeds"}])
-    return table, claims
+def test_a_verdict_is_never_read_from_words():
+    with pytest.raises(TypeError, match="never read from words"):
+        verdict_of("reproduced (3 of 3 seeds)")
+    j = Judgement(Verdict.WITHIN_NOISE, "holds in 2 of 3 seeds", 3)
+    assert j == "within seed noise (holds in 2 of 3 seeds)" and verdict_of(j.noted("more")) is Verdict.WITHIN_NOISE
+    assert verdict_of(j.not_judged("at quick")) is Verdict.NOT_JUDGED and not NOT_RUN.ran
+    assert pd.DataFrame({"v": [j]})["v"].iloc[0].verdict is Verdict.WITHIN_NOISE  # a table keeps the type
 
 
-def test_the_bottom_line_is_made_from_the_landing_tables():
-    text = bottom_line(*landing())
-    assert "Tables 2 and 3 at `reduced` scale; Table 4 at `paper` scale" in text
-    assert "; Figure 2 at `paper` scale (the largest where the runs it draws have run)." in text  # not Figure 1
-    assert "At the paper's scale so far: Table 2, 11 of 26 cells." in text  # Table 3: none run, not listed
-    assert "Table 4, 84.05 against the paper's 87.10 F1 (-3.05 F1)" in text and "80.00" not in text  # no ablation
-    assert "Of the paper's 2 claims on its tables, on our runs: 1 ✔ confirmed, 1 ✗ fails" in text  # not the study's
+def claims():
+    return pd.DataFrame([
+        {"table": "Table 2", "claim": "a", "scale": "reduced",
+         "on ours": Judgement(Verdict.REPRODUCED, "3 of 3 seeds", 3), "chapter": "word_lm"},
+        {"table": "Table 2", "claim": "b", "scale": "paper", "on ours": Judgement(Verdict.NOT_REPRODUCED, "1 seed", 1),
+         "chapter": "word_lm"},
+        {"table": f"{BEYOND}: seeds", "claim": "c", "scale": "reduced",
+         "on ours": Judgement(Verdict.NOT_REPRODUCED, "3 of 3 seeds", 3), "chapter": "seeds"}])
 
 
-def test_the_claims_table_shows_each_verdict_with_its_symbol_and_a_key():
-    _, claims = landing()
-    html = landing_html(claims, classes="landing claims")
-    assert '<span class="verdict v-confirmed">✔ confirmed (3 of 3 seeds)</span>' in html
-    assert '<span class="verdict v-fails">✗ fails' in html and 'href="ner.html"' in html
-    key = verdict_key(claims)
-    assert key.startswith("**3 claims: 1 ✔ confirmed, 1 ✗ fails, 1 ✘ refuted.**") and "*open*" not in key
+def test_a_tables_claims_are_said_by_verdict_at_the_scale_each_is_judged():
+    said = _claims_sentence(claims()[claims()["chapter"] == "word_lm"])
+    assert said == ("its 2 claims, at <code>reduced</code> on 3 seeds: "
+                    f'<span class="verdict" style="color: {Verdict.REPRODUCED.colour}">1 ✔ reproduced</span>; '
+                    "at <code>paper</code> on 1 seed: "
+                    f'<span class="verdict" style="color: {Verdict.NOT_REPRODUCED.colour}">1 ✘ not reproduced</span>')
+    assert _claims_sentence(claims()[:1].assign(**{"on ours": [NOT_RUN]})) == "its 1 claim is not yet run"
+    assert beyond_sentences(claims()) == [f"c (<code>reduced</code>): {verdict_html(claims()['on ours'][2])}."]
+
+
+def test_the_claims_table_shows_each_verdict_with_its_symbol_colour_and_a_key():
+    html = landing_html(claims(), classes="landing claims")
+    green = Verdict.REPRODUCED.colour
+    assert f'<span class="verdict" style="color: {green}">✔ reproduced (3 of 3 seeds)</span>' in html
+    assert "✘ not reproduced (1 seed)" in html and 'href="word_lm.html"' in html
+    key = verdict_key()
+    assert all(f"{v.symbol} <i>{v.value}</i>" in key for v in Verdict)
 
 
 def test_the_settings_show_as_a_small_table_of_every_field():
@@ -106,3 +110,22 @@ def test_a_rendered_page_drops_its_parameters_and_folds_its_code(tmp_path):
     tags = [c.metadata.get("tags", []) for c in nbformat.read(path, as_version=4).cells]
     assert tags == [[], ["parameters", "remove-cell"], ["injected-parameters", "remove-cell"], ["hide-input"],
                     ["remove-input"]]
+
+
+def test_the_finding_on_longer_sequences_is_said_from_the_runs(tmp_path):
+    from made import stored
+
+    from recdrop.store import RunStore
+    from recdrop.summary import longer_sequences_sentence
+    from recdrop.sweep import grid_rows
+
+    store = RunStore(tmp_path)
+    assert longer_sequences_sentence(store) is None  # nothing run
+    at_60 = {"semeniuta": 0.79, "moon": 0.82, "gal": 0.66}
+    for r in grid_rows("memory_loss", "quick", [0], store=store):
+        acc = at_60.get(r["scheme"], 0.3) if r["sampling"] == "per-step" and r["scaling"] == "paper" else 0.3
+        stored(store, "memory_loss", r, metrics={"test_acc_by_length": {"15": 1.0, "60": acc}})
+    assert longer_sequences_sentence(store) == (
+        "On Temporal Order sequences of 60 steps, 4 times as long as those trained on, the accuracy of each per-step "
+        "scheme: ours per-step 79.0%, Moon per-step 82.0%, Gal per-step 66.0% (at <code>quick</code>, 1 seed); "
+        "on the means, Moon per-step keeps more of its memory than ours.")

@@ -5,6 +5,7 @@ import torch
 
 import recdrop
 from recdrop.memory import cell_states, memory_trace, predicted_trace
+from recdrop.report import NOT_RUN
 
 H, T, B, P = 8, 12, 5, 0.25
 
@@ -96,7 +97,7 @@ def test_memory_loss_runs_train_what_table1_short_trains_and_record_the_probes(t
     assert table.loc["moon per-sequence, paper scaling", "seeds"] == 1
     assert table.loc["moon per-sequence, paper scaling", f"test, t={cfg.probe_steps}, each seed"] == (
         f"{m['probe']['test']['memory'][-1]:.2g}")
-    assert "not yet run" in set(memory_loss.claims([])["on ours"])
+    assert NOT_RUN in set(memory_loss.claims([])["on ours"])
 
 
 def test_memory_loss_config_rejects_bad_probes():

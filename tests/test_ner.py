@@ -9,6 +9,7 @@ from recdrop.data.conll2003 import Sentence
 from recdrop.experiments import ner
 from recdrop.experiments.ner import CAPS, NERConfig, caps_feature, epoch_chunks, gather, grid, make_split
 from recdrop.records import Row
+from recdrop.report import NOT_RUN
 
 needs_conll = pytest.mark.skipif(not (data_root() / "conll2003").exists(), reason="CoNLL-2003 not available")
 
@@ -107,7 +108,7 @@ def test_the_progress_bar_counts_each_stages_batches(tmp_path, monkeypatch):
 def test_claims_are_not_yet_run_without_records():
     rows = [Row(label, 0, run_id(cfg, 0), cfg) for label, cfg in grid("ci")]
     out = ner.claims(rows)
-    assert set(out["on ours"]) == {"not yet run"}
+    assert set(out["on ours"]) == {NOT_RUN}
     # the paper's own numbers: the LSTM's gain is the largest after the 5-word stage (1.10 against 0.88
     # and 0.70), not after the 15-word stage (0.76 against the RNN's 0.83)
     assert list(out["on the paper's numbers"]) == ["holds", "holds", "holds", "does not hold"]

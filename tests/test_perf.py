@@ -105,11 +105,12 @@ def test_a_panel_without_measurements_says_so():
 def test_the_group_table_gives_each_group_sizes_speedup_per_machine_and_model(tmp_path):
     rows = [{"model": m, "runs": r, "alone_s": 1.0 * r, "group_s": r / s, "alone_runs_per_hour_of_steps": 3600.0,
              "group_runs_per_hour_of_steps": 3600.0 * s, "speedup": s, "hardware": "cpu", "device": "cpu",
-             "threads": 1, "torch": "2.13", "commit": "abc", "batch": 32, "tf32": False}
+             "threads": 1, "torch": "2.13", "commit": "abc", "batch": 32, "tf32": False, "date": "2026-11-28"}
             for m, r, s in [("word", 1, 1.0), ("word", 26, 0.9), ("char", 1, 1.1)]]
     pd.DataFrame(rows).to_csv(tmp_path / "g.csv", index=False)
     table = perf.group_table(perf.load_benchmarks(tmp_path))
-    assert list(table.columns) == ["hardware", "step", "commit", "model", "threads", "R = 1", "R = 26"]
+    assert list(table.columns) == ["hardware", "step", "measured", "model", "threads", "R = 1", "R = 26"]
+    assert set(table["measured"]) == {"2026-11-28"}  # when, not which commit: the commits are in the provenance
     assert set(table["step"]) == {"eager, float32"}  # rows from before the step graph: eager
     by_model = table.set_index("model")
     assert by_model.loc["word", "R = 26"] == 0.9 and by_model.loc["char", "R = 1"] == 1.1
@@ -125,26 +126,30 @@ def test_the_group_table_gives_each_group_sizes_speedup_per_machine_and_model(tm
 
 
 def test_a_stacked_benchmark_is_one_row_whatever_path_each_size_recorded(tmp_path):
-    """A row's ``path`` is its first run's last route: at one run torch.nn's, and on the lease of 2026-11-27
-    the 8-run group's too (unexplained); the benchmark is named by its largest group's path, and one
-    without stacking, or at another commit, stays apart. A file without paths is read beside it."""
-    rows = [{"model": "word", "runs": r, "speedup": s, "hardware": "NVIDIA H200", "threads": 2, "commit": c,
-             "tf32": True, "precision": "tf32", "step": "cuda-graph", "path": p,
+    """A row's ``path`` is its first run's last route: at one run torch.nn's, and in one measured file the
+    8-run group's too (unexplained); the benchmark is named by its largest group's path, and one without
+    stacking, or measured another day, stays apart. A file without paths is read beside it, and a file
+    is one measurement, one row, whatever commits its sizes name."""
+    rows = [{"model": "word", "runs": r, "speedup": s, "hardware": "NVIDIA H200", "threads": 2, "commit": "abc",
+             "date": d, "tf32": True, "precision": "tf32", "step": "cuda-graph", "path": p,
              "alone_runs_per_hour_of_steps": 1.0, "group_runs_per_hour_of_steps": s}
-            for c, r, s, p in [("new", 1, 1.0, "torch.nn"), ("new", 8, 1.95, "torch.nn"),
-                               ("new", 26, 2.17, "fused, 26 runs stacked"), ("old", 1, 0.99, None), ("old", 26, 1.78, None)]]
+            for d, r, s, p in [("2026-11-28", 1, 1.0, "torch.nn"), ("2026-11-28", 8, 1.95, "torch.nn"),
+                               ("2026-11-28", 26, 2.17, "fused, 26 runs stacked"), ("2026-11-20", 1, 0.99, None),
+                               ("2026-11-20", 26, 1.78, None)]]
     pd.DataFrame(rows[:3]).to_csv(tmp_path / "new.csv", index=False)
     pd.DataFrame(rows[3:]).drop(columns=["path", "precision"]).to_csv(tmp_path / "old.csv", index=False)
-    pd.DataFrame([{**rows[2], "commit": "newer", "speedup": 2.5}]).to_csv(tmp_path / "newer.csv", index=False)
-    pd.DataFrame([{**r, "model": "char", "commit": c} for r, c in zip(rows[3:], ["old", "older"])]).drop(
+    pd.DataFrame([{**rows[2], "date": "2026-11-29", "speedup": 2.5}]).to_csv(tmp_path / "newer.csv", index=False)
+    pd.DataFrame([{**r, "model": "char", "commit": c} for r, c in zip(rows[3:], ["abc", "abd"])]).drop(
         columns=["path", "precision"]).to_csv(tmp_path / "two.csv", index=False)  # one file, two commits
-    table = perf.group_table(perf.load_benchmarks(tmp_path)).set_index(["step", "commit", "model"])
-    assert sorted(table.index) == [("cuda-graph, TF32", "old", "word"), ("cuda-graph, TF32", "old, older", "char"),
-                                   ("cuda-graph, TF32, stacked", "new", "word"), ("cuda-graph, TF32, stacked", "newer", "word")]
-    assert table.loc[("cuda-graph, TF32, stacked", "new", "word"), "R = 8"] == 1.95
-    assert table.loc[("cuda-graph, TF32, stacked", "newer", "word"), "R = 26"] == 2.5
-    assert table.loc[("cuda-graph, TF32", "old", "word"), "R = 26"] == 1.78
-    assert table.loc[("cuda-graph, TF32", "old, older", "char"), "R = 1"] == 0.99
+    table = perf.group_table(perf.load_benchmarks(tmp_path)).set_index(["step", "measured", "model"])
+    assert sorted(table.index) == [("cuda-graph, TF32", "2026-11-20", "char"),
+                                   ("cuda-graph, TF32", "2026-11-20", "word"),
+                                   ("cuda-graph, TF32, stacked", "2026-11-28", "word"),
+                                   ("cuda-graph, TF32, stacked", "2026-11-29", "word")]
+    assert table.loc[("cuda-graph, TF32, stacked", "2026-11-28", "word"), "R = 8"] == 1.95
+    assert table.loc[("cuda-graph, TF32, stacked", "2026-11-29", "word"), "R = 26"] == 2.5
+    assert table.loc[("cuda-graph, TF32", "2026-11-20", "word"), "R = 26"] == 1.78
+    assert table.loc[("cuda-graph, TF32", "2026-11-20", "char"), "R = 1"] == 0.99
 
 
 def test_a_bidirectional_row_with_its_own_input_size_is_a_row_of_its_own(tmp_path):
@@ -181,3 +186,20 @@ def test_time_per_step_joins_only_the_hidden_sizes_of_one_shape_on_padded_input(
     assert recdrop_lines and all(len(x) <= 2 for x in xs)
     assert not any(set(x) & {25.0} and set(x) & {100.0} for x in xs)  # no line between the two tagger shapes
     assert max(y for line in ax.lines for y in line.get_ydata()) < 500.0 / 35  # the packed row is not drawn
+
+
+def test_the_answer_for_a_library_user_leaves_out_gpu_rows_from_before_the_graphs(tmp_path):
+    rows = [bench_row(scheme="semeniuta", ratio=r, hidden=h, device=d, hardware=hw, ungraphed_ms=u, packed=p,
+                      date="2026-11-28")
+            for d, hw, h, r, u, p in [("cuda", "GPU new", 256, 0.6, 1.0, False),
+                                      ("cuda", "GPU new", 1024, 0.8, 2.0, False), ("cpu", "CPU", 256, 1.3, None, True)]]
+    pd.DataFrame(rows).to_csv(tmp_path / "new.csv", index=False)
+    pd.DataFrame([bench_row(scheme="semeniuta", ratio=5.4, device="cuda", hardware="GPU old", date="2026-11-20")]
+                 ).to_csv(tmp_path / "old.csv", index=False)  # no row timed without the graphs: before them
+    df = perf.load_benchmarks(tmp_path)
+    assert perf.before_graphs(df).tolist() == [False, False, False, True]
+    t = perf.answer_table(df)
+    assert t["hardware"].tolist() == ["GPU new", "CPU"]  # the GPU first; the old GPU's rows superseded
+    assert t.set_index("hardware").loc["GPU new", "recdrop's time / torch.nn's"] == "0.60–0.80"
+    assert t.set_index("hardware").loc["CPU", "input"] == "packed"
+    assert t["shapes"].tolist() == [2, 1] and set(t["measured"]) == {"2026-11-28"}

@@ -3,7 +3,7 @@ import pandas as pd
 import pytest
 
 from made import record, row
-from recdrop.report import Metric, compare, stamp
+from recdrop.report import NOT_RUN, Metric, Verdict, compare, stamp, verdict_of
 
 
 def _runs(values, key="test_acc", **labels):
@@ -12,8 +12,8 @@ def _runs(values, key="test_acc", **labels):
 
 def test_the_verdict_weighs_the_tolerance_against_seed_noise():
     m = Metric("%", digits=1, tolerance=1.0)
-    assert m.verdict([], 50.0) == "not yet run"
-    assert m.verdict([50.0], float("nan")) == "not in the paper"
+    assert m.verdict([], 50.0) == NOT_RUN and not m.verdict([], 50.0).ran
+    assert m.verdict([50.0], float("nan")) is None  # not in the paper
     assert m.verdict([50.9], 50.0) == "reproduced"
     assert m.verdict([51.5], 50.0) == "not reproduced"  # one seed: no noise to weigh
     # mean 51.5, sd 1.0 over 4 seeds: standard error 0.5, two of them 1.0: 0.5 out, within the noise
@@ -35,7 +35,7 @@ def test_compare_builds_one_row_per_cell_with_the_same_columns():
     assert list(t.columns) == ["cell", "paper", "ours", "delta", "verdict", "mean", "sd", "n"]
     assert t["ours"].tolist() == ["95.0 ± 7.1 (n=2)", "30.0", "not yet run", "95.0 ± 7.1 (n=2)"]
     assert t["delta"].tolist()[:2] == [-5.0, -70.0] and pd.isna(t["delta"][2])
-    assert t["verdict"].tolist() == ["reproduced", "not reproduced", "not yet run", "not in the paper"]
+    assert t["verdict"].tolist() == ["reproduced", "not reproduced", NOT_RUN, None]  # None: not in the paper
     assert t["n"].tolist() == [2, 1, 0, 2]
 
 
@@ -47,7 +47,7 @@ def test_compare_says_where_runs_diverged():
     cells = [({"cell": c}, 100.0, "test_acc") for c in "abc"] + [({"cell": "b"}, None, "test_acc")]
     t = compare(rows, cells, ["cell"], m, factor=100)
     assert t["ours"].tolist() == ["90.0; 1 diverged", "diverged (2 runs)", "not yet run", "diverged (2 runs)"]
-    assert t["verdict"].tolist() == ["reproduced", "not reproduced: diverged", "not yet run", "not in the paper"]
+    assert t["verdict"].tolist() == ["reproduced", "not reproduced (diverged)", NOT_RUN, None]
     assert t["n"].tolist() == [1, 0, 0, 0]
 
 
@@ -280,10 +280,10 @@ def test_below_the_papers_scale_an_ablations_side_by_side_says_its_level_is_not_
     from recdrop.report import side_by_side
 
     t = side_by_side(ablation_of({"a": [78.0, 80.0]}, {"a": [85.0]}, F1, scale="quick"), 2)
-    assert t.iloc[0]["distance to the paper's, table → ablation"] == "not judged at quick scale"
+    assert t.iloc[0]["distance to the paper's, table → ablation"] == "not judged at this scale (quick scale)"
     assert t.iloc[0]["the ablation is"] == "better, within the seed noise"  # the change is still judged
     alone = side_by_side(ablation_of({"a": [None]}, {"a": [85.0]}, F1, scale="quick"), 2)  # the table's cell not run
-    assert alone.iloc[0]["distance to the paper's, table → ablation"] == "not judged at quick scale"
+    assert alone.iloc[0]["distance to the paper's, table → ablation"] == "not judged at this scale (quick scale)"
     assert alone.iloc[0]["the ablation is"] == "—"  # not run both ways
 
 
@@ -347,7 +347,8 @@ def test_below_the_papers_scale_a_cell_is_not_judged_as_the_landing_page_says():
             + [row(cell="b", record={"metrics": {"test_acc": 0.3}, "config": {"scale": "paper"}})])
     cells = [({"cell": "a"}, 100.0, "test_acc"), ({"cell": "b"}, 100.0, "test_acc"), ({"cell": "a"}, None, "test_acc")]
     t = compare(rows, cells, ["cell"], m, factor=100)
-    assert t["verdict"].tolist() == ["not judged at reduced scale", "not reproduced", "not in the paper"]
+    assert t["verdict"].tolist() == ["not judged at this scale (reduced scale)", "not reproduced", None]
+    assert [verdict_of(j) for j in t["verdict"][:2]] == [Verdict.NOT_JUDGED, Verdict.NOT_REPRODUCED]
     assert t["delta"].tolist()[:2] == [-10.0, -70.0] and pd.isna(t["delta"][2])  # the difference is still shown
 
 

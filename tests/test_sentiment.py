@@ -8,6 +8,7 @@ from recdrop.data import data_root
 from recdrop.experiments import sentiment
 from recdrop.experiments.sentiment import SentimentConfig, classifier, encode, grid, read_pretrain_corpus
 from recdrop.records import Row
+from recdrop.report import NOT_RUN
 
 needs_semeval = pytest.mark.skipif(not (data_root() / "semeval").exists(), reason="SemEval data not available")
 
@@ -93,4 +94,4 @@ def test_pretraining_is_a_stage_that_a_resumed_run_does_not_repeat(tmp_path, mon
 def test_claims_are_not_yet_run_without_records():
     rows = [Row(label, 0, run_id(cfg, 0), cfg) for label, cfg in grid("ci")]
     out = sentiment.claims(rows)
-    assert set(out["on ours"]) == {"not yet run"} and set(out["on the paper's numbers"]) == {"holds"}
+    assert set(out["on ours"]) == {NOT_RUN} and set(out["on the paper's numbers"]) == {"holds"}

@@ -5,6 +5,7 @@ from made import RECORD_DEFAULTS, row
 from recdrop import chapters, experiments
 from recdrop.experiments import conjecture, seeds, temporal_order, word_lm
 from recdrop.experiments.lm_tables import COMBINED, FORWARD, conjecture_cells, headline_cells
+from recdrop.report import NOT_RUN
 
 WO, W = FORWARD
 
@@ -67,36 +68,36 @@ def test_orderings_survive_only_when_every_seed_agrees():
     rows = fake_rows({OURS: [100, 101, 102], GAL: [103, 110, 111], MOON: [104, 105, 130], NONE: [120, None, None]})
     t = seeds.orderings("word_lm", rows)
     assert len(t) == 6  # every pair of the four cells: the paper orders them all
-    assert verdict(t, "semeniuta 0.5 per-sequence", "gal 0.5 per-step") == "survives"
-    assert verdict(t, "moon 0.25 per-step", "gal 0.5 per-step") == "reversed on the means only"  # 113 vs 108
-    assert verdict(t, "semeniuta 0.5 per-sequence", "moon 0.25 per-step") == "survives"
+    assert verdict(t, "semeniuta 0.5 per-sequence", "gal 0.5 per-step") == "reproduced (every seed in the paper's order)"
+    assert verdict(t, "moon 0.25 per-step", "gal 0.5 per-step") == "within seed noise (reversed on the means only)"  # 113 vs 108
+    assert verdict(t, "semeniuta 0.5 per-sequence", "moon 0.25 per-step") == "reproduced (every seed in the paper's order)"
     rows = fake_rows({OURS: [100, 106, 102], MOON: [104, 105, 107]})
     assert verdict(seeds.orderings("word_lm", rows), "semeniuta 0.5 per-sequence", "moon 0.25 per-step") == \
-        "holds on the means only"
+        "within seed noise (holds on the means only)"
     rows = fake_rows({OURS: [110, 111, 112], MOON: [104, 105, 109]})  # every seed of Moon beats every one of ours
-    assert verdict(seeds.orderings("word_lm", rows), "semeniuta 0.5 per-sequence", "moon 0.25 per-step") == "reversed"
+    assert verdict(seeds.orderings("word_lm", rows), "semeniuta 0.5 per-sequence", "moon 0.25 per-step") == "not reproduced (every seed in the reverse order)"
     rows = fake_rows({OURS: [100, 101, 102], NONE: [120, 121, None]})
-    assert verdict(seeds.orderings("word_lm", rows), "semeniuta 0.5 per-sequence", "none") == "fewer than 3 seeds"
+    assert verdict(seeds.orderings("word_lm", rows), "semeniuta 0.5 per-sequence", "none") == "not judged at this scale (fewer than 3 seeds)"
 
 
 def test_the_landing_line_counts_judged_orderings_and_those_waiting_for_seeds():
     rows = fake_rows({OURS: [100, 101, 102], GAL: [103, 110, 111], MOON: [104, 105, 130], NONE: [120, None, None]})
     t = seeds.orderings("word_lm", rows)  # 3 judged (1 reversed on the means only), 3 against NONE waiting
     assert seeds.orderings_verdict(t) == \
-        ("2 of 3 judged survive, 0 hold on the means only, 1 reversed on the means only, 0 reversed; "
-         "3 of the paper's 6 orderings wait for 3 seeds")
+        ("within seed noise (2 of 3 orderings survive in every seed, 0 reversed in every seed, 1 only on the means; "
+         "3 of the paper's 6 orderings wait for 3 seeds)")
     full = fake_rows({OURS: [100, 101, 102], GAL: [103, 110, 111]})
     assert seeds.orderings_verdict(seeds.orderings("word_lm", full)) == \
-        "1 of 1 judged survive, 0 hold on the means only, 0 reversed on the means only, 0 reversed"
+        "reproduced (1 of 1 orderings survive in every seed, 0 reversed in every seed, 0 only on the means)"
     reversed_ = fake_rows({OURS: [110, 111, 112], GAL: [103, 104, 105]})
     assert seeds.orderings_verdict(seeds.orderings("word_lm", reversed_)) == \
-        "0 of 1 judged survive, 0 hold on the means only, 0 reversed on the means only, 1 reversed"
+        "not reproduced (0 of 1 orderings survive in every seed, 1 reversed in every seed, 0 only on the means)"
     overlap = fake_rows({OURS: [100, 104, 102], GAL: [103, 110, 111]})  # ours ahead on the means, the seeds overlap
     assert seeds.orderings_verdict(seeds.orderings("word_lm", overlap)) == \
-        "0 of 1 judged survive, 1 holds on the means only, 0 reversed on the means only, 0 reversed"
+        "within seed noise (0 of 1 orderings survive in every seed, 0 reversed in every seed, 1 only on the means)"
     one = fake_rows({OURS: [100], GAL: [103]})
     assert seeds.orderings_verdict(seeds.orderings("word_lm", one)) == \
-        "fewer than 3 seeds of its cells: 0 of the paper's 1 orderings judged"
+        "not judged at this scale (fewer than 3 seeds of its cells: 0 of the paper's 1 orderings judged)"
 
 
 def test_seed_table_shows_mean_sd_and_each_seed():
@@ -113,21 +114,21 @@ def test_conjecture_table_compares_the_combination_with_its_parts():
                             (WO, "moon", 0.25, "per-step"): [120], (WO, "gal", 0.5, "per-step"): [100]})
     combo = fake_rows({(WO, COMBINED, 0.25, "per-step"): [104]})
     t = conjecture.conjecture_table("word_lm", table_rows, combo).set_index(["forward", "rate", "sampling"])
-    assert t.loc[at, "beats gal and ours"] == "yes (no seed noise yet)"
+    assert t.loc[at, "beats gal and ours"] == "reproduced (no seed noise yet)"
     assert t.loc[at, [COMBINED, "moon", "gal", "semeniuta"]].tolist() == ["104.0", "120.0", "110.0", "105.0"]
     noise = fake_rows({(WO, "moon", 0.5, "per-sequence"): [100, 102, None]})  # sd 1.4: 104 vs 105 is within
     t = conjecture.conjecture_table("word_lm", table_rows, combo, noise).set_index(["forward", "rate", "sampling"])
     assert t.loc[at, "beats gal and ours"] == "within seed noise"
     quiet = fake_rows({(WO, "moon", 0.5, "per-sequence"): [100, 100.2, None]})  # sd 0.14: 104 beats 105
     t = conjecture.conjecture_table("word_lm", table_rows, combo, quiet).set_index(["forward", "rate", "sampling"])
-    assert t.loc[at, "beats gal and ours"] == "yes"
-    assert t.loc[(WO, 0.25, "per-sequence"), "beats gal and ours"] == "not yet run"
+    assert t.loc[at, "beats gal and ours"] == "reproduced"
+    assert t.loc[(WO, 0.25, "per-sequence"), "beats gal and ours"] == NOT_RUN
     no_combo = conjecture.conjecture_table("word_lm", table_rows, fake_rows({(WO, COMBINED, 0.25, "per-step"): [None]}))
     assert (no_combo[COMBINED] == "—").all()  # not "None" or "nan"
     s = conjecture.conjecture_summary("word_lm", table_rows, combo).set_index("forward")
-    assert s.loc[WO, "verdict"] == ("not yet run in full (1 of 4 combination cells, 4 of 12 single-scheme cells)")
+    assert s.loc[WO, "verdict"] == ("not judged at this scale (not yet run in full (1 of 4 combination cells, 4 of 12 single-scheme cells))")
     assert s.loc[WO, "best single cell"] == "gal 0.5 per-step"  # the best of those that ran, shown beside
-    assert s.loc[W, "verdict"] == "not yet run"
+    assert s.loc[W, "verdict"] == NOT_RUN
     # a whole block: the single schemes at 110 but gal 0.5 per-step at 100; the combination at 104 but one cell
     from recdrop.experiments.lm_tables import RATES, SAMPLINGS, SCHEMES
     singles = {(WO, sc, r, sa): [100 if (sc, r, sa) == ("gal", 0.5, "per-step") else 110]
@@ -139,7 +140,7 @@ def test_conjecture_table_compares_the_combination_with_its_parts():
     # each number to the metric's digits (ppl: 1), never a whole number beside a decimal one
     assert s.loc[WO, ["single's test ppl", "combination's test ppl", "combination − single", "seed sd (pooled)"]
                  ].tolist() == ["100.0 (n=1)", "104.0 (n=1)", "+4.0", "—"]  # each with its seeds
-    assert s.loc[WO, "verdict"] == "the best single scheme is better (one seed a cell: no seed noise to judge against)"
+    assert s.loc[WO, "verdict"] == "not reproduced (the best single scheme is better; one seed a cell: no seed noise to judge against)"
     noisy = fake_rows({(WO, "moon", 0.25, "per-step"): [100, 103, 97], (WO, "none", 0.0, "-"): [120, 140, 100],
                        (W, "none", 0.0, "-"): [120, 130, 110]})
     s = conjecture.conjecture_summary("word_lm", table_rows, combo, noisy).set_index("forward")
@@ -154,13 +155,13 @@ def test_conjecture_table_compares_the_combination_with_its_parts():
     assert sd[WO] == pytest.approx(((2 * 1 + 1 * 16) / 3) ** 0.5, rel=1e-6) and W not in sd
     s = conjecture.conjecture_summary("word_lm", table_rows, combo).set_index("forward")
     assert s.loc[WO, "best combination cell"] == "0.5 per-step" and s.loc[WO, "seed sd (pooled)"] == "1.0"
-    assert s.loc[WO, "verdict"] == "the combination is better"  # 90 against 100, more than 2 x 1 apart
+    assert s.loc[WO, "verdict"] == "reproduced (the combination is better)"  # 90 against 100, more than 2 x 1 apart
     # a run of a cell compared whose validation still falls over its last epochs: the verdict is provisional
     moving = fake_rows({**combos, (WO, COMBINED, 0.25, "per-step"): [103, 104, 105],
                         (WO, COMBINED, 0.5, "per-step"): [90, None, None]}, falling={((WO, COMBINED, 0.5, "per-step"), 0)})
     s = conjecture.conjecture_summary("word_lm", table_rows, moving).set_index("forward")
-    assert s.loc[WO, "verdict"] == ("the combination is better; provisional: 1 of the 2 runs compared still moving "
-                                    "at their last epoch")
+    assert s.loc[WO, "verdict"] == ("reproduced (the combination is better; provisional: 1 of the 2 runs compared "
+                                    "still moving at their last epoch)")
     assert conjecture.pooled_seed_sd([], "test_ppl") == {}
 
 

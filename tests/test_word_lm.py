@@ -11,6 +11,7 @@ from recdrop.data import data_root
 from recdrop.experiments import word_lm
 from recdrop.experiments.word_lm import WordLMConfig, WordLMTask, grid
 from recdrop.store import RunStore
+from recdrop.report import NOT_RUN, Verdict
 
 pytestmark = pytest.mark.skipif(not (data_root() / "ptb").exists(), reason="PTB not available")
 
@@ -173,6 +174,7 @@ def test_claim_i_is_judged_in_each_block_apart():
     rows = [row(record={"metrics": {"test_ppl": paper[c]}}, **dict(zip(CELL_KEYS, c)))
             for c in all_cells() if c[0] == without]
     verdicts = dict(word_lm.claims(rows).iloc[:, [0, 2]].itertuples(index=False))
-    assert verdicts[f"(i) ours (Semeniuta) beats Moon and Gal: best cell of each scheme, {without}"].startswith("holds")
+    judged = verdicts[f"(i) ours (Semeniuta) beats Moon and Gal: best cell of each scheme, {without}"]
+    assert judged.verdict is Verdict.REPRODUCED
     assert verdicts["(i) ours (Semeniuta) beats Moon and Gal: best cell of each scheme, with forward dropout"] == (
-        "not yet run")
+        NOT_RUN)

@@ -9,7 +9,7 @@ from typing import Dict, List, Optional
 
 import pandas as pd
 
-from ..report import summarize
+from ..report import NOT_RUN, Judgement, Verdict, summarize
 from .char_lm import table_rows  # char_lm's batch-size check aside
 from .lm_tables import CELL_KEYS, COMBINED, FORWARD, RATES, SAMPLINGS, SCHEMES, cell_seeds, cell_values, fit_table
 
@@ -43,7 +43,7 @@ def conjecture_table(experiment: str, table_runs, conjecture_runs, seed_runs: Op
                     v = single.get((forward, scheme, rate, sampling))
                     row[scheme] = "—" if v is None else f"{v:.{digits}f}"
                 parts = [single.get((forward, s, rate, sampling)) for s in ("gal", "semeniuta")]
-                row["beats gal and ours"] = ("not yet run" if c is None or None in parts else
+                row["beats gal and ours"] = (NOT_RUN if c is None or None in parts else
                                              _beats(c - min(parts), sd.get(forward)))
                 out.append(row)
     return pd.DataFrame(out)
@@ -54,11 +54,12 @@ def _within_noise(delta: float, noise: Optional[float]) -> bool:
     return noise is not None and abs(delta) <= 2 * noise
 
 
-def _beats(delta: float, noise: Optional[float]) -> str:
+def _beats(delta: float, noise: Optional[float]) -> Judgement:
     """The verdict on ``delta`` (the combination minus the better part; lower is better)."""
     if _within_noise(delta, noise):
-        return "within seed noise"
-    return ("yes" if delta < 0 else "no") + (" (no seed noise yet)" if noise is None else "")
+        return Judgement(Verdict.WITHIN_NOISE)
+    return Judgement(Verdict.REPRODUCED if delta < 0 else Verdict.NOT_REPRODUCED,
+                     "no seed noise yet" if noise is None else "")
 
 
 def pooled_seed_sd(runs, metric: str) -> Dict[str, float]:
@@ -111,7 +112,7 @@ def conjecture_summary(experiment: str, table_runs, conjecture_runs, seed_runs: 
         combos = {c: v for c, v in combined.items() if c[0] == forward}
         row = {"forward": forward}
         if not singles or not combos:
-            row.update({"verdict": "not yet run"})
+            row.update({"verdict": NOT_RUN})
             out.append(row)
             continue
         b_single = min(singles, key=singles.get)
@@ -119,18 +120,22 @@ def conjecture_summary(experiment: str, table_runs, conjecture_runs, seed_runs: 
         delta = combos[b_combo] - singles[b_single]
         noise = sd.get(forward)
         better = "the combination" if delta < 0 else "the best single scheme"
+        seeds = min(n_single[b_single], n_combined[b_combo])
         cells = len(RATES) * len(SAMPLINGS)
         if len(combos) < cells or len(singles) < len(SCHEMES) * cells:  # a best of some cells is no best
-            verdict = (f"not yet run in full ({len(combos)} of {cells} combination cells, {len(singles)} of "
-                       f"{len(SCHEMES) * cells} single-scheme cells)")
+            verdict = Judgement(Verdict.NOT_JUDGED, f"not yet run in full ({len(combos)} of {cells} combination cells, "
+                                                    f"{len(singles)} of {len(SCHEMES) * cells} single-scheme cells)")
         elif _within_noise(delta, noise):
-            verdict = f"within seed noise ({better} better by {abs(delta):.{digits}f} {metric.split('_')[1]})"
+            verdict = Judgement(Verdict.WITHIN_NOISE, f"{better} better by {abs(delta):.{digits}f} "
+                                                      f"{metric.split('_')[1]}", seeds)
         else:
-            verdict = f"{better} is better" + (" (one seed a cell: no seed noise to judge against)" if noise is None else "")
-        if not verdict.startswith("not yet run"):
+            verdict = Judgement(Verdict.REPRODUCED if delta < 0 else Verdict.NOT_REPRODUCED, f"{better} is better" + (
+                "; one seed a cell: no seed noise to judge against" if noise is None else ""), seeds)
+        if verdict.verdict is not Verdict.NOT_JUDGED:
             moving, compared = _unsettled(fit, {b_single, b_combo})
             if moving:
-                verdict += f"; provisional: {moving} of the {compared} runs compared still moving at their last epoch"
+                verdict = verdict.noted(f"provisional: {moving} of the {compared} runs compared still moving at "
+                                        "their last epoch")
         unit = metric.split("_")[1]
         row.update({"best single cell": f"{b_single[1]} {b_single[2]} {b_single[3]}",  # each number to the metric's digits
                     f"single's test {unit}": f"{singles[b_single]:.{digits}f} (n={n_single[b_single]})",

@@ -12,12 +12,13 @@ against every seed of the other.
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Tuple
 
 import pandas as pd
 
-from ..report import MIN_SEEDS_TO_JUDGE, fmt_mean_sd
+from ..report import MIN_SEEDS_TO_JUDGE, Judgement, Verdict, fmt_mean_sd
 from .lm_tables import CELL_KEYS as LM_KEYS
 from .lm_tables import cell_name, paper_values
 from .temporal_order import CELL_KEYS as TO_KEYS
@@ -109,41 +110,45 @@ def orderings(experiment: str, rows) -> "pd.DataFrame":
             continue
         ahead, behind = (a, b) if better(paper[a], paper[b]) else (b, a)
         va, vb = values[ahead], values[behind]
-        if min(len(va), len(vb)) < MIN_SEEDS_TO_JUDGE:  # as for every claim (report.claim_verdict)
-            verdict = f"fewer than {MIN_SEEDS_TO_JUDGE} seeds"
+        n = min(len(va), len(vb))
+        if n < MIN_SEEDS_TO_JUDGE:  # as for every claim (report.claim_verdict)
+            verdict = Judgement(Verdict.NOT_JUDGED, f"fewer than {MIN_SEEDS_TO_JUDGE} seeds", n)
         elif all(better(x, y) for x in va for y in vb):
-            verdict = "survives"
+            verdict = Judgement(Verdict.REPRODUCED, SURVIVES, n)
         elif all(better(y, x) for x in va for y in vb):
-            verdict = "reversed"
+            verdict = Judgement(Verdict.NOT_REPRODUCED, REVERSED, n)
         elif better(sum(va) / len(va), sum(vb) / len(vb)):
-            verdict = "holds on the means only"
+            verdict = Judgement(Verdict.WITHIN_NOISE, "holds on the means only", n)
         else:
-            verdict = "reversed on the means only"
+            verdict = Judgement(Verdict.WITHIN_NOISE, "reversed on the means only", n)
         out.append({s.block: a[idx], "the paper: ahead": _label(s, ahead), "behind": _label(s, behind),
                     "paper values": f"{paper[ahead]:.{s.digits}f} vs {paper[behind]:.{s.digits}f}",
                     "seeds (ahead, behind)": f"{len(va)}, {len(vb)}", "ours": verdict})
     return pd.DataFrame(out)
 
 
-JUDGED = ("survives", "holds on the means only", "reversed on the means only", "reversed")
+SURVIVES, REVERSED = "every seed in the paper's order", "every seed in the reverse order"
 
 
-def orderings_verdict(table: "pd.DataFrame") -> str:
-    """One line for the landing page from ``orderings``: how many of the judged orderings have each of
-    the seeds page's four verdicts (``JUDGED``, in its words), and how many of the paper's orderings
-    still wait for their seeds."""
+def orderings_verdict(table: "pd.DataFrame") -> Judgement:
+    """One verdict for the landing page from ``orderings``: *reproduced* where every ordering judged
+    survives the seed noise, *not reproduced* where some is reversed in every seed, else *within seed
+    noise*; beside it, how many of each, and how many of the paper's orderings wait for their seeds."""
     if not len(table):
-        return f"fewer than {MIN_SEEDS_TO_JUDGE} seeds of its cells"
-    judged = table[table["ours"].isin(JUDGED)]
+        return Judgement(Verdict.NOT_JUDGED, f"fewer than {MIN_SEEDS_TO_JUDGE} seeds of its cells")
+    judged = [j for j in table["ours"] if j.verdict is not Verdict.NOT_JUDGED]
     waiting = len(table) - len(judged)
-    if not len(judged):
-        return f"fewer than {MIN_SEEDS_TO_JUDGE} seeds of its cells: 0 of the paper's {len(table)} orderings judged"
-    count = judged["ours"].value_counts()
-    plural = {"holds on the means only": "hold on the means only"}  # of the verdicts after "survive"
-    out = f"{count.get(JUDGED[0], 0)} of {len(judged)} judged survive, " + ", ".join(
-        f"{count.get(v, 0)} {v if count.get(v, 0) == 1 else plural.get(v, v)}" for v in JUDGED[1:])
-    return out + (f"; {waiting} of the paper's {len(table)} orderings wait for {MIN_SEEDS_TO_JUDGE} seeds"
-                  if waiting else "")
+    if not judged:
+        return Judgement(Verdict.NOT_JUDGED, f"fewer than {MIN_SEEDS_TO_JUDGE} seeds of its cells: 0 of the "
+                                             f"paper's {len(table)} orderings judged")
+    count = Counter(j.detail for j in judged)
+    verdict = (Verdict.REPRODUCED if count[SURVIVES] == len(judged) else
+               Verdict.NOT_REPRODUCED if count[REVERSED] else Verdict.WITHIN_NOISE)
+    detail = (f"{count[SURVIVES]} of {len(judged)} orderings survive in every seed, {count[REVERSED]} reversed in "
+              f"every seed, {len(judged) - count[SURVIVES] - count[REVERSED]} only on the means")
+    return Judgement(verdict, detail + (f"; {waiting} of the paper's {len(table)} orderings wait for "
+                                        f"{MIN_SEEDS_TO_JUDGE} seeds" if waiting else ""),
+                     min(j.seeds for j in judged))
 
 
 def plot_seeds(experiment: str, rows):

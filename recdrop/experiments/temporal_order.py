@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from ..paper import paper_results
 from ..config import ExperimentConfig
 from ..models import Dropout, SequenceClassifier, init_uniform_
-from ..report import Metric, claim_outcomes, claim_verdict, compare, curves_frame, seed_values
+from ..report import Judgement, Metric, Verdict, claim_outcomes, claim_verdict, compare, curves_frame, seed_values
 from ..train import Task, epoch_generator
 
 LENGTHS = {"short": 15, "medium": 30}  # paper Sec. 4.1
@@ -306,9 +306,9 @@ def solved_epochs(rows) -> "pd.DataFrame":
 
 def claims(rows) -> "pd.DataFrame":
     """The claims of Sec. 4.1 (and Sec. 3's closing discussion), per length, each judged on our runs
-    against the seed noise (``report.claim_verdict``), or *inconclusive* where the LSTM without
-    dropout does not solve that length in every seed at this scale either, and *not yet run* until it
-    has run there (*cannot be judged* where a run it needs diverged). Accuracies within
+    against the seed noise (``report.claim_verdict``), or *not judged at this scale* where the LSTM
+    without dropout does not solve that length in every seed at this scale either, until it has run
+    there, or where a run it needs diverged. Accuracies within
     SOLVED_MARGIN_PP of 100% count as solved, within it of 25% (chance) or below as failed. "Later than"
     compares the first epoch whose test accuracy counts as solved with the LSTM's without dropout,
     seed by seed."""
@@ -338,7 +338,8 @@ def claims(rows) -> "pd.DataFrame":
         if baseline[0] is None:  # a scheme's failure means nothing until the budget is shown to suffice
             return claim_verdict(solves, by_seed)  # not yet run, or cannot be judged (diverged)
         if not (baseline[0] and all(baseline[1])):
-            return "inconclusive: without dropout the LSTM does not solve it in every seed at this scale either"
+            return Judgement(Verdict.NOT_JUDGED, "without dropout the LSTM does not solve it in every seed at this "
+                                                 "scale either", len(baseline[1]))
         claim = every(conditions)
         return claim_verdict(claim if also is None else (lambda v: claim(v) and also(v)), by_seed)
 

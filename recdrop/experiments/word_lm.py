@@ -18,7 +18,7 @@ import torch
 from ..config import ExperimentConfig
 from ..data.ptb import batchify, check_ptb, load_ptb
 from ..models import Dropout, LanguageModel, generators, language_models_bytes, language_models_nll
-from ..report import Metric, check_claims, claim_verdict, figure_verdict, means_over, seed_values
+from ..report import NOT_RUN, Metric, check_claims, claim_verdict, means_over, seed_values
 from .. import step_graph
 from ..stacked import StackedLanguageModels, stacking
 from ..step_graph import LearningRates, StepGraph
@@ -368,7 +368,7 @@ def plot_runs(rows):
 def figure2_row(rows, scale):
     """Figure 2's row of the landing page, from the runs at ``scale``: with 0.25 per-step dropout (ours),
     the final training perplexity is higher and the validation perplexity lower than without (judged
-    against the seed noise, ``report.claim_verdict``, in ``judged``; the verdict ``report.figure_verdict``'s);
+    against the seed noise, ``report.claim_verdict``, in ``judged`` and ``verdict``);
     ``runs``, the rows of the two cells the figure draws (for their stamp: hardware and precision)."""
     wo = next(iter(FORWARD))
     none, ours = (wo, "none", 0.0, "-"), (wo, "semeniuta", 0.25, "per-step")
@@ -381,15 +381,14 @@ def figure2_row(rows, scale):
     keys = [(cell, split) for cell in (ours, none) for split in ("train", "valid")]
     complete = {seed: v for seed, v in by_seed.items() if all(k in v for k in keys)}  # what claim_verdict judges
     if not complete:
-        found = verdict = judged = "not yet run"
+        found, judged = "not yet run", NOT_RUN
     else:
         mean = means_over(list(complete.values()))
         over = f"seed {next(iter(complete))}" if len(complete) == 1 else f"mean of {len(complete)} seeds"
         judged = claim_verdict(claim, by_seed)
         found = (f"train {mean[(ours, 'train')]:.1f} vs {mean[(none, 'train')]:.1f}, valid {mean[(ours, 'valid')]:.1f} "
                  f"vs {mean[(none, 'valid')]:.1f} ({over}): {judged}")
-        verdict = figure_verdict(judged)
     return {"what": "Figure 2: learning curves, word-level PTB", "scale": scale or "—",
             "the paper's best cell": "with dropout: higher training, lower validation perplexity (its slower convergence "
                                      "not judged)", "ours": found,
-            "verdict": verdict, "judged": judged, "runs": [r for r in rows if r.cell(CELL_KEYS) in (ours, none)]}
+            "verdict": judged, "judged": judged, "runs": [r for r in rows if r.cell(CELL_KEYS) in (ours, none)]}

@@ -1,11 +1,14 @@
 """Open every page of the built book in headless Chromium (Debian's ``chromium``, driven by
 Playwright) at 1400 px and fail on a script error, a local file that does not load, a broken image,
-an empty table or a table wider than the text column. Run after the build (``make test`` does): ``pytest tests/browser``. A screenshot of
+an empty table or a table wider than the text column; and where a page does not read as a book
+(``assert_reads_as_a_book``): words of how it was made, a fifth verdict symbol, commit hashes in sight,
+a page too long, a figure without its caption. Run after the build (``make test`` does): ``pytest tests/browser``. A screenshot of
 the landing page is kept in ``_build/screenshots/`` (a build artefact, not committed).
 
 Requests to other hosts (MathJax's CDN, say) are not checked: CI may have no internet.
 """
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -13,6 +16,7 @@ import pytest
 import yaml
 
 from recdrop.experiments import EXPERIMENTS
+from recdrop.report import Verdict
 from recdrop.summary import landing_claims, landing_stamps
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,7 +61,13 @@ CHECK_PAGE = r"""() => {
                                t.innerText.slice(0, 80));
   const h1 = document.querySelector('h1');
   const reprs = document.body.innerText.match(/<IPython\.core\.display\.\w+ object>|<[\w.]+ object at 0x[0-9a-f]+>/g) || [];
-  return {images, empty, reprs, wide, tables: tables.length, title: h1 ? h1.textContent.trim() : ''};
+  const text = (document.querySelector('main') || document.body).innerText;  // what a reader sees (folds closed)
+  const uncaptioned = [...document.querySelectorAll('main img')]
+    .filter(i => !(i.closest('figure') && i.closest('figure').querySelector('figcaption')))
+    .map(i => (i.alt || i.src).slice(0, 80));
+  const symbols = [...new Set([...document.querySelectorAll('main span.verdict')].map(s => s.textContent.trim().replace(/^\d+\s*/, '')[0]))];
+  return {images, empty, reprs, wide, tables: tables.length, title: h1 ? h1.textContent.trim() : '', text,
+          uncaptioned, symbols, height: document.documentElement.scrollHeight};
 }"""
 
 
@@ -83,6 +93,27 @@ def test_page_opens_with_its_tables_and_figures(browser, page):
     assert not found["wide"], f"{page.name}: tables wider than the text column at 1400 px: {found['wide']}"
     assert found["title"], f"{page.name}: no title (h1)"
     assert not found["reprs"], f"{page.name}: Python objects shown as text (an empty display?): {found['reprs']}"
+    assert_reads_as_a_book(page.name, found)
+
+
+# Words of how the book was made, not of what it found: none may reach a page.
+HOW_IT_WAS_MADE = re.compile(r"\b(leases?|leased|lent|sessions?|campaigns?|issue \d+|probes/)", re.IGNORECASE)
+COMMIT = re.compile(r"\b(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b")
+MAX_COMMITS, MAX_HEIGHT = 3, 15_000  # a page's visible commit hashes; its length at 1400 px
+
+
+def assert_reads_as_a_book(name: str, found: dict) -> None:
+    """A page speaks to its reader: no words of how it was made, the four verdicts only (each with its
+    own symbol), at most a few commit hashes in sight (the rest folded), a length one reads, and every
+    figure with its caption."""
+    words = sorted({m.group(0).lower() for m in HOW_IT_WAS_MADE.finditer(found["text"])})
+    assert not words, f"{name}: words of how the book was made: {words}"
+    assert set(found["symbols"]) <= {v.symbol for v in Verdict}, f"{name}: verdict symbols {found['symbols']}"
+    assert not {"✓", "✗"} & set(found["text"]), f"{name}: a verdict symbol that is not one of the four"
+    commits = sorted(set(COMMIT.findall(found["text"])))
+    assert len(commits) <= MAX_COMMITS, f"{name}: {len(commits)} commit hashes in sight: {commits[:10]}"
+    assert found["height"] <= MAX_HEIGHT, f"{name}: {found['height']} px long at 1400 px (at most {MAX_HEIGHT})"
+    assert not found["uncaptioned"], f"{name}: figures without a caption: {found['uncaptioned']}"
 
 
 def test_the_landing_page_links_every_table_to_its_chapter(browser):
@@ -100,3 +131,17 @@ def test_the_landing_page_links_every_table_to_its_chapter(browser):
     assert len(stamps) == len(landing_stamps())  # each stamp links to the chapter its runs are shown in
     for href in links + claims + stamps:
         assert Path(href.removeprefix("file://")).exists(), href
+
+
+def test_the_landing_page_opens_with_a_sentence_per_table_and_figure(browser):
+    """A reader learns in the first screen whether each table and figure of the paper reproduced."""
+    tab = browser.new_page(viewport={"width": 1400, "height": 900})
+    tab.goto((HTML / "book" / "executed" / "summary.html").as_uri())
+    first = tab.evaluate("""() => { const ul = document.querySelector('article.bd-article ul');
+        return {top: ul.getBoundingClientRect().top,
+                items: [...ul.querySelectorAll('li')].map(li => li.innerText)}; }""")
+    tab.close()
+    assert first["top"] < 900, f"the sentences start {first['top']} px down, below the first screen"
+    heads = [item.split(" (")[0] for item in first["items"]]
+    tables = [e.title.split(":")[0] for e in EXPERIMENTS.values() if e.comparison is not None]
+    assert heads == ["Figure 1", *[h for t in tables for h in (t, *(["Figure 2"] if t == "Table 2" else []))]], heads
