@@ -273,8 +273,8 @@ def check_device(device: str, available: bool = True) -> str:
     if available and kind == "cuda" and not torch.cuda.is_available():
         why = (f"this torch ({torch.__version__}) is a CPU-only build: install a CUDA build of it (pip install "
                f"--force-reinstall torch=={torch.__version__.split('+')[0]} --index-url "
-               "https://download.pytorch.org/whl/cu130, the CUDA version the driver takes; README, 'To rerun one "
-               "notebook')" if torch.version.cuda is None else "no CUDA device is available here")
+               "https://download.pytorch.org/whl/cu130, the CUDA version the driver takes; README, 'Rerunning a "
+               "notebook with papermill')" if torch.version.cuda is None else "no CUDA device is available here")
         raise ValueError(f"device={device!r} was asked for but {why}; or use device='cpu'")
     return str(device)
 

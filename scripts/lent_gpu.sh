@@ -1,5 +1,5 @@
 #!/bin/bash
-# A lent GPU's lease (README, "On a lent GPU"), in phases, so that its training can span two commands
+# A lent GPU's lease (CONTRIBUTING.md, "On a lent GPU"), in phases, so that its training can span two commands
 # of at most 10 minutes: a process started with setsid runs on between commands while the machine is
 # warm. Run from the repository root there, every command carrying .gpu-data: data.tgz (ptb and ptb_char),
 # head.bundle (main) and, to resume, a previous lease's pack in .gpu-data/pack:
@@ -56,7 +56,7 @@ in_place() {  # every phase: the data unpacked and the checkout at the commit th
 
 setup() {
   for d in ptb ptb_char; do  # the tests and the campaign read both; a lease spent without them is lost
-    [ -d "$RECDROP_DATA/$d" ] || { echo "error: $RECDROP_DATA/$d is missing: put it in $CARRIED/data.tgz and carry it (README)"; exit 1; }
+    [ -d "$RECDROP_DATA/$d" ] || { echo "error: $RECDROP_DATA/$d is missing: put it in $CARRIED/data.tgz and carry it (CONTRIBUTING.md)"; exit 1; }
   done
   local gpu; gpu=$(gpu_name)
   echo "$gpu, commit $(git log --oneline -1)"; git status --short | head -3
