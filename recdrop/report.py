@@ -709,14 +709,20 @@ def config_table(config, per_row: int = 3):
 
 def styled(table: pd.DataFrame, digits: int = 2):
     """A comparison (``compare``'s output) as the book shows it: without the row index and without
-    the numbers behind ``ours`` (mean, sd, n), the paper's number and the delta to ``digits`` decimals."""
+    the numbers behind ``ours`` (mean, sd, n), the paper's number and the delta to ``digits`` decimals,
+    each verdict with its symbol; a verdict column that says the same of every row is said once, above."""
     shown = table.drop(columns=[c for c in ("mean", "sd", "n") if c in table])
+    judged = [c for c in shown.columns if shown[c].map(lambda x: isinstance(x, (Judgement, Verdict))).any()]
+    same = [c for c in judged if len(shown) > 1 and shown[c].map(str).nunique() == 1]
+    shown = shown.drop(columns=same)
     numbers = [c for c in ("paper", "delta") if c in shown]
     labels = [c for c in shown.select_dtypes("number").columns if c not in numbers]  # a rate: 0.25, not 0.250000
-    judged = [c for c in shown.columns if shown[c].map(lambda x: isinstance(x, (Judgement, Verdict))).any()]
-    return (shown.style.hide().format(precision=digits, na_rep="—", subset=numbers)
-            .format(plain_label, na_rep="—", subset=labels)
-            .format(lambda j: verdict_html(j) or "—", subset=judged))
+    out = (shown.style.hide().format(precision=digits, na_rep="—", subset=numbers)
+           .format(plain_label, na_rep="—", subset=labels)
+           .format(lambda j: verdict_html(j) or "—", subset=[c for c in judged if c not in same]))
+    if same:
+        out = out.set_caption("; ".join(f"{c}, every row: {verdict_html(table[c].iloc[0])}" for c in same))
+    return out
 
 
 def book_tables() -> None:

@@ -3,7 +3,7 @@ import pandas as pd
 import pytest
 
 from made import record, row
-from recdrop.report import NOT_RUN, Metric, Verdict, compare, stamp, verdict_of
+from recdrop.report import NOT_RUN, Metric, Verdict, compare, stamp, styled, verdict_of
 
 
 def _runs(values, key="test_acc", **labels):
@@ -356,3 +356,12 @@ def test_the_stamp_says_one_thread_in_the_singular():
     rows = [row(run_id="a", config="c", record={"config": {"scale": "ci"}, "hardware": "AMD EPYC (1 threads)",
                                                 "torch": "2.13", "commit": "abc", "finished": "2026-11-26T00:00"})]
     assert "hardware: AMD EPYC (1 thread) |" in stamp(rows)
+
+
+def test_a_verdict_that_is_the_same_in_every_row_is_said_once():
+    m = Metric("%", digits=1, tolerance=10.0)
+    rows = [row(cell=c, record={"metrics": {"test_acc": 0.9}, "config": {"scale": "reduced"}}) for c in "ab"]
+    t = compare(rows, [({"cell": c}, 100.0, "test_acc") for c in "ab"], ["cell"], m, factor=100)
+    shown = styled(t)
+    assert "verdict" not in shown.data and "every row: " in shown.caption and "not judged at this scale" in shown.caption
+    assert "verdict" in styled(t.assign(verdict=[t["verdict"][0], NOT_RUN])).data  # where rows differ, a column
