@@ -15,7 +15,7 @@ from .book import chapter_scale, chapter_seeds
 from .chapters import (best_cell, claims_by_scale, conjecture_runs, figure_at_largest_scale, judged_claims,
                        largest_verdicts, paper_comparison, paper_so_far)
 from .config import SCALE_NAMES
-from .experiments import EXPERIMENTS, conjecture
+from .experiments import EXPERIMENTS, conjecture, memory_loss
 from .experiments import seeds as seeds_study
 from .report import (NOT_RUN, Judgement, Verdict, ablation_effects, ablation_finding, claim_verdicts, held_cells,
                      stamp, verdict_html, verdict_of, verdict_rows, verdict_tally)
@@ -335,8 +335,6 @@ def longer_sequences_sentence(store: Optional[RunStore] = None) -> Optional[str]
     sequences four times as long as those trained on, the accuracy of ours, Moon's and Gal's per-step
     schemes (the paper's scaling), mean over the seeds, at the scale its chapter shows. None where
     those have not run."""
-    from .experiments import memory_loss
-
     scale = chapter_scale("memory_loss", store)
     if not scale:
         return None
