@@ -12,12 +12,14 @@ setup: .venv/.installed
 	$(PY) -m pip install -q -e '.[test]'
 	touch $@
 
-# Unit tests; every notebook at `ci` scale under nbval (training into a scratch store, so the
-# committed records are untouched); the book build from the committed records; then every page of
-# the built book in headless Chromium.
+# ruff over the Python files, notebooks aside (pyproject.toml's rules, lines up to 120); unit tests;
+# every notebook at `ci` scale under nbval (training into a scratch store, so the committed records
+# are untouched); the book build from the committed records; then every page of the built book in
+# headless Chromium.
 # The unit tests run in two workers (as many as the cores, up to 2), a file each at a time, one thread
 # each, and list the slowest.
 test: setup
+	$(PY) -m ruff check recdrop tests benchmarks examples book/_ext notebooks/conftest.py
 	TQDM_DISABLE=1 OMP_NUM_THREADS=1 $(PY) -m pytest -q -n auto --maxprocesses=2 --dist loadfile --durations=40 \
 	  tests --ignore=tests/browser
 	scratch=$$(mktemp -d) && TQDM_DISABLE=1 RECDROP_RUNS=$$scratch/runs RECDROP_CACHE=$$scratch/cache \

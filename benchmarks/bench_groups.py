@@ -5,10 +5,10 @@ One training step of R runs of a table's grid at the paper's shapes (word LM: vo
 the first R cells of Table 2 or 3 (each its own scheme, rate, sampling, forward dropout and
 generator), through the trainer's own step (``Task.group_stepper``: the forward as one model, one
 backward, each run's clipping and optimiser step; on a GPU the whole step one CUDA graph), against
-the same R runs' steps one after the other (a stepper of one run each, graphed alike). After a warm-up, the two are timed in turn, repeat after repeat
-(each repeat as many steps as fill ``--min-s``), in one
-process on one machine; the ratio is the group's runs per hour over one-at-a-time's. Prints a table
-and, with --out, writes it as CSV for the Performance page.
+the same R runs' steps one after the other (a stepper of one run each, graphed alike). After a
+warm-up, the two are timed in turn, repeat after repeat (each repeat as many steps as fill
+``--min-s``), in one process on one machine; the ratio is the group's runs per hour over
+one-at-a-time's. Prints a table and, with --out, writes it as CSV for the Performance page.
 
     python benchmarks/bench_groups.py --out data/benchmarks/groups/cpu-amd-epyc.csv      # CPU
     python benchmarks/bench_groups.py --device cuda --models word char --sizes 1 2 4 8 13 26 \
@@ -80,7 +80,8 @@ def main(argv=None):
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=2, help="CPU threads (torch.set_num_threads)")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--min-s", type=float, default=0.5, help="each repeat times consecutive steps for at least this long")
+    ap.add_argument("--min-s", type=float, default=0.5,
+                    help="each repeat times consecutive steps for at least this long")
     ap.add_argument("--warmup-s", type=float, default=1.0,
                     help="steps first, for at least this long (captures the CUDA graphs and wakes a GPU's clocks)")
     ap.add_argument("--models", nargs="+", default=["word"], choices=sorted(MODELS))
@@ -107,12 +108,12 @@ def main(argv=None):
             alone_steps = [] if args.group_only else [task_type.group_stepper([t]) for t in tasks]
             group_step = task_type.group_stepper(tasks)
 
-            def alone(b):
-                for step in alone_steps:
+            def alone(b, steps=alone_steps):  # bound now: the names are deleted at the end of the size
+                for step in steps:
                     step(b)
 
-            def group(b):
-                group_step(b)
+            def group(b, step=group_step):
+                step(b)
             if alone_steps:
                 per_step(alone, batches, sync, args.warmup_s)  # warm-up
             per_step(group, batches, sync, args.warmup_s)
@@ -140,7 +141,7 @@ def main(argv=None):
                 write_benchmark(args.out, rows)
             for step in alone_steps + [group_step]:
                 getattr(step, "release", lambda: None)()
-            del tasks, alone_steps, group_step
+            del tasks, alone_steps, group_step, alone, group
         del built
     if args.out:
         print(f"written {args.out}")

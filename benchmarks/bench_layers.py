@@ -60,7 +60,8 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--kinds", nargs="+", default=["LSTM", "GRU"])
     ap.add_argument("--schemes", nargs="+", default=["semeniuta"])
-    ap.add_argument("--hidden", type=int, nargs="+", help="hidden sizes to sweep at --seq (instead of the issue's shapes)")
+    ap.add_argument("--hidden", type=int, nargs="+",
+                    help="hidden sizes to sweep at --seq (instead of the issue's shapes)")
     ap.add_argument("--seq", type=int, default=35)
     ap.add_argument("--packed", action="store_true",
                     help="a PackedSequence in, of lengths spread evenly from half the sequence length to all of it")
@@ -125,7 +126,8 @@ def main(argv=None):
                 r["gflop_per_step"] = round(flops / 1e9, 4)
                 r["recdrop_tflops"] = round(flops * steps / t_ours / 1e12, 4)
                 r["peak_fraction"] = round(r["recdrop_tflops"] / peak, 4) if peak else None
-                print(f"{'Bi' if args.bidirectional else ''}{kind:4s} input {size:5d} hidden {hidden:5d} seq {steps:4d} {scheme:14s} torch.nn {r['torch_nn_ms']:9.2f} ms"
+                print(f"{'Bi' if args.bidirectional else ''}{kind:4s} input {size:5d} hidden {hidden:5d} "
+                      f"seq {steps:4d} {scheme:14s} torch.nn {r['torch_nn_ms']:9.2f} ms"
                       f"   recdrop {r['recdrop_ms']:9.2f} ms ({'fused' if fused else 'loop'})"
                       f"   ratio {r['ratio']:.2f}x   plain loop {r['loop_ms']:9.2f} ms"
                       + (f"   without graphs {r['ungraphed_ms']:9.2f} ms" if t_ungraphed is not None else "")

@@ -65,8 +65,8 @@ def main(argv=None):
               for e in sorted(found, key=lambda e: e.self_device_time_total if cuda else e.self_cpu_time_total,
                               reverse=True)[:args.top]]
     meta = {"model": args.model, "runs": args.runs, **provenance(args.device, precision, group_step)}
-    rows = [{"kind": "step", "name": "[step]", "calls_per_step": 1, "own_host_ms_per_step": round(1e3 * wall / args.steps, 4),
-             "own_device_ms_per_step": None, **meta}]
+    rows = [{"kind": "step", "name": "[step]", "calls_per_step": 1,
+             "own_host_ms_per_step": round(1e3 * wall / args.steps, 4), "own_device_ms_per_step": None, **meta}]
     for kind, e in ranked:  # the profiler's times are in microseconds
         rows.append({"kind": kind, "name": e.key, "calls_per_step": round(e.count / args.steps, 2),
                      "own_host_ms_per_step": round(e.self_cpu_time_total / 1e3 / args.steps, 4),
@@ -77,7 +77,8 @@ def main(argv=None):
     width = max(len(r["name"][:60]) for r in rows)
     for r in rows:
         dev = "" if r["own_device_ms_per_step"] is None else f"{r['own_device_ms_per_step']:9.4f} ms device"
-        print(f"{r['kind']:<8} {r['name'][:60]:<{width}} {r['calls_per_step']:7.2f} calls {r['own_host_ms_per_step']:9.4f} ms host {dev}")
+        print(f"{r['kind']:<8} {r['name'][:60]:<{width}} {r['calls_per_step']:7.2f} calls "
+              f"{r['own_host_ms_per_step']:9.4f} ms host {dev}")
 
 
 if __name__ == "__main__":

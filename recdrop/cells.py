@@ -157,8 +157,8 @@ class _CellBase(DropoutSettings, nn.RNNCellBase):
     it until ``reset_masks()`` (call it at the start of every new sequence); with ``"per-step"``
     every call draws a fresh mask. ``forward(..., masks=...)`` takes raw 0/1 masks of shape
     ``(B, H)`` instead (``(1, H)`` for an unbatched input), one per dropped target (see
-    ``RecurrentDropout.targets``), in training (in eval they are not applied, and a warning says so). Masks are drawn from ``generator`` where one is set, else from
-    torch's global generator.
+    ``RecurrentDropout.targets``), in training (in eval they are not applied, and a warning says so).
+    Masks are drawn from ``generator`` where one is set, else from torch's global generator.
     """
 
     kind = ""

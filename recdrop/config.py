@@ -17,7 +17,8 @@ from typing import Any, ClassVar, Dict, Optional, Tuple
 from .masks import SAMPLINGS, SCALINGS, SCHEMES, _check_choice, check_rate
 
 # Smallest first. ``reduced``: the paper's model, optimiser and schedule with cuts of data, size or
-# epochs chosen so that the claims can be tested on a CPU (``lm_tables.fit_table``'s conditions); not every experiment has it.
+# epochs chosen so that the claims can be tested on a CPU (``lm_tables.fit_table``'s conditions); not
+# every experiment has it.
 # Temporal Order's keeps the paper's model but trains with Adam: the paper's SGD does not leave
 # chance within a CPU budget (see TemporalOrderConfig.SCALES).
 SCALE_NAMES = ("ci", "quick", "reduced", "paper")

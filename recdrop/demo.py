@@ -3,13 +3,13 @@ memory at test time, dropping the update vector (ours) does not.
 
     python -m recdrop.demo
 
-Each LSTM (Moon's, Gal's and ours) learns to classify a random +-1 sequence of ``STEPS`` steps by the sign of its first element
-(a long memory, as Table 1's Temporal Order task asks), with recurrent dropout 0.5, one mask per
-sequence and the paper's scaling (Eq. 3: the mask in training, times 1 - p at test). At test Moon's
-scheme multiplies the carried cell state by 1 - p at every step, so a change to c_0 shrinks as
-(1 - p)^t (Eq. 17); ours drops only the update vector g_t and carries c_t untouched (Eq. 19). Printed
-per scheme, on sequences of ``STEPS`` and of ``LONGER`` steps: the test accuracy, and the part of a
-change to c_0 still in the last c_t at test (``memory.memory_trace``).
+Each LSTM (Moon's, Gal's and ours) learns to classify a random +-1 sequence of ``STEPS`` steps by the
+sign of its first element (a long memory, as Table 1's Temporal Order task asks), with recurrent
+dropout 0.5, one mask per sequence and the paper's scaling (Eq. 3: the mask in training, times 1 - p
+at test). At test Moon's scheme multiplies the carried cell state by 1 - p at every step, so a change
+to c_0 shrinks as (1 - p)^t (Eq. 17); ours drops only the update vector g_t and carries c_t untouched
+(Eq. 19). Printed per scheme, on sequences of ``STEPS`` and of ``LONGER`` steps: the test accuracy,
+and the part of a change to c_0 still in the last c_t at test (``memory.memory_trace``).
 """
 import time
 

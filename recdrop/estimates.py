@@ -17,14 +17,14 @@ def expected_seconds(experiment: str, config: ExperimentConfig, store: RunStore,
                      device: Optional[str] = None, alone: bool = False,
                      also: Sequence[RunStore] = ()) -> Optional[float]:
     """What a run of ``experiment`` with ``config`` should take: the mean wall time of the newest
-    ``RECENT_RUNS`` runs (not diverged) stored in ``store`` or in ``also`` at its scale whose configs differ
-    from its own only in the dropout fields and the fields added since some were stored
-    (``ExperimentConfig.ADDED``: the optimiser's form) and, where some of those ran, that use recurrent dropout as it does (without it
-    the layers run torch.nn's kernels, up to twice as fast on a CPU); with ``device`` ("cpu", "cuda"),
-    only the runs on that kind of device; with ``alone``, only the runs trained alone (a fused group's runs
-    shared its time). For a run that resumes from ``checkpoint``, the part of it left
-    (``checkpoint_progress``), at its own pace so far where no run like it is stored. None where neither
-    tells."""
+    ``RECENT_RUNS`` runs (not diverged) stored in ``store`` or in ``also`` at its scale whose configs
+    differ from its own only in the dropout fields and the fields added since some were stored
+    (``ExperimentConfig.ADDED``: the optimiser's form) and, where some of those ran, that use recurrent
+    dropout as it does (without it the layers run torch.nn's kernels, up to twice as fast on a CPU); with
+    ``device`` ("cpu", "cuda"), only the runs on that kind of device; with ``alone``, only the runs
+    trained alone (a fused group's runs shared its time). For a run that resumes from ``checkpoint``, the
+    part of it left (``checkpoint_progress``), at its own pace so far where no run like it is stored. None
+    where neither tells."""
     def rest(c: Dict[str, Any]) -> Dict[str, Any]:  # nor in the fields added since (the optimiser's form)
         return {k: v for k, v in c.items() if k not in DROPOUT_FIELDS and k not in type(config).ADDED}
 

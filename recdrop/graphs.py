@@ -94,7 +94,8 @@ def _static_copy(t):
     return torch.empty(t.shape, dtype=t.dtype, device=t.device).copy_(t) if isinstance(t, Tensor) else t
 
 
-_SIDE_STREAMS: dict = {}  # one side stream per device, for every warm-up and capture (cuBLAS keeps a workspace per stream)
+# One side stream per device, for every warm-up and capture (cuBLAS keeps a workspace per stream).
+_SIDE_STREAMS: dict = {}
 
 
 def capture_cuda(loop: Callable, static_inputs: tuple):

@@ -209,7 +209,8 @@ class _RecurrentLayer(DropoutSettings, nn.RNNBase):
             outs = []
             for d in range(self.num_directions):
                 k = layer * self.num_directions + d
-                out, state = run_direction(x, tuple(s[k] for s in hx), layer, d == 1, None if masks is None else masks[k])
+                out, state = run_direction(x, tuple(s[k] for s in hx), layer, d == 1,
+                                           None if masks is None else masks[k])
                 outs.append(out)
                 for final, s in zip(finals, state):
                     final.append(s)

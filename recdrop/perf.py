@@ -172,8 +172,9 @@ def graph_speedups(df: pd.DataFrame) -> pd.DataFrame:
 
 def gpu_targets(df: pd.DataFrame) -> pd.DataFrame:
     """The fast path's targets (``TARGET_RATIO``, ``TARGET_LOOP_SPEEDUP``) on each GPU measured: the worst
-    ratio to cuDNN and the worst speed-up over the plain loop at the target shapes, over cells and schemes, on padded input (the targets' case; a
-    PackedSequence's rows are in ``ratio_table``), and whether each target is met ("yes" / "no")."""
+    ratio to cuDNN and the worst speed-up over the plain loop at the target shapes, over cells and schemes,
+    on padded input (the targets' case; a PackedSequence's rows are in ``ratio_table``), and whether each
+    target is met ("yes" / "no")."""
     rows = []
     gpu = df[df.get("device", pd.Series(dtype=str)).astype(str).str.startswith("cuda")] if not df.empty else df
     if "packed" in gpu:  # the targets are for padded input
@@ -184,8 +185,10 @@ def gpu_targets(df: pd.DataFrame) -> pd.DataFrame:
             continue
         worst_ratio, worst_speedup = at["ratio"].max(), at["loop_over_recdrop"].min()
         rows += [{"hardware": hardware, "target": f"fast path / cuDNN at most {TARGET_RATIO}x, padded input",
-                  "measured (worst cell)": f"{worst_ratio:.2f}x", "met": "yes" if worst_ratio <= TARGET_RATIO else "no"},
-                 {"hardware": hardware, "target": f"plain loop / fast path at least {TARGET_LOOP_SPEEDUP:.0f}x, padded input",
+                  "measured (worst cell)": f"{worst_ratio:.2f}x",
+                  "met": "yes" if worst_ratio <= TARGET_RATIO else "no"},
+                 {"hardware": hardware,
+                  "target": f"plain loop / fast path at least {TARGET_LOOP_SPEEDUP:.0f}x, padded input",
                   "measured (worst cell)": f"{worst_speedup:.2f}x",
                   "met": "yes" if worst_speedup >= TARGET_LOOP_SPEEDUP else "no"}]
     return pd.DataFrame(rows, columns=["hardware", "target", "measured (worst cell)", "met"])

@@ -127,7 +127,8 @@ class Row:
             return self.labels[label]
         except KeyError:
             hint = f"; read row.{label}" if hasattr(self, label) else ""  # a run's field, not a label
-            raise KeyError(f"{label!r} is not a label of this row (its labels: {', '.join(self.labels)}){hint}") from None
+            raise KeyError(f"{label!r} is not a label of this row "
+                           f"(its labels: {', '.join(self.labels)}){hint}") from None
 
     def cell(self, keys) -> Tuple[Any, ...]:
         """The values of the labels ``keys``, in order."""

@@ -412,7 +412,8 @@ class Metric:
         within = (f"{self.tolerance:.0%} of the paper's number" if self.relative else
                   f"{self.tolerance:g} {'points' if self.points else self.unit}")
         return (f"*reproduced* within {within}; with several seeds (ours is then their mean ± standard deviation, "
-                f"n seeds), a cell further out only by less than two standard errors of our mean is *within seed noise*")
+                f"n seeds), a cell further out only by less than two standard errors of our mean "
+                f"is *within seed noise*")
 
 
 def compare(rows: List[Row], cells: Iterable[Tuple[Dict[str, Any], Optional[float], str]],
@@ -459,7 +460,8 @@ def compare(rows: List[Row], cells: Iterable[Tuple[Dict[str, Any], Optional[floa
                 row[column] = "not recorded"
                 continue
             row[column] = fmt_mean_sd(float(np.mean(ev)) if ev else float("nan"),
-                                      float(np.std(ev, ddof=1)) if len(ev) > 1 else float("nan"), len(ev), metric.digits)
+                                      float(np.std(ev, ddof=1)) if len(ev) > 1 else float("nan"), len(ev),
+                                      metric.digits)
         out.append({**row, "mean": mean, "sd": sd, "n": n})
     return pd.DataFrame(out)
 
@@ -506,9 +508,10 @@ def ablation_effects(comparison: Callable[[List[Row]], pd.DataFrame], rows: List
     digits shown), *not judged* (one seed each way) or "" (not run both ways); ``diverged``, whether an
     ablation's run diverged; each mean's distance to the paper's number where the table is at the
     paper's scale (``table_distance``, ``ablation_distance``), else the table's (or, where the table's
-    cell has not run, the ablation's) *not judged at this scale* (``below_paper``); and ``counted``, whether the cell is one
-    of the paper's test numbers (``verdict_rows``: what the table's verdicts weigh). Only the cells the
-    ablation's grid holds (``held_cells``): an ablation of some cells (the RNN's) has no others to run."""
+    cell has not run, the ablation's) *not judged at this scale* (``below_paper``); and ``counted``, whether
+    the cell is one of the paper's test numbers (``verdict_rows``: what the table's verdicts weigh). Only
+    the cells the ablation's grid holds (``held_cells``): an ablation of some cells (the RNN's) has no
+    others to run."""
     base = held_cells(comparison(rows), ablated).set_index("setting")
     abl = comparison(ablated).set_index("setting").loc[base.index]
     resolution = 10.0 ** -metric.digits  # a change below the digits shown is no change

@@ -12,9 +12,9 @@ each run's own generator, the carried state written back into its buffer), retur
 CUDA device the first ``WARMUP`` calls run ``body`` eagerly on a side stream (cuBLAS's workspaces,
 Triton's compilation), the next one captures it (each run's generator registered with the graph, so
 that a replay advances it as an eager step does and draws what that step would draw) and every call
-from then on replays it. Off CUDA, with ``RECDROP_CUDA_GRAPHS=0`` or ``RECDROP_STEP_GRAPH=0``, on a torch whose graphs cannot
-hold a generator of one's own, or where a capture failed, ``body`` runs eagerly at every call: one
-function, the same step.
+from then on replays it. Off CUDA, with ``RECDROP_CUDA_GRAPHS=0`` or ``RECDROP_STEP_GRAPH=0``, on a
+torch whose graphs cannot hold a generator of one's own, or where a capture failed, ``body`` runs
+eagerly at every call: one function, the same step.
 
 A step whose last batch of an epoch is smaller replays its graph for the full batches and runs the
 last one eagerly (``FullBatches``).

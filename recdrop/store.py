@@ -259,8 +259,9 @@ class RunStore:
                     fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
                     lock.seek(0)
-                    raise RunInUseError(f"run {experiment}/{rid} is being trained by another process ({lock.read().strip()}"
-                                        f"), and the two would overwrite each other's checkpoint {path.with_suffix('.pt')}; "
+                    raise RunInUseError(f"run {experiment}/{rid} is being trained by another process "
+                                        f"({lock.read().strip()}), and the two would overwrite each other's "
+                                        f"checkpoint {path.with_suffix('.pt')}; "
                                         "let that one end or stop it first") from None
                 except OSError as e:
                     if e.errno not in NO_LOCKS:
@@ -330,8 +331,9 @@ class RunStore:
         return any((self.root / experiment / scale).glob("*.json"))
 
     def save(self, record: Union[Record, Dict[str, Any]]) -> Path:
-        """Write ``record`` (a ``Record``, or the dict the trainer makes of one) atomically. A store inside a git work tree (records that can be committed,
-        like ``data/runs``) refuses a record whose code was not a clean commit."""
+        """Write ``record`` (a ``Record``, or the dict the trainer makes of one) atomically. A store inside
+        a git work tree (records that can be committed, like ``data/runs``) refuses a record whose code was
+        not a clean commit."""
         if isinstance(record, Record):
             record = record.json()
         path = self.path(record["experiment"], record["config"]["scale"], record["run_id"])
@@ -340,7 +342,8 @@ class RunStore:
             raise DirtyTreeError(f"run record {path} is not written: it was made by code that is not a clean "
                                  f"commit ({', '.join(unclean)}). Commit recdrop/ and rerun it from a "
                                  "worktree pinned at that commit (from scratch: training by uncommitted code "
-                                 "is not resumed into this store), or point RECDROP_RUNS at a scratch folder outside git")
+                                 "is not resumed into this store), or point RECDROP_RUNS at a scratch folder "
+                                 "outside git")
         atomic_write_bytes(path, (json.dumps(record, indent=1, sort_keys=True) + "\n").encode())
         return path
 

@@ -228,7 +228,8 @@ def landing_stamps(store: Optional[RunStore] = None, shown: Optional[List[Shown]
             scales.add("paper")  # the cells run there so far are beside the table
         for scale, rows in stored_scales(e.name, store=store):
             if scale in scales:
-                out.append({"table": e.title.split(":")[0], "scale": scale,  # the table's cells, as its chapter counts them
+                # the table's cells, as its chapter counts them
+                out.append({"table": e.title.split(":")[0], "scale": scale,
                             "where the numbers came from": stamp(e.table_rows(rows)), "chapter": e.name})
         for row in mine[0].figures:  # a paper's figure drawn from its runs: those runs' own stamp, as its chapter's
             if any(r.record for r in row["runs"]):

@@ -84,9 +84,9 @@ def fuse_groups(experiment: str, rows: Sequence[Row], fuse: Union[bool, int] = F
         need = make_task.group_bytes(members[0].config, len(members))
         if need is not None and free is not None and need > 0.9 * free:
             per_run = need / len(members)
-            raise ValueError(f"--fuse: a group of {len(members)} runs of {experiment} needs about {need / 2**30:.1f} GiB "
-                             f"(estimated) where {device} has {free / 2**30:.1f} GiB free; cap the groups at "
-                             f"{max(1, int(0.9 * free // per_run))} runs (--fuse N)")
+            raise ValueError(f"--fuse: a group of {len(members)} runs of {experiment} needs about "
+                             f"{need / 2**30:.1f} GiB (estimated) where {device} has {free / 2**30:.1f} GiB free; "
+                             f"cap the groups at {max(1, int(0.9 * free // per_run))} runs (--fuse N)")
     return groups
 
 

@@ -376,7 +376,8 @@ class Run:
             if "generator" in ck and ck.get("generator_device", "cpu") == kind:
                 self.generator.set_state(ck["generator"])
             else:  # before per-run generators, or trained on another kind of device: its state does not fit
-                self.generator.manual_seed(MASK_SEED_OFFSET + seed + 1_000_003 * (1 + ck["epoch"] * 100_003 + ck["batch"]))
+                self.generator.manual_seed(MASK_SEED_OFFSET + seed
+                                           + 1_000_003 * (1 + ck["epoch"] * 100_003 + ck["batch"]))
                 if "generator" in ck:
                     warnings.warn(f"run {self.name}/{self.rid} resumes on a {kind} from a checkpoint of a "
                                   f"{ck.get('generator_device', 'cpu')}: its masks go on from a generator seeded "
@@ -511,7 +512,8 @@ def train_group(make_task: Callable[..., Task], members: Sequence[Tuple[Experime
                                                 deadline, until, diverged).run():
                         records[record.run_id] = record
                     done = {r.rid for r in behind if r.rid in records}
-                    caught_up = [build(r.config, r.seed, True) for r in behind if r.rid not in done]  # their checkpoints
+                    caught_up = [build(r.config, r.seed, True)  # their checkpoints
+                                 for r in behind if r.rid not in done]
                     runs = sorted([r for r in runs if r not in behind] + [r for r in caught_up if r is not None],
                                   key=lambda r: rids.index(r.rid))  # the members' order, as given
             finally:

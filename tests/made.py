@@ -6,9 +6,9 @@ from recdrop.records import Record, Row
 
 _ids = itertools.count()
 
-RECORD_DEFAULTS = {"experiment": "x", "run_id": "r", "seed": 0, "config": {"scale": "paper"}, "metrics": {}, "curves": [],
-                   "wall_time_s": 1.0, "finished": "2026-01-01T00:00:00+00:00", "commit": "abc", "hardware": "cpu",
-                   "device": "cpu", "torch": "2.13", "python": "3.11"}
+RECORD_DEFAULTS = {"experiment": "x", "run_id": "r", "seed": 0, "config": {"scale": "paper"}, "metrics": {},
+                   "curves": [], "wall_time_s": 1.0, "finished": "2026-01-01T00:00:00+00:00", "commit": "abc",
+                   "hardware": "cpu", "device": "cpu", "torch": "2.13", "python": "3.11"}
 
 
 def record(**fields) -> Record:

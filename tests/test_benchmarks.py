@@ -34,7 +34,8 @@ def test_bench_groups_builds_its_runs_once_and_with_group_only_times_the_group_a
 
 def test_profile_group_ranks_the_steps_operators_by_their_own_time(stacked, capsys):
     profile_group.main(["--runs", "2", "--steps", "1", "--top", "3", "--warmup-s", "0"])
-    lines = [line.split() for line in capsys.readouterr().out.splitlines() if line.split()[:1] in (["step"], ["operator"])]
+    lines = [line.split() for line in capsys.readouterr().out.splitlines()
+             if line.split()[:1] in (["step"], ["operator"])]
     assert [line[0] for line in lines] == ["step", "operator", "operator", "operator"]
     host_ms = [float(line[-3]) for line in lines[1:]]  # "... <ms> ms host"
     assert host_ms == sorted(host_ms, reverse=True) and host_ms[0] > 0

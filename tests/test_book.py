@@ -117,15 +117,14 @@ def test_the_landing_row_names_what_a_paper_scale_lacks(tmp_path):
 def test_an_ablations_runs_show_beside_their_table_on_the_landing_page_and_in_the_chapter(tmp_path, monkeypatch):
     """Table 4 trained with torch's RMSprop (before issue 34) is an ablation: its stored runs put the
     chapter at their scale and fill the ablation's row, never the table's."""
-    from recdrop import experiments
-
     monkeypatch.setenv("RECDROP_RUNS", str(tmp_path))
     store = RunStore()
     row = grid_rows("ner", "paper", [0], "torch-rmsprop", store=store)[0]  # RNN without dropout
     assert row.config.optimizer == "rmsprop-torch" and row.config.clip_norm == 0.0
     path = store.path("ner", "paper", row.run_id)
     path.parent.mkdir(parents=True)
-    path.write_text(json.dumps({**RECORD_DEFAULTS, "seed": 0, "config": {"scale": "paper"}, "metrics": {"test_f1_short": 64.1},
+    path.write_text(json.dumps({**RECORD_DEFAULTS, "seed": 0, "config": {"scale": "paper"},
+                                "metrics": {"test_f1_short": 64.1},
                                 "curves": [], "hardware": "cpu", "torch": "2.13.0", "commit": "0123456",
                                 "finished": "2026-11-25T18:00:00Z"}))
     assert book.chapter_scale("ner") == "paper"
@@ -208,7 +207,6 @@ def test_an_ablation_of_some_cells_is_judged_on_those_against_the_tables_runs(tm
 
 
 def test_a_chapter_shows_the_runs_of_its_other_scales(store, monkeypatch):
-    from recdrop import experiments
     from recdrop.experiments.temporal_order import TemporalOrderTask
     from recdrop.train import train_run
 
@@ -321,7 +319,8 @@ def test_a_table_is_shown_at_the_largest_scale_where_every_cell_ran_with_the_pap
     row = grid_rows("temporal_order", "paper", [0], store=store)[0]  # one cell at paper
     path = store.path("temporal_order", "paper", row.run_id)
     path.parent.mkdir(parents=True)
-    path.write_text(json.dumps({**RECORD_DEFAULTS, "seed": 0, "config": {"scale": "paper"}, "metrics": {"train_acc": 1.0, "test_acc": 1.0},
+    path.write_text(json.dumps({**RECORD_DEFAULTS, "seed": 0, "config": {"scale": "paper"},
+                                "metrics": {"train_acc": 1.0, "test_acc": 1.0},
                                 "curves": [], "hardware": "cpu", "torch": "2.13.0", "commit": "0123456",
                                 "finished": "2026-11-25T18:00:00Z"}))
     assert book.complete_scale("temporal_order") == "quick"  # paper has one cell: the chapter stays at quick

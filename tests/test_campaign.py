@@ -141,7 +141,8 @@ def test_the_campaign_and_the_sweep_agree_on_what_is_done(tmp_path, store, clean
     finishes it in a scratch store, and not in one whose records are committed."""
     out = run_campaign([CI_ENTRY], "cpu", 1, 600.0, store, progress=False)
     dirty, diverged = (r.record for r in out["finished"])
-    store.path("temporal_order", "ci", dirty.run_id).write_text(json.dumps({**dirty.json(), "commit": "0123456789-dirty"}))
+    store.path("temporal_order", "ci", dirty.run_id).write_text(
+        json.dumps({**dirty.json(), "commit": "0123456789-dirty"}))
     path = store.path("temporal_order", "ci", diverged.run_id)
     path.write_text(json.dumps({**diverged.json(), "metrics": {}, "diverged": {"epoch": 1, "batch": 2, "loss": "nan"}}))
     rows = run_grid("temporal_order", "ci", only=CI_ENTRY.only, store=store, progress=False)  # trains nothing
@@ -233,7 +234,8 @@ def test_the_campaign_refuses_to_start_from_unclean_code_for_a_committed_store(t
 
 
 def test_pack_and_unpack_carry_records_and_checkpoints(store, tmp_path, monkeypatch, stop_after, clean_code):
-    rows = [Pending.of(r, CI_ENTRY, False, False) for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
+    rows = [Pending.of(r, CI_ENTRY, False, False)
+            for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
     finished = train_run(TemporalOrderTask, rows[0].config, store=store, progress=False)
     with pytest.raises(BudgetExhausted):
         train_run(TemporalOrderTask, rows[1].config, store=store, progress=False, deadline=1.0,
@@ -253,7 +255,8 @@ def test_pack_and_unpack_carry_records_and_checkpoints(store, tmp_path, monkeypa
 
 
 def test_unpack_leaves_out_the_checkpoint_of_a_run_in_training(store, tmp_path, stop_after, clean_code):
-    rows = [Pending.of(r, CI_ENTRY, False, False) for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
+    rows = [Pending.of(r, CI_ENTRY, False, False)
+            for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
     with pytest.raises(BudgetExhausted):
         train_run(TemporalOrderTask, rows[0].config, store=store, progress=False, deadline=1.0,
                   callback=stop_after("batch", 0, 1))
@@ -268,7 +271,8 @@ def test_unpack_leaves_out_the_checkpoint_of_a_run_in_training(store, tmp_path, 
 
 
 def test_pack_splits_into_parts_and_leaves_behind_what_does_not_fit(store, tmp_path, capsys, stop_after):
-    rows = [Pending.of(r, CI_ENTRY, False, False) for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
+    rows = [Pending.of(r, CI_ENTRY, False, False)
+            for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
     for i, r in enumerate(rows):
         with pytest.raises(BudgetExhausted):
             train_run(TemporalOrderTask, r.config, store=store, progress=False, deadline=1.0,
@@ -285,7 +289,8 @@ def test_pack_splits_into_parts_and_leaves_behind_what_does_not_fit(store, tmp_p
 
 
 def test_unpack_keeps_a_further_checkpoint_and_none_for_a_run_with_a_record(store, tmp_path, stop_after, clean_code):
-    rows = [Pending.of(r, CI_ENTRY, False, False) for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
+    rows = [Pending.of(r, CI_ENTRY, False, False)
+            for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
     ahead, done = [store.checkpoint_path("temporal_order", r.run_id) for r in rows]
     for r in rows:
         with pytest.raises(BudgetExhausted):
@@ -302,11 +307,13 @@ def test_unpack_keeps_a_further_checkpoint_and_none_for_a_run_with_a_record(stor
 
 
 def test_unpack_goes_on_past_a_refused_record_and_reports_it(store, tmp_path, monkeypatch, capsys, clean_code):
-    rows = [Pending.of(r, CI_ENTRY, False, False) for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
+    rows = [Pending.of(r, CI_ENTRY, False, False)
+            for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
     records = sorted((train_run(TemporalOrderTask, r.config, store=store, progress=False) for r in rows),
                      key=lambda rec: rec.run_id)
     dirty, clean = records  # the refused one comes first in the pack
-    store.path("temporal_order", "ci", dirty.run_id).write_text(json.dumps({**dirty.json(), "commit": "0123456789-dirty"}))
+    store.path("temporal_order", "ci", dirty.run_id).write_text(
+        json.dumps({**dirty.json(), "commit": "0123456789-dirty"}))
     pack(tmp_path / "out", [], records, store)
     (tmp_path / "repo" / ".git").mkdir(parents=True)
     committed = RunStore(tmp_path / "repo" / "data" / "runs")
@@ -324,7 +331,8 @@ def test_unpack_goes_on_past_a_refused_record_and_reports_it(store, tmp_path, mo
 
 
 def test_unpack_alone_brings_the_files_back_and_runs_nothing(store, tmp_path, monkeypatch, clean_code):
-    rows = [Pending.of(r, CI_ENTRY, False, False) for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
+    rows = [Pending.of(r, CI_ENTRY, False, False)
+            for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
     record = train_run(TemporalOrderTask, rows[0].config, store=store, progress=False)
     pack(tmp_path / "out", [], [record], store)
     (tmp_path / "campaign.toml").write_text(CI_TOML)
@@ -333,14 +341,16 @@ def test_unpack_alone_brings_the_files_back_and_runs_nothing(store, tmp_path, mo
         outcome: [] for outcome in ("finished", "diverged", "stopped", "failed", "not_started")})
     for k, budget in enumerate([[], ["--for", "9m"]]):
         monkeypatch.setenv("RECDROP_RUNS", str(tmp_path / f"runs{k}"))
-        assert campaign.main(["--unpack", str(tmp_path / "out"), "--file", str(tmp_path / "campaign.toml"), *budget]) == 0
+        assert campaign.main(["--unpack", str(tmp_path / "out"), "--file", str(tmp_path / "campaign.toml"),
+                              *budget]) == 0
         assert RunStore(tmp_path / f"runs{k}").load("temporal_order", "ci", record.run_id) == record
         assert len(campaigns) == k  # only with a budget does a campaign follow the unpacking
 
 
 def test_unpack_puts_records_in_first_and_reports_a_checkpoint_that_does_not_load(store, tmp_path, monkeypatch,
                                                                                    stop_after, clean_code):
-    rows = [Pending.of(r, CI_ENTRY, False, False) for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
+    rows = [Pending.of(r, CI_ENTRY, False, False)
+            for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
     unfinished, done = (store.checkpoint_path("temporal_order", r.run_id) for r in rows)
     with pytest.raises(BudgetExhausted):
         train_run(TemporalOrderTask, rows[0].config, store=store, progress=False, deadline=1.0,
@@ -366,12 +376,14 @@ def test_unpack_puts_records_in_first_and_reports_a_checkpoint_that_does_not_loa
 
 
 def test_unpack_refuses_a_record_under_another_runs_name(store, tmp_path):
-    rows = [Pending.of(r, CI_ENTRY, False, False) for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
+    rows = [Pending.of(r, CI_ENTRY, False, False)
+            for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
     finished = train_run(TemporalOrderTask, rows[0].config, store=store, progress=False)
     other = rows[1].run_id
     first = store.path("temporal_order", "ci", finished.run_id)
     store.path("temporal_order", "ci", other).write_bytes(first.read_bytes())
-    pack(tmp_path / "out", [], [dataclasses.replace(finished, run_id=other)], store)  # the first run's record, named as the second
+    # the first run's record, named as the second
+    pack(tmp_path / "out", [], [dataclasses.replace(finished, run_id=other)], store)
     there = RunStore(tmp_path / "runs2")
     with pytest.raises(ValueError, match=f"runs/temporal_order/ci/{other}.json .* holds the record of another run"):
         unpack(tmp_path / "out", there)
@@ -379,7 +391,8 @@ def test_unpack_refuses_a_record_under_another_runs_name(store, tmp_path):
 
 
 def test_a_damaged_pack_is_a_clear_error(store, tmp_path):
-    rows = [Pending.of(r, CI_ENTRY, False, False) for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
+    rows = [Pending.of(r, CI_ENTRY, False, False)
+            for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
     finished = train_run(TemporalOrderTask, rows[0].config, store=store, progress=False)
     (part,) = pack(tmp_path / "out", rows, [finished], store)
     blob = bytearray(part.read_bytes())
@@ -396,7 +409,8 @@ def test_a_damaged_pack_is_a_clear_error(store, tmp_path):
 
 
 def test_the_list_estimates_a_runs_time_from_the_stored_runs_like_it(store):
-    rows = [Pending.of(r, CI_ENTRY, False, False) for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
+    rows = [Pending.of(r, CI_ENTRY, False, False)
+            for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
     assert campaign.expected_seconds(rows[0], store) is None  # nothing of its kind has run
     rec = train_run(TemporalOrderTask, rows[0].config, store=store, progress=False)
     assert campaign.expected_seconds(rows[1], store) == rec.wall_time_s
@@ -410,7 +424,8 @@ def test_the_list_estimates_a_runs_time_from_the_stored_runs_like_it(store):
 
 
 def test_the_estimate_reads_the_newest_runs_and_what_a_resumed_run_has_left(store, stop_after):
-    rows = [Pending.of(r, CI_ENTRY, False, False) for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
+    rows = [Pending.of(r, CI_ENTRY, False, False)
+            for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
     rec = train_run(TemporalOrderTask, rows[0].config, store=store, progress=False)
     for i in range(estimates.RECENT_RUNS + 2):  # older runs, slower ones first, then the newest runs
         store.save({**rec.json(), "run_id": f"old{i}", "wall_time_s": 1000.0 if i < 2 else 10.0,
@@ -441,14 +456,16 @@ def test_a_sweep_forecasts_its_time_by_the_stored_runs_like_its_own_on_its_kind_
     rows = grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)
     rec = train_run(TemporalOrderTask, rows[0].config, store=store, progress=False)
     for i in range(estimates.RECENT_RUNS):  # the newest runs on a CPU took an hour each; one on a GPU, a minute
-        store.save({**rec.json(), "run_id": f"cpu{i}", "wall_time_s": 3600.0, "finished": f"2100-01-0{i + 1}T00:00:00+00:00"})
+        store.save({**rec.json(), "run_id": f"cpu{i}", "wall_time_s": 3600.0,
+                    "finished": f"2100-01-0{i + 1}T00:00:00+00:00"})
     store.save({**rec.json(), "run_id": "gpu", "device": "cuda:0", "wall_time_s": 60.0,
                 "finished": "2100-02-01T00:00:00+00:00"})
     config = rows[1].config
     assert estimates.expected_seconds("temporal_order", config, store, device="cpu") == 3600.0
     store.save({**rec.json(), "run_id": "fused", "group": ["fused", "cpu0"], "wall_time_s": 1.0,  # a group's share
                 "finished": "2100-03-01T00:00:00+00:00"})
-    assert estimates.expected_seconds("temporal_order", config, store, device="cpu") == pytest.approx((3 * 3600 + 1) / 4)
+    assert (estimates.expected_seconds("temporal_order", config, store, device="cpu")
+            == pytest.approx((3 * 3600 + 1) / 4))
     assert estimates.expected_seconds("temporal_order", config, store, device="cpu", alone=True) == 3600.0
     assert estimates.expected_seconds("temporal_order", config, store, device="cuda", alone=True) == 60.0
     store.path("temporal_order", "ci", "fused").unlink()
@@ -472,7 +489,8 @@ def test_a_sweep_forecasts_its_time_by_the_stored_runs_like_its_own_on_its_kind_
         "sweep temporal_order (ci): 1 run to train; no stored run like them trained alone on cpu to say how long they "
         "take")
     scratch = RunStore(store.root.parent / "scratch")  # a scratch store's forecast reads the tracked store's runs
-    assert "26 runs to train, about" in sweep.forecast("word_lm", "reduced", grid_rows("word_lm", "reduced", [9], store=scratch),
+    assert "26 runs to train, about" in sweep.forecast("word_lm", "reduced",
+                                                      grid_rows("word_lm", "reduced", [9], store=scratch),
                                                       "cpu", 1, scratch)
 
 
@@ -522,7 +540,8 @@ def test_a_run_that_diverges_is_recorded_packed_and_not_run_again(store, tmp_pat
     calls = itertools.count()
     real_step = TemporalOrderTask.train_step
     monkeypatch.setattr(TemporalOrderTask, "train_step",  # the first run's loss turns NaN in its 3rd batch
-                        lambda self, batch: {**real_step(self, batch), **({"loss": float("nan")} if next(calls) == 2 else {})})
+                        lambda self, batch: {**real_step(self, batch),
+                                             **({"loss": float("nan")} if next(calls) == 2 else {})})
     monkeypatch.setenv("RECDROP_RUNS", str(store.root))
     (tmp_path / "campaign.toml").write_text(CI_TOML)
     file = ["--file", str(tmp_path / "campaign.toml")]

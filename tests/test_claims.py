@@ -20,9 +20,11 @@ def a_beats_b(v):
     ({0: {"a": 1, "b": 2}, 1: {"a": 1, "b": 3}, 2: {"a": 2, "b": 3}}, "reproduced (3 of 3 seeds)"),
     ({0: {"a": 3, "b": 2}, 1: {"a": 4, "b": 3}, 2: {"a": 5, "b": 3}}, "not reproduced (3 of 3 seeds)"),
     # holds on the means (2 < 3) but not in seed 2: the seeds disagree
-    ({0: {"a": 1, "b": 3}, 1: {"a": 1, "b": 3}, 2: {"a": 4, "b": 3}}, "within seed noise (holds in 2 of 3 seeds, holds on the means)"),
+    ({0: {"a": 1, "b": 3}, 1: {"a": 1, "b": 3}, 2: {"a": 4, "b": 3}},
+     "within seed noise (holds in 2 of 3 seeds, holds on the means)"),
     # fails on the means (3 > 2.67) though it holds in seed 0
-    ({0: {"a": 1, "b": 2}, 1: {"a": 4, "b": 3}, 2: {"a": 4, "b": 3}}, "within seed noise (holds in 1 of 3 seeds, fails on the means)"),
+    ({0: {"a": 1, "b": 2}, 1: {"a": 4, "b": 3}, 2: {"a": 4, "b": 3}},
+     "within seed noise (holds in 1 of 3 seeds, fails on the means)"),
     ({0: {"a": 1, "b": 2}, 1: {"a": 1, "b": 2}}, "reproduced (2 seeds, too few to judge against seed noise)"),
     ({0: {"a": 3, "b": 2}}, "not reproduced (1 seed, too few to judge against seed noise)"),
     ({0: {"a": 1}, 1: {"a": 1}}, NOT_RUN),
@@ -50,8 +52,8 @@ def a_beats_b_and_c(v):
 def test_a_seed_without_a_cell_counts_where_its_own_cells_decide_the_claim_and_every_such_seed_is_decided():
     # seeds 1 and 2 fail at "a beats b", whatever their c: all three count, and they disagree
     by_seed = {0: {"a": 1, "b": 2, "c": 3}, 1: {"a": 5, "b": 2}, 2: {"a": 5, "b": 2}}
-    assert claim_verdict(a_beats_b_and_c, by_seed) == (
-        "within seed noise (holds in 1 of 3 seeds, fails on the means; 2 of them decided without a cell they lack)")  # said, beside a table of n=1
+    assert claim_verdict(a_beats_b_and_c, by_seed) == (  # said, beside a table of n=1
+        "within seed noise (holds in 1 of 3 seeds, fails on the means; 2 of them decided without a cell they lack)")
     # seed 1 beats b and would need its c: undecided, so only the complete seed counts, never seed 2
     # alone for failing early (a choice of seeds by their outcome)
     by_seed = {0: {"a": 1, "b": 2, "c": 3}, 1: {"a": 1, "b": 2}, 2: {"a": 5, "b": 2}}
@@ -104,7 +106,8 @@ def test_table1_claims_against_seed_noise():
         return train, test
 
     claim = "short: Moon per-sequence learns the task in training but fails at test (at chance or below: at most 35%)"
-    assert claims_of(table1_rows(seed2_differs))[claim] == "within seed noise (holds in 2 of 3 seeds, fails on the means)"
+    assert claims_of(table1_rows(seed2_differs))[claim] == (
+        "within seed noise (holds in 2 of 3 seeds, fails on the means)")
     assert claims_of(table1_rows(paper_like, seeds=(0,)))[claim] == (
         "reproduced (1 seed, too few to judge against seed noise)")
 
@@ -113,7 +116,8 @@ def test_moon_per_step_must_solve_the_short_length_later_than_the_lstm_without_d
     claim = ("short: Moon per-step solves it, later than the LSTM without dropout (only *later* is judged, not the "
              "paper's 10-20 times more iterations; the chapter's table of first solved epochs gives ours)")
     assert claims_of(table1_rows(lambda r: (1.0, 1.0)))[claim] == "reproduced (3 of 3 seeds)"
-    assert claims_of(table1_rows(lambda r: (1.0, 1.0), reached_at=lambda r: 3))[claim] == "not reproduced (3 of 3 seeds)"
+    assert claims_of(table1_rows(lambda r: (1.0, 1.0), reached_at=lambda r: 3))[claim] == (
+        "not reproduced (3 of 3 seeds)")
 
     def later_in_seed_0_only(r):
         return 5 if (r["scheme"], r["sampling"], r.seed) == ("moon", "per-step", 0) else 3
@@ -139,7 +143,8 @@ def test_the_inverted_scaling_claim_reads_moons_per_sequence_cells_only():
         if (r["scheme"], r["sampling"], r["scaling"]) == ("moon", "per-step", "inverted"):
             r.stored = record(metrics={**r.record.metrics, "train_cell_norm": 1.0, "test_cell_norm": 1.0},
                               curves=r.record.curves)
-    claim = "Moon per-sequence, inverted scaling (Sec. 3, after Eq. 18): the cell state is larger in training than at test"
+    claim = ("Moon per-sequence, inverted scaling (Sec. 3, after Eq. 18): the cell state is larger in training "
+             "than at test")
     assert claims_of(rows)[claim] == "reproduced (3 of 3 seeds)"
     for r in rows:
         if (r["scheme"], r["sampling"], r["scaling"], r["length"]) == ("moon", "per-sequence", "inverted", "medium"):
@@ -223,7 +228,8 @@ def test_figure2_row_judges_the_curves_against_seed_noise():
         train = 120.0 if ours and r.seed != 2 else 100.0 if not ours else 90.0
         r.stored = record(metrics={"train_ppl": train, "valid_ppl": 140.0 if ours else 150.0})
     row = word_lm.figure2_row(picked, "quick")
-    assert row["ours"] == "train 110.0 vs 100.0, valid 140.0 vs 150.0 (mean of 3 seeds): within seed noise (holds in 2 of 3 seeds, holds on the means)"
+    assert row["ours"] == ("train 110.0 vs 100.0, valid 140.0 vs 150.0 (mean of 3 seeds): within seed noise "
+                           "(holds in 2 of 3 seeds, holds on the means)")
     assert row["verdict"] == "within seed noise (holds in 2 of 3 seeds, holds on the means)"  # not in every seed
     one = [r for r in picked if r.seed == 1]
     assert word_lm.figure2_row(one, "quick")["ours"] == (
@@ -272,7 +278,8 @@ def test_a_claim_that_needs_a_diverged_run_cannot_be_judged():
     def verdict(rows):
         return claim_verdict(a_beats_b, seed_values(rows, lambda r, m: {r["cell"]: m.get("m")}))
 
-    assert verdict([one("a", 0, 1.0), one("b", 0, diverged=True)]) == "not judged at this scale (a run it needs diverged)"
+    assert verdict([one("a", 0, 1.0), one("b", 0, diverged=True)]) == (
+        "not judged at this scale (a run it needs diverged)")
     assert verdict([one("a", 0, 1.0), one("b", 0)]) == NOT_RUN  # b not run: nothing diverged
     # a seed that has both cells is judged; the diverged seed is left out, as a seed not yet run is
     assert verdict([one("a", 0, 1.0), one("b", 0, 2.0), one("a", 1, 1.0), one("b", 1, diverged=True)]) == (

@@ -13,7 +13,7 @@ from recdrop.train import train_group
 from test_fused_training import close, members
 
 KINDS = {"LSTM": recdrop.LSTM, "GRU": recdrop.GRU, "RNN": recdrop.RNN}
-T, B, I, H = 6, 3, 4, 5
+T, B, D, H = 6, 3, 4, 5
 
 
 class StandIn:
@@ -52,7 +52,7 @@ def stand_in(monkeypatch):
 
 def layer(kind, scheme="semeniuta", sampling="per-step", **kw):
     torch.manual_seed(0)
-    return KINDS[kind](I, H, recurrent_dropout=0.3, scheme=scheme, sampling=sampling, dtype=torch.float64, **kw)
+    return KINDS[kind](D, H, recurrent_dropout=0.3, scheme=scheme, sampling=sampling, dtype=torch.float64, **kw)
 
 
 def forward_backward(m, x, masks):
@@ -77,7 +77,7 @@ def test_graphed_loops_equal_the_plain_loops_over_calls_of_new_values(kind, sche
                                                                       stand_in, monkeypatch):
     m = layer(kind, scheme, sampling, num_layers=2, bidirectional=bidirectional)
     g = torch.Generator().manual_seed(1)
-    calls = [(torch.randn(T, B, I, generator=g, dtype=torch.float64), m.draw_masks(T, B, dtype=torch.float64,
+    calls = [(torch.randn(T, B, D, generator=g, dtype=torch.float64), m.draw_masks(T, B, dtype=torch.float64,
                                                                                    generator=g)) for _ in range(3)]
     graphed = [forward_backward(m, x, masks) for x, masks in calls]
     directions = 2 if bidirectional else 1
@@ -94,7 +94,7 @@ def test_graphed_loops_equal_the_plain_loops_over_calls_of_new_values(kind, sche
 
 def test_a_result_is_not_overwritten_by_the_next_replay(stand_in):
     m = layer("LSTM")
-    x1, x2 = torch.randn(2, T, B, I, dtype=torch.float64)
+    x1, x2 = torch.randn(2, T, B, D, dtype=torch.float64)
     out1, _ = m(x1)
     kept = out1.clone()
     out2, _ = m(x2)
@@ -167,7 +167,7 @@ def test_which_calls_may_run_as_graphs(monkeypatch):
 
 def test_a_compute_bound_loop_runs_plainly(stand_in, monkeypatch):
     m = layer("LSTM")
-    x = torch.randn(T, B, I, dtype=torch.float64)
+    x = torch.randn(T, B, D, dtype=torch.float64)
     monkeypatch.setattr(graphs, "MAX_STEP_WORK", B * 4 * H * H - 1)  # one step's product: B x 4H x H
     m(x)[0].sum().backward()
     assert not stand_in.captures and stand_in.replays == 0
@@ -184,7 +184,7 @@ def test_graphs_need_one_cuda_device():
 @pytest.mark.parametrize("kind", list(KINDS))
 def test_higher_order_gradients_and_transforms_never_reach_a_graph(kind, stand_in):
     m = layer(kind)
-    x = torch.randn(T, B, I, dtype=torch.float64, requires_grad=True)
+    x = torch.randn(T, B, D, dtype=torch.float64, requires_grad=True)
     masks = m.draw_masks(T, B, dtype=torch.float64)
     out, _ = m(x, masks=masks)
     (gx,) = torch.autograd.grad(out.pow(2).sum(), x, create_graph=True)  # the backward replays the reference steps
@@ -220,7 +220,7 @@ def test_on_cuda_graphed_equals_not_graphed(kind, scheme, sampling, nonlinearity
     graphs.clear()
     m = layer(kind, scheme, sampling, num_layers=2, bidirectional=True, nonlinearity=nonlinearity).cuda().float()
     g = torch.Generator(device="cuda").manual_seed(1)
-    calls = [(torch.randn(T, B, I, generator=g, device="cuda"), m.draw_masks(T, B, "cuda", torch.float32, g))
+    calls = [(torch.randn(T, B, D, generator=g, device="cuda"), m.draw_masks(T, B, "cuda", torch.float32, g))
              for _ in range(3)]
     graphed = [forward_backward(m, x, masks) for x, masks in calls]
     assert graphs.cached_graphs() == 4  # forward and backward of each direction; the layers share them
@@ -235,10 +235,10 @@ def test_on_cuda_graphed_equals_not_graphed(kind, scheme, sampling, nonlinearity
 def test_on_cuda_a_group_and_a_callers_own_capture(monkeypatch):
     graphs.clear()
     torch.manual_seed(0)
-    layers = [recdrop.LSTM(I, H, recurrent_dropout=p, device="cuda") for p in (0.0, 0.25, 0.5)]
+    layers = [recdrop.LSTM(D, H, recurrent_dropout=p, device="cuda") for p in (0.0, 0.25, 0.5)]
     for r, m in enumerate(layers):
         m.generator = torch.Generator(device="cuda").manual_seed(r)
-    x = torch.randn(T, 3, B, I, device="cuda")
+    x = torch.randn(T, 3, B, D, device="cuda")
     hx = (torch.zeros(3, B, H, device="cuda"), torch.zeros(3, B, H, device="cuda"))
     monkeypatch.setattr("recdrop.route.STACK_ON_CPU", True)
     monkeypatch.setattr(graphs.LOOPS, "capture_at", 1)
@@ -252,7 +252,7 @@ def test_on_cuda_a_group_and_a_callers_own_capture(monkeypatch):
     monkeypatch.delenv("RECDROP_CUDA_GRAPHS")
     m = layers[1].eval()  # the caller captures a forward: the loop inside is recorded plainly
     m.torch_kernels = False  # else no dropout acts in eval and torch.nn's forward (cuDNN) runs
-    static_x = torch.randn(T, B, I, device="cuda")
+    static_x = torch.randn(T, B, D, device="cuda")
     with torch.no_grad():
         m(static_x)  # warm up outside the capture (this call is graphed by recdrop)
         n = graphs.cached_graphs()
@@ -260,6 +260,6 @@ def test_on_cuda_a_group_and_a_callers_own_capture(monkeypatch):
         with torch.cuda.graph(g):
             static_out, _ = m(static_x)
         assert graphs.cached_graphs() == n
-        static_x.copy_(torch.randn(T, B, I, device="cuda"))
+        static_x.copy_(torch.randn(T, B, D, device="cuda"))
         g.replay()
         torch.testing.assert_close(static_out, m(static_x)[0], rtol=1e-6, atol=1e-6)

@@ -10,7 +10,7 @@ import torch
 
 import recdrop
 
-T, B, I, H = 5, 3, 4, 6
+T, B, D, H = 5, 3, 4, 6
 P = 0.4
 
 
@@ -98,10 +98,10 @@ CASES = [(kind, scheme) for kind in ("LSTM", "GRU") for scheme in recdrop.SCHEME
 def test_layer_matches_paper_equations(kind, scheme, proj_size, sampling, scaling, training):
     torch.manual_seed(0)
     extra = {"proj_size": proj_size} if proj_size else {}
-    m = getattr(recdrop, kind)(I, H, recurrent_dropout=P, scheme=scheme, sampling=sampling,
+    m = getattr(recdrop, kind)(D, H, recurrent_dropout=P, scheme=scheme, sampling=sampling,
                                scaling=scaling, **extra).double()
     m.train(training)
-    x = torch.randn(T, B, I, dtype=torch.float64)
+    x = torch.randn(T, B, D, dtype=torch.float64)
     gen = torch.Generator().manual_seed(1)
     masks = m.draw_masks(T, B, dtype=torch.float64, generator=gen)
     assert set(masks[0]) == set(recdrop.masks.SCHEME_TARGETS[scheme])
@@ -111,7 +111,7 @@ def test_layer_matches_paper_equations(kind, scheme, proj_size, sampling, scalin
     last = state[1][0] if kind == "LSTM" else state[0]
     assert (last - ref_state).abs().max() < 1e-10
     if training:  # the masks really act: some unit is dropped and the output differs from no dropout
-        plain = getattr(recdrop, kind)(I, H, **extra).double()
+        plain = getattr(recdrop, kind)(D, H, **extra).double()
         plain.load_state_dict(m.state_dict())
         assert (plain(x)[0] - y).abs().max() > 1e-6
 
@@ -122,12 +122,12 @@ def test_layer_matches_paper_equations(kind, scheme, proj_size, sampling, scalin
 def test_cell_matches_paper_equations(kind, scheme, scaling, training):
     """A cell run step by step with a fixed per-sequence mask equals the layer's equations."""
     torch.manual_seed(0)
-    layer = getattr(recdrop, kind)(I, H, recurrent_dropout=P, scheme=scheme, sampling="per-sequence",
+    layer = getattr(recdrop, kind)(D, H, recurrent_dropout=P, scheme=scheme, sampling="per-sequence",
                                    scaling=scaling).double().train(training)
-    cell = getattr(recdrop, kind + "Cell")(I, H, recurrent_dropout=P, scheme=scheme, sampling="per-sequence",
+    cell = getattr(recdrop, kind + "Cell")(D, H, recurrent_dropout=P, scheme=scheme, sampling="per-sequence",
                                            scaling=scaling).double().train(training)
     cell.load_state_dict({k.replace("_l0", ""): v for k, v in layer.state_dict().items()})
-    x = torch.randn(T, B, I, dtype=torch.float64)
+    x = torch.randn(T, B, D, dtype=torch.float64)
     masks = layer.draw_masks(T, B, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
     ref_y, ref_state = REFERENCE[kind](layer, x, masks[0], scaling, training, per_step=False)
     state = None

@@ -43,8 +43,8 @@ def test_twenty_random_kills_lose_nothing_and_end_where_an_uninterrupted_sweep_e
             text = p.read_text()
             json.loads(text)  # every record is whole ...
             assert seen.setdefault(p.name, text) == text, f"record {p.name} changed after kill {kills}"  # ... and final
-    kills = kill_repeatedly(cmd, env, root, KILLS, (signal.SIGKILL, signal.SIGTERM), after_each=records_are_whole_and_final,
-                            epoch_s=epoch_seconds(reference))
+    kills = kill_repeatedly(cmd, env, root, KILLS, (signal.SIGKILL, signal.SIGTERM),
+                            after_each=records_are_whole_and_final, epoch_s=epoch_seconds(reference))
     assert kills == KILLS, f"the sweep finished after {kills} kills: make the runs longer"
     assert len(seen) < 8, "the kills must land before the sweep is done"
     for name, rec in resume_to_the_end(cmd, env, root, reference).items():

@@ -169,7 +169,8 @@ def test_the_campaign_fuses_stops_at_its_budget_packs_and_resumes_elsewhere_to_t
     packed and unpacked into another store and cache, and the group resumed there."""
     real_env = train.environment
     monkeypatch.setattr(train, "environment", lambda device: {**real_env(device), "commit": "0123456789"})
-    entry = Entry(experiment="word_lm", scale="ci", why="test", only={"forward": "without forward dropout", "rate": 0.5})
+    entry = Entry(experiment="word_lm", scale="ci", why="test",
+                  only={"forward": "without forward dropout", "rate": 0.5})
     monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "ref-cache"))
     reference = {r.run_id: r for r in run_campaign([entry], "cpu", 1, 3600, RunStore(tmp_path / "ref"), False,
                                                       fuse=True)["finished"] for r in [r.record]}
@@ -216,7 +217,8 @@ def test_the_runs_with_a_checkpoint_train_together_and_first(store):
     ids = [r.run_id for r in runs]
     groups = campaign.campaign_groups(runs, 2, "cpu")
     assert [[ids.index(r.run_id) for r in g] for g in groups[:3]] == [[3, 4], [0, 1], [2, 5]]
-    assert [[ids.index(r.run_id) for r in g] for g in campaign.campaign_groups(runs, False, "cpu")[:3]] == [[3], [4], [0]]
+    assert [[ids.index(r.run_id) for r in g]
+            for g in campaign.campaign_groups(runs, False, "cpu")[:3]] == [[3], [4], [0]]
 
 
 @pytest.mark.parametrize("fuse,message", [(0, "at least 1"), (-2, "at least 1"), (2.5, "at least 1"),
@@ -349,7 +351,8 @@ def test_a_member_whose_checkpoint_does_not_load_fails_alone_and_the_others_fini
     bad = store.checkpoint_path("word_lm", run_id(*runs[1]))
     bad.parent.mkdir(parents=True)
     bad.write_bytes(b"not a checkpoint")
-    with pytest.raises(train.GroupMemberError, match=f"(?s)1 of 3 runs could not start.*{run_id(*runs[1])}: checkpoint"):
+    with pytest.raises(train.GroupMemberError,
+                       match=f"(?s)1 of 3 runs could not start.*{run_id(*runs[1])}: checkpoint"):
         train_group(WordLMTask, runs, store=store, progress=False)
     assert [store.has("word_lm", "ci", run_id(c, s)) for c, s in runs] == [True, False, True]
 

@@ -93,7 +93,8 @@ def test_memory_loss_runs_train_what_table1_short_trains_and_record_the_probes(t
     for phase in ("test", "train"):
         assert len(m["probe"][phase]["memory"]) == len(m["probe"][phase]["cell_norm"]) == cfg.probe_steps
     table = memory_loss.memory_table(run_grid("memory_loss", "ci", store=store, train=False, progress=False))
-    assert table.loc["moon per-sequence, paper scaling", f"test, t={cfg.probe_steps}"] == m["probe"]["test"]["memory"][-1]
+    assert (table.loc["moon per-sequence, paper scaling", f"test, t={cfg.probe_steps}"]
+            == m["probe"]["test"]["memory"][-1])
     assert table.loc["moon per-sequence, paper scaling", "seeds"] == 1
     assert table.loc["moon per-sequence, paper scaling", f"test, t={cfg.probe_steps}, each seed"] == (
         f"{m['probe']['test']['memory'][-1]:.2g}")

@@ -177,7 +177,8 @@ def test_the_training_summary_finds_each_runs_lowest_loss_and_best_validation_ep
 
     rows = grid_rows("ner", "ci", [0, 1], store=RunStore("/nonexistent"))
     assert training_summary(rows, chance_loss=4.0).empty  # nothing stored: no rows, the columns kept
-    losses, f1s = [3.0, 0.5, 2e9, 0.9], [60.0, 70.0, 65.0, 61.0]  # loss lowest at epoch 2, F1 best at 2, then it blows up
+    # loss lowest at epoch 2, F1 best at 2, then it blows up
+    losses, f1s = [3.0, 0.5, 2e9, 0.9], [60.0, 70.0, 65.0, 61.0]
     for r in rows:
         if r["cell"] in ("GRU", "RNN") and r["rate"] == 0.25:
             r.stored = record(**{"curves": [{"epoch": e + 1, "train_loss": loss + r.seed, "valid_f1": f1 - r.seed}
@@ -199,7 +200,8 @@ def test_the_training_summary_calls_a_run_unstable_past_ten_times_its_first_epoc
 
     rows = grid_rows("ner", "ci", [0], store=RunStore("/nonexistent"))
     for r, losses in zip(rows, ([1.0, 0.5, 10.0], [1.0, 0.5, 10.01], [59.0, 0.4, 7.5], [2.0, 0.4, 0.3])):
-        r.stored = record(**{"curves": [{"epoch": e + 1, "train_loss": x, "valid_f1": 50.0} for e, x in enumerate(losses)]})
+        r.stored = record(**{"curves": [{"epoch": e + 1, "train_loss": x, "valid_f1": 50.0}
+                                        for e, x in enumerate(losses)]})
     table = training_summary(rows, chance_loss=2.0)
     # the third blew up in its first epoch (its mean above a uniform guess's 2.0), then recovered
     assert list(table["stable"]) == ["yes", "NO: loss rose 10.01x", "NO: epoch 1 above chance (59 > 2)", "yes"]

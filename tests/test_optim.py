@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from recdrop.optim import OPTIMIZERS, RMSProp2016, rmsprop
+from recdrop.optim import RMSProp2016, rmsprop
 
 LR, RHO = 0.01, 0.9
 G1, G2 = (0.5, -1e-4, 0.0), (-0.25, 2e-4, 3.0)  # two steps' gradients: large, tiny and zero

@@ -13,7 +13,8 @@ LENGTHS = [3, 7, 5, 7, 1]  # unsorted, with a tie and a sequence of one step
 SETTINGS = [(kind, scheme, sampling) for kind in ("LSTM", "GRU", "RNN") for scheme in CELL_SCHEMES[kind]
             for sampling in ("per-step", "per-sequence")]
 # the LSTM with a projection (proj_size), where Gal's mask has proj_size units: every scheme
-PROJECTED = [("LSTM", scheme, sampling, 2) for scheme in CELL_SCHEMES["LSTM"] for sampling in ("per-step", "per-sequence")]
+PROJECTED = [("LSTM", scheme, sampling, 2) for scheme in CELL_SCHEMES["LSTM"]
+             for sampling in ("per-step", "per-sequence")]
 
 
 def alone(masks, b, n):

@@ -39,7 +39,8 @@ def test_ratio_table_has_a_column_per_scheme_and_the_provenance_once(tmp_path):
     assert table.loc[1, "hidden x steps"] == "1024 x 100" and table.loc[1, "semeniuta"] == 1.1
     prov = perf.provenance(bench)
     assert len(prov) == 1 and prov.loc[0, "commit"] == "abc" and prov.loc[0, "file"] == "m.csv"
-    assert perf.load_benchmarks(tmp_path / "empty").empty and perf.ratio_table(perf.load_benchmarks(tmp_path / "e")).empty
+    assert (perf.load_benchmarks(tmp_path / "empty").empty
+            and perf.ratio_table(perf.load_benchmarks(tmp_path / "e")).empty)
 
 
 def test_graph_speedups_are_the_time_without_graphs_over_the_time_with_them(tmp_path):

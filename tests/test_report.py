@@ -54,7 +54,8 @@ def test_compare_says_where_runs_diverged():
 def test_compare_shows_extras_where_a_cell_has_them():
     m = Metric("F1", digits=2, tolerance=1.0)
     rows = [row(cell="a", record={"metrics": {"test": 90.0, "valid": 91.0}})]
-    t = compare(rows, [({"cell": "a", "split": "Test"}, 90.5, "test"), ({"cell": "a", "split": "Valid"}, 91.0, "valid")],
+    t = compare(rows, [({"cell": "a", "split": "Test"}, 90.5, "test"),
+                       ({"cell": "a", "split": "Valid"}, 91.0, "valid")],
                 ["cell"], m, extras=[("valid F1", lambda labels: "valid" if labels["split"] == "Test" else None)])
     assert t["valid F1"].tolist() == ["91.00", ""]
 
@@ -93,8 +94,8 @@ def test_fit_table_says_which_runs_over_fit_and_which_converged():
     from recdrop.experiments.lm_tables import FIT_WINDOW, describe_fit, fit_table
 
     def run(valid, train, lr, seed):
-        curves = [{"epoch": e + 1, "valid_ppl": v, "train_ppl": t, "lr": l}
-                  for e, (v, t, l) in enumerate(zip(valid, train, lr))]
+        curves = [{"epoch": e + 1, "valid_ppl": v, "train_ppl": t, "lr": rate}
+                  for e, (v, t, rate) in enumerate(zip(valid, train, lr))]
         return row(forward="without forward dropout", scheme="none", rate=0.0, sampling="-", seed=seed,
                    record={"curves": curves})
 
@@ -171,7 +172,8 @@ def test_pilot_table_weighs_the_gap_against_the_seed_noise():
     from recdrop.experiments.lm_tables import pilot_cells, pilot_table
 
     none, best = [label for label, _ in pilot_cells(2)]
-    assert (none["scheme"], best["scheme"], best["rate"], best["sampling"]) == ("none", "semeniuta", 0.5, "per-sequence")
+    assert (none["scheme"], best["scheme"], best["rate"], best["sampling"]) == (
+        "none", "semeniuta", 0.5, "per-sequence")
 
     def rows(none_values, best_values, at_best=lambda v: v):
         return [row(**label, seed=seed, record={"metrics": {"test_ppl": v, "best_test_ppl": at_best(v)}})
@@ -268,8 +270,8 @@ def test_an_ablation_is_shown_cell_by_cell_beside_the_tables_runs_with_its_chang
                                "seed noise (95%)", "the ablation is", "distance to the paper's, table → ablation"]
     # by hand: one seed against two of sd sqrt(2): SE = sqrt(2) sqrt(1/2 + 1) = sqrt(3), t(0.975, 1 dof) = 12.706
     assert t.iloc[0].to_dict() == {"setting": "a", "paper": 90.0, "ours, the table's runs": "79.00 ± 1.41 (n=2)",
-                                   "ours, the ablation's": "85.00", "ablation − table": "+6.00", "seed noise (95%)": "22.01",
-                                   "the ablation is": "better, within the seed noise",
+                                   "ours, the ablation's": "85.00", "ablation − table": "+6.00",
+                                   "seed noise (95%)": "22.01", "the ablation is": "better, within the seed noise",
                                    "distance to the paper's, table → ablation": "11.00 → 5.00"}
     assert t.iloc[1]["ours, the ablation's"] == "not yet run" and t.iloc[1]["ablation − table"] == "—"
     assert t.iloc[1]["seed noise (95%)"] == "—" and t.iloc[1]["the ablation is"] == "—"
@@ -363,5 +365,6 @@ def test_a_verdict_that_is_the_same_in_every_row_is_said_once():
     rows = [row(cell=c, record={"metrics": {"test_acc": 0.9}, "config": {"scale": "reduced"}}) for c in "ab"]
     t = compare(rows, [({"cell": c}, 100.0, "test_acc") for c in "ab"], ["cell"], m, factor=100)
     shown = styled(t)
-    assert "verdict" not in shown.data and "every row: " in shown.caption and "not judged at this scale" in shown.caption
+    assert ("verdict" not in shown.data and "every row: " in shown.caption
+            and "not judged at this scale" in shown.caption)
     assert "verdict" in styled(t.assign(verdict=[t["verdict"][0], NOT_RUN])).data  # where rows differ, a column

@@ -35,7 +35,9 @@ def test_a_stacked_step_is_each_runs_own_step_forward_and_backward(cell, scheme,
     act = torch.relu if cell == "RNN" else torch.tanh
 
     def step(r=None):
-        at = (lambda t: t if r is None or t is None else t[r])
+        def at(t):
+            return t if r is None or t is None else t[r]
+
         args = (at(gx), at(h)) + ((at(c),) if cell == "LSTM" else ()) + (at(w_hh), at(b_hh))
         out = STEPS[cell](*args, at(gal), at(sem), at(moon), act)
         return out if isinstance(out, tuple) else (out,)
@@ -185,18 +187,18 @@ def test_a_group_of_layers_computes_what_each_layer_computes_alone(kind, trainin
     from recdrop.layers import run_group
 
     monkeypatch.setattr("recdrop.route.STACK_ON_CPU", True)  # a GPU's stacked weights
-    T, I = 6, 3
+    T, D = 6, 3
     dropouts = [dict(recurrent_dropout=0.25, scheme="semeniuta", sampling="per-step", scaling="paper"),
                 dict(recurrent_dropout=0.5, scheme="gal", sampling="per-sequence"),
                 dict(recurrent_dropout=0.0),
                 dict(recurrent_dropout=0.5, scheme="moon", sampling="per-step", scaling="paper")]
     torch.manual_seed(0)
-    layers = [getattr(recdrop, kind)(I, H, **d).double().train(training) for d in dropouts]
+    layers = [getattr(recdrop, kind)(D, H, **d).double().train(training) for d in dropouts]
     for m in layers:
         monkeypatch.setattr(m, "fused", fused)
     n_states = 2 if kind == "LSTM" else 1
     g = torch.Generator().manual_seed(3)
-    x = torch.randn(T, len(layers), B, I, generator=g, dtype=torch.float64)
+    x = torch.randn(T, len(layers), B, D, generator=g, dtype=torch.float64)
     hx = tuple(torch.randn(len(layers), B, H, generator=g, dtype=torch.float64) for _ in range(n_states))
 
     def seed_generators():

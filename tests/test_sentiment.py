@@ -30,7 +30,8 @@ def test_the_label_is_read_at_each_messages_last_word():
 
 
 def test_grid_and_paper_settings():
-    assert [(l["cell"], l["rate"]) for l, _ in grid("ci")] == [(c, r) for c in ("RNN", "LSTM", "GRU") for r in (0.0, 0.25)]
+    assert [(label["cell"], label["rate"]) for label, _ in grid("ci")] == [
+        (c, r) for c in ("RNN", "LSTM", "GRU") for r in (0.0, 0.25)]
     c = SentimentConfig.at_scale("paper")
     assert (c.hidden_size, c.lr, c.sampling, c.scheme, c.nonlinearity) == (500, 0.001, "per-step", "semeniuta", "relu")
     with pytest.raises(ValueError, match="pretrain_corpus"):

@@ -52,7 +52,8 @@ def test_a_cells_settings_are_settable_too_and_a_per_sequence_mask_is_drawn_anew
 
 def test_each_setting_is_checked_as_at_construction_and_a_refused_one_changes_nothing():
     lstm = recdrop.LSTM(3, 4, recurrent_dropout=0.25)
-    for name, bad, message in [("recurrent_dropout", 1.0, "recurrent_dropout"), ("recurrent_dropout", -0.1, "recurrent_dropout"),
+    for name, bad, message in [("recurrent_dropout", 1.0, "recurrent_dropout"),
+                               ("recurrent_dropout", -0.1, "recurrent_dropout"),
                                ("scheme", "bogus", "scheme"), ("sampling", "per-batch", "sampling"),
                                ("scaling", "none", "scaling")]:
         with pytest.raises(ValueError, match=message):

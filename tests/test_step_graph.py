@@ -270,8 +270,9 @@ def test_a_group_on_a_gpus_way_ends_with_each_members_record_alone(experiment, s
 
 
 def test_a_member_that_diverges_between_reads_is_recorded_where_it_diverged(tmp_path, monkeypatch):
-    """Outputs read every 4 steps: the run whose loss turns NaN at epoch 2, batch 3 is recorded there, with its one epoch of curves, as alone; its last good checkpoint is the one before;
-    the others finish as alone; and no step reads a tensor on the host: only the reads do."""
+    """Outputs read every 4 steps: the run whose loss turns NaN at epoch 2, batch 3 is recorded there,
+    with its one epoch of curves, as alone; its last good checkpoint is the one before; the others
+    finish as alone; and no step reads a tensor on the host: only the reads do."""
     from torch.overrides import TorchFunctionMode
 
     from recdrop import train

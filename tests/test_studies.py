@@ -68,16 +68,21 @@ def test_orderings_survive_only_when_every_seed_agrees():
     rows = fake_rows({OURS: [100, 101, 102], GAL: [103, 110, 111], MOON: [104, 105, 130], NONE: [120, None, None]})
     t = seeds.orderings("word_lm", rows)
     assert len(t) == 6  # every pair of the four cells: the paper orders them all
-    assert verdict(t, "semeniuta 0.5 per-sequence", "gal 0.5 per-step") == "reproduced (every seed in the paper's order)"
-    assert verdict(t, "moon 0.25 per-step", "gal 0.5 per-step") == "within seed noise (reversed on the means only)"  # 113 vs 108
-    assert verdict(t, "semeniuta 0.5 per-sequence", "moon 0.25 per-step") == "reproduced (every seed in the paper's order)"
+    assert verdict(t, "semeniuta 0.5 per-sequence", "gal 0.5 per-step") == (
+        "reproduced (every seed in the paper's order)")
+    assert verdict(t, "moon 0.25 per-step", "gal 0.5 per-step") == (
+        "within seed noise (reversed on the means only)")  # 113 vs 108
+    assert verdict(t, "semeniuta 0.5 per-sequence", "moon 0.25 per-step") == (
+        "reproduced (every seed in the paper's order)")
     rows = fake_rows({OURS: [100, 106, 102], MOON: [104, 105, 107]})
     assert verdict(seeds.orderings("word_lm", rows), "semeniuta 0.5 per-sequence", "moon 0.25 per-step") == \
         "within seed noise (holds on the means only)"
     rows = fake_rows({OURS: [110, 111, 112], MOON: [104, 105, 109]})  # every seed of Moon beats every one of ours
-    assert verdict(seeds.orderings("word_lm", rows), "semeniuta 0.5 per-sequence", "moon 0.25 per-step") == "not reproduced (every seed in the reverse order)"
+    assert verdict(seeds.orderings("word_lm", rows), "semeniuta 0.5 per-sequence", "moon 0.25 per-step") == (
+        "not reproduced (every seed in the reverse order)")
     rows = fake_rows({OURS: [100, 101, 102], NONE: [120, 121, None]})
-    assert verdict(seeds.orderings("word_lm", rows), "semeniuta 0.5 per-sequence", "none") == "not judged at this scale (fewer than 3 seeds)"
+    assert verdict(seeds.orderings("word_lm", rows), "semeniuta 0.5 per-sequence", "none") == (
+        "not judged at this scale (fewer than 3 seeds)")
 
 
 def test_the_landing_line_counts_judged_orderings_and_those_waiting_for_seeds():
@@ -126,7 +131,8 @@ def test_conjecture_table_compares_the_combination_with_its_parts():
     no_combo = conjecture.conjecture_table("word_lm", table_rows, fake_rows({(WO, COMBINED, 0.25, "per-step"): [None]}))
     assert (no_combo[COMBINED] == "—").all()  # not "None" or "nan"
     s = conjecture.conjecture_summary("word_lm", table_rows, combo).set_index("forward")
-    assert s.loc[WO, "verdict"] == ("not judged at this scale (not yet run in full (1 of 4 combination cells, 4 of 12 single-scheme cells))")
+    assert s.loc[WO, "verdict"] == ("not judged at this scale (not yet run in full (1 of 4 combination cells, "
+                                    "4 of 12 single-scheme cells))")
     assert s.loc[WO, "best single cell"] == "gal 0.5 per-step"  # the best of those that ran, shown beside
     assert s.loc[W, "verdict"] == NOT_RUN
     # a whole block: the single schemes at 110 but gal 0.5 per-step at 100; the combination at 104 but one cell
@@ -140,7 +146,8 @@ def test_conjecture_table_compares_the_combination_with_its_parts():
     # each number to the metric's digits (ppl: 1), never a whole number beside a decimal one
     assert s.loc[WO, ["single's test ppl", "combination's test ppl", "combination − single", "seed sd (pooled)"]
                  ].tolist() == ["100.0 (n=1)", "104.0 (n=1)", "+4.0", "—"]  # each with its seeds
-    assert s.loc[WO, "verdict"] == "not reproduced (the best single scheme is better; one seed a cell: no seed noise to judge against)"
+    assert s.loc[WO, "verdict"] == ("not reproduced (the best single scheme is better; one seed a cell: no seed "
+                                    "noise to judge against)")
     noisy = fake_rows({(WO, "moon", 0.25, "per-step"): [100, 103, 97], (WO, "none", 0.0, "-"): [120, 140, 100],
                        (W, "none", 0.0, "-"): [120, 130, 110]})
     s = conjecture.conjecture_summary("word_lm", table_rows, combo, noisy).set_index("forward")
@@ -158,7 +165,8 @@ def test_conjecture_table_compares_the_combination_with_its_parts():
     assert s.loc[WO, "verdict"] == "reproduced (the combination is better)"  # 90 against 100, more than 2 x 1 apart
     # a run of a cell compared whose validation still falls over its last epochs: the verdict is provisional
     moving = fake_rows({**combos, (WO, COMBINED, 0.25, "per-step"): [103, 104, 105],
-                        (WO, COMBINED, 0.5, "per-step"): [90, None, None]}, falling={((WO, COMBINED, 0.5, "per-step"), 0)})
+                        (WO, COMBINED, 0.5, "per-step"): [90, None, None]},
+                       falling={((WO, COMBINED, 0.5, "per-step"), 0)})
     s = conjecture.conjecture_summary("word_lm", table_rows, moving).set_index("forward")
     assert s.loc[WO, "verdict"] == ("reproduced (the combination is better; provisional: 1 of the 2 runs compared "
                                     "still moving at their last epoch)")
@@ -169,7 +177,7 @@ def test_headline_grid_runs_are_table_runs():
     """A headline cell with seed 0 is the same run (same id) as the table's cell: no rerun."""
     from recdrop.config import run_id
 
-    table = {tuple(sorted(l.items())): run_id(cfg, 0) for l, cfg in word_lm.grid("ci")}
+    table = {tuple(sorted(label.items())): run_id(cfg, 0) for label, cfg in word_lm.grid("ci")}
     for label, cfg in word_lm.headline_grid("ci"):
         assert table[tuple(sorted(label.items()))] == run_id(cfg, 0)
 

@@ -622,8 +622,10 @@ def test_memory_format(mi, i, path, training):
             ref_g_ins = torch.autograd.grad(ref_outs, ref_ins, grad_outputs=ref_g_outs)
 
         for in_fmt in input_formats:
-            d_args = _traverse(args, lambda t: t.clone().to(memory_format=in_fmt).detach().requires_grad_(t.requires_grad))
-            d_kwargs = _traverse(kwargs, lambda t: t.clone().to(memory_format=in_fmt).detach().requires_grad_(t.requires_grad))
+            d_args = _traverse(args, lambda t: t.clone().to(memory_format=in_fmt).detach()
+                               .requires_grad_(t.requires_grad))
+            d_kwargs = _traverse(kwargs, lambda t: t.clone().to(memory_format=in_fmt).detach()
+                                 .requires_grad_(t.requires_grad))
             for mod_fmt in module_formats:
                 m.to(memory_format=mod_fmt)
                 outputs = m(*d_args, **d_kwargs)

@@ -157,7 +157,8 @@ def test_functorch_transforms_and_forward_ad(kind):
     tangent = torch.randn_like(x)
     _, jvp = torch.func.jvp(lambda x: m(x)[0], (x,), (tangent,))
     eps = 1e-6  # against a central difference
-    torch.testing.assert_close(jvp, (m(x + eps * tangent)[0] - m(x - eps * tangent)[0]) / (2 * eps), atol=1e-7, rtol=1e-6)
+    torch.testing.assert_close(jvp, (m(x + eps * tangent)[0] - m(x - eps * tangent)[0]) / (2 * eps),
+                               atol=1e-7, rtol=1e-6)
     with fwAD.dual_level():
         dual = fwAD.unpack_dual(m(fwAD.make_dual(x, tangent))[0]).tangent
     torch.testing.assert_close(dual, jvp)

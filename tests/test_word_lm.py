@@ -20,7 +20,7 @@ def test_grid_is_table_2():
     cells = grid("ci")
     assert len(cells) == 26
     labels = [label for label, _ in cells]
-    assert sum(l["scheme"] == "none" for l in labels) == 2
+    assert sum(label["scheme"] == "none" for label in labels) == 2
     for label, cfg in cells:
         assert cfg.scaling == "paper"
         assert (cfg.input_dropout, cfg.output_dropout) == ((0.2, 0.5) if label["forward"] == "with forward dropout"

@@ -120,12 +120,12 @@ PROBES = DATA_DIR / "probes" / "issue-34"  # the shortened runs that chose the o
 
 
 def optimiser_probes(experiment: str, folder: Path = PROBES) -> "pd.DataFrame":
-    """The probes that chose the optimiser and the clipping (records of shortened runs at the paper's settings, kept outside the
-    store, each from a clean commit): per run, its optimiser's form and clipping threshold, how its
-    training went (first epoch's loss, the highest epoch loss over it, the largest ratio of an
-    epoch's loss to the epoch's before, the highest epoch-mean gradient norm, the most steps of an
-    epoch that were clipped) and its last epoch's validation and test F1 (sentiment: the mean over
-    the six test sets)."""
+    """The probes that chose the optimiser and the clipping (records of shortened runs at the paper's
+    settings, kept outside the store, each from a clean commit): per run, its optimiser's form and
+    clipping threshold, how its training went (first epoch's loss, the highest epoch loss over it, the
+    largest ratio of an epoch's loss to the epoch's before, the highest epoch-mean gradient norm, the
+    most steps of an epoch that were clipped) and its last epoch's validation and test F1 (sentiment:
+    the mean over the six test sets)."""
     out = []
     for path in sorted(folder.glob("*.json")):
         rec = RunStore.read(path)
@@ -185,5 +185,5 @@ def training_summary(rows, chance_loss: float) -> "pd.DataFrame":
     table = pd.DataFrame(out, columns=["cell", "rate", "seed", "epochs", "first loss", "lowest loss", "its epoch",
                                        "last loss", "highest loss / first", "stable", "best valid F1", "epoch of best",
                                        "last valid F1"])
-    return table.sort_values(["cell", "rate", "seed"], key=lambda col: col.map(CELLS.index) if col.name == "cell" else col,
-                             ignore_index=True)
+    return table.sort_values(["cell", "rate", "seed"],
+                             key=lambda col: col.map(CELLS.index) if col.name == "cell" else col, ignore_index=True)

@@ -137,7 +137,7 @@ def conjecture_summary(experiment: str, table_runs, conjecture_runs, seed_runs: 
                 verdict = verdict.noted(f"provisional: {moving} of the {compared} runs compared still moving at "
                                         "their last epoch")
         unit = metric.split("_")[1]
-        row.update({"best single cell": f"{b_single[1]} {b_single[2]} {b_single[3]}",  # each number to the metric's digits
+        row.update({"best single cell": f"{b_single[1]} {b_single[2]} {b_single[3]}",  # numbers to the metric's digits
                     f"single's test {unit}": f"{singles[b_single]:.{digits}f} (n={n_single[b_single]})",
                     "best combination cell": f"{b_combo[2]} {b_combo[3]}",
                     f"combination's test {unit}": f"{combos[b_combo]:.{digits}f} (n={n_combined[b_combo]})",

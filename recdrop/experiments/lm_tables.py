@@ -217,7 +217,8 @@ def _what_the_curves_show(rows) -> str:
     wo = next(iter(FORWARD))
     seeds = Counter(r.cell(("scheme", "rate", "sampling")) for r in rows if r.record and r["forward"] == wo).values()
     low, high = min(seeds, default=0), max(seeds, default=0)
-    return f"Without forward dropout; each line the mean over its cell's seeds ({low if low == high else f'{low}–{high}'})"
+    return ("Without forward dropout; each line the mean over its cell's seeds "
+            f"({low if low == high else f'{low}–{high}'})")
 
 
 FIT_TOLERANCE, FIT_WINDOW, FIT_DECAYED = 0.01, 5, 0.1  # fit_table's rule: 1%, 5 epochs, a tenth
@@ -274,10 +275,10 @@ def fit_table(rows, unit: str) -> "pd.DataFrame":
                     "last lr / first": float(f"{lr_left:.3g}"), "fit": fit, "converged": converged,  # not 0.0 for 1e-5
                     f"validation change, last {window} epochs ({unit})": float(f"{move:.3g}"),
                     "settled": stable})
-    return pd.DataFrame(out, columns=CELL_KEYS + ["seed", "epochs", "best validation epoch", "validation, last vs best (%)",
-                                                  "training, last vs best epoch (%)", "last lr / first", "fit",
-                                                  "converged", f"validation change, last {window} epochs ({unit})",
-                                                  "settled"])
+    return pd.DataFrame(out, columns=CELL_KEYS + ["seed", "epochs", "best validation epoch",
+                                                  "validation, last vs best (%)", "training, last vs best epoch (%)",
+                                                  "last lr / first", "fit", "converged",
+                                                  f"validation change, last {window} epochs ({unit})", "settled"])
 
 
 def pilot_table(rows, unit: str, paper_table: int, digits: int) -> "pd.DataFrame":
@@ -307,7 +308,8 @@ def pilot_table(rows, unit: str, paper_table: int, digits: int) -> "pd.DataFrame
             verdict = "the gap does not favour dropout by more than the seed noise" + (
                 ": redefine the scale" if tested == "final" else ": with early stopping, dropout gains nothing here")
         out.append({"model tested": tested, "no dropout": fmt_mean_sd(a.mean(), a.std(), len(a), digits),
-                    f"the paper's best cell without forward dropout ({name})": fmt_mean_sd(b.mean(), b.std(), len(b), digits),
+                    f"the paper's best cell without forward dropout ({name})":
+                        fmt_mean_sd(b.mean(), b.std(), len(b), digits),
                     f"gap ({unit})": round(gap, digits), "seed noise (2 SE)": round(noise, digits), "pilot": verdict})
     return pd.DataFrame(out)
 

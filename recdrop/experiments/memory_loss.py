@@ -113,7 +113,8 @@ def traces_frame(rows) -> "pd.DataFrame":
         for phase, values in probe.items():
             steps = len(values["memory"])
             predicts = r["scheme"] == "moon" and (cfg.scaling == "paper") == (phase == "test")
-            pred = predicted_trace(steps, cfg.recurrent_dropout, phase == "train").tolist() if predicts else [None] * steps
+            pred = (predicted_trace(steps, cfg.recurrent_dropout, phase == "train").tolist() if predicts
+                    else [None] * steps)
             for t in range(steps):
                 out.append({"setting": _name(r), **{k: r[k] for k in KEYS}, "seed": r.seed, "phase": phase,
                             "step": t + 1, "memory": values["memory"][t], "cell_norm": values["cell_norm"][t],
@@ -144,7 +145,7 @@ def plot_memory(rows):
         ax.set_xlabel("step t")
         ax.set_title("test (eval mode)" if phase == "test" else "training (masks on)")
     axes[0].set_ylabel("||c_t(c_0 = delta) - c_t(c_0 = 0)|| / ||delta||")
-    handles = {l.get_label(): l for ax in axes for l in ax.lines}
+    handles = {line.get_label(): line for ax in axes for line in ax.lines}
     fig.legend(handles.values(), handles.keys(), fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
     fig.tight_layout()
     return fig

@@ -242,8 +242,8 @@ class NERTask(Task):
         others, what choosing the epoch on validation would give); the mean gradient norm before
         clipping, and the fraction of the epoch's steps that were clipped."""
         return {"train_loss": train_stats["loss"], "grad_norm": train_stats["grad_norm"],
-                "clipped": train_stats["clipped"], "span_len": self.span_len(epoch), "valid_f1": self.f1(self.valid), "test_f1": self.f1(self.test),
-                "lr": self.optimizer.param_groups[0]["lr"]}
+                "clipped": train_stats["clipped"], "span_len": self.span_len(epoch), "valid_f1": self.f1(self.valid),
+                "test_f1": self.f1(self.test), "lr": self.optimizer.param_groups[0]["lr"]}
 
     def end_epoch(self, epoch: int, metrics: Dict[str, float]) -> None:
         for g in self.optimizer.param_groups:  # paper Sec. 4.4

@@ -113,8 +113,8 @@ def encode(messages, word_row: Dict[str, int]):
 
 def classifier(cfg: SentimentConfig, vectors: torch.Tensor) -> SequenceClassifier:
     """The model of Sec. 4.5: static word vectors, one recurrent layer read at each message's last word."""
-    return SequenceClassifier(cfg.cell, vectors.shape[1], cfg.hidden_size, len(LABELS), Dropout.of(cfg), vectors=vectors,
-                              nonlinearity=cfg.nonlinearity)
+    return SequenceClassifier(cfg.cell, vectors.shape[1], cfg.hidden_size, len(LABELS), Dropout.of(cfg),
+                              vectors=vectors, nonlinearity=cfg.nonlinearity)
 
 
 class SentimentTask(Task):

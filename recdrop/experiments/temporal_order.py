@@ -228,12 +228,13 @@ def table1_wide(rows) -> "pd.DataFrame":
     qualifier = {(r["group"], r["row"], r["column"]): r["qualifier"] for _, r in paper_results(1).iterrows()}
     long = table1(rows)
     shown = [("—" if pd.isna(p) else f"{qualifier.get((PAPER_GROUP.get(sc), sm, f'{ln} {sp}'), '')}{p:g}")
-             for p, sc, sm, ln, sp in zip(long["paper"], long["scheme"], long["sampling"], long["length"], long["split"])]
+             for p, sc, sm, ln, sp in zip(long["paper"], long["scheme"], long["sampling"], long["length"],
+                                          long["split"])]
     long["cell"] = long["ours"].str.replace(" ± ", "±", regex=False) + " / " + pd.Series(shown, index=long.index)
     long["column"] = long["length"] + " " + long["split"]
     wide = long.pivot_table(index=["scheme", "scaling", "sampling"], columns="column", values="cell",
                             aggfunc="first", sort=False)
-    return wide[[f"{l} {s}" for l in LENGTHS for s in ("train", "test")]]
+    return wide[[f"{length} {s}" for length in LENGTHS for s in ("train", "test")]]
 
 
 def plot_curves(rows):
@@ -313,7 +314,8 @@ def claims(rows) -> "pd.DataFrame":
     compares the first epoch whose test accuracy counts as solved with the LSTM's without dropout,
     seed by seed."""
     tol = SOLVED_MARGIN_PP / 100
-    measures = {"train": "train_acc", "test": "test_acc", "train norm": "train_cell_norm", "test norm": "test_cell_norm"}
+    measures = {"train": "train_acc", "test": "test_acc", "train norm": "train_cell_norm",
+                "test norm": "test_cell_norm"}
 
     by_seed = seed_values(rows, lambda r, m: {**{(*r.cell(CELL_KEYS), what): m.get(metric)
                                                  for what, metric in measures.items()},
@@ -328,7 +330,8 @@ def claims(rows) -> "pd.DataFrame":
                              for (length, scheme, sampling, split), test in conditions)
 
     def later_than_without_dropout(length, scheme, sampling):
-        return lambda v: v[(length, scheme, sampling, "paper", "solved at")] > v[(length, "none", "-", "-", "solved at")]
+        return lambda v: (v[(length, scheme, sampling, "paper", "solved at")]
+                          > v[(length, "none", "-", "-", "solved at")])
 
     def at_length(length, conditions, also=None):
         def solves(v):  # the LSTM without dropout solves this length, train and test
@@ -357,8 +360,9 @@ def claims(rows) -> "pd.DataFrame":
             (f"{length}: Moon per-step " + ("solves it, later than the LSTM without dropout (only *later* is judged, "
                                             "not the paper's 10-20 times more iterations; the chapter's table of "
                                             "first solved epochs gives ours)" if length == "short"
-                                            else f"does not learn it in the allotted iterations (near chance in training "
-                                                 f"and at test: at most {25 + SOLVED_MARGIN_PP:g}%; chance is 25%)"),
+                                            else f"does not learn it in the allotted iterations (near chance "
+                                                 f"in training and at test: at most {25 + SOLVED_MARGIN_PP:g}%; "
+                                                 "chance is 25%)"),
              at_length(length, [((length, "moon", "per-step", sp), _solved if length == "short" else chance)
                                 for sp in ("train", "test")],
                        later_than_without_dropout(length, "moon", "per-step") if length == "short" else None)),

@@ -2,8 +2,9 @@
 Playwright) at 1400 px and fail on a script error, a local file that does not load, a broken image,
 an empty table or a table wider than the text column; and where a page does not read as a book
 (``assert_reads_as_a_book``): words of how it was made, a fifth verdict symbol, commit hashes in sight,
-a page too long, a figure without its caption. Run after the build (``make test`` does): ``pytest tests/browser``. A screenshot of
-the landing page is kept in ``_build/screenshots/`` (a build artefact, not committed).
+a page too long, a figure without its caption. Run after the build (``make test`` does):
+``pytest tests/browser``. A screenshot of the landing page is kept in ``_build/screenshots/`` (a build
+artefact, not committed).
 
 Requests to other hosts (MathJax's CDN, say) are not checked: CI may have no internet.
 """
@@ -60,12 +61,14 @@ CHECK_PAGE = r"""() => {
                      .map(t => `${Math.round(t.getBoundingClientRect().width)} px > ${column.clientWidth} px: ` +
                                t.innerText.slice(0, 80));
   const h1 = document.querySelector('h1');
-  const reprs = document.body.innerText.match(/<IPython\.core\.display\.\w+ object>|<[\w.]+ object at 0x[0-9a-f]+>/g) || [];
+  const reprs = document.body.innerText
+    .match(/<IPython\.core\.display\.\w+ object>|<[\w.]+ object at 0x[0-9a-f]+>/g) || [];
   const text = (document.querySelector('main') || document.body).innerText;  // what a reader sees (folds closed)
   const uncaptioned = [...document.querySelectorAll('main img')]
     .filter(i => !(i.closest('figure') && i.closest('figure').querySelector('figcaption')))
     .map(i => (i.alt || i.src).slice(0, 80));
-  const symbols = [...new Set([...document.querySelectorAll('main span.verdict')].map(s => s.textContent.trim().replace(/^\d+\s*/, '')[0]))];
+  const symbols = [...new Set([...document.querySelectorAll('main span.verdict')]
+    .map(s => s.textContent.trim().replace(/^\d+\s*/, '')[0]))];
   return {images, empty, reprs, wide, tables: tables.length, title: h1 ? h1.textContent.trim() : '', text,
           uncaptioned, symbols, height: document.documentElement.scrollHeight};
 }"""
@@ -119,7 +122,8 @@ def assert_reads_as_a_book(name: str, found: dict) -> None:
 def test_the_landing_page_links_every_table_to_its_chapter(browser):
     tab = browser.new_page()
     tab.goto((HTML / "book" / "executed" / "summary.html").as_uri())
-    links = tab.evaluate("() => [...document.querySelectorAll('table.landing:not(.claims):not(.stamps) a')].map(a => a.href)")
+    links = tab.evaluate("() => [...document.querySelectorAll('table.landing:not(.claims):not(.stamps) a')]"
+                         ".map(a => a.href)")
     claims = tab.evaluate("() => [...document.querySelectorAll('table.claims a')].map(a => a.href)")
     stamps = tab.evaluate("() => [...document.querySelectorAll('table.stamps a')].map(a => a.href)")
     tab.close()
