@@ -698,16 +698,24 @@ def plain_label(value: Any) -> Any:
     return f"{value:g}" if isinstance(value, float) else value
 
 
-def config_table(config, per_row: int = 3):
-    """A run's config as a chapter shows it: its settings and values, ``per_row`` pairs to a row (the
-    column names differ by trailing spaces only, so that a styled table keeps them); a value that stands
-    for something else is shown as what it stands for (``SHOWN_AS``: 0 training sentences is "all")."""
+def config_table(config):
+    """A run's config as a chapter shows it: the settings where it differs from the paper's
+    (``type(config).at_scale("paper")``), setting | at this scale | the paper's, a value that stands for
+    something else shown as what it stands for (``SHOWN_AS``: 0 training sentences is "all"); where
+    none differs, a line that says so."""
+    from IPython.display import Markdown
+
+    ours, paper = config.to_dict(), type(config).at_scale("paper").to_dict()
     shown_as = getattr(type(config), "SHOWN_AS", {})
-    items = [(k, shown_as.get(k, {}).get(v, plain_label(v)) if isinstance(v, (int, float, str)) else plain_label(v))
-             for k, v in config.to_dict().items()]
-    rows = [{name + " " * j: value for j, (k, v) in enumerate(items[i:i + per_row])
-             for name, value in (("setting", k), ("value", v))} for i in range(0, len(items), per_row)]
-    return pd.DataFrame(rows).fillna("").style.hide()
+
+    def shown(k, v):
+        return shown_as.get(k, {}).get(v, plain_label(v)) if isinstance(v, (int, float, str)) else plain_label(v)
+    rows = [{"setting": k, f"at {ours['scale']}": shown(k, v), "the paper's": shown(k, paper[k])}
+            for k, v in ours.items() if k != "scale" and v != paper[k]]
+    if not rows:
+        return Markdown("Every setting is the paper's (the Known deviations below list what the paper's setup has "
+                        "beyond them).")
+    return pd.DataFrame(rows).style.hide()
 
 
 def styled(table: pd.DataFrame, digits: int = 2):

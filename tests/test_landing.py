@@ -70,24 +70,23 @@ def test_the_claims_table_shows_each_verdict_with_its_symbol_colour_and_a_key():
     assert all(f"{v.symbol} <i>{v.value}</i>" in key for v in Verdict)
 
 
-def test_the_settings_show_as_a_small_table_of_every_field():
+def test_the_settings_show_as_their_differences_from_the_papers():
     cfg = WordLMConfig.at_scale("reduced")
-    shown = config_table(cfg).data
-    values = dict(zip(shown.filter(like="setting").to_numpy().ravel(), shown.filter(like="value").to_numpy().ravel()))
-    limits = {"valid_tokens": "all", "test_tokens": "all"}  # 0: the whole split, shown as such
-    assert {k: values[k] for k in cfg.to_dict()} == {k: limits.get(k, f"{v:g}" if isinstance(v, float) else v)
-                                                     for k, v in cfg.to_dict().items()}
-    assert cfg.valid_tokens == 0 and cfg.train_tokens == 116_000 and values["train_tokens"] == 116_000
-    assert shown.shape[1] == 6 and len(shown) == -(-len(cfg.to_dict()) // 3)
+    shown = config_table(cfg).data.set_index("setting")
+    paper = WordLMConfig.at_scale("paper").to_dict()
+    differ = [k for k, v in cfg.to_dict().items() if k != "scale" and v != paper[k]]
+    assert list(shown.index) == differ and differ  # only those, in the config's order
+    assert shown.loc["train_tokens"].tolist() == [116_000, "all"]  # 0: the whole split, shown as such
+    assert list(shown.columns) == ["at reduced", "the paper's"]
+    assert "Every setting is the paper's" in config_table(WordLMConfig.at_scale("paper")).data
 
 
 def test_a_sequence_setting_shows_as_its_items():
     from recdrop.experiments.memory_loss import MemoryLossConfig
 
-    cfg = MemoryLossConfig.at_scale("reduced")
-    shown = config_table(cfg).data
-    values = dict(zip(shown.filter(like="setting").to_numpy().ravel(), shown.filter(like="value").to_numpy().ravel()))
-    assert values["test_lengths"] == ", ".join(str(n) for n in cfg.test_lengths)  # not a Python tuple
+    cfg = MemoryLossConfig.at_scale("ci")
+    shown = config_table(cfg).data.set_index("setting")
+    assert shown.loc["test_lengths", "at ci"] == ", ".join(str(n) for n in cfg.test_lengths)  # not a Python tuple
 
 
 def test_no_zero_spread_is_shown_as_plus_minus_zero():
