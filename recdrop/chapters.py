@@ -148,12 +148,21 @@ def show_claims_judged_below(name: str, shown: str, store: Optional[RunStore] = 
 
 
 def show_paper_so_far(name: str, shown: str, store: Optional[RunStore] = None) -> None:
-    """In a table's chapter rendered below ``paper`` scale: a line saying which of its cells have run at
-    the paper's settings so far (``paper_so_far``), shown under *Other scales*; nothing where
-    the chapter shows ``paper`` or none has run there."""
-    so_far = paper_so_far(EXPERIMENTS[name], store=store) if shown != "paper" else "none run"
-    if so_far != "none run":
-        display(Markdown(f"At `paper` scale so far: {so_far}; *Other scales* below shows them."))
+    """In a table's chapter rendered below ``paper`` scale: the cells run at the paper's settings so far,
+    beside the paper's numbers (``paper_comparison``, its test numbers), under a heading that counts them
+    and with their stamp folded, before the chapter's own scale; nothing where the chapter shows
+    ``paper`` or none has run there."""
+    e = EXPERIMENTS[name]
+    t = paper_comparison(e, store=store) if shown != "paper" else None
+    ran = t[[bool(j is not None and j.ran) for j in t["verdict"]]] if t is not None else ()
+    if not len(ran):
+        return
+    rows = [r for r in stored_rows(name, "paper", store=store) if r.record]
+    display(Markdown(f"## {e.title.split(':')[0]} at the paper's scale: {len(ran)} of {len(t)} cells run\n\n"
+                     f"Ours at the paper's settings beside the paper's numbers, for the cells run there so far; the "
+                     f"tables after this one are at `{shown}` scale, where every cell has run.\n\n"
+                     f"{provenance(e.table_rows(rows))}"))
+    display(styled(ran, e.metric.digits))
 
 
 def figure_at_largest_scale(name: str, figure, rows, shown: Optional[str], store: Optional[RunStore] = None) -> tuple:

@@ -337,7 +337,8 @@ def test_a_table_is_shown_at_the_largest_scale_where_every_cell_ran_with_the_pap
     monkeypatch.setattr(chapters, "display", lambda obj: shown.append(obj))
     chapters.show_paper_so_far("temporal_order", "quick", store)
     chapters.show_paper_so_far("temporal_order", "paper", store)  # the chapter shows paper: nothing to add
-    assert len(shown) == 1 and shown[0].data.startswith("At `paper` scale so far: 1 of 12 cells run")
+    assert shown[0].data.startswith("## Table 1 at the paper's scale: 1 of 12 cells run") and len(shown) == 2
+    assert len(shown[1].data) == 1 and shown[1].data["ours"].iloc[0] == "100.0"  # the cell that ran, beside the paper's
 
 
 def test_a_figures_landing_row_is_judged_at_the_largest_scale_where_its_cells_ran(tmp_path, monkeypatch):
