@@ -634,7 +634,7 @@ def plot_against_paper(table: pd.DataFrame, metric: Optional["Metric"] = None):
 
     t = verdict_rows(table)
     t = t[t["n"] > 0]
-    fig, ax = plt.subplots(figsize=(5.2, 4.2))
+    fig, ax = plt.subplots(figsize=(7.2, 4.2))  # the legend to the right of the axes
     unit = f", {metric.unit}" if metric else ""
     ax.set_xlabel(f"the paper's (test{unit})")
     ax.set_ylabel(f"ours (test{unit}, mean over seeds)")
@@ -650,7 +650,7 @@ def plot_against_paper(table: pd.DataFrame, metric: Optional["Metric"] = None):
         ax.plot([lo, hi], [lo, hi], color="grey", linestyle=":", linewidth=1, label="ours = the paper's")
     rho = t["paper"].rank().corr(t["mean"].rank()) if len(t) > 2 else float("nan")  # 2 cells: always ±1
     ax.set_title(f"{len(t)} cells" + ("" if pd.isna(rho) else f": Spearman's rank correlation {rho:.2f}"), fontsize=10)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.02, 0.5))  # outside the data
     fig.tight_layout()
     return fig
 

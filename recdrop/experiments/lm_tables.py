@@ -195,7 +195,9 @@ def _draw_curves(ax, df, unit: str, cells, ylabel: str, log: bool, legend_below:
     if ax.lines:
         ax.plot([], [], "-", color="black", label="training")
         ax.plot([], [], "--", color="black", label="validation")
-        where = dict(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2) if legend_below else {}
+        # outside the data: below a panel of a grid (clear of its "epoch" label), else to the right
+        where = (dict(loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=2) if legend_below else
+                 dict(loc="center left", bbox_to_anchor=(1.02, 0.5)))
         ax.legend(fontsize=7, **where)
 
 
