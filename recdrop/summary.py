@@ -259,7 +259,7 @@ def landing_html(table: pd.DataFrame, classes: str = "landing") -> str:
 
 
 def _tolerance(m) -> str:
-    """A metric's tolerance in words: "within 5% of the paper's", "within 1 F1"."""
+    """A metric's tolerance in words: "within 5% of the paper's", "within 1 F1 of the paper's"."""
     within = f"{m.tolerance:.0%}" if m.relative else f"{m.tolerance:g} {m.delta_unit}"
     return f"within {within} of the paper's"
 
