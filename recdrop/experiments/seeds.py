@@ -173,6 +173,7 @@ def plot_seeds(experiment: str, rows):
         ax.set_xticklabels([_label(s, c) for c in cells], rotation=25, ha="right", fontsize=8)
         ax.set_title(str(block), fontsize=9)
         ax.set_ylabel(f"test {s.unit}")
-    axes[0][0].legend(fontsize=7)
     fig.tight_layout()
-    return fig
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=len(labels))
+    return fig  # the legend below the panels, outside the data
