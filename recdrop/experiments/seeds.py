@@ -175,5 +175,6 @@ def plot_seeds(experiment: str, rows):
         ax.set_ylabel(f"test {s.unit}")
     fig.tight_layout()
     handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=len(labels))
-    return fig  # the legend below the panels, outside the data
+    if labels:  # below the panels, outside the data
+        fig.legend(handles, labels, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=len(labels))
+    return fig
