@@ -15,9 +15,8 @@ from IPython.display import Markdown, display
 from . import progress
 from .config import SCALE_NAMES
 from .experiments import EXPERIMENTS, temporal_order
-from .report import (ablation_effects, ablation_finding, claim_verdicts, figure_html, plot_against_paper,
-                     provenance, side_by_side, styled, verdict_rows)
-from .report import Judgement, Verdict
+from .report import (Judgement, Verdict, ablation_effects, ablation_finding, claim_verdicts, figure_html,
+                     plot_against_paper, provenance, side_by_side, styled, verdict_rows)
 from .store import RunStore
 from .sweep import run_grid, stored_rows, stored_scales
 
