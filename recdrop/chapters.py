@@ -16,7 +16,7 @@ from . import progress
 from .config import SCALE_NAMES
 from .experiments import EXPERIMENTS, temporal_order
 from .report import (Judgement, Verdict, ablation_effects, ablation_finding, claim_verdicts, figure_html,
-                     plot_against_paper, provenance, side_by_side, styled, verdict_rows)
+                     plot_against_paper, provenance, ran_cells, side_by_side, styled, verdict_rows)
 from .store import RunStore
 from .sweep import run_grid, stored_rows, stored_scales
 
@@ -57,29 +57,11 @@ def best_cell(e, t: pd.DataFrame):
     return t["paper"].idxmax() if e.metric.higher_is_better else t["paper"].idxmin()
 
 
-SO_FAR_LISTED = 4  # up to this many paper-scale cells are listed with their numbers; past it, the best cell
-
-
 def paper_comparison(e, grid: str = "table", store: Optional[RunStore] = None) -> Optional[pd.DataFrame]:
     """Experiment ``e``'s ``grid`` at ``paper`` scale beside the paper's numbers (``report.verdict_rows``);
     None where nothing of it is stored there."""
     rows = stored_rows(e.name, "paper", grid, store)
     return verdict_rows(e.comparison(rows)) if rows else None
-
-
-def paper_so_far(e, grid: str = "table", store: Optional[RunStore] = None,
-                 t: Optional[pd.DataFrame] = None) -> str:
-    """What of experiment ``e``'s ``grid`` has run at ``paper`` scale: how many of the table's cells, and
-    ours beside the paper's for each of them (up to ``SO_FAR_LISTED``; past it, the paper's best cell
-    where it ran); "none run" where none has. ``t``: its ``paper_comparison``, where made already."""
-    t = paper_comparison(e, grid, store) if t is None else t
-    ran = t[[bool(j and j.ran) for j in t["verdict"]]] if t is not None else ()
-    if not len(ran):
-        return "none run"
-    listed = ran if len(ran) <= SO_FAR_LISTED else ran.loc[[i for i in (best_cell(e, t),) if i in ran.index]]
-    cells = "; ".join(f"{r['setting']}: ours {r['ours']}, paper {r['paper']:.{e.metric.digits}f} {e.metric.unit}"
-                      for _, r in listed.iterrows())
-    return f"{len(ran)} of {len(t)} cells run" + (f" ({cells})" if cells else "")
 
 
 def claims_by_scale(name: str, store: Optional[RunStore] = None,
@@ -152,11 +134,12 @@ def show_paper_so_far(name: str, shown: str, store: Optional[RunStore] = None) -
     and with their stamp folded, before the chapter's own scale; nothing where the chapter shows
     ``paper`` or none has run there."""
     e = EXPERIMENTS[name]
-    t = paper_comparison(e, store=store) if shown != "paper" else None
-    ran = t[[bool(j is not None and j.ran) for j in t["verdict"]]] if t is not None else ()
+    rows = stored_rows(name, "paper", store=store) if shown != "paper" else None
+    t = verdict_rows(e.comparison(rows)) if rows else None  # ``paper_comparison``, on rows read once
+    ran = ran_cells(t) if t is not None else ()
     if not len(ran):
         return
-    rows = [r for r in stored_rows(name, "paper", store=store) if r.record]
+    rows = [r for r in rows if r.record]
     display(Markdown(f"## {e.title.split(':')[0]} at the paper's scale: {len(ran)} of {len(t)} cells run\n\n"
                      f"Ours at the paper's settings beside the paper's numbers, for the cells run there so far; the "
                      f"tables after this one are at `{shown}` scale, where every cell has run.\n\n"

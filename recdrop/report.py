@@ -615,6 +615,11 @@ def ablation_finding(effects: pd.DataFrame, short: bool = False) -> str:
               "several (a stage, a test set).")
 
 
+def ran_cells(table: pd.DataFrame) -> pd.DataFrame:
+    """The cells of a comparison (``compare``'s output) that have run (a diverged run counts: it is a result)."""
+    return table[[bool(j is not None and j.ran) for j in table["verdict"]]]
+
+
 def verdict_rows(table: pd.DataFrame) -> pd.DataFrame:
     """The rows of a comparison (``compare``'s output) that a table's verdict weighs: the paper's test
     numbers (not its validation or training rows, nor cells the paper does not have)."""
@@ -723,7 +728,7 @@ def styled(table: pd.DataFrame, digits: int = 2):
     the numbers behind ``ours`` (mean, sd, n), the paper's number and the delta to ``digits`` decimals,
     each verdict with its symbol; a verdict column that says the same of every row is said once, above."""
     shown = table.drop(columns=[c for c in ("mean", "sd", "n") if c in table])
-    judged = [c for c in shown.columns if shown[c].map(lambda x: isinstance(x, (Judgement, Verdict))).any()]
+    judged = _judged_columns(shown)
     same = [c for c in judged if len(shown) > 1 and shown[c].map(str).nunique() == 1]
     shown = shown.drop(columns=same)
     numbers = [c for c in ("paper", "delta") if c in shown]
@@ -734,6 +739,11 @@ def styled(table: pd.DataFrame, digits: int = 2):
     if same:
         out = out.set_caption("; ".join(f"{c}, every row: {verdict_html(table[c].iloc[0])}" for c in same))
     return out
+
+
+def _judged_columns(df: pd.DataFrame) -> List[str]:
+    """The columns of ``df`` that hold verdicts (``Judgement``s or ``Verdict``s)."""
+    return [c for c in df.columns if df[c].map(lambda x: isinstance(x, (Judgement, Verdict))).any()]
 
 
 def book_tables() -> None:
@@ -752,8 +762,7 @@ def book_tables() -> None:
 
 def _book_html(df: pd.DataFrame) -> str:
     """``book_tables``' HTML of a DataFrame: a column of verdicts with their symbols and colours."""
-    judged = {c: lambda j: verdict_html(j) or "—" for c in df.columns
-              if df[c].map(lambda x: isinstance(x, (Judgement, Verdict))).any()}
+    judged = {c: lambda j: verdict_html(j) or "—" for c in _judged_columns(df)}
     plain = {c: lambda x: "—" if x is None else html.escape(str(x)) for c in df.columns
              if c not in judged and df[c].dtype == object}
     return df.to_html(index=not isinstance(df.index, pd.RangeIndex), na_rep="—", float_format=_as_rounded,

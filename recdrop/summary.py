@@ -13,12 +13,12 @@ import pandas as pd
 
 from .book import chapter_scale, chapter_seeds
 from .chapters import (best_cell, claims_by_scale, conjecture_runs, figure_at_largest_scale, judged_claims,
-                       largest_verdicts, paper_comparison, paper_so_far)
+                       largest_verdicts, paper_comparison)
 from .config import SCALE_NAMES
 from .experiments import EXPERIMENTS, conjecture, memory_loss
 from .experiments import seeds as seeds_study
 from .report import (NOT_RUN, Judgement, Verdict, ablation_effects, ablation_finding, claim_verdicts, held_cells,
-                     stamp, verdict_html, verdict_of, verdict_rows, verdict_tally)
+                     ran_cells, stamp, verdict_html, verdict_of, verdict_rows, verdict_tally)
 from .records import Row
 from .store import RunStore
 from .sweep import run_grid, stored_scales
@@ -26,11 +26,6 @@ from .sweep import run_grid, stored_scales
 QUICK = "at quick, a smoke test whose models under-fit"  # no test of a claim (see Deviations)
 PAPER_COLUMN = "on the paper's numbers"  # a claims table's verdict on the paper's own table
 NOT_ON_PAPER = "the paper's own numbers do not bear it out"
-
-
-def _ran(t: pd.DataFrame) -> pd.DataFrame:
-    """The cells of comparison ``t`` that have run (a diverged run counts: it is a result)."""
-    return t[[bool(j is not None and j.ran) for j in t["verdict"]]]
 
 
 def landing_claims(store: Optional[RunStore] = None) -> pd.DataFrame:
@@ -127,12 +122,6 @@ class Shown:
     at_paper: Optional[pd.DataFrame]
     figures: List[dict] = dataclasses.field(default_factory=list)
 
-    @property
-    def paper_so_far(self) -> str:
-        if self.scale == "paper":
-            return "shown"
-        return "none run" if self.at_paper is None else paper_so_far(self.experiment, self.grid, t=self.at_paper)
-
 
 def shown_tables(store: Optional[RunStore] = None) -> List[Shown]:
     """Every table's grid and each of its ablations' (``Experiment.ablations``), as the landing page shows
@@ -157,7 +146,7 @@ def shown_tables(store: Optional[RunStore] = None) -> List[Shown]:
 def _strongest(shown: Shown) -> tuple:
     """(scale, comparison) of the strongest evidence stored for ``shown``: its cells at ``paper`` scale,
     partial or not, where any has run there; else the scale its chapter shows."""
-    if shown.at_paper is not None and len(_ran(shown.at_paper)):
+    if shown.at_paper is not None and len(ran_cells(shown.at_paper)):
         return "paper", shown.at_paper
     return shown.scale, shown.comparison
 
@@ -170,7 +159,7 @@ def _table_row(shown: Shown) -> dict:
     m = e.metric
     best = best_cell(e, t)
     delta = t.loc[best, "delta"]
-    ran = len(_ran(t))
+    ran = len(ran_cells(t))
     lacks = f"; without {e.paper_scale_lacks} (see Deviations)" if scale == "paper" and e.paper_scale_lacks else ""
     return {"what": shown.what, "chapter": e.name,
             "scale": (scale or "none stored") + (f" ({ran} of {len(t)} cells)" if ran < len(t) and ran else ""),
@@ -178,7 +167,7 @@ def _table_row(shown: Shown) -> dict:
             "ours": t.loc[best, "ours"] + (" (n=1)" if t.loc[best, "n"] == 1 else ""),  # beside rows of n=3
             "delta": "—" if delta is None or pd.isna(delta) else  # to the metric's digits, as the chapter's table
             f"{delta:+g} {m.delta_unit}" if m.relative else f"{delta:+.{m.digits}f} {m.delta_unit}",
-            "cells": verdict_tally(_ran(t)["verdict"]) + lacks if ran else "not yet run"}
+            "cells": verdict_tally(ran_cells(t)["verdict"]) + lacks if ran else "not yet run"}
 
 
 def landing_table(store: Optional[RunStore] = None, shown: Optional[List[Shown]] = None) -> pd.DataFrame:
@@ -224,7 +213,7 @@ def landing_stamps(store: Optional[RunStore] = None, shown: Optional[List[Shown]
         by_scale = claims_by_scale(e.name, store)
         scales = ({s.scale for s in mine[:1]} | {scale for scale, _ in largest_verdicts(by_scale).values()}
                   | {scale for scale, _ in largest_verdicts(by_scale, against_noise=True).values()})
-        if any(s.paper_so_far not in ("none run", "shown") for s in mine):
+        if any(s.scale != "paper" and _strongest(s)[0] == "paper" for s in mine):
             scales.add("paper")  # the cells run there so far are beside the table
         for scale, rows in stored_scales(e.name, store=store):
             if scale in scales:
@@ -302,7 +291,7 @@ def table_sentences(shown: List[Shown], claims: pd.DataFrame) -> List[str]:
         e = s.experiment
         number, subject = e.title.split(":", 1)
         scale, t = _strongest(s)
-        ran = _ran(t)
+        ran = ran_cells(t)
         if scale == "paper":
             within = sum(verdict_of(j) is Verdict.REPRODUCED for j in ran["verdict"])
             cells = (f"at the paper's scale, {within} of the {len(ran)} cells run are {_tolerance(e.metric)} "

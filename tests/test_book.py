@@ -304,9 +304,6 @@ def test_every_claims_table_names_its_claims_first_and_our_verdicts_in_on_ours(t
 
 def test_a_table_is_shown_at_the_largest_scale_where_every_cell_ran_with_the_paper_cells_so_far_beside(
         tmp_path, monkeypatch):
-    from recdrop import experiments
-    from recdrop.chapters import paper_so_far
-
     monkeypatch.setenv("RECDROP_RUNS", str(tmp_path))
     store = RunStore()
     n_cells = len(grid_rows("temporal_order", "quick", [0], store=store))
@@ -325,8 +322,6 @@ def test_a_table_is_shown_at_the_largest_scale_where_every_cell_ran_with_the_pap
                                 "finished": "2026-11-25T18:00:00Z"}))
     assert book.complete_scale("temporal_order") == "quick"  # paper has one cell: the chapter stays at quick
     assert book.chapter_scale("temporal_order") == "quick"
-    so_far = paper_so_far(experiments.EXPERIMENTS["temporal_order"], store=store)
-    assert so_far.startswith("1 of 12 cells run (short") and "ours 100.0, paper 100" in so_far
     table = landing_table(store).set_index("chapter")
     # the landing row leads with the strongest evidence: the paper's cells, partial, counted
     assert table.loc["temporal_order", "scale"] == "paper (1 of 12 cells)"
@@ -338,7 +333,9 @@ def test_a_table_is_shown_at_the_largest_scale_where_every_cell_ran_with_the_pap
     chapters.show_paper_so_far("temporal_order", "quick", store)
     chapters.show_paper_so_far("temporal_order", "paper", store)  # the chapter shows paper: nothing to add
     assert shown[0].data.startswith("## Table 1 at the paper's scale: 1 of 12 cells run") and len(shown) == 2
-    assert len(shown[1].data) == 1 and shown[1].data["ours"].iloc[0] == "100.0"  # the cell that ran, beside the paper's
+    so_far = shown[1].data.iloc[0]  # the cell that ran, beside the paper's
+    assert len(shown[1].data) == 1 and so_far["setting"].startswith("short")
+    assert so_far["ours"] == "100.0" and so_far["paper"] == 100
 
 
 def test_a_figures_landing_row_is_judged_at_the_largest_scale_where_its_cells_ran(tmp_path, monkeypatch):
@@ -411,6 +408,6 @@ def test_a_figure_whose_runs_ran_nowhere_is_shown_at_the_chapters_scale_on_its_r
     rows = grid_rows("word_lm", "quick", [0], store=store)
     scale, drawn, row = chapters.figure_at_largest_scale("word_lm", word_lm.figure2_row, rows, "quick", store)
     assert (scale, drawn) == ("quick", rows)
-    assert row["verdict"] == NOT_RUN
+    assert row["judged"] == NOT_RUN
     figure = landing_table(store).set_index("what").loc["Figure 2: learning curves, word-level PTB"]
     assert "not judged at this scale (not yet run)" in figure["cells"]

@@ -230,15 +230,15 @@ def test_figure2_row_judges_the_curves_against_seed_noise():
     row = word_lm.figure2_row(picked, "quick")
     assert row["ours"] == ("train 110.0 vs 100.0, valid 140.0 vs 150.0 (mean of 3 seeds): within seed noise "
                            "(holds in 2 of 3 seeds, holds on the means)")
-    assert row["verdict"] == "within seed noise (holds in 2 of 3 seeds, holds on the means)"  # not in every seed
+    assert row["judged"] == "within seed noise (holds in 2 of 3 seeds, holds on the means)"  # not in every seed
     one = [r for r in picked if r.seed == 1]
     assert word_lm.figure2_row(one, "quick")["ours"] == (
         "train 120.0 vs 100.0, valid 140.0 vs 150.0 (seed 1): reproduced (1 seed, too few to judge against seed noise)")
-    assert word_lm.figure2_row(one, "quick")["verdict"].against_noise is False
+    assert word_lm.figure2_row(one, "quick")["judged"].against_noise is False
     for r in picked:
         r.stored = record(metrics={"train_ppl": 120.0 if r["scheme"] == "semeniuta" else 100.0,
                                    "valid_ppl": 140.0 if r["scheme"] == "semeniuta" else 150.0})
-    assert word_lm.figure2_row(picked, "quick")["verdict"] == "reproduced (3 of 3 seeds)"
+    assert word_lm.figure2_row(picked, "quick")["judged"] == "reproduced (3 of 3 seeds)"
 
 
 def test_a_claim_that_stops_early_in_one_seed_still_needs_the_cells_it_reads_in_another():

@@ -141,11 +141,12 @@ def orderings_verdict(table: "pd.DataFrame") -> Judgement:
     if not judged:
         return Judgement(Verdict.NOT_JUDGED, f"fewer than {MIN_SEEDS_TO_JUDGE} seeds of its cells: 0 of the "
                                              f"paper's {len(table)} orderings judged")
-    count = Counter(j.detail for j in judged)
-    verdict = (Verdict.REPRODUCED if count[SURVIVES] == len(judged) else
-               Verdict.NOT_REPRODUCED if count[REVERSED] else Verdict.WITHIN_NOISE)
-    detail = (f"{count[SURVIVES]} of {len(judged)} orderings survive in every seed, {count[REVERSED]} reversed in "
-              f"every seed, {len(judged) - count[SURVIVES] - count[REVERSED]} only on the means")
+    count = Counter(j.verdict for j in judged)
+    survive, reversed_ = count[Verdict.REPRODUCED], count[Verdict.NOT_REPRODUCED]
+    verdict = (Verdict.REPRODUCED if survive == len(judged) else
+               Verdict.NOT_REPRODUCED if reversed_ else Verdict.WITHIN_NOISE)
+    detail = (f"{survive} of {len(judged)} orderings survive in every seed, {reversed_} reversed in every seed, "
+              f"{count[Verdict.WITHIN_NOISE]} only on the means")
     return Judgement(verdict, detail + (f"; {waiting} of the paper's {len(table)} orderings wait for "
                                         f"{MIN_SEEDS_TO_JUDGE} seeds" if waiting else ""),
                      min(j.seeds for j in judged))

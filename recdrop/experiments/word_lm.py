@@ -369,7 +369,7 @@ def plot_runs(rows):
 def figure2_row(rows, scale):
     """Figure 2's row of the landing page, from the runs at ``scale``: with 0.25 per-step dropout (ours),
     the final training perplexity is higher and the validation perplexity lower than without (judged
-    against the seed noise, ``report.claim_verdict``, in ``judged`` and ``verdict``);
+    against the seed noise, ``report.claim_verdict``, in ``judged``);
     ``runs``, the rows of the two cells the figure draws (for their stamp: hardware and precision)."""
     wo = next(iter(FORWARD))
     none, ours = (wo, "none", 0.0, "-"), (wo, "semeniuta", 0.25, "per-step")
@@ -392,4 +392,4 @@ def figure2_row(rows, scale):
     return {"what": "Figure 2: learning curves, word-level PTB", "scale": scale or "—",
             "the paper's best cell": "with dropout: higher training, lower validation perplexity (its slower "
                                      "convergence not judged)", "ours": found,
-            "verdict": judged, "judged": judged, "runs": [r for r in rows if r.cell(CELL_KEYS) in (ours, none)]}
+            "judged": judged, "runs": [r for r in rows if r.cell(CELL_KEYS) in (ours, none)]}
