@@ -10,13 +10,13 @@ import re
 from typing import Dict, List, Optional, Tuple
 
 import pandas as pd
-from IPython.display import Markdown, display
+from IPython.display import HTML, Markdown, display
 
 from . import progress
 from .config import SCALE_NAMES
 from .experiments import EXPERIMENTS, temporal_order
-from .report import (Judgement, Verdict, ablation_effects, ablation_finding, claim_verdicts, figure_html,
-                     plot_against_paper, provenance, ran_cells, side_by_side, styled, verdict_rows)
+from .report import (Judgement, Verdict, ablation_effects, ablation_finding, claim_verdicts, commits_of, figure_html,
+                     plot_against_paper, provenance, ran_cells, side_by_side, styled, verdict_rows, where_made)
 from .store import RunStore
 from .sweep import run_grid, stored_rows, stored_scales
 
@@ -278,3 +278,16 @@ def moon_vs_ours_at_largest_scale(store=None):
             return [r for r in rows if r.record and r["sampling"] == "per-sequence" and r["scaling"] == "paper"
                     and r["scheme"] in ("moon", "semeniuta")], table
     return [], temporal_order.moon_vs_ours_per_sequence([])
+
+
+def show_where_made(store: Optional[RunStore] = None) -> None:
+    """The provenance page's runs: every stored record by experiment, scale, hardware, torch and precision
+    (``report.where_made``), then, folded, each commit of the code that ran them (``report.commits_of``)."""
+    store = store or RunStore()
+    records = [r for name in EXPERIMENTS for r in store.records(name)]
+    titles = {name: e.title.split(":")[0] for name, e in EXPERIMENTS.items()}
+    display(where_made(records).assign(experiment=lambda t: t["experiment"].map(titles)).style.hide())
+    commits = commits_of(records).assign(experiment=lambda t: t["experiment"].map(titles))
+    display(HTML(f"<details><summary>Each commit of the code that ran them ({commits['commit'].nunique()})</summary>"
+                 f"{commits.style.hide().to_html()}</details>"))
+

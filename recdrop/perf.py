@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 import subprocess
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -196,9 +197,9 @@ def gpu_targets(df: pd.DataFrame) -> pd.DataFrame:
 
 def plot_time_per_step(df: pd.DataFrame):
     """Milliseconds per time step (forward + backward) against hidden size, per implementation, on padded
-    input (the targets' case): a line joins only the hidden sizes timed at one sequence length, input
-    size and direction (the line's dashes and markers), so no line runs between two shapes; each point
-    is the mean over the schemes and files that timed it."""
+    input (the targets' case), a panel per machine and cell that was timed: a line joins only the hidden
+    sizes timed at one sequence length, input size and direction (the line's dashes and markers), so no
+    line runs between two shapes; each point is the mean over the schemes and files that timed it."""
     import seaborn as sns
 
     one = df[~_flag(df, "packed")]
@@ -207,29 +208,42 @@ def plot_time_per_step(df: pd.DataFrame):
     size = _input_size(one)
     one = one.assign(shape=one["seq"].astype(str) + " steps, input "
                      + size.astype(int).astype(str).where(size != one["hidden"], "= hidden")
-                     + _flag(one, "bidirectional").map({True: ", both directions", False: ""}))
-    long = one.melt(id_vars=["hardware", "kind", "hidden", "seq", "shape"],
+                     + _flag(one, "bidirectional").map({True: ", both directions", False: ""}),
+                     panel=panel_names(one, "kind"))
+    long = one.melt(id_vars=["panel", "hidden", "seq", "shape"],
                     value_vars=[c for c in IMPLEMENTATIONS if c in one], var_name="implementation", value_name="ms")
     long["ms per step"] = long["ms"] / long["seq"]
     long["implementation"] = long["implementation"].map(IMPLEMENTATIONS)
     long = long.dropna(subset=["ms"])
-    g = sns.relplot(data=long, x="hidden", y="ms per step", hue="implementation", style="shape", col="kind",
-                    row="hardware", kind="line", markers=True, dashes=True, height=3.2, aspect=1.2,
-                    facet_kws={"sharey": False})  # a shape's marker names its unjoined points too
+    # markers as well as dashes: a shape's marker names its unjoined points too
+    g = sns.relplot(data=long, x="hidden", y="ms per step", hue="implementation", style="shape", col="panel",
+                    col_wrap=3, col_order=sorted(long["panel"].unique()), kind="line", markers=True, dashes=True,
+                    height=3.2, aspect=1.2, facet_kws={"sharey": False, "sharex": False})
     g.set(xscale="log", yscale="log")
-    _label_panels(g, set(zip(long["hardware"], long["kind"])))
+    g.set_titles(template="{col_name}", size=9)
+    _plain_ticks(g, "hidden units", "milliseconds per step")
     return g
 
 
-def _label_panels(g, measured: set) -> None:
-    """Title each panel of a seaborn grid (rows: hardware, columns: what) on two short lines, which do not
-    run into their neighbours' as "hardware = ... | model = ..." did, and say so in each panel with
-    nothing measured, rather than leave bare axes."""
-    g.set_titles(template="{row_name}\n{col_name}", size=8)
-    for (hardware, what), ax in g.axes_dict.items():
-        if (hardware, what) not in measured:
-            ax.text(0.5, 0.5, f"{what}: not benchmarked\non this hardware", transform=ax.transAxes, ha="center",
-                    va="center", color="grey")
+def _plain_ticks(g, xlabel: str, ylabel: str) -> None:
+    """Log axes ticked in plain numbers ("300", not "3 x 10^2"), each axis named once per row or column,
+    and room between the rows for the panels' titles."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    plain = FuncFormatter(lambda v, _: f"{v:g}")
+    for ax in g.axes.flat:
+        for axis in (ax.xaxis, ax.yaxis):
+            axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))  # a tick or more within one decade
+            axis.set_major_formatter(plain)
+            axis.set_minor_formatter(NullFormatter())
+    g.set_axis_labels(xlabel, ylabel)  # the bottom row's and left column's only
+    g.figure.subplots_adjust(hspace=0.45)
+
+
+def panel_names(df: pd.DataFrame, what: str) -> pd.Series:
+    """A figure's panel per machine and ``what`` that was measured (no panel stands empty), titled on two
+    short lines, ordered by machine."""
+    return df["hardware"].astype(str) + "\n" + df[what].astype(str)
 
 
 def group_setting(df: pd.DataFrame) -> pd.Series:
@@ -251,37 +265,77 @@ def group_setting(df: pd.DataFrame) -> pd.Series:
     return setting + stacked.map({True: ", stacked", False: ""})
 
 
+def _measured(df: pd.DataFrame) -> pd.Series:
+    """Each row's date of measurement, as its file's ``provenance`` gives it ("—" where none is known)."""
+    if "file" not in df:
+        return pd.Series("—", index=df.index)
+    return df["file"].map(provenance(df).set_index("file")["date"]).fillna("—")
+
+
+def _day(measured: str) -> str:
+    """The ISO day in a ``provenance`` date ("on or after 2026-11-25" -> "2026-11-25"), "" where none."""
+    found = re.search(r"\d{4}-\d{2}-\d{2}", str(measured))
+    return found.group(0) if found else ""
+
+
+def superseded_groups(df: pd.DataFrame) -> pd.Series:
+    """Per row of ``bench_groups.py``: measured on a machine, for a model, at a precision that a later file
+    measured again (kept as history)."""
+    if df.empty:
+        return pd.Series(False, index=df.index)
+    precision = df["precision"] if "precision" in df else pd.Series(None, index=df.index, dtype=object)
+    tf32 = df["tf32"].fillna(False).astype(bool) if "tf32" in df else pd.Series(False, index=df.index)
+    keyed = df.assign(_precision=precision.fillna(tf32.map({True: "tf32", False: "float32"})),
+                      _day=_measured(df).map(_day))
+    newest = keyed.groupby(["hardware", "model", "_precision"])["_day"].transform("max")
+    return keyed["_day"] < newest
+
+
+def grid_answer_table(df: pd.DataFrame) -> pd.DataFrame:
+    """For a grid's runner: one training step of a table's first R runs, one run at a time against one
+    stacked group (``bench_groups.py``), at the largest R measured, per machine, model and way of stepping
+    (``group_setting``); superseded measurements (``superseded_groups``) are left out."""
+    t = df[~superseded_groups(df)] if not df.empty else df
+    if t.empty:
+        return pd.DataFrame()
+    t = t.assign(how=group_setting(t), measured=_measured(t))
+    largest = t.sort_values("runs", kind="stable").groupby(["hardware", "how", "model"], sort=False).tail(1)
+    largest = largest.sort_values(["device", "hardware", "model"], ascending=[False, True, False], kind="stable")
+    return pd.DataFrame({
+        "machine": largest["hardware"], "model": largest["model"].map({"word": "word LM", "char": "char LM"}),
+        "how": largest["how"], "runs R": largest["runs"],
+        "a step of the R runs, one at a time (ms)": (1000 * largest["alone_s"]).round(1),
+        "as one stacked group (ms)": (1000 * largest["group_s"]).round(1),
+        "the group's speed-up": largest["speedup"], "measured": largest["measured"]}).reset_index(drop=True)
+
+
 def group_table(df: pd.DataFrame) -> pd.DataFrame:
     """A fused group's speed-up over its runs one at a time (``bench_groups.py``: one training step of
     R runs of a table's paper grid), one row per machine, way of stepping (``group_setting``), the date its
     file was measured, model and thread count, one column per group size R; above 1 the group is faster per run."""
     if df.empty:
         return pd.DataFrame()
-    measured = pd.Series("—", index=df.index)
-    if "file" in df:  # a file is one measurement: its date (``provenance``) keeps its rows apart from another's
-        dates = provenance(df).set_index("file")["date"]
-        measured = df["file"].map(dates).fillna("—")
-    df = df.assign(step=group_setting(df), measured=measured)
+    df = df.assign(step=group_setting(df), measured=_measured(df))
     out = df.pivot_table(index=["hardware", "step", "measured", "model", "threads"], columns="runs", values="speedup",
                          aggfunc="first")
     out.columns = [f"R = {r}" for r in out.columns]
     return out.reset_index().rename_axis(columns=None)
 
 
-def plot_group_throughput(df: pd.DataFrame):
-    """Runs per hour of training steps against the group size R, fused and one at a time, per model
-    and machine (log-log)."""
+def plot_group_speedup(df: pd.DataFrame):
+    """A stacked group's speed-up over its runs one at a time against the group size R, a line per machine
+    and way of stepping, a panel per model (log-log): above the line at 1, the group is faster."""
     import seaborn as sns
 
     if df.empty:
         return None
-    df = df.assign(hardware=df["hardware"] + " (" + group_setting(df) + ")")
-    long = df.melt(id_vars=["hardware", "model", "runs"], value_name="runs per hour of steps",
-                   value_vars=["alone_runs_per_hour_of_steps", "group_runs_per_hour_of_steps"], var_name="how")
-    long["how"] = long["how"].map({"alone_runs_per_hour_of_steps": "one run at a time",
-                                   "group_runs_per_hour_of_steps": "one fused group"})
-    g = sns.relplot(data=long, x="runs", y="runs per hour of steps", hue="how", col="model", row="hardware",
-                    kind="line", marker="o", height=3.2, aspect=1.2, facet_kws={"sharey": False})
-    g.set(xscale="log", yscale="log", xlabel="runs R")
-    _label_panels(g, set(zip(long["hardware"], long["model"])))
+    df = df.assign(machine=df["hardware"] + " (" + group_setting(df) + ")",
+                   model=df["model"].map({"word": "word LM", "char": "char LM"}).fillna(df["model"]))
+    g = sns.relplot(data=df, x="runs", y="speedup", hue="machine", col="model", kind="line", marker="o",
+                    height=3.4, aspect=1.2, facet_kws={"sharey": False})
+    g.set(xscale="log", yscale="log")
+    g.set_titles(template="{col_name}")
+    _plain_ticks(g, "runs trained together, R", "group's speed-up over one at a time")
+    for ax in g.axes.flat:
+        ax.axhline(1.0, color="grey", lw=0.8, ls=":")
     return g

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import t as student_t
 
-from .records import Row
+from .records import Record, Row
 from .store import RunStore, hardware_as_written_now
 
 
@@ -71,6 +71,44 @@ def provenance(rows: Iterable[Row], what: str = "How these numbers were made") -
     are there for the reader who asks, and out of the way of the one who reads the results."""
     return (f'<details class="provenance"><summary>{html.escape(what)}</summary>'
             f'<p>{html.escape(stamp(rows), quote=False)}</p></details>')
+
+
+def _stretches(records: Iterable[Record]) -> pd.DataFrame:
+    """One row per stretch of training of ``records`` (a resumed run has several: ``Record.stretches``):
+    where and how it ran, and the run, seed and day it finished."""
+    return pd.DataFrame([
+        {"experiment": r.experiment, "scale": r.scale, "hardware": hardware_as_written_now(part.get("hardware", "")),
+         "torch": part.get("torch", ""), "precision": PRECISION_NAMES[precision], "commit": part.get("commit", ""),
+         "run": r.run_id, "seed": r.seed, "day": r.finished[:10]}
+        for r in records for part, precision in zip(r.stretches, r.precisions)],
+        columns=["experiment", "scale", "hardware", "torch", "precision", "commit", "run", "seed", "day"])
+
+
+def _made(parts: pd.DataFrame, keys: List[str], **more) -> pd.DataFrame:
+    """``parts`` (``_stretches``) per ``keys``: how many runs, ``more`` (named aggregations), and the days
+    they finished ("a to b")."""
+    out = parts.groupby(keys, sort=False).agg(runs=("run", "nunique"), **more, first=("day", "min"),
+                                               last=("day", "max")).reset_index()
+    out["finished"] = [a if a == b else f"{a} to {b}" for a, b in zip(out["first"], out["last"])]
+    return out
+
+
+def where_made(records: Iterable[Record]) -> pd.DataFrame:
+    """The runs of ``records`` by experiment, scale, hardware, torch and precision (a resumed run counts
+    under each that ran a stretch of it): how many, their seeds, how many commits of the code ran them,
+    and the days they finished."""
+    keys = ["experiment", "scale", "hardware", "torch", "precision"]
+    out = _made(_stretches(records), keys, commits=("commit", "nunique"),
+                seeds=("seed", lambda s: ", ".join(map(str, sorted(set(s))))))
+    return out[[*keys, "runs", "seeds", "commits", "finished"]]
+
+
+def commits_of(records: Iterable[Record]) -> pd.DataFrame:
+    """Each commit of the code that ran a stretch of ``records``, per experiment and scale: how many runs
+    it ran and the days they finished, the newest first."""
+    out = _made(_stretches(records), ["experiment", "scale", "commit"])
+    out = out.sort_values(["experiment", "scale", "last", "first"], ascending=[True, True, False, False], kind="stable")
+    return out[["experiment", "scale", "commit", "runs", "finished"]].reset_index(drop=True)
 
 
 def summarize(rows: List[Row], keys: List[str], metrics: List[str]) -> pd.DataFrame:

@@ -88,19 +88,16 @@ def test_packed_rows_are_their_own_rows_and_not_held_to_the_padded_targets(tmp_p
     assert perf.gpu_targets(bench)["met"].tolist() == ["yes", "yes"]
 
 
-def test_a_panel_without_measurements_says_so():
+def test_every_panel_of_time_per_step_is_a_machine_and_cell_that_was_timed():
     import matplotlib
     matplotlib.use("Agg")
     df = perf.load_benchmarks()
-    if not {"LSTM", "RNN"} <= set(df["kind"]):
-        pytest.skip("the stored benchmarks lack an LSTM or RNN row")
     some = df[(df["kind"] != "RNN") | (df["hardware"] != df["hardware"].iloc[0])]
     g = perf.plot_time_per_step(some)
-    texts = {(k, " ".join(t.get_text() for t in ax.texts if "benchmarked" in t.get_text()))  # not the margin titles
-             for k, ax in g.axes_dict.items()}
-    empty = (df["hardware"].iloc[0], "RNN")
-    assert (empty, "RNN: not benchmarked\non this hardware") in texts
-    assert all(text == "" for key, text in texts if key != empty and key in set(zip(some["hardware"], some["kind"])))
+    padded = some[~some["packed"].fillna(False).astype(bool)] if "packed" in some else some
+    assert set(g.axes_dict) == set(perf.panel_names(padded, "kind"))
+    assert f"{df['hardware'].iloc[0]}\nRNN" not in g.axes_dict  # not timed there: no empty panel
+    assert all(ax.lines for ax in g.axes_dict.values())
 
 
 def test_the_group_table_gives_each_group_sizes_speedup_per_machine_and_model(tmp_path):
@@ -116,14 +113,34 @@ def test_the_group_table_gives_each_group_sizes_speedup_per_machine_and_model(tm
     by_model = table.set_index("model")
     assert by_model.loc["word", "R = 26"] == 0.9 and by_model.loc["char", "R = 1"] == 1.1
     assert pd.isna(by_model.loc["char", "R = 26"])  # not measured: no number
-    assert perf.plot_group_throughput(perf.load_benchmarks(tmp_path)) is not None
     assert perf.group_table(perf.load_benchmarks(tmp_path / "none")).empty
     pd.DataFrame(rows[:2]).assign(hardware="gpu").to_csv(tmp_path / "h.csv", index=False)  # no char row there
-    g = perf.plot_group_throughput(perf.load_benchmarks(tmp_path))
-    said = {(hardware.split(" (")[0], model): " ".join(t.get_text() for t in ax.texts if "benchmarked" in t.get_text())
-            for (hardware, model), ax in g.axes_dict.items()}
-    assert said[("gpu", "char")] == "char: not benchmarked\non this hardware"
-    assert said[("gpu", "word")] == said[("cpu", "char")] == ""
+    g = perf.plot_group_speedup(perf.load_benchmarks(tmp_path))
+    assert set(g.axes_dict) == {"word LM", "char LM"}  # a panel per model, a line per machine: none empty
+    def machines(model):  # the lines with markers and data: not the dotted line at 1, nor the legend's
+        return sorted(len(line.get_xdata()) for line in g.axes_dict[model].lines
+                      if line.get_marker() == "o" and len(line.get_xdata()))
+    assert machines("word LM") == [2, 2] and machines("char LM") == [1]
+    assert perf.plot_group_speedup(perf.load_benchmarks(tmp_path / "none")) is None
+
+
+def test_the_grid_answer_gives_the_largest_group_of_each_newest_measurement(tmp_path):
+    def rows(date, precision, speedups):
+        return [{"model": "word", "runs": r, "alone_s": 0.001 * r, "group_s": 0.001 * r / s, "speedup": s,
+                 "hardware": "gpu", "device": "cuda", "threads": 2, "commit": "abc", "tf32": precision == "tf32",
+                 "precision": precision, "step": "cuda-graph", "date": date} for r, s in speedups]
+    pd.DataFrame(rows("2026-11-20", "tf32", [(1, 1.0), (26, 1.8)])).to_csv(tmp_path / "old.csv", index=False)
+    pd.DataFrame(rows("2026-11-28", "tf32", [(1, 1.0), (8, 1.9), (26, 2.2)])).to_csv(tmp_path / "new.csv", index=False)
+    pd.DataFrame(rows("2026-11-21", "bf16", [(26, 40.0)])).to_csv(tmp_path / "bf16.csv", index=False)
+    groups = perf.load_benchmarks(tmp_path)
+    assert set(groups[perf.superseded_groups(groups)]["file"]) == {"old.csv"}  # measured again since, same precision
+    answer = perf.grid_answer_table(groups).set_index("how")
+    assert sorted(answer.index) == ["cuda-graph, TF32", "cuda-graph, bf16 autocast"]
+    assert answer.loc["cuda-graph, TF32", "runs R"] == 26
+    assert answer.loc["cuda-graph, TF32", "the group's speed-up"] == 2.2
+    assert answer.loc["cuda-graph, TF32", "a step of the R runs, one at a time (ms)"] == 26.0
+    assert answer.loc["cuda-graph, TF32", "as one stacked group (ms)"] == round(26 / 2.2, 1)
+    assert answer.loc["cuda-graph, TF32", "measured"] == "2026-11-28" and set(answer["model"]) == {"word LM"}
 
 
 def test_a_stacked_benchmark_is_one_row_whatever_path_each_size_recorded(tmp_path):
@@ -181,7 +198,7 @@ def test_time_per_step_joins_only_the_hidden_sizes_of_one_shape_on_padded_input(
             bench_row(hidden=1024, seq=35, packed=True, recdrop_ms=500.0)]
     pd.DataFrame(rows).to_csv(tmp_path / "m.csv", index=False)
     g = perf.plot_time_per_step(perf.load_benchmarks(tmp_path))
-    ax = g.axes_dict[("cpu", "LSTM")]
+    ax = g.axes_dict["cpu\nLSTM"]
     xs = sorted(tuple(line.get_xdata()) for line in ax.lines if len(line.get_xdata()))
     recdrop_lines = [x for x in xs if x == (256.0, 1024.0)]
     assert recdrop_lines and all(len(x) <= 2 for x in xs)

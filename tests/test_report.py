@@ -3,7 +3,7 @@ import pandas as pd
 import pytest
 
 from made import record, row
-from recdrop.report import NOT_RUN, Metric, Verdict, compare, stamp, styled, verdict_of
+from recdrop.report import NOT_RUN, Metric, Verdict, commits_of, compare, stamp, styled, verdict_of, where_made
 
 
 def _runs(values, key="test_acc", **labels):
@@ -368,3 +368,20 @@ def test_a_verdict_that_is_the_same_in_every_row_is_said_once():
     assert ("verdict" not in shown.data and "every row: " in shown.caption
             and "not judged at this scale" in shown.caption)
     assert "verdict" in styled(t.assign(verdict=[t["verdict"][0], NOT_RUN])).data  # where rows differ, a column
+
+
+def test_where_made_counts_each_run_under_every_machine_and_precision_that_ran_a_stretch_of_it():
+    stretches = [{"hardware": "cpu", "torch": "2.13", "commit": "old"},
+                 {"hardware": "gpu", "torch": "2.13", "commit": "new", "device": "cuda", "precision": "tf32"}]
+    resumed = record(run_id="r2", seed=1, commit="new", hardware="gpu", device="cuda", precision="tf32",
+                     finished="2026-11-28T00:00:00+00:00", segments=stretches)
+    plain = record(run_id="r1", commit="old", finished="2026-11-26T00:00:00+00:00")
+    made = where_made([plain, resumed]).set_index(["hardware", "precision"])
+    assert made.loc[("cpu", "float32"), "runs"] == 2  # r1, and r2's first stretch
+    assert made.loc[("cpu", "float32"), "seeds"] == "0, 1"
+    assert made.loc[("cpu", "float32"), "finished"] == "2026-11-26 to 2026-11-28"
+    assert made.loc[("gpu", "TF32 products"), "runs"] == 1 and made.loc[("gpu", "TF32 products"), "commits"] == 1
+    commits = commits_of([plain, resumed]).set_index("commit")
+    assert commits.loc["old", "runs"] == 2 and commits.loc["new", "runs"] == 1
+    assert list(commits.index) == ["new", "old"]  # the newest first
+    assert where_made([]).empty and commits_of([]).empty

@@ -94,6 +94,7 @@ CHAPTERS: Dict[str, Chapter] = {c.name: c for c in [
     # the seeds study shows the spread over seeds: a cell with one seed does not count
     Chapter("seeds", (("temporal_order", "headline"), ("word_lm", "headline"), ("char_lm", "headline")), 2),
     Chapter("performance"),
+    Chapter("provenance"),
 ]}
 
 
