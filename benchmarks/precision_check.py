@@ -46,7 +46,7 @@ def main(argv=None):
     with tempfile.TemporaryDirectory() as scratch:
         for precision in ("float32", "bf16"):
             t0 = time.perf_counter()
-            record = train_run(make_task, cfg, args.seed, args.device, store=RunStore(Path(scratch) / precision),
+            record = train_run(make_task, cfg, args.seed, device=args.device, store=RunStore(Path(scratch) / precision),
                                progress=False, precision=precision)
             results[precision] = (record.metrics[metric], time.perf_counter() - t0, record.path)
     (f32, f32_s, _), (bf16, bf16_s, path) = results["float32"], results["bf16"]

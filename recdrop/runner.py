@@ -65,7 +65,8 @@ def run_job(job: Job) -> List[Record]:
     torch.set_num_threads(job.threads)
     make_task, _ = experiments.get(job.experiment)
     errors: Dict[str, str] = {}
-    records = train_group(make_task, list(job.members), job.device, RunStore(job.store_root), progress=job.progress,
+    records = train_group(make_task, list(job.members), device=job.device, store=RunStore(job.store_root),
+                          progress=job.progress,
                           position=job.position, deadline=job.deadline, rerun=job.rerun, errors=errors,
                           precision=job.precision)
     for message in errors.values():  # a result: its record says where

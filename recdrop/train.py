@@ -1,8 +1,10 @@
 """The trainer shared by every experiment: progress, checkpoints, resume, NaN checks, records.
 
 An experiment supplies a ``Task`` (its model, optimiser, batches, one training step, an
-evaluation); ``train_group`` trains a group of runs (a run alone is a group of one) through
-``GroupTraining``, the loop. A checkpoint (model, optimiser, task state, RNG states,
+evaluation); ``train_group`` trains a group of runs (a run alone is a group of one): it checks the
+group, loads the runs already finished, and ``GroupTrainer`` starts the others and trains them in step
+through ``GroupTraining``, the loop (``run``: for each epoch ``train_epoch``, for each batch
+``train_batch``; then ``end_epoch`` and a checkpoint). A checkpoint (model, optimiser, task state, RNG states,
 position, curves) is written atomically after every epoch and every ``checkpoint_every_s``
 seconds inside one, so ``resume`` continues an interrupted run and ends with the same metrics as an
 uninterrupted one (same seed, CPU). The finished record is written last.
@@ -14,6 +16,7 @@ import math
 import random
 import time
 import warnings
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -401,24 +404,32 @@ def group_key(make_task: Callable[..., Task], config: ExperimentConfig, seed: in
     return getattr(make_task, "group_key", Task.group_key)(config, seed)
 
 
-def train_run(make_task: Callable[..., Task], config: ExperimentConfig, seed: int = 0, device: str = "cpu",
-              store: Optional[RunStore] = None, resume: bool = True, progress: bool = True,
-              checkpoint_every_s: float = 180.0, callback: Optional[Callable[[str, int, int], None]] = None,
-              position: int = 0, deadline: Optional[float] = None, rerun: bool = False,
-              precision: str = "float32") -> Record:
+def train_run(make_task: Callable[..., Task], config: ExperimentConfig, seed: int = 0, **options) -> Record:
     """Train one run of ``config`` with ``seed`` (or load its record if it is finished): a group of one
-    (``train_group``). A run whose training loss stops being finite is recorded as diverged, and
-    ``NonFiniteLossError`` says where."""
+    (``train_group``, whose keyword ``options`` it takes). A run whose training loss stops being finite is
+    recorded as diverged, and ``NonFiniteLossError`` says where."""
     errors: Dict[str, str] = {}
-    (record,) = train_group(make_task, [(config, seed)], device, store, resume, progress, checkpoint_every_s,
-                            callback, position, deadline, rerun, errors, precision)
+    (record,) = train_group(make_task, [(config, seed)], errors=errors, **options)
     if errors:
         raise NonFiniteLossError(errors[record.run_id])
     return record
 
 
-def train_group(make_task: Callable[..., Task], members: Sequence[Tuple[ExperimentConfig, int]], device: str = "cpu",
-                store: Optional[RunStore] = None, resume: bool = True, progress: bool = True,
+@dataclass(frozen=True)
+class Options:
+    """How a group trains (``train_group``'s keywords): where its records go, how it reports, how often it
+    checkpoints, the callback tests stop it with, its bar's line, and when its time is up."""
+
+    store: RunStore
+    progress: bool = True
+    checkpoint_every_s: float = 180.0
+    callback: Optional[Callable[[str, int, int], None]] = None
+    position: int = 0
+    deadline: Optional[float] = None
+
+
+def train_group(make_task: Callable[..., Task], members: Sequence[Tuple[ExperimentConfig, int]], *,
+                device: str = "cpu", store: Optional[RunStore] = None, resume: bool = True, progress: bool = True,
                 checkpoint_every_s: float = 180.0, callback: Optional[Callable[[str, int, int], None]] = None,
                 position: int = 0, deadline: Optional[float] = None, rerun: bool = False,
                 errors: Optional[Dict[str, str]] = None, precision: str = "float32") -> List[Record]:
@@ -442,11 +453,27 @@ def train_group(make_task: Callable[..., Task], members: Sequence[Tuple[Experime
     """
     device = check_device(device)
     set_precision(precision, device)
+    members = [(c, int(s)) for c, s in members]
+    check_group(make_task, members, precision)
+    options = Options(store or RunStore(), progress, checkpoint_every_s, callback, position, deadline)
+    records = {} if rerun else stored(options.store, members)
+    todo = [m for m in members if run_id(*m) not in records]
+    if todo:
+        trainer = GroupTrainer(make_task, device, precision, resume, options)
+        try:
+            records.update(trainer.train(todo, rerun))
+        finally:
+            if errors is not None:
+                errors.update(trainer.diverged)
+    return [records[run_id(*m)] for m in members]
+
+
+def check_group(make_task: Callable[..., Task], members: Sequence[Tuple[ExperimentConfig, int]],
+                precision: str) -> None:
+    """A ValueError where ``members`` cannot train as one group at ``precision``."""
     if precision == "bf16" and not getattr(make_task, "autocasts", False):
         raise ValueError(f"precision='bf16' is not available for {getattr(make_task, '__name__', make_task)!r}: its "
                          "training step has no autocast (Task.autocasts); use 'float32' or 'tf32'")
-    store = store or RunStore()
-    members = [(c, int(s)) for c, s in members]
     if not members:
         raise ValueError("a group needs at least one run")
     rids = [run_id(c, s) for c, s in members]
@@ -458,72 +485,80 @@ def train_group(make_task: Callable[..., Task], members: Sequence[Tuple[Experime
                          + ("their task trains one run at a time" if None in keys else
                             "they differ in more than the fields a group lets differ (Task.FUSABLE_FIELDS) or in a "
                             "seed that orders their batches"))
-    records: Dict[str, Record] = {}
 
-    def unstored(pending: List[Tuple[ExperimentConfig, int]]) -> List[Tuple[ExperimentConfig, int]]:
-        """The runs of ``pending`` to train: all with ``rerun``, else those without a stored record (the
-        others' records go into ``records``)."""
-        left = []
-        for config, seed in pending:
-            rid = run_id(config, seed)
-            record = None if rerun else store.find(config.experiment, config.scale, rid)
-            if record is None:
-                left.append((config, seed))
-            else:
-                records[rid] = record
-        return left
-    todo = unstored(members)
-    if todo:
-        first = run_id(*todo[0])
-        if deadline is not None and time.time() >= deadline:
-            raise BudgetExhausted(f"run {todo[0][0].experiment}/{first}"
-                                  + (f" and {len(todo) - 1} more" if len(todo) > 1 else "")
-                                  + ": the time budget ended before it started")
-        env = environment(device)  # taken at the start: the commit of the code that runs
-        diverged: Dict[str, str] = {}  # run id -> message, for ``errors``
+
+def stored(store: RunStore, members: Sequence[Tuple[ExperimentConfig, int]]) -> Dict[str, Record]:
+    """Run id -> stored record, for each of ``members`` that has one."""
+    found = {run_id(c, s): store.find(c.experiment, c.scale, run_id(c, s)) for c, s in members}
+    return {rid: record for rid, record in found.items() if record is not None}
+
+
+class GroupTrainer:
+    """Trains the runs of one group that have no record yet: holds them against other processes, starts
+    each (from its checkpoint where it has one), and trains them in step (``catch_up``)."""
+
+    def __init__(self, make_task: Callable[..., Task], device: str, precision: str, resume: bool, options: Options):
+        self.make_task, self.device, self.resume, self.options = make_task, device, resume, options
+        self.env = environment(device)  # taken at the start: the commit of the code that runs
         if precision != "float32":
-            env["precision"] = precision
-        store.refuse_unclean_code(env["commit"], f"run {todo[0][0].experiment}/{first} is")
-        failed: Dict[str, str] = {}
+            self.env["precision"] = precision
+        self.diverged: Dict[str, str] = {}  # run id -> message, for each run that diverged
+        self.failed: Dict[str, str] = {}  # run id -> why it could not start
+        self.alone = False  # whether the group is one run: its errors are its own
 
-        def build(config, seed, from_checkpoint: bool = resume) -> Optional[Run]:
-            try:
-                return Run(make_task, config, seed, device, store, from_checkpoint, env)
-            except CorruptCheckpointError as e:  # this run's fault, not the group's: the others go on
-                if len(todo) == 1:
-                    raise  # a run alone: its own error, as it is
-                failed[run_id(config, seed)] = str(e)
-                return None
+    def train(self, todo: List[Tuple[ExperimentConfig, int]], rerun: bool) -> Dict[str, Record]:
+        """Train ``todo`` to their end; run id -> record. A run another process finished meanwhile is loaded."""
+        store, (config, seed) = self.options.store, todo[0]
+        what = f"run {config.experiment}/{run_id(config, seed)}"
+        if self.options.deadline is not None and time.time() >= self.options.deadline:
+            raise BudgetExhausted(what + (f" and {len(todo) - 1} more" if len(todo) > 1 else "")
+                                  + ": the time budget ended before it started")
+        store.refuse_unclean_code(self.env["commit"], f"{what} is")
         # one process a run; on a CPU, denormals computed as zero
-        with store.hold_runs(todo[0][0].experiment, [run_id(c, s) for c, s in todo]), denormals_flushed(device):
-            todo = unstored(todo)  # another process may have finished one between the check above and the lock
-            runs = [r for r in (build(c, s) for c, s in todo) if r is not None]
+        with store.hold_runs(config.experiment, [run_id(c, s) for c, s in todo]), denormals_flushed(self.device):
+            records = {} if rerun else stored(store, todo)  # finished by another process since the first look
+            todo = [(c, s) for c, s in todo if run_id(c, s) not in records]
+            self.alone = len(todo) == 1
+            runs = [r for r in (self.start(c, s, self.resume) for c, s in todo) if r is not None]
             for r in runs:
-                if progress and r.position != (0, 0):  # said, not left to a bar that starts part-way
-                    say(f"{r.name} {r.rid}: resumes at epoch {r.epoch + 1} of {r.config.epochs}, batch {r.batch + 1}, "
-                        f"from its checkpoint in {r.ckpt_path.parent}")
+                if self.options.progress and r.position != (0, 0):  # said, not left to a bar that starts part-way
+                    say(f"{r.name} {r.rid}: resumes at epoch {r.epoch + 1} of {r.config.epochs}, batch "
+                        f"{r.batch + 1}, from its checkpoint in {r.ckpt_path.parent}")
             try:
-                while runs:  # the runs furthest behind train until they reach the next ones, then on together
-                    first = min(r.position for r in runs)
-                    behind = [r for r in runs if r.position == first]
-                    ahead = [r.position for r in runs if r.position != first]
-                    until = min(ahead) if ahead else None
-                    for record in GroupTraining(behind, store, progress, checkpoint_every_s, callback, position,
-                                                deadline, until, diverged).run():
-                        records[record.run_id] = record
-                    done = {r.rid for r in behind if r.rid in records}
-                    caught_up = [build(r.config, r.seed, True)  # their checkpoints
-                                 for r in behind if r.rid not in done]
-                    runs = sorted([r for r in runs if r not in behind] + [r for r in caught_up if r is not None],
-                                  key=lambda r: rids.index(r.rid))  # the members' order, as given
+                records.update(self.catch_up(runs))
             finally:
-                if errors is not None:
-                    errors.update(diverged)
                 graphs.clear()  # the CUDA graphs of this group's shapes hold GPU memory the next group needs
-        if failed:
-            raise GroupMemberError(f"{len(failed)} of {len(todo)} runs could not start (the others went on):\n"
-                                   + "\n".join(f"  {rid}: {why}" for rid, why in failed.items()))
-    return [records[rid] for rid in rids]
+        if self.failed:
+            raise GroupMemberError(f"{len(self.failed)} of {len(todo)} runs could not start (the others went on):\n"
+                                   + "\n".join(f"  {rid}: {why}" for rid, why in self.failed.items()))
+        return records
+
+    def start(self, config: ExperimentConfig, seed: int, from_checkpoint: bool) -> Optional[Run]:
+        """The run of ``config`` and ``seed``, from its checkpoint where ``from_checkpoint`` and it has one.
+        A corrupt checkpoint is the run's fault, not the group's: the others go on (a run alone raises)."""
+        try:
+            return Run(self.make_task, config, seed, self.device, self.options.store, from_checkpoint, self.env)
+        except CorruptCheckpointError as e:
+            if self.alone:
+                raise
+            self.failed[run_id(config, seed)] = str(e)
+            return None
+
+    def catch_up(self, runs: List[Run]) -> Dict[str, Record]:
+        """Train ``runs`` to their end: those furthest behind first, until they reach the next ones (their
+        checkpoints), then on together; run id -> record of each that finished or diverged."""
+        order = [r.rid for r in runs]
+        records: Dict[str, Record] = {}
+        while runs:
+            first = min(r.position for r in runs)
+            behind = [r for r in runs if r.position == first]
+            ahead = [r.position for r in runs if r.position != first]
+            for record in GroupTraining(behind, self.options, min(ahead) if ahead else None, self.diverged).run():
+                records[record.run_id] = record
+            caught_up = [self.start(r.config, r.seed, True) for r in behind if r.rid not in records]
+            runs = sorted([r for r in runs if r not in behind] + [r for r in caught_up if r is not None],
+                          key=lambda r: order.index(r.rid))  # the members' order, as given
+        return records
 
 
 READ_EVERY = 64  # steps whose outputs a GPU holds before the host reads them (``StepOutputs``)
@@ -594,15 +629,12 @@ class GroupTraining:
     where it did, as it would be alone, and leaves the group. ``run()`` trains to the end, or to ``until``
     (epoch, batch), where the runs checkpoint and stop, to go on with the runs already there."""
 
-    def __init__(self, runs: List[Run], store: RunStore, progress: bool, checkpoint_every_s: float, callback,
-                 position: int, deadline: Optional[float], until: Optional[Tuple[int, int]] = None,
+    def __init__(self, runs: List[Run], options: Options, until: Optional[Tuple[int, int]] = None,
                  diverged: Optional[Dict[str, str]] = None):
         self.live = list(runs)  # the runs training now
         self.lead = runs[0]
         self.task_type = type(self.lead.task)
-        self.store, self.progress, self.checkpoint_every_s = store, progress, checkpoint_every_s
-        self.callback, self.position, self.deadline, self.until = callback, position, deadline, until
-        self.diverged = diverged
+        self.store, self.options, self.until, self.diverged = options.store, options, until, diverged
         self.start = self.lead.position
         self.group = [r.rid for r in runs] if len(runs) > 1 else None
         self.batch_counts: Dict[int, int] = {}
@@ -610,6 +642,7 @@ class GroupTraining:
         self.stepper = None
         self.outputs = StepOutputs()
         self.t_start = self.clock = time.perf_counter()
+        self.last_checkpoint = time.monotonic()
         if len(runs) == 1 and self.lead.rng is not None:
             _set_rng_state(self.lead.rng)  # a run alone resumes the global RNG too (nothing of a group draws from it)
 
@@ -644,6 +677,7 @@ class GroupTraining:
         first the outputs of the steps so far are read, so that a run that has diverged keeps its last good one."""
         self.settle()
         self.tick()
+        self.last_checkpoint = time.monotonic()
         save_checkpoints([(run.ckpt_path, {
             "model": run.task.model.state_dict(), "optimizer": run.task.optimizer.state_dict(),
             "task": run.task.state_dict(), "rng": _rng_state(), "generator": run.generator.get_state(),
@@ -709,68 +743,82 @@ class GroupTraining:
         return outs
 
     def run(self) -> List[Record]:
-        lead, epochs = self.lead, self.lead.config.epochs
-        start_epoch, start_batch = self.start
-        last_ckpt = time.monotonic()
+        """Train from where the runs stand to their end, or to ``until``; the records of the runs that
+        finished or diverged, as stored. At the deadline every run checkpoints and ``BudgetExhausted`` is
+        raised."""
+        epochs = self.lead.config.epochs
+        bar = self.progress_bar()
+        position = self.start
+        try:
+            while self.live and position[0] < epochs and position != self.until:
+                position = self.train_epoch(*position, bar)
+        finally:
+            bar.close()
+            release(self.stepper)
+        if position[0] == epochs and position != self.until:
+            for r in self.live:
+                record = self.make_record(r, r.task.final_metrics(r.curves), epochs, 0)
+                self.finished.append(self.store.read(self.store.save(record)))
+                r.ckpt_path.unlink(missing_ok=True)
+        return self.finished
+
+    def progress_bar(self):
+        """The group's bar over every batch of training, from where it stands; a ValueError where the
+        training split gives no batch."""
+        lead, epochs, (start_epoch, start_batch) = self.lead, self.lead.config.epochs, self.start
         if self.expected_batches(0) == 0:
             raise ValueError(f"run {lead.name}/{lead.rid}: its training split gives no batch of {lead.config}; use "
                              "more data or smaller batches")
         what = lead.rid if len(self.live) == 1 else f"{lead.rid} +{len(self.live) - 1}"
-        bar = progress_bar(total=sum(map(self.expected_batches, range(epochs))),
-                           initial=sum(map(self.expected_batches, range(start_epoch))) + start_batch,
-                           disable=not self.progress, desc=f"{lead.name} {what}", position=self.position,
-                           leave=self.position == 0, dynamic_ncols=True)
-        try:
-            for epoch in range(start_epoch, epochs):
-                for r in self.live:
-                    r.task.model.train()
-                batches = lead.task.batches(epoch)
-                first = start_batch if epoch == start_epoch else 0
-                if first == 0:
-                    for r in self.live:
-                        r.sums = {}
-                for b in range(first, len(batches)):
-                    self.outputs.add(epoch, b, self.step(batches[b]))
-                    if self.outputs.due:
-                        self.settle()
-                        if not self.live:
-                            return self.finished
-                    bar.update(1)
-                    if self.callback:
-                        self.callback("batch", epoch, b)
-                    if self.deadline is not None and time.time() >= self.deadline:
-                        self.checkpoint(epoch, b + 1)
-                        if not self.live:
-                            return self.finished
-                        raise BudgetExhausted(f"run {lead.name}/{what}: stopped at the time budget in epoch "
-                                              f"{epoch + 1}, batch {b + 1}; its checkpoint in {lead.ckpt_path.parent} "
-                                              "resumes it")
-                    if self.until == (epoch, b + 1):  # where the runs ahead stand: go on with them
-                        self.checkpoint(epoch, b + 1)
-                        return self.finished
-                    if time.monotonic() - last_ckpt > self.checkpoint_every_s and b + 1 < len(batches):
-                        self.checkpoint(epoch, b + 1)
-                        last_ckpt = time.monotonic()
-                        if not self.live:
-                            return self.finished
-                self.settle()
-                if not self.live:
-                    return self.finished
-                self.end_epoch(epoch, bar)
-                self.checkpoint(epoch + 1, 0)
-                last_ckpt = time.monotonic()
-                if self.callback:
-                    self.callback("epoch", epoch, len(batches))
-                if self.until == (epoch + 1, 0):
-                    return self.finished
-        finally:
-            bar.close()
-            release(self.stepper)
+        return progress_bar(total=sum(map(self.expected_batches, range(epochs))),
+                            initial=sum(map(self.expected_batches, range(start_epoch))) + start_batch,
+                            disable=not self.options.progress, desc=f"{lead.name} {what}",
+                            position=self.options.position, leave=self.options.position == 0, dynamic_ncols=True)
+
+    def train_epoch(self, epoch: int, first: int, bar) -> Tuple[int, int]:
+        """Train epoch ``epoch`` from batch ``first`` to its end (then evaluate, checkpoint and call back),
+        or to ``until``, or while a run is left; where the runs then stand."""
+        batches = self.lead.task.batches(epoch)
         for r in self.live:
-            record = self.make_record(r, r.task.final_metrics(r.curves), epochs, 0)
-            self.finished.append(self.store.read(self.store.save(record)))
-            r.ckpt_path.unlink(missing_ok=True)
-        return self.finished
+            r.task.model.train()
+            if first == 0:
+                r.sums = {}
+        b = first
+        while b < len(batches) and self.live and (epoch, b) != self.until:
+            self.train_batch(epoch, b, batches, bar)
+            b += 1
+        if (epoch, b) == self.until:
+            return self.until
+        self.settle()
+        if self.live:
+            self.end_epoch(epoch, bar)
+            self.checkpoint(epoch + 1, 0)
+            if self.options.callback:
+                self.options.callback("epoch", epoch, len(batches))
+        return epoch + 1, 0
+
+    def train_batch(self, epoch: int, b: int, batches: Sequence[Any], bar) -> None:
+        """One step of the runs training now on batch ``b``; then, as due, the reads of its outputs, the
+        callback, and the checkpoint at the deadline (raising ``BudgetExhausted``), at ``until`` or at the
+        interval."""
+        self.outputs.add(epoch, b, self.step(batches[b]))
+        if self.outputs.due:
+            self.settle()
+            if not self.live:
+                return
+        bar.update(1)
+        if self.options.callback:
+            self.options.callback("batch", epoch, b)
+        at = (epoch, b + 1)
+        if self.options.deadline is not None and time.time() >= self.options.deadline:
+            self.checkpoint(*at)
+            if self.live:
+                what = self.lead.rid if len(self.live) == 1 else f"{self.lead.rid} +{len(self.live) - 1}"
+                raise BudgetExhausted(f"run {self.lead.name}/{what}: stopped at the time budget in epoch {epoch + 1}, "
+                                      f"batch {b + 1}; its checkpoint in {self.lead.ckpt_path.parent} resumes it")
+        elif at == self.until or (time.monotonic() - self.last_checkpoint > self.options.checkpoint_every_s
+                                  and b + 1 < len(batches)):
+            self.checkpoint(*at)
 
     def end_epoch(self, epoch: int, bar) -> None:
         """Each run's means of its step outputs over the epoch, its evaluation, its curves and schedule."""

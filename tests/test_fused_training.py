@@ -79,8 +79,8 @@ def test_each_member_of_a_fused_group_ends_with_the_record_it_has_alone(experime
     monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "cache"))
     _, task = TASKS[experiment]
     runs = members(experiment)
-    group = train_group(task, runs, device, store=RunStore(tmp_path / "group"), progress=False)
-    alone = [train_run(task, c, s, device, store=RunStore(tmp_path / "alone"), progress=False) for c, s in runs]
+    group = train_group(task, runs, device=device, store=RunStore(tmp_path / "group"), progress=False)
+    alone = [train_run(task, c, s, device=device, store=RunStore(tmp_path / "alone"), progress=False) for c, s in runs]
     ids = [run_id(c, s) for c, s in runs]
     assert len(group) == len(runs) > 1  # a record for every member: zip below stops at the shorter list
     for g, a, rid in zip(group, alone, ids):
@@ -101,9 +101,10 @@ def test_a_member_agrees_with_its_run_alone_to_the_rounding_of_batched_products(
     monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "cache"))
     _, task = TASKS[experiment]
     runs = members(experiment)
-    group = train_group(task, runs, device, store=RunStore(tmp_path / "group"), progress=False, precision=precision)
-    alone = [train_run(task, c, s, device, store=RunStore(tmp_path / "alone"), progress=False, precision=precision)
-             for c, s in runs]
+    group = train_group(task, runs, device=device, store=RunStore(tmp_path / "group"), progress=False,
+                        precision=precision)
+    alone = [train_run(task, c, s, device=device, store=RunStore(tmp_path / "alone"), progress=False,
+                       precision=precision) for c, s in runs]
     assert [g.run_id for g in group] == [a.run_id for a in alone] and len(group) > 1  # every member, in order
     for g, a in zip(group, alone):
         assert g.precision == a.precision == (None if precision == "float32" else precision)
