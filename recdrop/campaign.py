@@ -246,54 +246,74 @@ def run_campaign(entries: Sequence[Entry], device: str = "cpu", jobs: int = 1, b
         fuse = fitting_caps(todo, group_times, budget_s, precision)
         log(f"groups of at most {fuse or 'one run'}: the largest that finish in the time left, by --group-times")
     groups = campaign_groups(todo, fuse, device)
-    out = {"finished": [], "diverged": [], "stopped": [], "failed": [], "not_started": []}
-    bar = progress_bar(total=len(todo), desc=f"campaign on {device}", disable=not progress, position=0,
-                       dynamic_ncols=True)
-    threads = worker_threads(jobs)
+    call = _CampaignCall(todo, device, jobs, store, deadline, progress, precision, whole_runs, group_times)
     log(f"{len(todo)} runs pending in {len(groups)} groups, {jobs} at a time, until "
         f"{time.strftime('%H:%M UTC', time.gmtime(deadline))}")
+    try:
+        run_groups(groups, jobs, call.job, store, call.took, call.failed)
+    finally:
+        call.bar.close()
+    return call.out
 
-    def settled(run: Pending, outcome: str, how: str):
-        out[outcome].append(run)
-        bar.update(1)
+
+class _CampaignCall:
+    """One call of ``run_campaign`` as its groups train: the job each group runs as (``job``), and each run's
+    outcome as it settles (``took``, ``failed``), kept in ``out`` and counted on the bar and in the log."""
+
+    def __init__(self, todo: Sequence[Pending], device: str, jobs: int, store: RunStore, deadline: float,
+                 progress: bool, precision: str, whole_runs: bool, group_times: Sequence[Dict[str, Any]]):
+        self.todo, self.device, self.jobs, self.store, self.deadline = todo, device, jobs, store, deadline
+        self.progress, self.precision, self.whole_runs, self.group_times = progress, precision, whole_runs, group_times
+        self.out: Dict[str, List[Pending]] = {"finished": [], "diverged": [], "stopped": [], "failed": [],
+                                              "not_started": []}
+        self.bar = progress_bar(total=len(todo), desc=f"campaign on {device}", disable=not progress, position=0,
+                                dynamic_ncols=True)
+        self.threads = worker_threads(jobs)
+
+    def settled(self, run: Pending, outcome: str, how: str) -> None:
+        """File a run under its outcome, and log it unless it never started."""
+        self.out[outcome].append(run)
+        self.bar.update(1)
         if outcome != "not_started":
-            log(f"{outcome} {run.label()}{how}; {sum(map(len, out.values()))} of {len(todo)} settled")
+            log(f"{outcome} {run.label()}{how}; {sum(map(len, self.out.values()))} of {len(self.todo)} settled")
 
-    def took(run: Pending, record: Record):
-        set_stored(store, run, record)
-        settled(run, "diverged" if record.diverged else "finished", f" in {record.wall_time_s / 60:.0f} min")
+    def took(self, run: Pending, record: Record) -> None:
+        """A run that ended with a record: finished, or diverged (a record too)."""
+        set_stored(self.store, run, record)
+        outcome = "diverged" if record.diverged else "finished"
+        self.settled(run, outcome, f" in {record.wall_time_s / 60:.0f} min")
 
-    def failed(run: Pending, error):
+    def failed(self, run: Pending, error: Exception) -> None:
+        """A run that ended without a record: stopped at the budget (or never started), or failed."""
         if isinstance(error, BudgetExhausted):
             run.error = str(error)
-            started = store.checkpoint_path(run.experiment, run.run_id).exists()
-            settled(run, "stopped" if started else "not_started", f": {run.error}")
+            started = self.store.checkpoint_path(run.experiment, run.run_id).exists()
+            self.settled(run, "stopped" if started else "not_started", f": {run.error}")
         else:  # keep going: the other runs are worth having
             run.error = f"{type(error).__name__}: {error}"
-            settled(run, "failed", f": {run.error}")
+            self.settled(run, "failed", f": {run.error}")
 
-    def start_by(group: List[Pending]) -> Optional[float]:
-        if not whole_runs:
+    def start_by(self, group: List[Pending]) -> Optional[float]:
+        """The latest time a group may start and still end within the budget (``whole_runs`` only); 0.0 where
+        it is not known to finish on a machine that measured its groups, None where any time will do."""
+        if not self.whole_runs:
             return None
-        expected = [expected_seconds(r, store) for r in group]
-        if None in expected and group_times:
+        expected = [expected_seconds(r, self.store) for r in group]
+        if None in expected and self.group_times:
             if group[0].config.scale != "paper":  # bench_groups times the paper's shapes
                 return 0.0
-            expected = [estimates.group_seconds(group_times, group[0].experiment,
-                                                group[0].entry.precision or precision, len(group))]
+            expected = [estimates.group_seconds(self.group_times, group[0].experiment,
+                                                group[0].entry.precision or self.precision, len(group))]
             if None in expected:  # not known to finish: on a machine that measured its groups, not started
                 return 0.0
-        return deadline - sum(expected) if None not in expected else None
+        return self.deadline - sum(expected) if None not in expected else None
 
-    def job(i, group: List[Pending]):
-        return Job(group[0].experiment, tuple((r.config, r.seed) for r in group), device, str(store.root), threads,
-                   position=1 + i % jobs, progress=progress, deadline=deadline, start_by=start_by(group),
-                   rerun=any(r.rerun for r in group), precision=group[0].entry.precision or precision)
-    try:
-        run_groups(groups, jobs, job, store, took, failed)
-    finally:
-        bar.close()
-    return out
+    def job(self, i: int, group: List[Pending]) -> Job:
+        """The worker's job for the ``i``-th group: its runs, at the group's precision, under the deadline."""
+        return Job(group[0].experiment, tuple((r.config, r.seed) for r in group), self.device, str(self.store.root),
+                   self.threads, position=1 + i % self.jobs, progress=self.progress, deadline=self.deadline,
+                   start_by=self.start_by(group), rerun=any(r.rerun for r in group),
+                   precision=group[0].entry.precision or self.precision)
 
 
 def log(line: str) -> None:
@@ -389,6 +409,19 @@ def unpack(in_dir: os.PathLike, store: Optional[RunStore] = None) -> Dict[str, A
     record. Records go in first. Records the store refuses (from unclean code) and checkpoints that do
     not load are listed in ``refused``; the rest go in."""
     store = store or RunStore()
+    members = _read_pack(in_dir)
+    counts = {"records": 0, "checkpoints": 0, "kept": 0, "refused": []}
+    records_first = sorted(members.items(), key=lambda item: (item[0].startswith("checkpoints/"), item[0]))
+    for name, data in records_first:
+        if name.startswith("checkpoints/"):
+            _unpack_checkpoint(in_dir, name, data, store, counts)
+        else:
+            _unpack_record(name, data, store, counts)
+    return counts
+
+
+def _read_pack(in_dir: os.PathLike) -> Dict[str, bytes]:
+    """The files of the pack in ``in_dir`` by name, once its parts join into a tar that matches its manifest."""
     parts = sorted(Path(in_dir).glob(f"{PACK_NAME}.[0-9][0-9][0-9]"))
     if not parts:
         raise FileNotFoundError(f"no {PACK_NAME}.NNN parts in {in_dir}")
@@ -401,75 +434,118 @@ def unpack(in_dir: os.PathLike, store: Optional[RunStore] = None) -> Dict[str, A
     manifest = json.loads(members.pop("manifest.json", b"{}"))
     if set(manifest) != set(members):
         raise ValueError(f"the pack in {in_dir} does not match its manifest: {sorted(set(manifest) ^ set(members))}")
-    counts = {"records": 0, "checkpoints": 0, "kept": 0, "refused": []}
     for name, data in members.items():
-        if not _MEMBER.fullmatch(name):
-            raise ValueError(f"the pack in {in_dir} holds an unexpected file {name!r}")
-        if hashlib.sha256(data).hexdigest() != manifest[name]:
-            raise ValueError(f"{name} in the pack in {in_dir} does not match its SHA-256 sum")
-        if name.startswith("runs/"):
-            try:
-                holds = _member_name(Record.from_json(json.loads(data), name))
-            except (ValueError, KeyError, TypeError) as e:
-                raise ValueError(f"{name} in the pack in {in_dir} is not a run record ({type(e).__name__}: {e})") from e
-            if holds != name:
-                raise ValueError(f"{name} in the pack in {in_dir} holds the record of another run ({holds})")
+        _check_member(in_dir, name, data, manifest[name])
+    return members
 
-    def has_clean_record(experiment: str, rid: str) -> bool:
-        """A record from clean code (a run id names one scale, and a checkpoint does not say which)."""
-        return any(not unclean_commits(store.read(p)) for p in store.root.glob(f"{experiment}/*/{rid}.json"))
 
-    def further_on(local: Path, theirs: Tuple[int, int]) -> bool:
-        """Whether the local checkpoint is one to keep: it loads, resumes here, and is further on."""
-        if not local.exists():
-            return False
-        try:  # the pack's replaces an unreadable local one, and one that would not be resumed here
-            ours = load_checkpoint(local)
-            return store.accepts_checkpoint(ours) and _progress(ours) > theirs
-        except (CorruptCheckpointError, KeyError, TypeError):
-            return False
-
-    records_first = sorted(members.items(), key=lambda item: (item[0].startswith("checkpoints/"), item[0]))
-    for name, data in records_first:
-        if name.startswith("checkpoints/"):
-            _, experiment, file = name.split("/")
-            rid = file.removesuffix(".pt")
-            local = store.checkpoint_path(experiment, rid)
-            if has_clean_record(experiment, rid):
-                counts["kept"] += 1
-                continue
-            try:
-                theirs = _progress(load_checkpoint(io.BytesIO(data)))
-            except (CorruptCheckpointError, KeyError, TypeError) as e:  # keep going: the rest is worth having
-                counts["refused"].append(f"{name} in the pack in {in_dir} is not a checkpoint that loads "
-                                         f"({type(e).__name__}: {e}); {local} is left as it was")
-                continue
-            try:
-                with store.hold_runs(experiment, [rid]):  # not under a run that another process is training
-                    if further_on(local, theirs):
-                        counts["kept"] += 1
-                        continue
-                    atomic_write_bytes(local, data)
-            except RunInUseError as e:
-                counts["refused"].append(f"{name} in the pack in {in_dir} is left out: {e}")
-                continue
-            counts["checkpoints"] += 1
-            continue
-        record = Record.from_json(json.loads(data), name)
-        if has_clean_record(record.experiment, record.run_id):
-            counts["kept"] += 1
-            continue
+def _check_member(in_dir: os.PathLike, name: str, data: bytes, sha256: str) -> None:
+    """Refuse a pack's file that is not where a pack puts a record or checkpoint, whose sum differs from its
+    manifest's, or that is a record of another run than its name says (or no record at all)."""
+    if not _MEMBER.fullmatch(name):
+        raise ValueError(f"the pack in {in_dir} holds an unexpected file {name!r}")
+    if hashlib.sha256(data).hexdigest() != sha256:
+        raise ValueError(f"{name} in the pack in {in_dir} does not match its SHA-256 sum")
+    if name.startswith("runs/"):
         try:
-            store.save(record)
-        except DirtyTreeError as e:  # keep going: the other records are worth having
-            counts["refused"].append(str(e))
-            continue
-        store.checkpoint_path(record.experiment, record.run_id).unlink(missing_ok=True)
-        counts["records"] += 1
-    return counts
+            holds = _member_name(Record.from_json(json.loads(data), name))
+        except (ValueError, KeyError, TypeError) as e:
+            raise ValueError(f"{name} in the pack in {in_dir} is not a run record ({type(e).__name__}: {e})") from e
+        if holds != name:
+            raise ValueError(f"{name} in the pack in {in_dir} holds the record of another run ({holds})")
+
+
+def _has_clean_record(store: RunStore, experiment: str, rid: str) -> bool:
+    """A record from clean code (a run id names one scale, and a checkpoint does not say which)."""
+    return any(not unclean_commits(store.read(p)) for p in store.root.glob(f"{experiment}/*/{rid}.json"))
+
+
+def _further_on(store: RunStore, local: Path, theirs: Tuple[int, int]) -> bool:
+    """Whether the local checkpoint is one to keep: it loads, resumes here, and is further on."""
+    if not local.exists():
+        return False
+    try:  # the pack's replaces an unreadable local one, and one that would not be resumed here
+        ours = load_checkpoint(local)
+        return store.accepts_checkpoint(ours) and _progress(ours) > theirs
+    except (CorruptCheckpointError, KeyError, TypeError):
+        return False
+
+
+def _unpack_checkpoint(in_dir: os.PathLike, name: str, data: bytes, store: RunStore, counts: Dict[str, Any]) -> None:
+    """Put a pack's checkpoint in the cache, counted in ``counts``: kept where its run has a clean record or the
+    local one is further on; refused where it does not load or another process is training its run."""
+    _, experiment, file = name.split("/")
+    rid = file.removesuffix(".pt")
+    local = store.checkpoint_path(experiment, rid)
+    if _has_clean_record(store, experiment, rid):
+        counts["kept"] += 1
+        return
+    try:
+        theirs = _progress(load_checkpoint(io.BytesIO(data)))
+    except (CorruptCheckpointError, KeyError, TypeError) as e:  # keep going: the rest is worth having
+        counts["refused"].append(f"{name} in the pack in {in_dir} is not a checkpoint that loads "
+                                 f"({type(e).__name__}: {e}); {local} is left as it was")
+        return
+    try:
+        with store.hold_runs(experiment, [rid]):  # not under a run that another process is training
+            if _further_on(store, local, theirs):
+                counts["kept"] += 1
+                return
+            atomic_write_bytes(local, data)
+    except RunInUseError as e:
+        counts["refused"].append(f"{name} in the pack in {in_dir} is left out: {e}")
+        return
+    counts["checkpoints"] += 1
+
+
+def _unpack_record(name: str, data: bytes, store: RunStore, counts: Dict[str, Any]) -> None:
+    """Put a pack's record in the store, counted in ``counts``, and drop its run's checkpoint: kept where a
+    clean record of the run is stored; refused where the store refuses it (from unclean code)."""
+    record = Record.from_json(json.loads(data), name)
+    if _has_clean_record(store, record.experiment, record.run_id):
+        counts["kept"] += 1
+        return
+    try:
+        store.save(record)
+    except DirtyTreeError as e:  # keep going: the other records are worth having
+        counts["refused"].append(str(e))
+        return
+    store.checkpoint_path(record.experiment, record.run_id).unlink(missing_ok=True)
+    counts["records"] += 1
 
 
 def main(argv=None) -> int:
+    args = _argument_parser().parse_args(argv)
+    refused = []  # what of the pack did not go in (``unpack``): reported, and the exit status is 1
+    try:
+        check_device(args.device, available=not args.list)  # listing runs nothing: any valid device
+        store = RunStore()
+        if args.unpack:
+            refused = _unpack_and_report(args.unpack, store)
+            if args.budget is None and not args.list:  # bringing files back starts no runs unless asked to
+                print("unpack: done; no campaign runs without --for")
+                return 1 if refused else 0
+        entries = load_campaign(args.file)
+        if args.list:
+            _print_pending(entries, args.device, store, args.file)
+            return 1 if refused else 0
+        budget = parse_budget(args.budget or "1h")
+        fuse = _fuse_option(args)
+        started = time.time()
+        out = run_campaign(entries, args.device, args.jobs, budget, store, progress=not args.no_progress,
+                           fuse=fuse, precision=precision_option(args), whole_runs=args.whole_runs,
+                           group_times=read_group_times(args.group_times))
+    except (ValueError, RuntimeError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    _print_outcomes(out, started)
+    if args.pack:
+        pack(args.pack, out["stopped"] + out["failed"], [r.stored for r in out["finished"] + out["diverged"]], store)
+    return 1 if out["failed"] or refused else 0
+
+
+def _argument_parser() -> argparse.ArgumentParser:
+    """The command line's options (the module's docstring is its help)."""
     ap = argparse.ArgumentParser(prog="python -m recdrop.campaign", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--for", dest="budget", help="time budget, e.g. 2h30m or 9m (default 1h; with --unpack alone, "
@@ -492,56 +568,52 @@ def main(argv=None) -> int:
                          "benchmarks/bench_groups.py rows")
     add_precision_options(ap)
     ap.add_argument("--no-progress", action="store_true")
-    args = ap.parse_args(argv)
-    refused = []  # what of the pack did not go in (``unpack``): reported, and the exit status is 1
-    try:
-        check_device(args.device, available=not args.list)  # listing runs nothing: any valid device
-        store = RunStore()
-        if args.unpack:
-            counts = unpack(args.unpack, store)
-            refused = counts.pop("refused")
-            print(f"unpack: {counts}")
-            for message in refused:
-                print(f"error: unpack: {message}", file=sys.stderr)
-            if args.budget is None and not args.list:  # bringing files back starts no runs unless asked to
-                print("unpack: done; no campaign runs without --for")
-                return 1 if refused else 0
-        entries = load_campaign(args.file)
-        if args.list:
-            print(f"# store {store.root} (RECDROP_RUNS); list {args.file}; "
-                  f"checkpoints {store.checkpoint_dir()} (in RECDROP_CACHE)\n"
-                  "# new: no record; resumes: from its checkpoint; reruns: its record is of uncommitted code; "
-                  "minutes: its expected time on the hardware of the stored runs like it (?: none stored)")
-            total, unknown = 0.0, 0
-            for run in pending_runs(entries, args.device, store):
-                state = "resumes" if run.resumable else "reruns" if run.rerun else "new"
-                t = expected_seconds(run, store)
-                total, unknown = total + (t or 0.0), unknown + (t is None)
-                print(f"{state:8s} {'?' if t is None else f'{t / 60:.0f} min':>8s}  {run.label()}")
-            print(f"about {total / 3600:.1f} hours of runs on the hardware of their stored runs, one at a time"
-                  + (f", and {unknown} runs of no known cost (no stored run like them to time)" if unknown else ""))
-            return 1 if refused else 0
-        budget = parse_budget(args.budget or "1h")
-        fuse = parse_fuse(args.fuse)
-        if fuse == "fit" and not (args.group_times and args.whole_runs):
-            raise ValueError("--fuse fit sizes the groups by --group-times, and needs --whole-runs so that none "
-                             "starts that would not finish")
-        started = time.time()
-        out = run_campaign(entries, args.device, args.jobs, budget, store, progress=not args.no_progress,
-                           fuse=fuse, precision=precision_option(args), whole_runs=args.whole_runs,
-                           group_times=read_group_times(args.group_times))
-    except (ValueError, RuntimeError, FileNotFoundError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+    return ap
+
+
+def _unpack_and_report(in_dir: Path, store: RunStore) -> List[str]:
+    """Unpack a pack into ``store`` and print its counts and each refusal; returns the refusals."""
+    counts = unpack(in_dir, store)
+    refused = counts.pop("refused")
+    print(f"unpack: {counts}")
+    for message in refused:
+        print(f"error: unpack: {message}", file=sys.stderr)
+    return refused
+
+
+def _print_pending(entries: Sequence[Entry], device: str, store: RunStore, campaign_file: Path) -> None:
+    """``--list``: the pending runs in order, each with its state and expected minutes, then their total."""
+    print(f"# store {store.root} (RECDROP_RUNS); list {campaign_file}; "
+          f"checkpoints {store.checkpoint_dir()} (in RECDROP_CACHE)\n"
+          "# new: no record; resumes: from its checkpoint; reruns: its record is of uncommitted code; "
+          "minutes: its expected time on the hardware of the stored runs like it (?: none stored)")
+    total, unknown = 0.0, 0
+    for run in pending_runs(entries, device, store):
+        state = "resumes" if run.resumable else "reruns" if run.rerun else "new"
+        t = expected_seconds(run, store)
+        total, unknown = total + (t or 0.0), unknown + (t is None)
+        print(f"{state:8s} {'?' if t is None else f'{t / 60:.0f} min':>8s}  {run.label()}")
+    print(f"about {total / 3600:.1f} hours of runs on the hardware of their stored runs, one at a time"
+          + (f", and {unknown} runs of no known cost (no stored run like them to time)" if unknown else ""))
+
+
+def _fuse_option(args: argparse.Namespace) -> Fuse:
+    """``--fuse`` as ``run_campaign``'s ``fuse``; ``fit`` needs the group times it sizes by and whole runs."""
+    fuse = parse_fuse(args.fuse)
+    if fuse == "fit" and not (args.group_times and args.whole_runs):
+        raise ValueError("--fuse fit sizes the groups by --group-times, and needs --whole-runs so that none "
+                         "starts that would not finish")
+    return fuse
+
+
+def _print_outcomes(out: Dict[str, List[Pending]], started: float) -> None:
+    """Each run by its outcome (a failed one with its error), then the counts and the time since ``started``."""
     for outcome, runs in out.items():
         for run in runs:
             print(f"{outcome:11s} {run.label()}" + (f"  ({run.error})" if outcome == "failed" else ""))
     print(f"campaign: {len(out['finished'])} finished, {len(out['diverged'])} diverged (recorded), "
           f"{len(out['stopped'])} stopped with a checkpoint, "
           f"{len(out['failed'])} failed, {len(out['not_started'])} not started, in {time.time() - started:.0f} s")
-    if args.pack:
-        pack(args.pack, out["stopped"] + out["failed"], [r.stored for r in out["finished"] + out["diverged"]], store)
-    return 1 if out["failed"] or refused else 0
 
 
 if __name__ == "__main__":

@@ -273,7 +273,7 @@ def _measured(df: pd.DataFrame) -> pd.Series:
 
 
 def _day(measured: str) -> str:
-    """The ISO day in a ``provenance`` date ("on or after 2026-11-25" -> "2026-11-25"), "" where none."""
+    """The ISO day (YYYY-MM-DD) in a ``provenance`` date, which may read "on or after" it; "" where none."""
     found = re.search(r"\d{4}-\d{2}-\d{2}", str(measured))
     return found.group(0) if found else ""
 

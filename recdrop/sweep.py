@@ -245,14 +245,7 @@ def run_grid(experiment: str, scale: str, seeds: Sequence[int] = (0,), device: s
     the rest trained: in a store whose records are committed, that includes a run whose record came
     from uncommitted code. A run that diverges is recorded as such, with a warning.
     """
-    check_jobs(jobs)
-    if not isinstance(train, bool):
-        raise ValueError(f"train must be True or False, got {train!r}")
-    if engine not in ENGINES:
-        raise ValueError(f"engine={engine!r} is not valid; allowed values: {', '.join(map(repr, ENGINES))}")
-    device = check_device(device, available=train)  # rendering stored runs needs no device
-    if train:
-        set_precision(precision, device)  # its errors before any run starts
+    device = _check_sweep(jobs, train, engine, device, precision)
     store = store or RunStore()
     rows = grid_rows(experiment, scale, seeds, grid, only, store, **overrides)
     todo = [r for r in rows if not r.done]
@@ -267,45 +260,75 @@ def run_grid(experiment: str, scale: str, seeds: Sequence[int] = (0,), device: s
     if engine == "local":  # (a remote worker reads its own machine's data)
         _check_data(experiment, todo)  # a missing dataset once, before any run starts
     store.refuse_unclean_code(git_commit(), f"{len(todo)} runs of {experiment} are")  # before any worker starts
-    threads = worker_threads(jobs)
     if progress and len(todo) < len(rows):  # said once, not left to a bar that starts part-way
         say(f"sweep {experiment} ({scale}): {len(rows) - len(todo)} of {len(rows)} runs already in {store.root}; "
             f"training the other {len(todo)} (any with a checkpoint resumes from it)")
     if progress and fuse is False and engine == "local":  # (a fused group's time is not its runs' summed)
         say(forecast(experiment, scale, todo, device, jobs, store))
-    sweep_bar = progress_bar(total=len(rows), initial=len(rows) - len(todo), desc=f"sweep {experiment} ({scale})",
-                             disable=not progress, position=0, dynamic_ncols=True)
-    failures = []
-
-    def ran(row, record):
-        set_stored(store, row, record)
-        sweep_bar.update(1)
-
-    def failed(row, error):  # the other runs go on: their records are worth having
-        failures.append((row, error))
-        sweep_bar.update(1)
-
-    def job(i, group):
-        return Job(experiment, tuple((r.config, r.seed) for r in group), device, str(store.root), threads,
-                   position=1 + i % jobs, progress=progress,
-                   rerun=any(r.stored is not None for r in group), precision=precision)
-    try:
-        if engine == "local":
-            run_groups(groups, jobs, job, store, ran, failed)
-        else:
-            for row, result in REMOTE_ENGINES[engine](todo, experiment, device, jobs):
-                try:
-                    record = result()
-                    store.save(record)  # the driver writes the store
-                except Exception as e:
-                    failed(row, e)
-                else:
-                    ran(row, record)
-    finally:
-        sweep_bar.close()
-    if failures:
-        raise RuntimeError(failures_report(failures, len(todo)))
+    SweepTraining(experiment, scale, len(rows), todo, device, jobs, store, progress, precision).train(engine, groups)
     return rows
+
+
+def _check_sweep(jobs: int, train: bool, engine: str, device: str, precision: str) -> str:
+    """A ValueError for a bad argument of ``run_grid``, before anything is read; the device, checked."""
+    check_jobs(jobs)
+    if not isinstance(train, bool):
+        raise ValueError(f"train must be True or False, got {train!r}")
+    if engine not in ENGINES:
+        raise ValueError(f"engine={engine!r} is not valid; allowed values: {', '.join(map(repr, ENGINES))}")
+    device = check_device(device, available=train)  # rendering stored runs needs no device
+    if train:
+        set_precision(precision, device)  # its errors before any run starts
+    return device
+
+
+class SweepTraining:
+    """The training of a sweep's runs that have no record: a job a group, the sweep's bar over all its
+    ``total`` runs, each finished record set on its row, and the failures, reported together at the end
+    (the other runs go on: their records are worth having)."""
+
+    def __init__(self, experiment: str, scale: str, total: int, todo: Sequence[Row], device: str, jobs: int,
+                 store: RunStore, progress: bool, precision: str):
+        self.experiment, self.todo, self.device, self.jobs, self.store = experiment, todo, device, jobs, store
+        self.progress, self.precision = progress, precision
+        self.threads = worker_threads(jobs)
+        self.bar = progress_bar(total=total, initial=total - len(todo), desc=f"sweep {experiment} ({scale})",
+                                disable=not progress, position=0, dynamic_ncols=True)
+        self.failures: List[Tuple[Row, Exception]] = []
+
+    def train(self, engine: str, groups: Sequence[Sequence[Row]]) -> None:
+        """Train ``groups`` (of ``todo``'s runs) on ``engine``; a RuntimeError naming each run that failed."""
+        todo = self.todo
+        try:
+            if engine == "local":
+                run_groups(groups, self.jobs, self.job, self.store, self.ran, self.failed)
+            else:
+                for row, result in REMOTE_ENGINES[engine](todo, self.experiment, self.device, self.jobs):
+                    try:
+                        record = result()
+                        self.store.save(record)  # the driver writes the store
+                    except Exception as e:
+                        self.failed(row, e)
+                    else:
+                        self.ran(row, record)
+        finally:
+            self.bar.close()
+        if self.failures:
+            raise RuntimeError(failures_report(self.failures, len(todo)))
+
+    def job(self, i: int, group: Sequence[Row]) -> Job:
+        """The ``i``-th group's job: its runs, their device and store, and its bar's line."""
+        return Job(self.experiment, tuple((r.config, r.seed) for r in group), self.device, str(self.store.root),
+                   self.threads, position=1 + i % self.jobs, progress=self.progress,
+                   rerun=any(r.stored is not None for r in group), precision=self.precision)
+
+    def ran(self, row: Row, record: Record) -> None:
+        set_stored(self.store, row, record)
+        self.bar.update(1)
+
+    def failed(self, row: Row, error: Exception) -> None:
+        self.failures.append((row, error))
+        self.bar.update(1)
 
 
 def forecast(experiment: str, scale: str, todo: Sequence[Row], device: str, jobs: int, store: RunStore) -> str:

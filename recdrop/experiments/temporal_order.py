@@ -313,64 +313,12 @@ def claims(rows) -> "pd.DataFrame":
     SOLVED_MARGIN_PP of 100% count as solved, within it of 25% (chance) or below as failed. "Later than"
     compares the first epoch whose test accuracy counts as solved with the LSTM's without dropout,
     seed by seed."""
-    tol = SOLVED_MARGIN_PP / 100
     measures = {"train": "train_acc", "test": "test_acc", "train norm": "train_cell_norm",
                 "test norm": "test_cell_norm"}
-
     by_seed = seed_values(rows, lambda r, m: {**{(*r.cell(CELL_KEYS), what): m.get(metric)
                                                  for what, metric in measures.items()},
                                               (*r.cell(CELL_KEYS), "solved at"): _solved_at(r.record)})
-
-    def chance(a):
-        return a <= 0.25 + tol
-
-    def every(conditions):
-        """The claim that each ((length, scheme, sampling, split), predicate) holds (paper scaling)."""
-        return lambda v: all(test(v[(length, scheme, sampling, "paper", split)])
-                             for (length, scheme, sampling, split), test in conditions)
-
-    def later_than_without_dropout(length, scheme, sampling):
-        return lambda v: (v[(length, scheme, sampling, "paper", "solved at")]
-                          > v[(length, "none", "-", "-", "solved at")])
-
-    def at_length(length, conditions, also=None):
-        def solves(v):  # the LSTM without dropout solves this length, train and test
-            return all(_solved(v[(length, "none", "-", "-", sp)]) for sp in ("train", "test"))
-
-        baseline = claim_outcomes(solves, by_seed)
-        if baseline[0] is None:  # a scheme's failure means nothing until the budget is shown to suffice
-            return claim_verdict(solves, by_seed)  # not yet run, or cannot be judged (diverged)
-        if not (baseline[0] and all(baseline[1])):
-            return Judgement(Verdict.NOT_JUDGED, "without dropout the LSTM does not solve it in every seed at this "
-                                                 "scale either", len(baseline[1]))
-        claim = every(conditions)
-        return claim_verdict(claim if also is None else (lambda v: claim(v) and also(v)), by_seed)
-
-    both = ("per-step", "per-sequence")
-    out = []
-    for length in LENGTHS:
-        out += [
-            (f"{length}: Moon per-sequence learns the task in training but fails at test (at chance or below: "
-             f"at most {25 + SOLVED_MARGIN_PP:g}%)",
-             at_length(length, [((length, "moon", "per-sequence", "train"), _solved),
-                                ((length, "moon", "per-sequence", "test"), chance)])),
-            *([("medium: Moon per-sequence is worse than random at test (below 25%)",
-                at_length(length, [((length, "moon", "per-sequence", "test"), lambda a: a < 0.25)]))]
-              if length == "medium" else []),
-            (f"{length}: Moon per-step " + ("solves it, later than the LSTM without dropout (only *later* is judged, "
-                                            "not the paper's 10-20 times more iterations; the chapter's table of "
-                                            "first solved epochs gives ours)" if length == "short"
-                                            else f"does not learn it in the allotted iterations (near chance "
-                                                 f"in training and at test: at most {25 + SOLVED_MARGIN_PP:g}%; "
-                                                 "chance is 25%)"),
-             at_length(length, [((length, "moon", "per-step", sp), _solved if length == "short" else chance)
-                                for sp in ("train", "test")],
-                       later_than_without_dropout(length, "moon", "per-step") if length == "short" else None)),
-            (f"{length}: Gal solves it, both samplings",
-             at_length(length, [((length, "gal", sm, sp), _solved) for sm in both for sp in ("train", "test")])),
-            (f"{length}: ours (Semeniuta) solves it, both samplings",
-             at_length(length, [((length, "semeniuta", sm, sp), _solved) for sm in both for sp in ("train", "test")])),
-        ]
+    out = [claim for length in LENGTHS for claim in _length_claims(by_seed, length)]
     # Sec. 3, after Eq. 18: with inverted scaling Moon's state grows in training instead of decaying at test.
     # Per-sequence masks only, as the memory-loss chapter checks it: with per-step masks a unit loses its
     # memory whenever it is dropped, so nothing compounds.
@@ -379,6 +327,67 @@ def claims(rows) -> "pd.DataFrame":
                 "than at test",
                 claim_verdict(lambda v: all(v[(*k, "train norm")] > v[(*k, "test norm")] for k in inverted), by_seed)))
     return pd.DataFrame(out, columns=["claim (paper Sec. 4.1 / Sec. 3)", "on ours"])
+
+
+def _length_claims(by_seed, length: str) -> list:
+    """The claims of Sec. 4.1 at one sequence length: (the claim, its judgement) each."""
+    both = ("per-step", "per-sequence")
+    short = length == "short"
+    moon_per_step = ("solves it, later than the LSTM without dropout (only *later* is judged, not the paper's "
+                     "10-20 times more iterations; the chapter's table of first solved epochs gives ours)" if short
+                     else f"does not learn it in the allotted iterations (near chance in training and at test: at "
+                          f"most {25 + SOLVED_MARGIN_PP:g}%; chance is 25%)")
+    return [
+        (f"{length}: Moon per-sequence learns the task in training but fails at test (at chance or below: "
+         f"at most {25 + SOLVED_MARGIN_PP:g}%)",
+         _at_length(by_seed, length, [((length, "moon", "per-sequence", "train"), _solved),
+                                      ((length, "moon", "per-sequence", "test"), _chance)])),
+        *([("medium: Moon per-sequence is worse than random at test (below 25%)",
+            _at_length(by_seed, length, [((length, "moon", "per-sequence", "test"), lambda a: a < 0.25)]))]
+          if length == "medium" else []),
+        (f"{length}: Moon per-step {moon_per_step}",
+         _at_length(by_seed, length, [((length, "moon", "per-step", sp), _solved if short else _chance)
+                                      for sp in ("train", "test")],
+                    _later_than_without_dropout(length, "moon", "per-step") if short else None)),
+        (f"{length}: Gal solves it, both samplings",
+         _at_length(by_seed, length, [((length, "gal", sm, sp), _solved) for sm in both for sp in ("train", "test")])),
+        (f"{length}: ours (Semeniuta) solves it, both samplings",
+         _at_length(by_seed, length, [((length, "semeniuta", sm, sp), _solved)
+                                      for sm in both for sp in ("train", "test")])),
+    ]
+
+
+def _chance(accuracy: float) -> bool:
+    """At chance (25%) or below, within SOLVED_MARGIN_PP."""
+    return accuracy <= 0.25 + SOLVED_MARGIN_PP / 100
+
+
+def _every(conditions):
+    """The claim that each ((length, scheme, sampling, split), predicate) holds (paper scaling)."""
+    return lambda v: all(test(v[(length, scheme, sampling, "paper", split)])
+                         for (length, scheme, sampling, split), test in conditions)
+
+
+def _later_than_without_dropout(length: str, scheme: str, sampling: str):
+    """The claim that the cell first solves ``length`` at a later epoch than the LSTM without dropout."""
+    return lambda v: (v[(length, scheme, sampling, "paper", "solved at")] > v[(length, "none", "-", "-", "solved at")])
+
+
+def _at_length(by_seed, length: str, conditions, also=None) -> Judgement:
+    """The claim ``conditions`` (``_every``; and ``also``, where given) at ``length``, judged only where
+    the LSTM without dropout solves it, train and test, in every seed: a scheme's failure means nothing
+    until the budget is shown to suffice."""
+    def solves(v):
+        return all(_solved(v[(length, "none", "-", "-", split)]) for split in ("train", "test"))
+
+    baseline = claim_outcomes(solves, by_seed)
+    if baseline[0] is None:
+        return claim_verdict(solves, by_seed)  # not yet run, or cannot be judged (diverged)
+    if not (baseline[0] and all(baseline[1])):
+        return Judgement(Verdict.NOT_JUDGED, "without dropout the LSTM does not solve it in every seed at this "
+                                             "scale either", len(baseline[1]))
+    claim = _every(conditions)
+    return claim_verdict(claim if also is None else (lambda v: claim(v) and also(v)), by_seed)
 
 
 PARTED = 1e-6  # training losses further apart than this (float32 rounding is about 1e-9 here) have parted
