@@ -105,7 +105,7 @@ def main(argv=None):
                                               scheme=scheme, sampling="per-step").to(args.device)
                 fused = ours.fused
                 t_ours = time_fwd_bwd(ours, x, args.repeats, args.device, autocast)
-                path = str(ours.last_route)  # the path the timed calls took (layers._RecurrentLayer.route)
+                path = str(ours.last_route)  # the path the timed calls took (layers.RecurrentLayer.route)
                 t_ungraphed = None
                 if graphed:  # the fast path without CUDA graphs (recdrop.graphs)
                     os.environ["RECDROP_CUDA_GRAPHS"] = "0"

@@ -35,7 +35,8 @@ CELL_SCHEMES = {"LSTM": SCHEMES, "GRU": SCHEMES, "RNN": ("semeniuta", "gal", "mo
 GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 
 
-def _mul(x: Tensor, factor) -> Tensor:
+def scaled(x: Tensor, factor) -> Tensor:
+    """``x`` times a dropout ``factor`` (a mask with its scaling), or ``x`` itself where there is none."""
     return x if factor is None else x * factor
 
 
@@ -71,11 +72,11 @@ def lstm_step(gx: Tensor, h: Tensor, c: Tensor, w_hh: Tensor, b_hh: Optional[Ten
     Every step function also takes a group of runs on a leading dimension (``recurrent_product``),
     with factors that broadcast against ``(R, B, H)``.
     """
-    gates = gx + recurrent_product(_mul(h, gal), w_hh, b_hh)  # Eq. 7: d(h_{t-1}) enters every gate
+    gates = gx + recurrent_product(scaled(h, gal), w_hh, b_hh)  # Eq. 7: d(h_{t-1}) enters every gate
     i, f, g, o = gates.chunk(4, dim=-1)
     i, f, o = torch.sigmoid(i), torch.sigmoid(f), torch.sigmoid(o)
-    g = _mul(act(g), sem)  # Eq. 9: c_t = f * c_{t-1} + i * d(g_t)
-    c = _mul(f * c + i * g, moon)  # Eq. 8: c_t = d(f * c_{t-1} + i * g_t), carried on dropped
+    g = scaled(act(g), sem)  # Eq. 9: c_t = f * c_{t-1} + i * d(g_t)
+    c = scaled(f * c + i * g, moon)  # Eq. 8: c_t = d(f * c_{t-1} + i * g_t), carried on dropped
     return o * act(c), c
 
 
@@ -94,13 +95,13 @@ def gru_step(gx: Tensor, h: Tensor, w_hh: Tensor, b_hh: Optional[Tensor],
 
     torch.nn gate order: r, z, n. Deviation: r_t applies after the recurrent matmul (module docstring).
     """
-    gh = recurrent_product(_mul(h, gal), w_hh, b_hh)
+    gh = recurrent_product(scaled(h, gal), w_hh, b_hh)
     xr, xz, xn = gx.chunk(3, dim=-1)
     hr, hz, hn = gh.chunk(3, dim=-1)
     r = torch.sigmoid(xr + hr)
     z = torch.sigmoid(xz + hz)
-    n = _mul(act(xn + r * hn), sem)  # Eq. 13: d(g_t)
-    return _mul((1 - z) * n + z * h, moon)
+    n = scaled(act(xn + r * hn), sem)  # Eq. 13: d(g_t)
+    return scaled((1 - z) * n + z * h, moon)
 
 
 def rnn_recurrent_factor(gal, sem):
@@ -124,7 +125,7 @@ def rnn_step(gx: Tensor, h: Tensor, w_hh: Tensor, b_hh: Optional[Tensor],
     W_h [x_t, h_{t-1}] + b_h is torch's W_ih x_t + b_ih + W_hh h_{t-1} + b_hh.
     """
     drop_in = rnn_recurrent_factor(gal, sem)
-    return _mul(act(gx + recurrent_product(_mul(h, drop_in), w_hh, b_hh)), moon)
+    return scaled(act(gx + recurrent_product(scaled(h, drop_in), w_hh, b_hh)), moon)
 
 
 def check_activation(nonlinearity: str) -> Callable[[Tensor], Tensor]:
@@ -138,7 +139,7 @@ def _set_nonlinearity(module: nn.Module, value: str) -> None:
     check_activation(value)
     module.__dict__["nonlinearity"] = value
     if isinstance(module, nn.RNNBase):  # torch.nn's forward computes its ``mode``: the RNN's RNN_TANH or RNN_RELU
-        module.mode = module._mode(value)
+        module.mode = module.mode_for(value)
 
 
 # A module's nonlinearity by name (a module holds no function, so that it loads weights_only), settable after

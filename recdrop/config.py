@@ -14,7 +14,7 @@ import math
 import typing
 from typing import Any, ClassVar, Dict, Optional, Tuple
 
-from .masks import SAMPLINGS, SCALINGS, SCHEMES, _check_choice, check_rate
+from .masks import SAMPLINGS, SCALINGS, SCHEMES, check_choice, check_rate
 
 # Smallest first. ``reduced``: the paper's model, optimiser and schedule with cuts of data, size or
 # epochs chosen so that the claims can be tested on a CPU (``lm_tables.fit_table``'s conditions); not
@@ -143,7 +143,7 @@ class ExperimentConfig:
                 check_rate(f"{type(self).__name__}.{name}", getattr(self, name))
         for name, allowed in (("scheme", SCHEMES), ("sampling", SAMPLINGS), ("scaling", SCALINGS)):
             if name in names:
-                _check_choice(f"{type(self).__name__}.{name}", getattr(self, name), allowed)
+                check_choice(f"{type(self).__name__}.{name}", getattr(self, name), allowed)
 
     def validate(self) -> None:
         """Subclasses check value ranges here (raise ValueError)."""

@@ -25,9 +25,9 @@ import torch.autograd.forward_ad as fwAD
 import torch.nn.functional as F
 from torch import Tensor
 
-from . import triton_kernels
+from . import cpu_products, triton_kernels
 from .graphs import run_loop, step_work
-from .cells import ACTIVATIONS, _mul, gru_step, lstm_step, rnn_recurrent_factor, rnn_step
+from .cells import ACTIVATIONS, gru_step, lstm_step, rnn_recurrent_factor, rnn_step, scaled
 from .masks import StepFactors
 from .masks import factor_at as _at
 
@@ -76,12 +76,21 @@ def _onednn_usable(*tensors: Tensor) -> bool:
 
 
 def matmul(a: Tensor, b: Tensor) -> Tensor:
-    """``a @ b``, contiguous, for 2-D ``a`` and ``b`` of any strides. On a CPU in float32 through oneDNN,
-    where torch sends float32 ``mm`` to MKL (``benchmarks/bench_matmul.py`` times the two on each
-    product of the experiments). Equal to ``torch.mm`` to float32 rounding (another summation order);
-    elsewhere it is ``torch.mm``."""
+    """``a @ b``, contiguous, for 2-D ``a`` and ``b`` of any strides. On a CPU in float32 through the faster
+    of oneDNN and MKL's ``torch.mm`` for its class of product (``cpu_products.library``; equal to
+    ``torch.mm`` to float32 rounding, another summation order); elsewhere it is ``torch.mm``."""
     if not _onednn_usable(a, b):
         return torch.mm(a, b)
+    (m, k), n = a.shape, b.shape[1]
+    kind = "product, left transposed" if a.t().is_contiguous() else "product"
+
+    def ways():
+        return (lambda: torch.mm(a, b)), (lambda: _onednn_matmul(a, b))
+    return torch.mm(a, b) if cpu_products.library(kind, (m, k, n), ways) == "mkl" else _onednn_matmul(a, b)
+
+
+def _onednn_matmul(a: Tensor, b: Tensor) -> Tensor:
+    """``a @ b`` through oneDNN's linear, contiguous."""
     (m, k), n = a.shape, b.shape[1]
     if a.t().is_contiguous() and m * k > (k + m) * n:
         # A weight's gradient (m, k) @ (k, n) over k tokens, with a transposed: oneDNN copies its left
@@ -120,7 +129,7 @@ def group_linear(x: Tensor, w: Tensor, b: Optional[Tensor] = None) -> Tensor:
                          f"got {tuple(x.shape)}")
     steps, runs, batch, _ = x.shape
     if _onednn_usable(x, w) and not plain_ops_needed(x, w, b):
-        # On a CPU in float32 one oneDNN product per run (``linear``) beats one MKL ``bmm`` (``matmul``)
+        # On a CPU in float32 one product per run, each through the faster library (``linear``), beats one ``bmm``
         return torch.stack([linear(x[:, r], w[r], None if b is None else b[r]) for r in range(runs)], 1)
     xr = x.transpose(0, 1).reshape(runs, steps * batch, x.shape[-1])
     y = torch.bmm(xr, w.transpose(1, 2)) if b is None else torch.baddbmm(b.unsqueeze(1), xr, w.transpose(1, 2))
@@ -203,20 +212,38 @@ class _GroupDecoderNLL(torch.autograd.Function):
 
 
 def linear(x: Tensor, w: Tensor, b: Optional[Tensor] = None) -> Tensor:
-    """``F.linear(x, w, b)``, through oneDNN on a CPU in float32 (``matmul``), forward and backward;
-    ``F.linear`` itself where the fast path may not run (``plain_ops_needed``) or elsewhere; for a
-    group's stacked weights ``(R, G, I)``, ``group_linear``."""
+    """``F.linear(x, w, b)``; on a CPU in float32, where oneDNN is the faster library for its class of
+    product (``cpu_products.library``), through oneDNN forward and backward (``matmul``). ``F.linear``
+    itself where the fast path may not run (``plain_ops_needed``) or elsewhere; for a group's stacked
+    weights ``(R, G, I)``, ``group_linear``."""
     if w.dim() == 3:
         return group_linear(x, w, b)
     if x.dim() < 2 or plain_ops_needed(x, w, b) or not _onednn_usable(x, w, *([] if b is None else [b])):
         return F.linear(x, w, b)
-    return _OneDNNLinear.apply(x.contiguous(), w, None if b is None else b.contiguous())  # oneDNN reads b as dense
+    x, b = x.contiguous(), None if b is None else b.contiguous()  # oneDNN reads b as dense
+    def ways():
+        return (lambda: F.linear(x, w, b)), (lambda: torch.ops.mkldnn._linear_pointwise(x, w, b, "none", [], ""))
+    if cpu_products.library("linear", (x.numel() // x.shape[-1], x.shape[-1], w.shape[0]), ways) == "mkl":
+        return F.linear(x, w, b)
+    return _OneDNNLinear.apply(x, w, b)
 
 
 def _packed_matmul_usable(w: Tensor) -> bool:
     """Whether ``_times_transposed`` can pack ``w`` for oneDNN: ``_onednn_usable``, and a torch with
     oneDNN's weight packing."""
     return _onednn_usable(w) and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+
+
+def _packed_step_faster(w: Tensor, bias: Optional[Tensor], batch: int) -> bool:
+    """Whether a per-step product ``x w^T`` of ``batch`` rows is faster through oneDNN with ``w`` packed
+    than through MKL's ``addmm`` (``cpu_products.library``, timed on zeros of the step's shape)."""
+    def ways():  # the operands of both ways, made only where the choice is timed
+        x, w_t = w.new_zeros(batch, w.shape[1]), w.t().contiguous()
+        b = w.new_zeros(w.shape[0]) if bias is None else bias.contiguous()
+        packed = torch.ops.mkldnn._reorder_linear_weight(w, batch)
+        return (lambda: torch.addmm(b, x, w_t),
+                lambda: torch.ops.mkldnn._linear_pointwise(x, packed, b, "none", [], ""))
+    return cpu_products.library("step", (batch, w.shape[1], w.shape[0]), ways) == "onednn"
 
 
 # Multiply-adds of a per-step product at or below which it runs on MKL's addmm, not oneDNN's packed call:
@@ -243,7 +270,8 @@ def _times_transposed(w: Tensor, batch: int, bias: Optional[Tensor] = None, dtyp
                 return torch.baddbmm(add, x, w_t, out=out)
             return torch.bmm(x, w_t) if bias is None else torch.baddbmm(bias.unsqueeze(1), x, w_t)
         return group_times
-    if _packed_matmul_usable(w) and batch * w.shape[0] * w.shape[1] > SMALL_PRODUCT:  # else MKL (below)
+    if (_packed_matmul_usable(w) and batch * w.shape[0] * w.shape[1] > SMALL_PRODUCT  # else MKL (below)
+            and _packed_step_faster(w, bias, batch)):
         packed = torch.ops.mkldnn._reorder_linear_weight(w, batch)
         bias = None if bias is None else bias.contiguous()  # oneDNN reads it as dense
 
@@ -533,7 +561,7 @@ def _lstm_backward_triton(dh, dc, d_ys, gates_all, c_all, tc_all, d_gates, times
                                           _at(sem, k, per_step), _at(moon, k, per_step), d_gates[k], dc, relu)
         dh = times_w(d_gates[k])
         gal_next = _at(gal, k, per_step)
-    return _mul(dh, gal_next), dc
+    return scaled(dh, gal_next), dc
 
 
 def lstm_sequence(gx: Tensor, h0: Tensor, c0: Tensor, w_hh: Tensor, factors: StepFactors,
@@ -592,7 +620,7 @@ def _gru_forward(gx, h0, w_hh, b_hh, gal, sem, moon, per_step, relu, reverse, us
     times_w = _times_transposed(w_hh, h0.shape[-2], b_hh, dtype)  # hin @ w_hh.T + b_hh
     h = h0
     for k, t in enumerate(order):
-        hin = _mul(h, _at(gal, k, per_step))
+        hin = scaled(h, _at(gal, k, per_step))
         gh = times_w(hin).to(h0.dtype)  # with a product dtype, back in the state's
         h_prev_all[t] = h
         hin_all[t] = hin
@@ -605,7 +633,7 @@ def _gru_forward(gx, h0, w_hh, b_hh, gal, sem, moon, per_step, relu, reverse, us
         r, z = rz[..., :hidden], rz[..., hidden:]
         hn = gh[..., 2 * hidden:]
         n = act(torch.addcmul(gx[t, ..., 2 * hidden:], r, hn))
-        h = _mul(torch.lerp(_mul(n, _at(sem, k, per_step)), h, z), _at(moon, k, per_step))  # (1-z) n + z h
+        h = scaled(torch.lerp(scaled(n, _at(sem, k, per_step)), h, z), _at(moon, k, per_step))  # (1-z) n + z h
         ys[t], hn_all[t] = h, hn
         rzn_all[t, ..., :2 * hidden], rzn_all[t, ..., 2 * hidden:] = rz, n
     return ys, rzn_all, hn_all, hin_all, h_prev_all
@@ -637,15 +665,15 @@ def _gru_backward_torch(dh, d_ys, order, rzn_all, hn_all, h_prev_all, d_gx_all, 
         rzn = rzn_all[t]
         r, z, n = rzn[..., :hidden], rzn[..., hidden:2 * hidden], rzn[..., 2 * hidden:]
         sem_t = _at(sem, k, per_step)
-        dh = _mul(dh + d_ys[t], _at(moon, k, per_step))
-        d_pre_n = _mul(dh * (1 - z), sem_t) * ((n > 0).to(n.dtype) if relu else 1 - n * n)
-        d_pre_z = dh * (h_prev_all[t] - _mul(n, sem_t)) * z * (1 - z)
+        dh = scaled(dh + d_ys[t], _at(moon, k, per_step))
+        d_pre_n = scaled(dh * (1 - z), sem_t) * ((n > 0).to(n.dtype) if relu else 1 - n * n)
+        d_pre_z = dh * (h_prev_all[t] - scaled(n, sem_t)) * z * (1 - z)
         d_pre_r = d_pre_n * hn_all[t] * r * (1 - r)
         d_gx, d_gh = d_gx_all[t], d_gh_all[t]
         d_gx[..., :hidden], d_gx[..., hidden:2 * hidden], d_gx[..., 2 * hidden:] = d_pre_r, d_pre_z, d_pre_n
         d_gh[..., :2 * hidden] = d_gx[..., :2 * hidden]
         d_gh[..., 2 * hidden:] = d_pre_n * r
-        dh = dh * z + _mul(times_w(d_gh), _at(gal, k, per_step))
+        dh = dh * z + scaled(times_w(d_gh), _at(gal, k, per_step))
     return dh
 
 
@@ -658,7 +686,7 @@ def _gru_backward_triton(dh, d_ys, order, rzn_all, hn_all, h_prev_all, d_gx_all,
         triton_kernels.gru_backward_step(dz, mm, gal_next, d_ys[t], _at(moon, k, per_step), _at(sem, k, per_step),
                                       rzn_all[t], hn_all[t], h_prev_all[t], d_gx_all[t], d_gh_all[t], dz, relu)
         mm, gal_next = times_w(d_gh_all[t]), _at(gal, k, per_step)
-    return dz + _mul(mm, gal_next)
+    return dz + scaled(mm, gal_next)
 
 
 class _RNNSequence(torch.autograd.Function):
@@ -700,9 +728,9 @@ def _rnn_forward(gx, h0, w_hh, drop_in, moon, per_step, relu, reverse, dtype):
     times_w = _times_transposed(w_hh, h0.shape[-2], dtype=dtype)  # hin @ w_hh.T
     h = h0
     for k, t in enumerate(order):
-        hin = _mul(h, _at(drop_in, k, per_step))
+        hin = scaled(h, _at(drop_in, k, per_step))
         a = act(times_w(hin, add=gx[t]))
-        h = _mul(a, _at(moon, k, per_step))
+        h = scaled(a, _at(moon, k, per_step))
         ys[t], a_all[t], hin_all[t] = h, a, hin
     return ys, a_all, hin_all
 
@@ -716,9 +744,9 @@ def _rnn_backward(d_ys, d_hn_out, h0, a_all, hin_all, w_hh, drop_in, moon, per_s
     times_w = _times_transposed(_transposed(w_hh), dh.shape[-2], dtype=dtype)  # d_pre @ w_hh
     for k, t in reversed(list(enumerate(order))):
         a = a_all[t]
-        d_pre = _mul(dh + d_ys[t], _at(moon, k, per_step)) * ((a > 0).to(a.dtype) if relu else 1 - a * a)
+        d_pre = scaled(dh + d_ys[t], _at(moon, k, per_step)) * ((a > 0).to(a.dtype) if relu else 1 - a * a)
         d_pre_all[t] = d_pre
-        dh = _mul(times_w(d_pre), _at(drop_in, k, per_step)).to(h0.dtype)
+        dh = scaled(times_w(d_pre), _at(drop_in, k, per_step)).to(h0.dtype)
     return d_pre_all, dh, _weight_grad(d_pre_all, hin_all, dtype)
 
 

@@ -38,7 +38,7 @@ def _input_projection_with_both_biases(x: Tensor, w_ih: Tensor, b_ih: Optional[T
     return linear(x, w_ih, b_ih if b_hh is None else b_ih + b_hh)
 
 
-class _RecurrentLayer(DropoutSettings, nn.RNNBase):
+class RecurrentLayer(DropoutSettings, nn.RNNBase):
     """The layers' shared body. Each layer is a subclass of its torch.nn twin (``isinstance(m,
     nn.LSTM)``), built by torch.nn's own constructor: the same parameters, names, init, attributes
     (``mode``, ``_flat_weights``, ``all_weights``) and checks. Where no recurrent dropout acts
@@ -65,13 +65,13 @@ class _RecurrentLayer(DropoutSettings, nn.RNNBase):
                 raise TypeError(f"{name} should be of type int, got: {type(value).__name__}")
         check_activation(nonlinearity)
         rdrop = RecurrentDropout(recurrent_dropout, scheme, sampling, scaling, CELL_SCHEMES[self.kind])
-        nn.RNNBase.__init__(self, self._mode(nonlinearity), input_size, hidden_size, num_layers, bias, batch_first,
+        nn.RNNBase.__init__(self, self.mode_for(nonlinearity), input_size, hidden_size, num_layers, bias, batch_first,
                             dropout, bidirectional, proj_size, device, dtype)
         self.nonlinearity = nonlinearity
         self.rdrop = rdrop
         self.num_directions = 2 if bidirectional else 1
 
-    def _mode(self, nonlinearity: str) -> str:
+    def mode_for(self, nonlinearity: str) -> str:
         """torch.nn's name of this layer's computation (RNNBase.mode)."""
         return f"RNN_{nonlinearity.upper()}" if self.kind == "RNN" else self.kind
 
@@ -94,7 +94,7 @@ class _RecurrentLayer(DropoutSettings, nn.RNNBase):
             per = (4 if state["bias"] else 2) + (1 if state.get("proj_size") else 0)
             names = state["_flat_weights_names"]
             state = {**state, "_all_weights": [names[i:i + per] for i in range(0, len(names), per)],
-                     "mode": self._mode(state.get("nonlinearity", "tanh")),
+                     "mode": self.mode_for(state.get("nonlinearity", "tanh")),
                      "_flat_weights": [state["_parameters"][n] for n in names]}
         super().__setstate__(state)
 
@@ -114,7 +114,7 @@ class _RecurrentLayer(DropoutSettings, nn.RNNBase):
         """The path a call over ``x`` runs (``recdrop.route``), chosen here and nowhere else:
         torch.nn's forward where it computes the call (``_torch_computes_it``; not where the caller runs
         recdrop's own code, ``own``: given masks, a group); else, for one direction's ``weights``
-        (``_weights``; a group's stacked ``(R, ...)``) and ``state``, recdrop's fused sequence where it can
+        (``layer_weights``; a group's stacked ``(R, ...)``) and ``state``, recdrop's fused sequence where it can
         run (not under ``plain_ops_needed``, nor with a projection or ``fused = False``; under autocast too,
         its products in autocast's dtype), with Triton for an LSTM or GRU, one run's or a group's (not where
         every step's cell state is wanted, ``cells``) where ``triton_kernels.usable``, and its loops as CUDA
@@ -178,11 +178,11 @@ class _RecurrentLayer(DropoutSettings, nn.RNNBase):
         data = input.data if isinstance(input, PackedSequence) else input
         if self.route(data, own=masks is not None) is not None:  # torch.nn's
             self.last_route = Route("torch.nn")
-            return super(_RecurrentLayer, self).forward(input, hx)  # torch.nn's forward: cuDNN, oneDNN
+            return super(RecurrentLayer, self).forward(input, hx)  # torch.nn's forward: cuDNN, oneDNN
         if isinstance(input, PackedSequence):
             return self._forward_packed(input, hx, masks)
         x, hx, batched = self._check_input(input, hx)
-        masks = self._masks_for(x, masks)
+        masks = self.masks_for(x, masks)
         x, state = self._run_layers(x, hx, masks, self._run_direction)
         output = x.transpose(0, 1) if self.batch_first and batched else x  # unbatched input has no batch dim
         if not batched:
@@ -190,7 +190,7 @@ class _RecurrentLayer(DropoutSettings, nn.RNNBase):
             state = tuple(s.squeeze(1) for s in state)
         return output, (state if self.n_states == 2 else state[0])
 
-    def _masks_for(self, x: Tensor, masks: Optional[Masks]) -> Optional[Masks]:
+    def masks_for(self, x: Tensor, masks: Optional[Masks]) -> Optional[Masks]:
         """The masks of a forward call over ``x`` (T, B, ...): the given ones, checked, or fresh ones
         drawn when training with recurrent dropout; None otherwise."""
         steps, batch = x.shape[0], x.shape[1]
@@ -238,7 +238,7 @@ class _RecurrentLayer(DropoutSettings, nn.RNNBase):
             hx = tuple(s if sorted_idx is None else s.index_select(1, sorted_idx) for s in hx)
         # torch.nn's checks, on the padded batch: the pack's would read its batch size on the host (Tensor.item)
         self.check_forward_args(x.transpose(0, 1) if self.batch_first else x, hx if self.n_states == 2 else hx[0], None)
-        masks = self._masks_for(x, masks)
+        masks = self.masks_for(x, masks)
         if masks is not None and sorted_idx is not None:  # into the pack's order
             masks = [{t: m.index_select(m.dim() - 2, sorted_idx) for t, m in d.items()} for d in masks]
         x, state = self._run_layers(x, hx, masks, functools.partial(self._run_packed_direction, lengths=lengths,
@@ -289,11 +289,11 @@ class _RecurrentLayer(DropoutSettings, nn.RNNBase):
                        masks: Optional[Dict[str, Tensor]], in_order: bool = False, cells: bool = False):
         """One direction of ``layer`` (its reverse weights if ``reverse``) over ``x``, last step first if
         ``reverse``, or in the given order with ``in_order`` (``x`` already reversed, as for packed input);
-        with ``cells``, the LSTM's cell state of every step as well (``_run_weights``)."""
+        with ``cells``, the LSTM's cell state of every step as well (``run_weights``)."""
         factors = self.rdrop.factors(masks, self.training, per_step=self.rdrop.sampling == "per-step")
-        return self._run_weights(x, state, self._weights(layer, reverse), factors, reverse and not in_order, cells)
+        return self.run_weights(x, state, self.layer_weights(layer, reverse), factors, reverse and not in_order, cells)
 
-    def _weights(self, layer: int, reverse: bool) -> Tuple[Optional[Tensor], ...]:
+    def layer_weights(self, layer: int, reverse: bool) -> Tuple[Optional[Tensor], ...]:
         """(w_ih, w_hh, b_ih, b_hh, w_hr) of one direction of ``layer``, None where the layer has none."""
         sfx = "_reverse" if reverse else ""
         return (getattr(self, f"weight_ih_l{layer}{sfx}"), getattr(self, f"weight_hh_l{layer}{sfx}"),
@@ -301,9 +301,9 @@ class _RecurrentLayer(DropoutSettings, nn.RNNBase):
                 getattr(self, f"bias_hh_l{layer}{sfx}") if self.bias else None,
                 getattr(self, f"weight_hr_l{layer}{sfx}") if self.proj_size else None)
 
-    def _run_weights(self, x: Tensor, state: Tuple[Tensor, ...], weights: Tuple[Optional[Tensor], ...],
+    def run_weights(self, x: Tensor, state: Tuple[Tensor, ...], weights: Tuple[Optional[Tensor], ...],
                      factors: StepFactors, backwards: bool, cells: bool = False):
-        """One direction over ``x`` with ``weights`` (``_weights``: one run's, or a group's stacked on a
+        """One direction over ``x`` with ``weights`` (``layer_weights``: one run's, or a group's stacked on a
         leading run dimension, ``run_group``) and the step ``factors``; last step first if
         ``backwards``. The fast path where it can run, else the reference loop. Returns the outputs
         and the final state, and with ``cells`` the LSTM's cell state of every step (else None)."""
@@ -393,7 +393,7 @@ def inverted_dropout(x: Tensor, p: float, generator: Optional[torch.Generator]) 
 
 
 @torch.compiler.disable
-def _eagerly(layer: "_RecurrentLayer", input, hx, masks):
+def _eagerly(layer: "RecurrentLayer", input, hx, masks):
     return layer._forward(input, hx, masks)
 
 
@@ -411,7 +411,7 @@ def _no_projection(kwargs: dict) -> None:
         raise ValueError("proj_size argument is only supported for LSTM, not RNN or GRU")
 
 
-class LSTM(_RecurrentLayer, nn.LSTM):
+class LSTM(RecurrentLayer, nn.LSTM):
     """Drop-in ``torch.nn.LSTM`` with recurrent dropout; the step's equations are
     ``recdrop.cells.lstm_step``'s (Eqs. 4-9).
 
@@ -448,7 +448,7 @@ class LSTM(_RecurrentLayer, nn.LSTM):
         return lstm_sequence(gx, *state, w_hh, factors, self.nonlinearity, reverse, cells, triton)
 
 
-class GRU(_RecurrentLayer, nn.GRU):
+class GRU(RecurrentLayer, nn.GRU):
     """Drop-in ``torch.nn.GRU`` with recurrent dropout; its recurrent-dropout arguments are
     ``recdrop.LSTM``'s (it takes no ``proj_size``, as torch.nn's), the step's equations
     ``recdrop.cells.gru_step``'s (Eqs. 10-13).
@@ -475,7 +475,7 @@ class GRU(_RecurrentLayer, nn.GRU):
         return gru_sequence(linear(x, w_ih, b_ih), *state, w_hh, b_hh, factors, self.nonlinearity, reverse, triton)
 
 
-class RNN(_RecurrentLayer, nn.RNN):
+class RNN(RecurrentLayer, nn.RNN):
     """Drop-in ``torch.nn.RNN`` (Eq. 1) with recurrent dropout; its recurrent-dropout arguments are
     ``recdrop.LSTM``'s (it takes no ``proj_size``, as torch.nn's), the step's equation
     ``recdrop.cells.rnn_step``'s.
@@ -503,7 +503,7 @@ class RNN(_RecurrentLayer, nn.RNN):
         return rnn_sequence(gx, *state, w_hh, factors, self.nonlinearity, reverse)
 
 
-def run_group(layers: List[_RecurrentLayer], x: Tensor, hx: Tuple[Tensor, ...]):
+def run_group(layers: List[RecurrentLayer], x: Tensor, hx: Tuple[Tensor, ...]):
     """The forward of each of ``layers`` on its own slice of ``x``, as one group: ``x``
     ``(T, R, B, input_size)`` time-major with a run dimension, ``hx`` the initial states ``(R, B, H)``
     (h_0, and c_0 for the LSTM) -> outputs ``(T, R, B, H)`` and the final states ``(R, B, H)``.
@@ -530,13 +530,13 @@ def run_group(layers: List[_RecurrentLayer], x: Tensor, hx: Tuple[Tensor, ...]):
                 for r, m in enumerate(layers)]
         states = [st if isinstance(st, tuple) else (st,) for _, st in outs]
         return torch.stack([y for y, _ in outs], 1), tuple(torch.cat(s) for s in zip(*states))
-    masks = [m._masks_for(x[:, r], None) for r, m in enumerate(layers)]  # one layer, one direction each
+    masks = [m.masks_for(x[:, r], None) for r, m in enumerate(layers)]  # one layer, one direction each
     factors = stack_factors([m.rdrop.factors(None if k is None else k[0], m.training,
                                              per_step=m.rdrop.sampling == "per-step") for m, k in zip(layers, masks)],
                             steps, batch, first.hidden_size, x)
-    weights = tuple(None if w is None else torch.stack([m._weights(0, False)[i] for m in layers])
-                    for i, w in enumerate(first._weights(0, False)))
-    out = first._run_weights(x, tuple(hx), weights, factors, False)
+    weights = tuple(None if w is None else torch.stack([m.layer_weights(0, False)[i] for m in layers])
+                    for i, w in enumerate(first.layer_weights(0, False)))
+    out = first.run_weights(x, tuple(hx), weights, factors, False)
     for m in layers:  # each ran on the group's path
         m.last_route = first.last_route
     return out

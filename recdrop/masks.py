@@ -45,7 +45,7 @@ def _shape_of(shapes: Shapes, target: str) -> Tuple[int, ...]:
     return tuple(shapes[target]) if isinstance(shapes, dict) else tuple(shapes)
 
 
-def _check_choice(name: str, value, allowed) -> None:
+def check_choice(name: str, value, allowed) -> None:
     if value not in allowed:
         raise ValueError(f"{name}={value!r} is not valid; allowed values: {', '.join(map(repr, allowed))}")
 
@@ -76,9 +76,9 @@ class RecurrentDropout:
 
     def __post_init__(self):
         object.__setattr__(self, "p", check_rate("recurrent_dropout", self.p))
-        _check_choice("scheme", self.scheme, self.schemes)
-        _check_choice("sampling", self.sampling, SAMPLINGS)
-        _check_choice("scaling", self.scaling, SCALINGS)
+        check_choice("scheme", self.scheme, self.schemes)
+        check_choice("sampling", self.sampling, SAMPLINGS)
+        check_choice("scaling", self.scaling, SCALINGS)
 
     def describe(self) -> str:
         """This dropout's part of a module's ``extra_repr``: empty when it is off."""

@@ -75,7 +75,7 @@ def set_generator(model: torch.nn.Module, generator: Optional[torch.Generator]) 
     """Draw every mask of ``model`` (its recurrent layers' and its forward dropouts') from ``generator``,
     a run's own: then what a run draws does not depend on the runs it trains beside."""
     for m in model.modules():
-        if isinstance(m, (ForwardDropout, layers._RecurrentLayer)):
+        if isinstance(m, (ForwardDropout, layers.RecurrentLayer)):
             m.generator = generator
     return model
 

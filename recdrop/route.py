@@ -1,7 +1,7 @@
 """Which path a recurrent layer's call runs, whether a group of runs computes as one stacked model, and
 the environment switches that steer them.
 
-A layer's call runs one of three bodies, chosen by ``layers._RecurrentLayer.route`` (the one function
+A layer's call runs one of three bodies, chosen by ``layers.RecurrentLayer.route`` (the one function
 that chooses, at each call):
 
 - ``torch.nn``: torch.nn's own forward (cuDNN, oneDNN), where no recurrent dropout acts;
@@ -37,9 +37,24 @@ def switched_on(name: str) -> bool:
     return os.environ.get(name, "1") != "0"
 
 
+# The library of a CPU's float32 products (``recdrop.cpu_products``): the faster, measured per class of
+# product ("measure", unset), or one for every product.
+CPU_PRODUCTS = "RECDROP_CPU_PRODUCTS"
+CPU_PRODUCTS_CHOICES = ("measure", "onednn", "mkl")
+
+
+def cpu_products_choice() -> str:
+    """``RECDROP_CPU_PRODUCTS``: "measure" where unset; a ValueError for a value not in ``CPU_PRODUCTS_CHOICES``."""
+    value = os.environ.get(CPU_PRODUCTS, "measure")
+    if value not in CPU_PRODUCTS_CHOICES:
+        raise ValueError(f"{CPU_PRODUCTS}={value!r} is not valid; allowed values: "
+                         f"{', '.join(map(repr, CPU_PRODUCTS_CHOICES))}")
+    return value
+
+
 def switches() -> Dict[str, str]:
     """The switches set in the environment now, with their values (what a record keeps)."""
-    return {name: os.environ[name] for name in SWITCHES if name in os.environ}
+    return {name: os.environ[name] for name in (*SWITCHES, CPU_PRODUCTS) if name in os.environ}
 
 
 # Whether a group's runs compute as one stacked model on a CPU too: tests set it to check that path there.

@@ -106,7 +106,7 @@ class StackedLanguageModels:
         first = self.models[0]
         self.vocab = first.embed.num_embeddings
         self.offsets = torch.arange(R, device=self.embed.device).view(1, R, 1) * self.vocab
-        self.rnn = first.rnn  # its fast path runs the stacked weights (layers._RecurrentLayer._run_weights)
+        self.rnn = first.rnn  # its fast path runs the stacked weights (layers.RecurrentLayer.run_weights)
 
         def forward_draws(name):
             runs = [(r, getattr(m, name).p, getattr(m, name).generator) for r, m in enumerate(self.models)
@@ -180,7 +180,7 @@ class StackedLanguageModels:
         x = F.embedding(tokens.unsqueeze(1) + self.offsets, self.embed.flatten(0, 1))  # (T, R, B, E)
         x = self._forward_dropout(x, self.input_draws, self.input_keep)
         factors = self._recurrent_factors(steps, batch, x)
-        y, states = self.rnn._run_weights(x, tuple(states), (self.w_ih, self.w_hh, self.b_ih, self.b_hh, None),
+        y, states = self.rnn.run_weights(x, tuple(states), (self.w_ih, self.w_hh, self.b_ih, self.b_hh, None),
                                           factors, False)
         for m in self.models:  # each run's layer ran on this path (the trainer records it)
             m.rnn.last_route = self.rnn.last_route

@@ -22,9 +22,9 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from . import graphs
+from . import cpu_products, graphs
 from .config import ExperimentConfig, run_id
-from .layers import _RecurrentLayer
+from .layers import RecurrentLayer
 from .models import set_generator
 from .progress import bar as progress_bar, say
 from .records import Record
@@ -53,16 +53,19 @@ def set_task_precision(task: "Task", precision: str) -> None:
     task.precision = precision
     if precision == "bf16":
         for m in task.model.modules():
-            if isinstance(m, _RecurrentLayer):
+            if isinstance(m, RecurrentLayer):
                 m.torch_kernels = False
 
 
 def layer_paths(model: torch.nn.Module) -> Optional[str]:
-    """The paths its recurrent layers' last calls took (``layers._RecurrentLayer.route``), e.g.
-    "fused+triton+graphs"; None where none has run."""
+    """The paths its recurrent layers' last calls took (``layers.RecurrentLayer.route``), e.g.
+    "fused+triton+graphs", and on a CPU the libraries of its float32 products (``cpu_products.chosen``),
+    e.g. "fused; CPU products: onednn"; None where no layer has run."""
     found = sorted({str(m.last_route) for m in model.modules()
-                    if isinstance(m, _RecurrentLayer) and m.last_route is not None})
-    return "; ".join(found) or None
+                    if isinstance(m, RecurrentLayer) and m.last_route is not None})
+    on_cpu = any(p.device.type == "cpu" for p in model.parameters())
+    products = cpu_products.chosen() if found and on_cpu else ""
+    return "; ".join(found + ([f"CPU products: {products}"] if products else [])) or None
 
 
 def add_precision_options(parser) -> None:
@@ -127,12 +130,15 @@ class BudgetExhausted(RuntimeError):
 
 class Task:
     """What an experiment gives the trainer. Subclasses set ``model`` and ``optimizer`` in
-    ``__init__(config, device, seed)`` and implement the methods below."""
+    ``__init__(config, device, seed)`` and implement the methods below. The trainer steps and evaluates
+    a group of runs (a run alone is a group of one) through ``group_stepper`` and ``group_evaluate``:
+    a task whose runs train one at a time implements ``train_step`` and ``evaluate``, which those call;
+    a task whose runs fuse overrides those two instead."""
 
     model: torch.nn.Module
     optimizer: torch.optim.Optimizer
     progress_metric: str = ""  # the metric shown on the progress bar
-    # The config fields that may differ among the runs of one fused group (``group_step``); none: the
+    # The config fields that may differ among the runs of one fused group (``group_stepper``); none: the
     # task's runs train one at a time. Where ``batches`` depends on the seed, a group has one seed.
     FUSABLE_FIELDS: Tuple[str, ...] = ()
     batches_depend_on_seed: bool = True
@@ -163,27 +169,25 @@ class Task:
         return None
 
     @classmethod
-    def group_step(cls, tasks: Sequence["Task"], batch) -> List[Dict[str, Any]]:
-        """One optimisation step of each of ``tasks`` (one run's each, all of one ``group_key``) on
-        ``batch``; each run's outputs as ``train_step``'s (floats or 0-d tensors). By default a group
-        of one: its ``train_step``; a task whose runs fuse computes them as one model."""
+    def group_stepper(cls, tasks: Sequence["Task"]) -> Callable[[Any], List[Dict[str, Any]]]:
+        """One optimisation step of each of ``tasks`` (one run's each, all of one ``group_key``) as a
+        function of the batch, giving each run's outputs as ``train_step``'s (floats or 0-d tensors); the
+        trainer makes it once for as long as the group stands. By default a group of one: its
+        ``train_step``. A task whose runs fuse overrides this (and ``group_evaluate``) to compute them as
+        one model, and then needs no ``train_step`` or ``evaluate``; on a GPU its stepper may be a
+        ``step_graph.StepGraph``."""
         if len(tasks) != 1:
             raise ValueError(f"{cls.__name__} trains one run at a time, got a group of {len(tasks)}")
-        return [tasks[0].train_step(batch)]
-
-    @classmethod
-    def group_stepper(cls, tasks: Sequence["Task"]) -> Callable[[Any], List[Dict[str, Any]]]:
-        """``group_step`` of ``tasks`` as a function of the batch, made once for as long as the group
-        stands: a task whose step can run as one CUDA graph returns a ``step_graph.StepGraph``."""
-        tasks = list(tasks)
-        return lambda batch: cls.group_step(tasks, batch)
+        task = tasks[0]
+        return lambda batch: [task.train_step(batch)]
 
     def batches(self, epoch: int) -> Sequence[Any]:
         """The training batches of ``epoch``: deterministic given the seed and the epoch."""
         raise NotImplementedError
 
     def train_step(self, batch) -> Dict[str, float]:
-        """One optimisation step; returns at least {"loss": ...}, plus sums to average per epoch."""
+        """One optimisation step of a run alone; returns at least {"loss": ...}, plus sums to average per
+        epoch."""
         raise NotImplementedError
 
     def optimise(self, loss: torch.Tensor, clip_norm: float = 0.0) -> torch.Tensor:
@@ -199,8 +203,8 @@ class Task:
     @classmethod
     def group_evaluate(cls, tasks: Sequence["Task"], epoch: int,
                        train_stats: Sequence[Dict[str, float]]) -> List[Dict[str, Any]]:
-        """``evaluate`` of each of ``tasks`` (a group's, in eval mode, under no_grad); a task whose runs
-        fuse may evaluate them as one model."""
+        """Each of ``tasks``' metrics of the epoch (a group's, in eval mode, under no_grad): by default each
+        one's ``evaluate``; a task whose runs fuse evaluates them as one model."""
         return [t.evaluate(epoch, s) for t, s in zip(tasks, train_stats)]
 
     def end_epoch(self, epoch: int, metrics: Dict[str, float]) -> None:
@@ -434,7 +438,7 @@ def train_group(make_task: Callable[..., Task], members: Sequence[Tuple[Experime
                 position: int = 0, deadline: Optional[float] = None, rerun: bool = False,
                 errors: Optional[Dict[str, str]] = None, precision: str = "float32") -> List[Record]:
     """Train the runs ``members`` ((config, seed) each) as one group, one model with a leading run
-    dimension where there are several (``Task.group_step``), and return each one's record in order.
+    dimension where there are several (``Task.group_stepper``), and return each one's record in order.
 
     Each run keeps everything its own: initialisation and masks from its own seed, optimiser,
     schedule, clipping, checkpoint and record (the same run id and format as alone, plus ``group``,

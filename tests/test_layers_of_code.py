@@ -1,4 +1,4 @@
-"""The package's modules in layers that only point down (issue 47): the library, then configs, store and
+"""The package's modules in layers that only point down: the library, then configs, store and
 trainer, then the experiments, then the runner, then the chapters, the landing page and the book. No
 import circle, and no import inside a function to dodge one."""
 import ast
@@ -9,8 +9,8 @@ import recdrop
 ROOT = Path(recdrop.__file__).parent
 # From the bottom; a module may import its own layer's and those below.
 LAYERS = [
-    {"paths", "masks", "cells", "fused", "triton_kernels", "graphs", "layers", "memory", "models", "optim", "paper",
-     "route", "stacked", "step_graph"},
+    {"paths", "masks", "cells", "cpu_products", "fused", "triton_kernels", "graphs", "layers", "memory", "models",
+     "optim", "paper", "route", "stacked", "step_graph"},
     {"config", "records", "store", "estimates", "progress", "train", "report", "perf", "figure1", "demo",
      "data"},  # data: its checksums and writes
     {"experiments"},
@@ -117,3 +117,44 @@ def test_the_library_speaks_of_what_and_why_never_of_when():
             if (tok.type == tokenize.COMMENT or docstring) and pattern.search(tok.string):
                 found.append(f"{path.relative_to(ROOT.parent)}:{tok.start[0]}: {pattern.search(tok.string).group(0)}")
     assert not found, found
+
+
+def defined_names(tree):
+    """Every name a module defines: its functions, classes and methods, and what it assigns."""
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            out.add(node.id)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            out.add(node.attr)
+    return out
+
+
+def test_no_module_reaches_into_another_modules_underscored_names():
+    """What one module needs of another is public: no import of an underscored name, and no use of an
+    underscored attribute that only another module of the package defines (torch's own are torch's, and a
+    subclass's ``self._x`` of its base class is its own)."""
+    mods = modules()
+    own = {name: defined_names(tree) for name, (_, tree) in mods.items()}
+    everyone = set().union(*own.values())
+    reached = []
+    for name, (path, tree) in mods.items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("recdrop")):
+                reached += [f"{name}: imports {a.name}" for a in node.names
+                            if a.name.startswith("_") and not a.name.startswith("__")]
+            elif (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
+                  and node.attr in everyone and node.attr not in own[name]
+                  and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))):
+                reached.append(f"{name}:{node.lineno}: .{node.attr}")
+    assert not reached, f"underscored names used outside the module that defines them: {reached}"
+
+
+def test_every_function_reads_in_one_screen():
+    """At most 60 lines a function, its docstring included: a longer one is split into named parts."""
+    long = [f"{name}.{node.name} ({node.end_lineno - node.lineno + 1} lines)"
+            for name, (_, tree) in modules().items() for node in ast.walk(tree)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 60]
+    assert not long, f"functions over 60 lines: {long}"

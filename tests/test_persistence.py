@@ -35,7 +35,7 @@ def outputs(m, train: bool, seed: int = 7):
     g = torch.Generator().manual_seed(1)
     x, h0, c0 = torch.randn(6, 4, 3, generator=g), torch.randn(4, 5, generator=g), torch.randn(4, 5, generator=g)
     torch.manual_seed(seed)
-    if isinstance(m, recdrop.layers._RecurrentLayer):
+    if isinstance(m, recdrop.layers.RecurrentLayer):
         return m(x)[0]
     m.reset_masks()
     return m(x[0], (h0, c0))[0] if isinstance(m, recdrop.LSTMCell) else m(x[0], h0)

@@ -11,7 +11,7 @@ import pandas as pd
 import torch
 
 from ..config import ExperimentConfig
-from ..masks import _check_choice
+from ..masks import check_choice
 from ..optim import OPTIMIZERS, rmsprop
 from ..paths import DATA_DIR
 from ..report import curves_frame
@@ -52,7 +52,7 @@ class RMSPropConfig(ExperimentConfig):
         self._check_range("lr", 0, low_open=True, finite=True)
         self._check_range("rho", 0, 1, high_open=True)  # RMSProp's decay of the squared-gradient average
         self._check_range("lr_decay", 0, 1, low_open=True)  # multiplies the learning rate after every epoch
-        _check_choice(f"{type(self).__name__}.optimizer", self.optimizer, OPTIMIZERS)
+        check_choice(f"{type(self).__name__}.optimizer", self.optimizer, OPTIMIZERS)
         self._check_range("clip_norm", 0, finite=True)
 
     def make_optimizer(self, model: torch.nn.Module) -> torch.optim.Optimizer:

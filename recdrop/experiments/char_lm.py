@@ -153,9 +153,10 @@ class CharLMTask(Task):
                                      cfg.batch_size, optimizer_slots=2)
 
     @classmethod
-    def group_step(cls, tasks: Sequence["CharLMTask"], idx: torch.Tensor) -> List[Dict[str, torch.Tensor]]:
+    def eager_step(cls, tasks: Sequence["CharLMTask"], idx: torch.Tensor) -> List[Dict[str, torch.Tensor]]:
         """One Adam step of each run on the sequences ``idx``, the runs as one model
-        (``models.language_models_nll``), each sequence from a zero state."""
+        (``models.language_models_nll``), each sequence from a zero state, each run's update its own
+        optimiser's (``train.optimise_group``): the step on a CPU."""
         nll = cls._batch_nll(tasks, idx, functools.partial(language_models_nll, [t.model for t in tasks]))
         optimise_group(tasks, nll, [t.cfg.clip_norm for t in tasks])
         return [{"loss": v} for v in nll.detach()]
@@ -173,17 +174,18 @@ class CharLMTask(Task):
 
     @classmethod
     def group_stepper(cls, tasks: Sequence["CharLMTask"], graphed: bool = True):
-        """``group_step`` as a function of the batch. Off the CPU a group is one model
+        """One Adam step of each run on a batch of sequences, as a function of the batch, made once for as
+        long as the group stands. Off the CPU a group is one model
         (``stacked.StackedLanguageModels``, each run's parameters a view of its slice), clipped and
         stepped by Adam for all runs at once (``stacked.StackedAdam``, each run's learning rate read from
         a tensor, ``step_graph.LearningRates``); on a GPU each full batch's step replays one CUDA graph
         (``step_graph.StepGraph``, a run alone a stack of one) and an epoch's last, smaller batch runs
-        eagerly. On a CPU each run computes on its own (``group_step``)."""
+        eagerly. On a CPU each run computes on its own (``eager_step``)."""
         tasks = list(tasks)
         models, device = [t.model for t in tasks], tasks[0].device
         graphed = graphed and step_graph.capturable(device)
         if not (graphed or stacking(models, device)):
-            return super().group_stepper(tasks)
+            return functools.partial(cls.eager_step, tasks)
         stack = StackedLanguageModels(models)
         adam = StackedAdam(stack, [t.optimizer for t in tasks])
         lrs = LearningRates([t.optimizer for t in tasks], device, plain_sgd=False)
@@ -213,9 +215,6 @@ class CharLMTask(Task):
                           enabled=graphed)
         return FullBatches(graph, lambda idx: idx.shape == rows.shape, eager)
 
-    def train_step(self, idx: torch.Tensor) -> Dict[str, float]:
-        return {k: float(v) for k, v in self.group_step([self], idx)[0].items()}
-
     @torch.no_grad()
     def bpc(self, seqs: torch.Tensor, batch: int = 256) -> float:
         return self.group_bpc([self], seqs, batch)[0]
@@ -244,16 +243,12 @@ class CharLMTask(Task):
             full.release()
         return [total / (seqs.shape[0] * (seqs.shape[1] - 1)) / LN2 for total in totals.tolist()]
 
-    def evaluate(self, epoch: int, train_stats: Dict[str, float]) -> Dict[str, Optional[float]]:
-        """Validation bpc every epoch; test bpc at the last epoch (the final model). Where validation
-        improves, the weights are kept (``best_state``), to be tested once, at the end
-        (``final_metrics``): with dropout validation improves in most epochs, and testing at each
-        improvement doubled the evaluation."""
-        return self.group_evaluate([self], epoch, [train_stats])[0]
-
     @classmethod
     def group_evaluate(cls, tasks, epoch: int, train_stats) -> List[Dict[str, Optional[float]]]:
-        """``evaluate`` of each run, the group's validation and (at the last epoch) test each as one model."""
+        """Each run's validation bpc every epoch; its test bpc at the last epoch (the final model), the
+        group's each as one model. Where validation improves, the weights are kept (``best_state``), to be
+        tested once, at the end (``final_metrics``): with dropout validation improves in most epochs, and
+        testing at each improvement doubled the evaluation."""
         valid = cls.group_bpc(tasks, tasks[0].valid_seqs)
         last = epoch == tasks[0].cfg.epochs - 1
         test = cls.group_bpc(tasks, tasks[0].test_seqs) if last else [None] * len(tasks)

@@ -145,14 +145,10 @@ class WordLMTask(Task):
                                      cfg.batch_size, optimizer_slots=0)
 
     @classmethod
-    def group_step(cls, tasks: Sequence["WordLMTask"], start: int) -> List[Dict[str, torch.Tensor]]:
-        """One SGD step of each run on the BPTT window at row ``start``, the runs as one model
-        (``models.language_models_nll``), each from its own carried state."""
-        return cls.group_stepper(tasks, graphed=False)(start)
-
-    @classmethod
     def group_stepper(cls, tasks: Sequence["WordLMTask"], graphed: bool = True) -> StepGraph:
-        """``group_step`` as a function of the window's start row, one CUDA graph on a GPU
+        """One SGD step of each run on the BPTT window at a start row, the runs as one model
+        (``models.language_models_nll``), each from its own carried state: a function of the window's
+        start row, made once for as long as the group stands, one CUDA graph on a GPU
         (``step_graph.StepGraph``): the window and the runs' carried states (h, c) live in static
         buffers, each run's ``state`` a view of its row. Off the CPU a group is one model
         (``stacked.StackedLanguageModels``: each run's parameters a view of its slice), clipped and
@@ -194,9 +190,6 @@ class WordLMTask(Task):
             return [{"loss": v} for v in nll.detach().unbind()]
         return StepGraph(load, body, [g for m in models for g in generators(m)], device, enabled=graphed)
 
-    def train_step(self, start: int) -> Dict[str, float]:
-        return {k: float(v) for k, v in self.group_step([self], start)[0].items()}
-
     def perplexities(self, data) -> Tuple[float, float]:
         """(exp of the mean token NLL over the split, the authors' mean over windows of exp(window NLL)),
         from a zero state carried across the split's windows."""
@@ -231,15 +224,11 @@ class WordLMTask(Task):
         full.release()
         return [(_exp(total / count), sum(w) / len(w)) for total, w in zip(totals, per_window)]
 
-    def evaluate(self, epoch: int, train_stats: Dict[str, float]) -> Dict[str, Optional[float]]:
-        """Validation perplexity every epoch; test perplexity only where the table needs it: when
-        validation improves (the best-validation model) and at the last epoch (the final model)."""
-        return self.group_evaluate([self], epoch, [train_stats])[0]
-
     @classmethod
     def group_evaluate(cls, tasks, epoch: int, train_stats) -> List[Dict[str, Optional[float]]]:
-        """``evaluate`` of each run, the group's validation and then the test of the runs that need it
-        each as one model."""
+        """Each run's validation perplexity every epoch; its test perplexity only where the table needs it:
+        when validation improves (the best-validation model) and at the last epoch (the final model). The
+        group's validation, then the test of the runs that need it, each as one model."""
         valid = cls.group_perplexities(tasks, tasks[0].valid_data)
         tested = [t for t, (v, _) in zip(tasks, valid) if v < t.best_valid or epoch == t.cfg.epochs - 1]
         test = dict(zip(map(id, tested), cls.group_perplexities(tested, tested[0].test_data))) if tested else {}

@@ -1,0 +1,84 @@
+"""Which library computes a CPU's float32 products (``recdrop.cpu_products``): the switch's, or the faster
+one measured once per class of product, oneDNN only beyond the margin; and the route named in the path."""
+import pytest
+import torch
+
+from recdrop import cpu_products, fused
+from recdrop.layers import LSTM
+from recdrop.train import layer_paths
+
+needs_onednn = pytest.mark.skipif(not fused._onednn_usable(torch.ones(1)), reason="this torch has no oneDNN")
+
+
+@pytest.fixture(autouse=True)
+def measured_afresh(monkeypatch):
+    monkeypatch.delenv("RECDROP_CPU_PRODUCTS", raising=False)
+    cpu_products.forget()
+    yield
+    cpu_products.forget()
+
+
+def fake_ways(calls):
+    """Two ways of a product whose timings ``seconds`` (patched) reads from ``times``."""
+    def ways():
+        calls.append(1)
+        return (lambda: "mkl"), (lambda: "onednn")
+    return ways
+
+
+@pytest.mark.parametrize("mkl_s, onednn_s, chosen", [(1.0, 0.5, "onednn"), (1.0, 0.95, "mkl"), (0.5, 1.0, "mkl")])
+def test_the_faster_library_is_chosen_once_per_class_and_onednn_only_beyond_the_margin(monkeypatch, mkl_s, onednn_s,
+                                                                                        chosen):
+    monkeypatch.setattr(cpu_products, "seconds", lambda product: {"mkl": mkl_s, "onednn": onednn_s}[product()])
+    calls = []
+    assert cpu_products.library("product", (1000, 256, 1024), fake_ways(calls)) == chosen
+    assert cpu_products.library("product", (1024, 200, 1000), fake_ways(calls)) == chosen  # same class
+    assert len(calls) == 1  # timed once
+    cpu_products.library("product", (1000, 256, 4096), fake_ways(calls))
+    cpu_products.library("linear", (1000, 256, 1024), fake_ways(calls))
+    assert len(calls) == 3  # another shape class, another kind: timed again
+    assert cpu_products.chosen() == chosen
+
+
+def test_the_switch_chooses_for_every_product_and_refuses_a_value_it_does_not_know(monkeypatch):
+    calls = []
+    for library in ("onednn", "mkl"):
+        monkeypatch.setenv("RECDROP_CPU_PRODUCTS", library)
+        assert cpu_products.library("product", (8, 8, 8), fake_ways(calls)) == library
+        assert cpu_products.chosen() == library
+    assert not calls  # nothing timed
+    monkeypatch.setenv("RECDROP_CPU_PRODUCTS", "openblas")
+    with pytest.raises(ValueError, match="RECDROP_CPU_PRODUCTS='openblas' is not valid; allowed values: 'measure', "
+                                         "'onednn', 'mkl'"):
+        cpu_products.library("product", (8, 8, 8), fake_ways(calls))
+
+
+def test_a_shape_class_rounds_each_size_up_to_a_power_of_two():
+    assert cpu_products.shape_class(1120, 256, 10000) == (2048, 256, 16384)
+    assert cpu_products.shape_class(0, 1, 3) == (1, 1, 4)
+
+
+@needs_onednn
+@pytest.mark.parametrize("library", ["mkl", "onednn", "measure"])
+def test_products_through_either_library_equal_torch_to_float32_rounding(monkeypatch, library):
+    monkeypatch.setenv("RECDROP_CPU_PRODUCTS", library)
+    torch.manual_seed(0)
+    a, b, w = torch.randn(300, 200).t(), torch.randn(300, 64), torch.randn(64, 200)
+    got = fused.matmul(a, b)
+    assert got.is_contiguous()
+    if library == "mkl":
+        assert torch.equal(got, torch.mm(a, b))  # torch's own product, bit for bit
+    torch.testing.assert_close(got, torch.mm(a, b), rtol=1e-5, atol=1e-4)
+    x = torch.randn(7, 200, requires_grad=True)
+    y = fused.linear(x, w)
+    torch.testing.assert_close(y, torch.nn.functional.linear(x, w), rtol=1e-5, atol=1e-4)
+    y.sum().backward()
+    torch.testing.assert_close(x.grad, torch.ones(7, 64) @ w, rtol=1e-5, atol=1e-4)
+
+
+def test_a_record_path_names_the_libraries_of_a_cpu_run(monkeypatch):
+    monkeypatch.setenv("RECDROP_CPU_PRODUCTS", "mkl")
+    lstm = LSTM(32, 32, recurrent_dropout=0.25)
+    assert layer_paths(lstm) is None  # nothing ran yet
+    lstm(torch.randn(5, 3, 32))
+    assert layer_paths(lstm) == "fused; CPU products: mkl"
