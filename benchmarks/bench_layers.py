@@ -27,6 +27,7 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
 import recdrop
 from recdrop.perf import flops_per_step, peak_tflops, require_clean_commit, write_benchmark
 from recdrop.store import git_commit, hardware
+from recdrop.train import layer_paths
 
 AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
 SHAPES = [(256, 35), (1024, 35), (1024, 100)]  # (hidden, sequence length); issue 3 and issue 6 shapes
@@ -105,7 +106,7 @@ def main(argv=None):
                                               scheme=scheme, sampling="per-step").to(args.device)
                 fused = ours.fused
                 t_ours = time_fwd_bwd(ours, x, args.repeats, args.device, autocast)
-                path = str(ours.last_route)  # the path the timed calls took (layers.RecurrentLayer.route)
+                path = layer_paths(ours)  # the path the timed calls took, and on a CPU its products' libraries
                 t_ungraphed = None
                 if graphed:  # the fast path without CUDA graphs (recdrop.graphs)
                     os.environ["RECDROP_CUDA_GRAPHS"] = "0"

@@ -1,5 +1,7 @@
 """The big float32 products of the experiments on a CPU: torch's (MKL's sgemm) against recdrop's
-oneDNN route (``recdrop.fused.matmul``), in one run on one machine, as GFLOP/s and their ratio.
+(``recdrop.fused.matmul``, through the library ``recdrop.cpu_products`` measures to be the faster for
+each, named in the ``library`` column), in one run on one machine, as GFLOP/s and their ratio; and the
+oneDNN route itself, whichever is chosen.
 
     python benchmarks/bench_matmul.py --threads 1 --out data/benchmarks/matmul/cpu-amd-epyc-1thread.csv
 """
@@ -12,7 +14,8 @@ from pathlib import Path
 
 import torch
 
-from recdrop.fused import matmul
+from recdrop import cpu_products
+from recdrop.fused import onednn_matmul, matmul
 from recdrop.perf import require_clean_commit, write_benchmark
 from recdrop.store import git_commit, hardware
 
@@ -54,13 +57,17 @@ def main(argv=None):
     for what, m, k, n, transposed in SHAPES:
         a = torch.randn(k, m).t() if transposed else torch.randn(m, k)
         b = torch.randn(k, n)
+        cpu_products.forget()  # this product's choice alone, timed afresh
         t_torch, t_ours = median_seconds(lambda: torch.mm(a, b), args.repeats), median_seconds(
             lambda: matmul(a, b), args.repeats)
+        t_onednn = median_seconds(lambda: onednn_matmul(a, b), args.repeats)
         gflop = 2 * m * k * n / 1e9
         rows.append({"product": what, "m": m, "k": k, "n": n, "torch_mm_gflops": round(gflop / t_torch, 1),
-                     "recdrop_gflops": round(gflop / t_ours, 1), "speedup": round(t_torch / t_ours, 2), **env})
-        print(f"{what:55s} torch.mm {rows[-1]['torch_mm_gflops']:6.1f} GFLOP/s   "
-              f"recdrop {rows[-1]['recdrop_gflops']:6.1f} GFLOP/s   {rows[-1]['speedup']:.2f}x", flush=True)
+                     "recdrop_gflops": round(gflop / t_ours, 1), "speedup": round(t_torch / t_ours, 2),
+                     "library": cpu_products.chosen(), "onednn_gflops": round(gflop / t_onednn, 1), **env})
+        row = rows[-1]
+        print(f"{what:55s} torch.mm {row['torch_mm_gflops']:6.1f} GFLOP/s   recdrop {row['recdrop_gflops']:6.1f} "
+              f"GFLOP/s ({row['library']})   oneDNN {row['onednn_gflops']:6.1f}   {row['speedup']:.2f}x", flush=True)
     if args.out:
         write_benchmark(args.out, rows)
     return rows

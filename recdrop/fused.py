@@ -85,11 +85,11 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
     kind = "product, left transposed" if a.t().is_contiguous() else "product"
 
     def ways():
-        return (lambda: torch.mm(a, b)), (lambda: _onednn_matmul(a, b))
-    return torch.mm(a, b) if cpu_products.library(kind, (m, k, n), ways) == "mkl" else _onednn_matmul(a, b)
+        return (lambda: torch.mm(a, b)), (lambda: onednn_matmul(a, b))
+    return torch.mm(a, b) if cpu_products.library(kind, (m, k, n), ways) == "mkl" else onednn_matmul(a, b)
 
 
-def _onednn_matmul(a: Tensor, b: Tensor) -> Tensor:
+def onednn_matmul(a: Tensor, b: Tensor) -> Tensor:
     """``a @ b`` through oneDNN's linear, contiguous."""
     (m, k), n = a.shape, b.shape[1]
     if a.t().is_contiguous() and m * k > (k + m) * n:
