@@ -518,6 +518,7 @@ class GroupTrainer:
             raise BudgetExhausted(what + (f" and {len(todo) - 1} more" if len(todo) > 1 else "")
                                   + ": the time budget ended before it started")
         store.refuse_unclean_code(self.env["commit"], f"{what} is")
+        cpu_products.forget()  # the records name the libraries of this group's own products
         # one process a run; on a CPU, denormals computed as zero
         with store.hold_runs(config.experiment, [run_id(c, s) for c, s in todo]), denormals_flushed(self.device):
             records = {} if rerun else stored(store, todo)  # finished by another process since the first look

@@ -52,4 +52,4 @@ def test_precision_check_trains_a_cell_in_float32_and_bf16_and_bounds_their_diff
 
     row = precision_check.main(["--scale", "ci", "--bound", "0.5"])
     assert row["within"] and abs(row["bf16"] - row["float32"]) <= 0.5
-    assert row["bf16_path"] == "fused" and "within 0.5" in capsys.readouterr().out  # bf16 on the fast path
+    assert row["bf16_path"].split(";")[0] == "fused" and "within 0.5" in capsys.readouterr().out  # the fast path

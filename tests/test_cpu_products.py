@@ -1,5 +1,6 @@
-"""Which library computes a CPU's float32 products (``recdrop.cpu_products``): the switch's, or the faster
-one measured once per class of product, oneDNN only beyond the margin; and the route named in the path."""
+"""Which library computes a CPU's float32 products (``recdrop.cpu_products``): the CPU maker's by default,
+the switch's, or the faster one measured once per class of product, oneDNN only beyond the margin; and
+the libraries named in a record's path."""
 import pytest
 import torch
 
@@ -29,6 +30,7 @@ def fake_ways(calls):
 @pytest.mark.parametrize("mkl_s, onednn_s, chosen", [(1.0, 0.5, "onednn"), (1.0, 0.95, "mkl"), (0.5, 1.0, "mkl")])
 def test_the_faster_library_is_chosen_once_per_class_and_onednn_only_beyond_the_margin(monkeypatch, mkl_s, onednn_s,
                                                                                         chosen):
+    monkeypatch.setenv("RECDROP_CPU_PRODUCTS", "measure")
     monkeypatch.setattr(cpu_products, "seconds", lambda product: {"mkl": mkl_s, "onednn": onednn_s}[product()])
     calls = []
     assert cpu_products.library("product", (1000, 256, 1024), fake_ways(calls)) == chosen
@@ -43,14 +45,24 @@ def test_the_faster_library_is_chosen_once_per_class_and_onednn_only_beyond_the_
 def test_the_switch_chooses_for_every_product_and_refuses_a_value_it_does_not_know(monkeypatch):
     calls = []
     for library in ("onednn", "mkl"):
+        cpu_products.forget()  # ``chosen`` names every library chosen in the process
         monkeypatch.setenv("RECDROP_CPU_PRODUCTS", library)
         assert cpu_products.library("product", (8, 8, 8), fake_ways(calls)) == library
         assert cpu_products.chosen() == library
     assert not calls  # nothing timed
     monkeypatch.setenv("RECDROP_CPU_PRODUCTS", "openblas")
-    with pytest.raises(ValueError, match="RECDROP_CPU_PRODUCTS='openblas' is not valid; allowed values: 'measure', "
-                                         "'onednn', 'mkl'"):
+    with pytest.raises(ValueError, match="RECDROP_CPU_PRODUCTS='openblas' is not valid; allowed values: 'by-cpu', "
+                                         "'measure', 'onednn', 'mkl'"):
         cpu_products.library("product", (8, 8, 8), fake_ways(calls))
+
+
+@pytest.mark.parametrize("maker, library", [("AuthenticAMD", "onednn"), ("GenuineIntel", "mkl"), ("", "mkl")])
+def test_by_default_the_cpu_maker_chooses_the_same_library_in_every_process(monkeypatch, maker, library):
+    monkeypatch.setattr(cpu_products, "cpu_maker", lambda: maker)
+    calls = []
+    assert cpu_products.library("product", (1000, 256, 1024), fake_ways(calls)) == library
+    assert cpu_products.library("step", (32, 256, 1024), fake_ways(calls)) == library
+    assert not calls and cpu_products.chosen() == library  # nothing timed
 
 
 def test_a_shape_class_rounds_each_size_up_to_a_power_of_two():
@@ -59,7 +71,7 @@ def test_a_shape_class_rounds_each_size_up_to_a_power_of_two():
 
 
 @needs_onednn
-@pytest.mark.parametrize("library", ["mkl", "onednn", "measure"])
+@pytest.mark.parametrize("library", ["mkl", "onednn", "measure", "by-cpu"])
 def test_products_through_either_library_equal_torch_to_float32_rounding(monkeypatch, library):
     monkeypatch.setenv("RECDROP_CPU_PRODUCTS", library)
     torch.manual_seed(0)

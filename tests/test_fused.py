@@ -8,6 +8,13 @@ import torch
 import recdrop
 
 
+@pytest.fixture(autouse=True)
+def products_through_onednn(monkeypatch):
+    """A CPU's float32 products through oneDNN whatever the CPU's maker (``recdrop.cpu_products``): these
+    tests check that path."""
+    monkeypatch.setenv("RECDROP_CPU_PRODUCTS", "onednn")
+
+
 def run(m, x, hx, masks, fused):
     """Outputs, final states and the gradients of x, the initial states (a tuple) and every parameter."""
     m.fused, m.torch_kernels = fused, False  # recdrop's own paths, also where no dropout acts

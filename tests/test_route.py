@@ -89,9 +89,11 @@ def test_each_record_and_each_stretch_names_the_path_its_training_took(tmp_path,
 
     monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("RECDROP_TRITON", "0")
+    monkeypatch.setenv("RECDROP_CPU_PRODUCTS", "mkl")
     base = WordLMConfig.at_scale("ci")
     alone = train_run(WordLMTask, base, store=RunStore(tmp_path / "a"), progress=False)
-    assert alone.path == "torch.nn" and alone.switches == {"RECDROP_TRITON": "0"}
+    assert alone.path == "torch.nn; CPU products: mkl"
+    assert alone.switches == {"RECDROP_TRITON": "0", "RECDROP_CPU_PRODUCTS": "mkl"}
     monkeypatch.setattr("recdrop.route.STACK_ON_CPU", True)
     runs = [(base, 0), (base.replace(recurrent_dropout=0.25), 0)]
 
@@ -103,5 +105,5 @@ def test_each_record_and_each_stretch_names_the_path_its_training_took(tmp_path,
                     callback=stop_after_the_first_epoch)
     group = train_group(WordLMTask, runs, store=RunStore(tmp_path / "g"), progress=False)
     for record in group:
-        assert record.path == "fused, 2 runs stacked"
-        assert [s["path"] for s in record.segments] == ["fused, 2 runs stacked"] * 2
+        assert record.path == "fused, 2 runs stacked; CPU products: mkl"
+        assert [s["path"] for s in record.segments] == ["fused, 2 runs stacked; CPU products: mkl"] * 2
