@@ -1,31 +1,37 @@
 """Which library computes a float32 product on a CPU: oneDNN (the kernels Inductor uses on CPUs) or MKL
-(what ``torch.mm`` calls on x86). Which is the faster depends on the CPU: oneDNN's reach about twice
-MKL's rate on AMD's, and MKL's are the faster on Intel's, on every product of the experiments
-(``benchmarks/bench_matmul.py`` times both; the Performance page shows them per machine). So by
-default the CPU's maker chooses (``by_cpu``): the same library in every process on one machine, and
-so the same rounding, which a resumed run's records rely on.
+(what ``torch.mm`` calls on x86). Which is the faster depends on the CPU and on the product, by up to a
+factor of two either way, between CPUs of one maker too (``benchmarks/bench_matmul.py`` times both on
+the products of the experiments; the Performance page shows them per machine). So each class of
+product is timed both ways the first time it is computed on a machine, as
+``torch.backends.cudnn.benchmark`` times a convolution's algorithms, and the faster computes it from
+then on; oneDNN only where it is faster by ``MARGIN``.
+
+The choice is kept in the cache folder (``paths.cache_dir``), one file per CPU model, torch version,
+thread count and class of product, and every later process on the machine reads it: the library, and
+so the rounding, is the same in each, which a run resumed in another process relies on. Delete the
+folder's ``cpu_products`` to time again.
 
 ``RECDROP_CPU_PRODUCTS`` (``route.cpu_products_choice``) chooses otherwise: "onednn" or "mkl" for every
-product, or "measure": each class of product is timed both ways the first time it is computed in a
-process, as ``torch.backends.cudnn.benchmark`` times a convolution's algorithms, and the faster
-computes it from then on (oneDNN only where it is faster by ``MARGIN``). A measured choice can differ
-between processes where the two are close, and so can the last bits of a result. The libraries chosen
-are named in each record's ``path`` (``chosen``).
+product ("measure" is the default). The libraries chosen are named in each record's ``path``
+(``chosen``).
 """
 from __future__ import annotations
 
 import functools
+import hashlib
 import math
+import os
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, Tuple
 
 import torch
 
+from .paths import cache_dir
 from .route import cpu_products_choice
 
 LIBRARIES = ("onednn", "mkl")
-MARGIN = 1.15  # measured: oneDNN's time must be below MKL's by this factor to be chosen
+MARGIN = 1.15  # oneDNN's time must be below MKL's by this factor to be chosen
 TIMED_S = 2e-3  # each timing repeats a product for about this long: a per-step product takes microseconds
 
 Product = Callable[[], Any]
@@ -33,21 +39,15 @@ _chosen: Dict[Tuple, str] = {}  # (how chosen, kind, shape class, threads) -> li
 
 
 @functools.lru_cache(maxsize=None)
-def cpu_maker() -> str:
-    """The CPU's vendor string ("AuthenticAMD", "GenuineIntel", ...), "" where the system does not say."""
+def cpu_model() -> str:
+    """The CPU's model name as the system gives it ("" where it does not)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("vendor_id"):
+            if line.startswith("model name"):
                 return line.split(":", 1)[1].strip()
     except OSError:
         pass
     return ""
-
-
-def by_cpu() -> str:
-    """oneDNN on an AMD CPU, where MKL's float32 kernels run at about half its rate; elsewhere torch's own
-    ``mm`` (MKL on an Intel CPU, where it is the faster)."""
-    return "onednn" if cpu_maker() == "AuthenticAMD" else "mkl"
 
 
 def shape_class(*sizes: int) -> Tuple[int, ...]:
@@ -58,19 +58,39 @@ def shape_class(*sizes: int) -> Tuple[int, ...]:
 
 def library(kind: str, sizes: Tuple[int, ...], ways: Callable[[], Tuple[Product, Product]]) -> str:
     """The library that computes the product ``kind`` (its name, and whatever else sets its speed) of
-    ``sizes``: as ``RECDROP_CPU_PRODUCTS`` says (by default ``by_cpu``); where it says "measure", the faster
-    of the two ``ways()`` gives, (MKL's, oneDNN's): the product each way, without side effects, timed once
-    per process, kind, shape class and thread count (``ways`` is called only then)."""
+    ``sizes``: as ``RECDROP_CPU_PRODUCTS`` says, by default the faster of the two ``ways()`` gives, (MKL's,
+    oneDNN's): the product each way, without side effects, timed once per machine (``kept``), kind,
+    shape class and thread count; ``ways`` is called only then."""
     how = cpu_products_choice()
     key = (how, kind, shape_class(*sizes), torch.get_num_threads())
     if key not in _chosen:
-        if how == "measure":
-            mkl, onednn = ways()
-            with torch.no_grad():
-                _chosen[key] = "onednn" if seconds(onednn) * MARGIN < seconds(mkl) else "mkl"
-        else:
-            _chosen[key] = by_cpu() if how == "by-cpu" else how
+        _chosen[key] = kept(key[1:], ways) if how == "measure" else how
     return _chosen[key]
+
+
+def kept(key: Tuple, ways: Callable[[], Tuple[Product, Product]]) -> str:
+    """The choice this machine made for ``key`` (kind, shape class, threads), read from the cache folder;
+    where none is kept, timed now and kept. Of two processes that time one at once, the first to keep
+    its choice wins and the other takes it."""
+    name = f"{cpu_model()} | torch {torch.__version__} | {key}"
+    path = cache_dir() / "cpu_products" / (hashlib.sha256(name.encode()).hexdigest()[:16] + ".txt")
+    if not path.exists():
+        mkl, onednn = ways()
+        with torch.no_grad():
+            faster = "onednn" if seconds(onednn) * MARGIN < seconds(mkl) else "mkl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        draft = path.with_suffix(f".{os.getpid()}.draft")
+        draft.write_text(f"{faster}\n{name}\n")
+        try:
+            os.link(draft, path)  # whole, and only where no other process has kept one
+        except FileExistsError:
+            pass
+        finally:
+            draft.unlink()
+    chosen_there = path.read_text().split("\n", 1)[0]
+    if chosen_there not in LIBRARIES:
+        raise ValueError(f"{path} does not name a library ({', '.join(LIBRARIES)}): delete it to time again")
+    return chosen_there
 
 
 def seconds(product: Product) -> float:
@@ -95,5 +115,6 @@ def chosen() -> str:
 
 
 def forget() -> None:
-    """Forget every choice made: a group's training starts afresh, so that its records name its own."""
+    """Forget this process's choices: a group's training starts afresh, so that its records name its own
+    (the machine's measured choices stay kept)."""
     _chosen.clear()

@@ -37,15 +37,15 @@ def switched_on(name: str) -> bool:
     return os.environ.get(name, "1") != "0"
 
 
-# The library of a CPU's float32 products (``recdrop.cpu_products``): the CPU maker's ("by-cpu", unset),
-# the faster measured per class of product in each process ("measure"), or one for every product.
+# The library of a CPU's float32 products (``recdrop.cpu_products``): the faster, measured once per machine
+# and class of product ("measure", unset), or one for every product.
 CPU_PRODUCTS = "RECDROP_CPU_PRODUCTS"
-CPU_PRODUCTS_CHOICES = ("by-cpu", "measure", "onednn", "mkl")
+CPU_PRODUCTS_CHOICES = ("measure", "onednn", "mkl")
 
 
 def cpu_products_choice() -> str:
-    """``RECDROP_CPU_PRODUCTS``: "by-cpu" where unset; a ValueError for a value not in ``CPU_PRODUCTS_CHOICES``."""
-    value = os.environ.get(CPU_PRODUCTS, "by-cpu")
+    """``RECDROP_CPU_PRODUCTS``: "measure" where unset; a ValueError for a value not in ``CPU_PRODUCTS_CHOICES``."""
+    value = os.environ.get(CPU_PRODUCTS, "measure")
     if value not in CPU_PRODUCTS_CHOICES:
         raise ValueError(f"{CPU_PRODUCTS}={value!r} is not valid; allowed values: "
                          f"{', '.join(map(repr, CPU_PRODUCTS_CHOICES))}")

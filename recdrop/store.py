@@ -29,15 +29,10 @@ import numpy as np
 import torch
 
 from . import route
-from .paths import DATA_DIR, REPO_ROOT
+from .paths import DATA_DIR, REPO_ROOT, cache_dir
 from .records import Record
 
 DEFAULT_RUNS = DATA_DIR / "runs"
-
-
-def cache_dir() -> Path:
-    """Where checkpoints go: ``$RECDROP_CACHE``, else ``~/.cache/recdrop``."""
-    return Path(os.environ.get("RECDROP_CACHE") or Path.home() / ".cache" / "recdrop")
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:

@@ -16,7 +16,9 @@ def sweep_command(tmp_path: Path, name: str, args):
     """``python -m recdrop.sweep *args`` with its own store and cache under ``tmp_path / name``: the command,
     its environment and that folder."""
     env = {**os.environ, "RECDROP_RUNS": str(tmp_path / name / "runs"), "RECDROP_CACHE": str(tmp_path / name / "cache"),
-           "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1"}
+           "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1",
+           # one library for every process's products: a measured choice is kept per cache folder
+           "RECDROP_CPU_PRODUCTS": os.environ.get("RECDROP_CPU_PRODUCTS", "mkl")}
     return [sys.executable, "-m", "recdrop.sweep", *args], env, tmp_path / name
 
 

@@ -1,6 +1,6 @@
-"""Which library computes a CPU's float32 products (``recdrop.cpu_products``): the CPU maker's by default,
-the switch's, or the faster one measured once per class of product, oneDNN only beyond the margin; and
-the libraries named in a record's path."""
+"""Which library computes a CPU's float32 products (``recdrop.cpu_products``): the faster one, measured once
+per machine and class of product and kept for every later process, oneDNN only beyond the margin; or the
+switch's; and the libraries named in a record's path."""
 import pytest
 import torch
 
@@ -12,15 +12,17 @@ needs_onednn = pytest.mark.skipif(not fused._onednn_usable(torch.ones(1)), reaso
 
 
 @pytest.fixture(autouse=True)
-def measured_afresh(monkeypatch):
+def measured_afresh(monkeypatch, tmp_path):
     monkeypatch.delenv("RECDROP_CPU_PRODUCTS", raising=False)
+    monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "cache"))  # no choice kept yet
     cpu_products.forget()
     yield
     cpu_products.forget()
 
 
 def fake_ways(calls):
-    """Two ways of a product whose timings ``seconds`` (patched) reads from ``times``."""
+    """Two ways of a product, each giving its name, which the patched ``seconds`` reads; ``calls`` counts the times
+    they are made."""
     def ways():
         calls.append(1)
         return (lambda: "mkl"), (lambda: "onednn")
@@ -30,7 +32,6 @@ def fake_ways(calls):
 @pytest.mark.parametrize("mkl_s, onednn_s, chosen", [(1.0, 0.5, "onednn"), (1.0, 0.95, "mkl"), (0.5, 1.0, "mkl")])
 def test_the_faster_library_is_chosen_once_per_class_and_onednn_only_beyond_the_margin(monkeypatch, mkl_s, onednn_s,
                                                                                         chosen):
-    monkeypatch.setenv("RECDROP_CPU_PRODUCTS", "measure")
     monkeypatch.setattr(cpu_products, "seconds", lambda product: {"mkl": mkl_s, "onednn": onednn_s}[product()])
     calls = []
     assert cpu_products.library("product", (1000, 256, 1024), fake_ways(calls)) == chosen
@@ -40,6 +41,20 @@ def test_the_faster_library_is_chosen_once_per_class_and_onednn_only_beyond_the_
     cpu_products.library("linear", (1000, 256, 1024), fake_ways(calls))
     assert len(calls) == 3  # another shape class, another kind: timed again
     assert cpu_products.chosen() == chosen
+    cpu_products.forget()  # another process on this machine: it reads the choices kept, and times nothing
+    monkeypatch.setattr(cpu_products, "seconds", lambda product: {"mkl": onednn_s, "onednn": mkl_s}[product()])
+    assert cpu_products.library("product", (1000, 256, 1024), fake_ways(calls)) == chosen
+    assert len(calls) == 3
+
+
+def test_a_kept_choice_that_names_no_library_says_where_it_is(monkeypatch, tmp_path):
+    monkeypatch.setattr(cpu_products, "seconds", lambda product: 1.0)
+    cpu_products.library("product", (8, 8, 8), fake_ways([]))
+    (kept,) = (tmp_path / "cache" / "cpu_products").glob("*.txt")
+    kept.write_text("openblas\n")
+    cpu_products.forget()
+    with pytest.raises(ValueError, match=f"{kept} does not name a library \\(onednn, mkl\\): delete it to time again"):
+        cpu_products.library("product", (8, 8, 8), fake_ways([]))
 
 
 def test_the_switch_chooses_for_every_product_and_refuses_a_value_it_does_not_know(monkeypatch):
@@ -51,18 +66,9 @@ def test_the_switch_chooses_for_every_product_and_refuses_a_value_it_does_not_kn
         assert cpu_products.chosen() == library
     assert not calls  # nothing timed
     monkeypatch.setenv("RECDROP_CPU_PRODUCTS", "openblas")
-    with pytest.raises(ValueError, match="RECDROP_CPU_PRODUCTS='openblas' is not valid; allowed values: 'by-cpu', "
-                                         "'measure', 'onednn', 'mkl'"):
+    with pytest.raises(ValueError, match="RECDROP_CPU_PRODUCTS='openblas' is not valid; allowed values: 'measure', "
+                                         "'onednn', 'mkl'"):
         cpu_products.library("product", (8, 8, 8), fake_ways(calls))
-
-
-@pytest.mark.parametrize("maker, library", [("AuthenticAMD", "onednn"), ("GenuineIntel", "mkl"), ("", "mkl")])
-def test_by_default_the_cpu_maker_chooses_the_same_library_in_every_process(monkeypatch, maker, library):
-    monkeypatch.setattr(cpu_products, "cpu_maker", lambda: maker)
-    calls = []
-    assert cpu_products.library("product", (1000, 256, 1024), fake_ways(calls)) == library
-    assert cpu_products.library("step", (32, 256, 1024), fake_ways(calls)) == library
-    assert not calls and cpu_products.chosen() == library  # nothing timed
 
 
 def test_a_shape_class_rounds_each_size_up_to_a_power_of_two():
@@ -71,7 +77,7 @@ def test_a_shape_class_rounds_each_size_up_to_a_power_of_two():
 
 
 @needs_onednn
-@pytest.mark.parametrize("library", ["mkl", "onednn", "measure", "by-cpu"])
+@pytest.mark.parametrize("library", ["mkl", "onednn", "measure"])
 def test_products_through_either_library_equal_torch_to_float32_rounding(monkeypatch, library):
     monkeypatch.setenv("RECDROP_CPU_PRODUCTS", library)
     torch.manual_seed(0)
