@@ -146,8 +146,9 @@ def before_graphs(df: pd.DataFrame) -> pd.Series:
 def answer_table(df: pd.DataFrame) -> pd.DataFrame:
     """For a library user: ``recdrop.LSTM`` and ``GRU`` with our recurrent dropout 0.25 against
     ``torch.nn``'s without dropout (its time over theirs, forward + backward, in the same run), per
-    machine and input (a padded tensor or a ``PackedSequence``): the range over the shapes timed, how
-    many, and when. Superseded rows (``before_graphs``) are left out."""
+    machine, input (a padded tensor or a ``PackedSequence``) and day of measurement (two machines may
+    share a name): the range over the shapes timed, how many, and when. Superseded rows
+    (``before_graphs``) are left out."""
     t = df[(df["scheme"] == "semeniuta") & ~before_graphs(df)]
     if t.empty:
         return pd.DataFrame()
@@ -155,8 +156,8 @@ def answer_table(df: pd.DataFrame) -> pd.DataFrame:
                  kind=_flag(t, "bidirectional").map({True: "Bi", False: ""}) + t["kind"],
                  measured=t["file"].map(provenance(df).set_index("file")["date"]))
     t = t.sort_values(["device", "hardware", "input"], ascending=[False, True, False], kind="stable")  # GPUs first
-    out = t.groupby(["hardware", "input", "kind"], sort=False).agg(
-        low=("ratio", "min"), high=("ratio", "max"), shapes=("ratio", "size"), measured=("measured", "first"))
+    out = t.groupby(["hardware", "input", "kind", "measured"], sort=False).agg(  # a measurement a row
+        low=("ratio", "min"), high=("ratio", "max"), shapes=("ratio", "size"))
     out["recdrop's time / torch.nn's"] = [f"{lo:.2f}" if lo == hi else f"{lo:.2f}–{hi:.2f}"
                                           for lo, hi in zip(out["low"], out["high"])]
     return out.reset_index()[["hardware", "input", "kind", "recdrop's time / torch.nn's", "shapes", "measured"]]
