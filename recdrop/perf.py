@@ -5,6 +5,7 @@ and the helpers those scripts write them with."""
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import re
 import subprocess
@@ -93,6 +94,7 @@ def provenance(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+@functools.lru_cache(maxsize=None)  # a commit's date does not change: one git call a commit and process
 def _after_commit(commit: str) -> Optional[str]:
     """"on or after <the commit's date>", from git; None where git does not know the commit."""
     try:
@@ -154,7 +156,7 @@ def answer_table(df: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     t = t.assign(input=_flag(t, "packed").map({True: "packed", False: "padded"}),
                  kind=_flag(t, "bidirectional").map({True: "Bi", False: ""}) + t["kind"],
-                 measured=t["file"].map(provenance(df).set_index("file")["date"]))
+                 measured=_measured(t))
     t = t.sort_values(["device", "hardware", "input"], ascending=[False, True, False], kind="stable")  # GPUs first
     out = t.groupby(["hardware", "input", "kind", "measured"], sort=False).agg(  # a measurement a row
         low=("ratio", "min"), high=("ratio", "max"), shapes=("ratio", "size"))
@@ -253,10 +255,7 @@ def group_setting(df: pd.DataFrame) -> pd.Series:
     ran stacked (``recdrop.stacked``; a row's ``path`` is the one its first run's layers took last, which
     at one run is not the group's, nor, in an older benchmark file, at 8 runs either)."""
     step = df["step"].fillna("eager") if "step" in df else pd.Series("eager", index=df.index)
-    tf32 = df["tf32"].fillna(False).astype(bool) if "tf32" in df else pd.Series(False, index=df.index)
-    named = df["precision"] if "precision" in df else pd.Series(None, index=df.index, dtype=object)
-    names = {"float32": "float32", "tf32": "TF32", "bf16": "bf16 autocast"}
-    setting = step + ", " + named.map(names).fillna(tf32.map({True: "TF32", False: "float32"}))
+    setting = step + ", " + _precision(df).map(PRECISION_NAMES)
     if "path" not in df:
         return setting
     keyed = df.assign(_setting=setting, _path=df["path"].fillna("").astype(str))
@@ -264,6 +263,18 @@ def group_setting(df: pd.DataFrame) -> pd.Series:
     largest = keyed.sort_values("runs", kind="stable").groupby(keys, dropna=False)["_path"].transform("last")
     stacked = largest.reindex(df.index).fillna("").str.contains("stacked")
     return setting + stacked.map({True: ", stacked", False: ""})
+
+
+# A benchmark's precision as a table names it.
+PRECISION_NAMES = {"float32": "float32", "tf32": "TF32", "bf16": "bf16 autocast"}
+MODEL_NAMES = {"word": "word LM", "char": "char LM"}  # ``bench_groups.py``'s models
+
+
+def _precision(df: pd.DataFrame) -> pd.Series:
+    """Each row's precision: its ``precision`` column, else "tf32" or "float32" by its ``tf32`` flag (the
+    files from before the column)."""
+    named = df["precision"] if "precision" in df else pd.Series(None, index=df.index, dtype=object)
+    return named.where(named.isin(list(PRECISION_NAMES)), _flag(df, "tf32").map({True: "tf32", False: "float32"}))
 
 
 def _measured(df: pd.DataFrame) -> pd.Series:
@@ -284,10 +295,7 @@ def superseded_groups(df: pd.DataFrame) -> pd.Series:
     measured again (kept as history)."""
     if df.empty:
         return pd.Series(False, index=df.index)
-    precision = df["precision"] if "precision" in df else pd.Series(None, index=df.index, dtype=object)
-    tf32 = df["tf32"].fillna(False).astype(bool) if "tf32" in df else pd.Series(False, index=df.index)
-    keyed = df.assign(_precision=precision.fillna(tf32.map({True: "tf32", False: "float32"})),
-                      _day=_measured(df).map(_day))
+    keyed = df.assign(_precision=_precision(df), _day=_measured(df).map(_day))
     newest = keyed.groupby(["hardware", "model", "_precision"])["_day"].transform("max")
     return keyed["_day"] < newest
 
@@ -296,14 +304,14 @@ def grid_answer_table(df: pd.DataFrame) -> pd.DataFrame:
     """For a grid's runner: one training step of a table's first R runs, one run at a time against one
     stacked group (``bench_groups.py``), at the largest R measured, per machine, model and way of stepping
     (``group_setting``); superseded measurements (``superseded_groups``) are left out."""
-    t = df[~superseded_groups(df)] if not df.empty else df
+    t = df[~superseded_groups(df)]
     if t.empty:
         return pd.DataFrame()
     t = t.assign(how=group_setting(t), measured=_measured(t))
     largest = t.sort_values("runs", kind="stable").groupby(["hardware", "how", "model"], sort=False).tail(1)
     largest = largest.sort_values(["device", "hardware", "model"], ascending=[False, True, False], kind="stable")
     return pd.DataFrame({
-        "machine": largest["hardware"], "model": largest["model"].map({"word": "word LM", "char": "char LM"}),
+        "machine": largest["hardware"], "model": largest["model"].map(MODEL_NAMES),
         "how": largest["how"], "runs R": largest["runs"],
         "a step of the R runs, one at a time (ms)": (1000 * largest["alone_s"]).round(1),
         "as one stacked group (ms)": (1000 * largest["group_s"]).round(1),
@@ -331,7 +339,7 @@ def plot_group_speedup(df: pd.DataFrame):
     if df.empty:
         return None
     df = df.assign(machine=df["hardware"] + " (" + group_setting(df) + ")",
-                   model=df["model"].map({"word": "word LM", "char": "char LM"}).fillna(df["model"]))
+                   model=df["model"].map(MODEL_NAMES).fillna(df["model"]))
     g = sns.relplot(data=df, x="runs", y="speedup", hue="machine", col="model", kind="line", marker="o",
                     height=3.4, aspect=1.2, facet_kws={"sharey": False})
     g.set(xscale="log", yscale="log")
