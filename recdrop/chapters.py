@@ -140,7 +140,7 @@ def show_paper_so_far(name: str, shown: str, store: Optional[RunStore] = None) -
     if not len(ran):
         return
     rows = [r for r in rows if r.record]
-    display(Markdown(f"## {e.title.split(':')[0]} at the paper's scale: {len(ran)} of {len(t)} cells run\n\n"
+    display(Markdown(f"## {e.short_title} at the paper's scale: {len(ran)} of {len(t)} cells run\n\n"
                      f"Ours at the paper's settings beside the paper's numbers, for the cells run there so far; the "
                      f"tables after this one are at `{shown}` scale, where every cell has run.\n\n"
                      f"{provenance(e.table_rows(rows))}"))
@@ -285,7 +285,7 @@ def show_where_made(store: Optional[RunStore] = None) -> None:
     (``report.where_made``), then, folded, each commit of the code that ran them (``report.commits_of``)."""
     store = store or RunStore()
     records = [r for name in EXPERIMENTS for r in store.records(name)]
-    titles = {name: e.title.split(":")[0] for name, e in EXPERIMENTS.items()}
+    titles = {name: e.short_title for name, e in EXPERIMENTS.items()}
     display(where_made(records).assign(experiment=lambda t: t["experiment"].map(titles)).style.hide())
     commits = commits_of(records).assign(experiment=lambda t: t["experiment"].map(titles))
     display(HTML(f"<details><summary>Each commit of the code that ran them ({commits['commit'].nunique()})</summary>"

@@ -56,7 +56,7 @@ def landing_claims(store: Optional[RunStore] = None) -> pd.DataFrame:
             if scale == "quick" and verdict.ran:
                 verdict = verdict.not_judged(QUICK)
             shown = claim if on_paper.get(claim, "holds") == "holds" else f"{claim} ({NOT_ON_PAPER})"
-            out.append({"table": e.title.split(":")[0], "claim": shown, "scale": scale, "on ours": verdict,
+            out.append({"table": e.short_title, "claim": shown, "scale": scale, "on ours": verdict,
                         "chapter": e.name})
     return pd.DataFrame(out + study_claims(store), columns=["table", "claim", "scale", "on ours", "chapter"])
 
@@ -218,7 +218,7 @@ def landing_stamps(store: Optional[RunStore] = None, shown: Optional[List[Shown]
         for scale, rows in stored_scales(e.name, store=store):
             if scale in scales:
                 # the table's cells, as its chapter counts them
-                out.append({"table": e.title.split(":")[0], "scale": scale,
+                out.append({"table": e.short_title, "scale": scale,
                             "where the numbers came from": stamp(e.table_rows(rows)), "chapter": e.name})
         for row in mine[0].figures:  # a paper's figure drawn from its runs: those runs' own stamp, as its chapter's
             if any(r.record for r in row["runs"]):
@@ -226,7 +226,7 @@ def landing_stamps(store: Optional[RunStore] = None, shown: Optional[List[Shown]
                             "where the numbers came from": stamp(row["runs"]), "chapter": e.name})
         for s in mine[1:]:  # its ablations' rows, once they have run, stamped as the chapter stamps them
             if any(r.record for r in s.rows):
-                out.append({"table": f"{e.title.split(':')[0]}; ablation: {s.what.split('; ablation: ')[1]}",
+                out.append({"table": f"{e.short_title}; ablation: {s.what.split('; ablation: ')[1]}",
                             "scale": s.scale, "where the numbers came from": stamp(s.rows), "chapter": e.name})
     return pd.DataFrame(out, columns=["table", "scale", "where the numbers came from", "chapter"])
 
@@ -372,7 +372,7 @@ def landing_figure(store: Optional[RunStore] = None, shown: Optional[List[Shown]
                     alpha=0.8, color="tab:orange" if scale == "paper" else "tab:blue", linestyle="none")
             lo, hi = min(t["paper"].min(), t["mean"].min()), max(t["paper"].max(), t["mean"].max())
             ax.plot([lo, hi], [lo, hi], color="grey", linestyle=":", linewidth=1)
-        ax.set_title(f"{e.title.split(':')[0]}: {len(t)} cells at {scale or 'quick'}", fontsize=9)
+        ax.set_title(f"{e.short_title}: {len(t)} cells at {scale or 'quick'}", fontsize=9)
         ax.set_xlabel(f"the paper's test {e.metric.unit}", fontsize=8)
         ax.set_ylabel("ours (mean over seeds)", fontsize=8)
         ax.tick_params(labelsize=8)

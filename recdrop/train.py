@@ -767,6 +767,11 @@ class GroupTraining:
                 r.ckpt_path.unlink(missing_ok=True)
         return self.finished
 
+    @property
+    def label(self) -> str:
+        """The runs training now, as the bar and the messages name them: the lead's id, "+ n" for the others."""
+        return self.lead.rid if len(self.live) == 1 else f"{self.lead.rid} +{len(self.live) - 1}"
+
     def progress_bar(self):
         """The group's bar over every batch of training, from where it stands; a ValueError where the
         training split gives no batch."""
@@ -774,10 +779,9 @@ class GroupTraining:
         if self.expected_batches(0) == 0:
             raise ValueError(f"run {lead.name}/{lead.rid}: its training split gives no batch of {lead.config}; use "
                              "more data or smaller batches")
-        what = lead.rid if len(self.live) == 1 else f"{lead.rid} +{len(self.live) - 1}"
         return progress_bar(total=sum(map(self.expected_batches, range(epochs))),
                             initial=sum(map(self.expected_batches, range(start_epoch))) + start_batch,
-                            disable=not self.options.progress, desc=f"{lead.name} {what}",
+                            disable=not self.options.progress, desc=f"{lead.name} {self.label}",
                             position=self.options.position, leave=self.options.position == 0, dynamic_ncols=True)
 
     def train_epoch(self, epoch: int, first: int, bar) -> Tuple[int, int]:
@@ -818,9 +822,9 @@ class GroupTraining:
         if self.options.deadline is not None and time.time() >= self.options.deadline:
             self.checkpoint(*at)
             if self.live:
-                what = self.lead.rid if len(self.live) == 1 else f"{self.lead.rid} +{len(self.live) - 1}"
-                raise BudgetExhausted(f"run {self.lead.name}/{what}: stopped at the time budget in epoch {epoch + 1}, "
-                                      f"batch {b + 1}; its checkpoint in {self.lead.ckpt_path.parent} resumes it")
+                raise BudgetExhausted(f"run {self.lead.name}/{self.label}: stopped at the time budget in epoch "
+                                      f"{epoch + 1}, batch {b + 1}; its checkpoint in {self.lead.ckpt_path.parent} "
+                                      "resumes it")
         elif at == self.until or (time.monotonic() - self.last_checkpoint > self.options.checkpoint_every_s
                                   and b + 1 < len(batches)):
             self.checkpoint(*at)

@@ -39,6 +39,11 @@ class Experiment:
     # rows -> the rows of the paper's table itself, without a check's its grid also holds (Table 3's batch size)
     table_rows: Callable = list
 
+    @property
+    def short_title(self) -> str:
+        """What of the paper it replicates, as a table's row names it: "Table 2" (the title before its colon)."""
+        return self.title.split(":")[0]
+
 
 # In the book's order.
 EXPERIMENTS: Dict[str, Experiment] = {e.name: e for e in [
