@@ -240,7 +240,7 @@ def _packed_step_faster(w: Tensor, bias: Optional[Tensor], batch: int) -> bool:
     def ways():  # the operands of both ways, made only where the choice is timed
         x, w_t = w.new_zeros(batch, w.shape[1]), w.t().contiguous()
         b = w.new_zeros(w.shape[0]) if bias is None else bias.contiguous()
-        packed = torch.ops.mkldnn._reorder_linear_weight(w, batch)
+        packed = torch.ops.mkldnn._reorder_linear_weight(w.contiguous(), batch)
         return (lambda: torch.addmm(b, x, w_t),
                 lambda: torch.ops.mkldnn._linear_pointwise(x, packed, b, "none", [], ""))
     return cpu_products.library("step", (batch, w.shape[1], w.shape[0]), ways) == "onednn"
@@ -259,7 +259,8 @@ def _times_transposed(w: Tensor, batch: int, bias: Optional[Tensor] = None, dtyp
     ``benchmarks/bench_matmul.py``); smaller products run on ``torch.addmm``. The results agree with
     ``torch.mm`` to float32 rounding (another summation order). For a group of runs, ``w``
     ``(R, G, H)`` and ``x`` ``(R, B, H)``: one batched product, each run with its own weight. With a
-    product ``dtype`` (``product_dtype``), ``_times_in``."""
+    product ``dtype`` (``product_dtype``), ``_times_in``. ``w`` may be a transposed view (the backward's
+    ``d @ w_hh``): each way makes the one layout it needs from it, in one pass or none."""
     if dtype is not None and dtype != w.dtype:
         return _times_in(dtype, w, bias)
     if w.dim() == 3:
@@ -272,7 +273,7 @@ def _times_transposed(w: Tensor, batch: int, bias: Optional[Tensor] = None, dtyp
         return group_times
     if (_packed_matmul_usable(w) and batch * w.shape[0] * w.shape[1] > SMALL_PRODUCT  # else MKL (below)
             and _packed_step_faster(w, bias, batch)):
-        packed = torch.ops.mkldnn._reorder_linear_weight(w, batch)
+        packed = torch.ops.mkldnn._reorder_linear_weight(w.contiguous(), batch)  # w may be a transposed view
         bias = None if bias is None else bias.contiguous()  # oneDNN reads it as dense
 
         def packed_times(x, add=None, out=None):
@@ -302,11 +303,6 @@ def _times_in(dtype: torch.dtype, w: Tensor, bias: Optional[Tensor] = None):
             y = y + bias
         return y if add is None else torch.add(add, y, out=out)
     return low_precision_times
-
-
-def _transposed(w: Tensor) -> Tensor:
-    """``w.T`` of a weight, or of each run's in a group's stacked ``(R, G, H)``, contiguous."""
-    return w.transpose(-2, -1).contiguous()
 
 
 def _weight_grad(d_pre: Tensor, inputs: Tensor, dtype: Optional[torch.dtype] = None) -> Tensor:
@@ -500,7 +496,7 @@ def _lstm_backward(d_ys, d_hn, d_cn, d_cs, w_hh, h0, gates_all, c_all, tc_all, y
     d_gates = torch.empty_like(gates_all, dtype=dtype)
     dh = torch.zeros_like(h0) if d_hn is None else d_hn
     dc = torch.zeros_like(h0) if d_cn is None else d_cn
-    times_w = _times_transposed(_transposed(w_hh), h0.shape[-2], dtype=dtype)  # d_gates @ w_hh
+    times_w = _times_transposed(w_hh.transpose(-2, -1), h0.shape[-2], dtype=dtype)  # d_gates @ w_hh
     hin = hin_all if hin_all is not None else torch.cat([h0.unsqueeze(0), ys[:-1]])
     if use_triton:  # the kernel computes each step's local derivatives
         dh, dc = _lstm_backward_triton(dh, dc, d_ys, gates_all, c_all, tc_all, d_gates, times_w, gal, sem, moon,
@@ -648,7 +644,7 @@ def _gru_backward(d_ys, d_hn_out, h0, rzn_all, hn_all, hin_all, h_prev_all, w_hh
     d_gx_all = torch.empty_like(rzn_all)
     d_gh_all = torch.empty_like(rzn_all)
     dh = torch.zeros_like(h0) if d_hn_out is None else d_hn_out.clone()
-    times_w = _times_transposed(_transposed(w_hh), dh.shape[-2], dtype=dtype)  # d_gh @ w_hh
+    times_w = _times_transposed(w_hh.transpose(-2, -1), dh.shape[-2], dtype=dtype)  # d_gh @ w_hh
     loop = _gru_backward_triton if use_triton else _gru_backward_torch
     dh = loop(dh, d_ys, order, rzn_all, hn_all, h_prev_all, d_gx_all, d_gh_all, times_w, gal, sem, moon, per_step,
               relu)
@@ -741,7 +737,7 @@ def _rnn_backward(d_ys, d_hn_out, h0, a_all, hin_all, w_hh, drop_in, moon, per_s
     order = range(steps - 1, -1, -1) if reverse else range(steps)
     d_pre_all = torch.empty_like(a_all)
     dh = torch.zeros_like(h0) if d_hn_out is None else d_hn_out.clone()
-    times_w = _times_transposed(_transposed(w_hh), dh.shape[-2], dtype=dtype)  # d_pre @ w_hh
+    times_w = _times_transposed(w_hh.transpose(-2, -1), dh.shape[-2], dtype=dtype)  # d_pre @ w_hh
     for k, t in reversed(list(enumerate(order))):
         a = a_all[t]
         d_pre = scaled(dh + d_ys[t], _at(moon, k, per_step)) * ((a > 0).to(a.dtype) if relu else 1 - a * a)

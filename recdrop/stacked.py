@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from . import route
+from . import route, triton_kernels
 from .fused import group_decoder_nll, group_linear
 from .masks import SAMPLINGS, TARGETS, StepFactors
 from .models import LanguageModel
@@ -290,13 +290,19 @@ class StackedAdam:
         self.steps.add_(1)
 
     def update(self, lrs: Tensor) -> None:
-        """The device's part of a step: each run's moments and weights, and the step count they read."""
+        """The device's part of a step: each run's moments and weights, and the step count they read; one
+        kernel a parameter where the Triton kernels run (``triton_kernels.adam_step``)."""
         R = len(self.optimizers)
         with torch.no_grad():
             self.device_steps.add_(1)
             t = self.device_steps
             step_size = lrs / (1 - self.beta1 ** t)
             bias_correction2_sqrt = (1 - self.beta2 ** t).sqrt()
+            if all(triton_kernels.usable(p) and p.grad.is_contiguous() for p in self.params):
+                for p, m, v in zip(self.params, self.exp_avg, self.exp_avg_sq):  # one pass a parameter
+                    triton_kernels.adam_step(p, p.grad, m, v, step_size, bias_correction2_sqrt,
+                                             self.beta1, self.beta2, self.eps)
+                return
             for p, m, v in zip(self.params, self.exp_avg, self.exp_avg_sq):
                 g = p.grad
                 shape = (R,) + (1,) * (p.dim() - 1)

@@ -5,7 +5,8 @@ the ~9 pointwise kernels of a step (Eqs. 4-9 with d(.) of Eq. 3/18). Here each s
 work is one kernel: the gate activations, Semeniuta's d(g_t) (Eq. 9), c_t with Moon's d(.)
 (Eq. 8), act(c_t) and h_t forward; and backward the recurrence-dependent part of the gradient,
 with Gal's d(.) (Eq. 7) on the incoming dh. The GRU's kernels do the same for its gates
-(torch.nn's form, Eq. 13 with Gal and Moon). The matmuls stay with cuBLAS.
+(torch.nn's form, Eq. 13 with Gal and Moon). The matmuls stay with cuBLAS. A group's Adam update
+(``stacked.StackedAdam``) is one kernel a stacked parameter, each run at its own rate.
 
 Used for float32/float64 states on CUDA when Triton is installed, for one run or a group's runs stacked
 on a leading dimension (the kernels index the flat memory of ``([R,] B, H)``); ``RECDROP_TRITON=0``
@@ -219,6 +220,39 @@ if triton is not None:
         tl.store(d_gh + row + H, d_z, mask=m)
         tl.store(d_gh + row + 2 * H, d_n * r, mask=m)
         tl.store(dz_out + idx, dh * z, mask=m)
+
+    @triton.jit
+    def _adam_kernel(p, g, m, v, step_size, bias_correction2_sqrt, per_run, n, beta1, beta2, eps,
+                     BLOCK: tl.constexpr):
+        """One Adam step of a stacked parameter in one pass, torch.optim.Adam's update: m <- m + (1 - b1)(g - m),
+        v <- b2 v + (1 - b2) g^2, p <- p - s_r m / (sqrt(v) / c_r + eps), with each run r's step size s_r and
+        sqrt(1 - b2^t) c_r read from the device (a CUDA graph replays it with new values)."""
+        idx = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = idx < n
+        run = idx // per_run
+        grad = tl.load(g + idx, mask=mask, other=0.0)
+        m_new = tl.load(m + idx, mask=mask, other=0.0)
+        m_new = m_new + (1.0 - beta1) * (grad - m_new)
+        v_new = beta2 * tl.load(v + idx, mask=mask, other=0.0) + (1.0 - beta2) * grad * grad
+        s = tl.load(step_size + run, mask=mask, other=0.0)
+        c = tl.load(bias_correction2_sqrt + run, mask=mask, other=1.0)
+        p_new = tl.load(p + idx, mask=mask, other=0.0) - s * m_new / (tl.sqrt(v_new) / c + eps)
+        tl.store(m + idx, m_new, mask=mask)
+        tl.store(v + idx, v_new, mask=mask)
+        tl.store(p + idx, p_new, mask=mask)
+
+
+def adam_step(p: Tensor, grad: Tensor, exp_avg: Tensor, exp_avg_sq: Tensor, step_size: Tensor,
+              bias_correction2_sqrt: Tensor, beta1: float, beta2: float, eps: float) -> None:
+    """One Adam step of a group's stacked parameter ``p`` ``(R, ...)`` in place, its moments too, in one
+    kernel; ``step_size`` (lr / (1 - b1^t)) and ``bias_correction2_sqrt`` (sqrt(1 - b2^t)) are ``(R,)``,
+    one value a run (all contiguous)."""
+    _check_contiguous(p=p, grad=grad, exp_avg=exp_avg, exp_avg_sq=exp_avg_sq, step_size=step_size,
+                      bias_correction2_sqrt=bias_correction2_sqrt)
+    n = p.numel()
+    _adam_kernel[(triton.cdiv(n, BLOCK),)](p, grad, exp_avg, exp_avg_sq, step_size, bias_correction2_sqrt,
+                                           n // p.shape[0], n, beta1, beta2, eps, BLOCK=BLOCK)
+
 
 def lstm_forward_step(gates: Tensor, c_prev: Tensor, sem, moon, gsem_out: Optional[Tensor], c_out: Tensor,
                       tc_out: Tensor, h_out: Tensor, relu: bool, addend: Optional[Tensor] = None,

@@ -154,3 +154,40 @@ def test_under_autocast_the_kernels_take_bf16_products_and_equal_the_torch_path(
     assert through[1].dtype == torch.float32  # h_n: the state stays float32
     for a, b in zip(through, without):
         torch.testing.assert_close(a, b, rtol=0.05, atol=0.02)
+
+
+def test_a_stacked_adam_through_the_kernel_steps_each_run_as_torch_adam(monkeypatch):
+    """``triton_kernels.adam_step``, one pass a stacked parameter, at each run's own learning rate: three
+    steps equal each model's own ``torch.optim.Adam`` (float32), weights and moments. The step sizes differ
+    by 10x between runs, so a run read with another's rate would be far off."""
+    from recdrop.models import Dropout, LanguageModel
+    from recdrop.stacked import StackedAdam, StackedLanguageModels
+
+    monkeypatch.setenv("RECDROP_TRITON", "1")
+    torch.manual_seed(0)
+    models = [LanguageModel(11, 4, 5, Dropout(), 0.1).to(DEVICE) for _ in range(3)]
+    alone = [LanguageModel(11, 4, 5, Dropout(), 0.1).to(DEVICE) for _ in range(3)]
+    for a, m in zip(alone, models):
+        a.load_state_dict(m.state_dict())
+    lrs = torch.tensor([1e-3, 1e-2, 3e-3], device=DEVICE)
+    opts = [torch.optim.Adam(m.parameters(), lr=float(lr)) for m, lr in zip(models, lrs)]
+    theirs = [torch.optim.Adam(m.parameters(), lr=float(lr)) for m, lr in zip(alone, lrs)]
+    stack = StackedLanguageModels(models)
+    adam = StackedAdam(stack, opts)
+    assert triton_kernels.usable(stack.params[0])
+    for step in range(3):
+        gen = torch.Generator().manual_seed(step)
+        grads = [[torch.randn(p.shape, generator=gen).to(DEVICE) for p in m.parameters()] for m in models]
+        for p, g in zip(stack.params, zip(*grads)):
+            p.grad = torch.stack(g)
+        adam.step(lrs)
+        for m, o, gs in zip(alone, theirs, grads):
+            for p, g in zip(m.parameters(), gs):
+                p.grad = g
+            o.step()
+    for m, a, o, oa in zip(models, alone, opts, theirs):
+        for p, q in zip(m.parameters(), a.parameters()):
+            # to float32's rounding of updates of about lr: another order of the same operations
+            torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(o.state[p]["exp_avg"], oa.state[q]["exp_avg"], rtol=1e-5, atol=1e-7)
+            torch.testing.assert_close(o.state[p]["exp_avg_sq"], oa.state[q]["exp_avg_sq"], rtol=1e-5, atol=1e-9)
