@@ -77,7 +77,7 @@ setup() {
   for f in "$b"/logs/*.log; do echo "$(basename "$f" .log): $(tail -n1 "$f")"; done
   grep -hE "^(FAILED|ERROR)" "$b"/logs/*.log
   # the kernels of a group's stacked runs and of bf16 products, on this GPU (on failure no kernels: RECDROP_TRITON=0)
-  timeout 120 python3 -m pytest -q -x -p no:cacheprovider tests/triton_cases.py -k "group or autocast" > "$b/logs/triton-test.log" 2>&1
+  timeout 120 python3 -m pytest -q -x -p no:cacheprovider tests/triton_cases.py -k "group or autocast or adam" > "$b/logs/triton-test.log" 2>&1
   if [ $? -ne 0 ]; then echo "the Triton kernels' test failed: kernels off"; echo "export RECDROP_TRITON=0" >> "$LEASE/env"; fi
   # a bf16 group against its runs alone; on failure the campaign's bf16 entries train in TF32
   timeout 120 python3 -m pytest -q -x -p no:cacheprovider tests/test_fused_training.py -k "agrees_with_its_run_alone and bf16 and cuda and char" \
