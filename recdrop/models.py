@@ -18,8 +18,8 @@ from typing import Optional, Sequence, Tuple
 import torch
 import torch.nn.functional as F
 
-from . import layers, route
-from .fused import group_decoder_nll, group_linear, linear
+from . import layers
+from .fused import linear
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,46 +111,19 @@ class LanguageModel(torch.nn.Module):
         return self.out(self.output_drop(y)), state
 
 
-def _group_outputs(models: Sequence[LanguageModel], tokens: torch.Tensor, states: Tuple[torch.Tensor, ...]):
-    """Each run's recurrent outputs after its output dropout (a list of ``(T, B, H)``), and the new
-    states ``(R, B, H)``: each run's own embedding and forward dropouts, the recurrent layers as one
-    group (``layers.run_group``)."""
-    x = torch.stack([m.input_drop(m.embed(tokens)) for m in models], 1)  # (T, R, B, E)
-    y, states = layers.run_group([m.rnn for m in models], x, states)
-    return [m.output_drop(y[:, r]) for r, m in enumerate(models)], states
-
-
-def language_models_forward(models: Sequence[LanguageModel], tokens: torch.Tensor, states: Tuple[torch.Tensor, ...]):
-    """``LanguageModel.forward`` of each of ``models`` (one run's each: one size and mode, any dropout)
-    on the same ``tokens`` ``(T, B)``, as one group: each run's own embedding and forward
-    dropouts, the recurrent layers through ``layers.run_group``, the decoders in one batched product.
-    ``states``: (h, c), each ``(R, B, H)``. Returns logits ``(T, R, B, vocab)`` and the new states."""
-    if len(models) == 1:  # a run alone: its own forward (torch.nn's kernels where no dropout acts)
-        logits, states = models[0](tokens, tuple(states))
-        return logits.unsqueeze(1), states
-    ys, states = _group_outputs(models, tokens, states)
-    w, b = torch.stack([m.out.weight for m in models]), torch.stack([m.out.bias for m in models])
-    return group_linear(torch.stack(ys, 1), w, b), states
-
-
 def language_models_nll(models: Sequence[LanguageModel], tokens: torch.Tensor, states: Tuple[torch.Tensor, ...],
                         targets: torch.Tensor, reduction: str = "mean"):
     """Each run's negative log-likelihood of ``targets`` ``(T, B)`` after ``tokens``, its mean over the
-    tokens (or its sum, ``reduction="sum"``), ``(R,)``, and the new states. Where a group stacks
-    (``route.stacks``: off the CPU) the decoders and the loss are one (``fused.group_decoder_nll``, whose
-    logits are never held whole); on a CPU each run's decoder and loss run on their own."""
+    tokens (or its sum, ``reduction="sum"``), ``(R,)``, and the new states ``(R, B, H)``: each model's own
+    forward from its slice of ``states``, the way of a group that does not stack (a CPU's). A group that
+    stacks computes the same as one model (``stacked.StackedLanguageModels.nll``)."""
     flat = targets.reshape(-1)
-    if len(models) == 1:
-        logits, states = models[0](tokens, tuple(states))
-        return F.cross_entropy(logits.reshape(flat.numel(), -1), flat, reduction=reduction).reshape(1), states
-    if route.stacks(tokens.device):
-        ys, states = _group_outputs(models, tokens, states)
-        w, b = torch.stack([m.out.weight for m in models]), torch.stack([m.out.bias for m in models])
-        nll = group_decoder_nll(torch.stack(ys, 1), w, b, targets)
-        return (nll * flat.numel() if reduction == "sum" else nll), states
-    ys, states = _group_outputs(models, tokens, states)
-    return torch.stack([F.cross_entropy(m.out(y).reshape(flat.numel(), -1), flat, reduction=reduction)
-                        for m, y in zip(models, ys)]), states
+    nlls, finals = [], []
+    for r, m in enumerate(models):
+        logits, state = m(tokens, tuple(s[r:r + 1] for s in states))
+        nlls.append(F.cross_entropy(logits.reshape(flat.numel(), -1), flat, reduction=reduction))
+        finals.append(state)
+    return torch.stack(nlls), tuple(torch.cat(s) for s in zip(*finals))
 
 
 def language_models_bytes(runs: int, vocab: int, embedding: int, hidden: int, steps: int, batch: int,

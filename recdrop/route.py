@@ -13,7 +13,7 @@ that chooses, at each call):
   captured as a CUDA graph (``graphs``) where they can run.
 
 Above the layer, a group of runs computes as one stacked model where ``stacks`` says so (``layers.run_group``,
-``models.language_models_nll``, ``recdrop.stacked``), and its whole training step may be one CUDA graph
+``recdrop.stacked``), and its whole training step may be one CUDA graph
 (``recdrop.step_graph``; a record's ``step``). Each record names the route of its
 training and the switches set when it ran (``switches``).
 """

@@ -26,11 +26,6 @@ from .fused import group_decoder_nll, group_linear
 from .masks import SAMPLINGS, TARGETS, StepFactors
 from .models import LanguageModel
 
-# A LanguageModel's parameters, in its own order (``named_parameters``).
-NAMES = ("embed.weight", "rnn.weight_ih_l0", "rnn.weight_hh_l0", "rnn.bias_ih_l0", "rnn.bias_hh_l0",
-         "out.weight", "out.bias")
-
-
 def _check_group(models: Sequence[LanguageModel]) -> None:
     if not models:
         raise ValueError("a stacked group needs at least one model")
@@ -38,8 +33,11 @@ def _check_group(models: Sequence[LanguageModel]) -> None:
     for m in models:
         if not isinstance(m, LanguageModel):
             raise TypeError(f"a stacked group holds recdrop.models.LanguageModel, got {type(m).__name__}")
-        if tuple(n for n, _ in m.named_parameters()) != NAMES:
+        rnn = m.rnn
+        if rnn.num_layers != 1 or rnn.bidirectional or not rnn.bias or rnn.proj_size:
             raise ValueError(f"a stacked group needs one-layer LSTM language models with biases, got {m!r}")
+        if [n for n, _ in m.named_parameters()] != [n for n, _ in first.named_parameters()]:
+            raise ValueError(f"a stacked group's models must have the same parameters, got {m!r} beside {first!r}")
         shapes = [(p.shape, p.dtype, p.device) for p in m.parameters()]
         if shapes != [(p.shape, p.dtype, p.device) for p in first.parameters()] or m.rnn.nonlinearity != "tanh":
             raise ValueError("a stacked group's models must share their sizes, dtype, device and nonlinearity (tanh)")
@@ -95,15 +93,19 @@ class StackedLanguageModels:
         _check_group(models)
         self.models = list(models)
         R = len(self.models)
+        first = self.models[0]
+        self.names = [n for n, _ in first.named_parameters()]  # the model's own, in its order
         with torch.no_grad():
             self.params = [torch.stack([dict(m.named_parameters())[n] for m in self.models]).requires_grad_()
-                           for n in NAMES]
+                           for n in self.names]
         if bind:
             for r, m in enumerate(self.models):
                 for (_, p), stacked in zip(m.named_parameters(), self.params):
                     p.data = stacked.detach()[r]
-        self.embed, self.w_ih, self.w_hh, self.b_ih, self.b_hh, self.w_out, self.b_out = self.params
-        first = self.models[0]
+        of_first = {id(p): s for p, s in zip(first.parameters(), self.params)}  # each of first's, stacked
+        self.embed, self.w_out, self.b_out = (of_first[id(p)] for p in (first.embed.weight, first.out.weight,
+                                                                        first.out.bias))
+        self.w_ih, self.w_hh, self.b_ih, self.b_hh = (of_first[id(p)] for p in first.rnn.layer_weights(0, False)[:4])
         self.vocab = first.embed.num_embeddings
         self.offsets = torch.arange(R, device=self.embed.device).view(1, R, 1) * self.vocab
         self.rnn = first.rnn  # its fast path runs the stacked weights (layers.RecurrentLayer.run_weights)
@@ -257,14 +259,15 @@ class StackedAdam:
         self.beta1, self.beta2 = first["betas"]
         self.eps = first["eps"]
         dtype, device = stack.embed.dtype, stack.embed.device
-        members = [dict(zip(NAMES, m.parameters())) for m in stack.models]
+        names = stack.names
+        members = [dict(zip(names, m.parameters())) for m in stack.models]
         self.exp_avg, self.exp_avg_sq = [], []
         steps = []
         with torch.no_grad():
             for r, o in enumerate(self.optimizers):
-                state = o.state.get(members[r][NAMES[0]], {})
+                state = o.state.get(members[r][names[0]], {})
                 steps.append(float(state.get("step", 0.0)))
-            for name, p in zip(NAMES, stack.params):
+            for name, p in zip(names, stack.params):
                 found = [o.state.get(members[r][name], {}) for r, o in enumerate(self.optimizers)]
                 self.exp_avg.append(torch.stack([f["exp_avg"] if "exp_avg" in f else torch.zeros_like(p[r])
                                                  for r, f in enumerate(found)]))
@@ -274,7 +277,7 @@ class StackedAdam:
         self.steps = torch.tensor(steps, dtype=torch.get_default_dtype())
         self.device_steps = torch.tensor(steps, dtype=dtype, device=device)
         for r, o in enumerate(self.optimizers):  # each member's state: views of its slices
-            for i, name in enumerate(NAMES):
+            for i, name in enumerate(names):
                 o.state[members[r][name]] = {"step": self.steps[r], "exp_avg": self.exp_avg[i][r],
                                              "exp_avg_sq": self.exp_avg_sq[i][r]}
         self.params = stack.params

@@ -238,40 +238,14 @@ def test_a_group_refuses_layers_that_cannot_share_a_model():
         run_group([recdrop.GRU(3, 4)] * 3, x, (torch.zeros(3, 1, 4),))
 
 
-def test_a_group_of_language_models_is_each_model_alone_with_its_own_generator(monkeypatch):
-    """``models.language_models_forward``: word-LM models of different dropouts (forward and
-    recurrent), each drawing from its own generator, as one group; logits, states and gradients per
-    run equal the model's own forward, in float64. Without generators (torch's global one) a model
-    draws as before: ``ForwardDropout`` is ``torch.nn.Dropout`` there."""
-    from recdrop.models import Dropout, LanguageModel, language_models_forward, set_generator
+def test_a_forward_dropout_without_a_generator_draws_as_torch_nn_dropout():
+    """Without a run's own generator (torch's global one) ``ForwardDropout`` is ``torch.nn.Dropout``."""
+    from recdrop.models import Dropout, LanguageModel, set_generator
 
-    monkeypatch.setattr("recdrop.route.STACK_ON_CPU", True)  # the recurrent layers stacked as on a GPU
-    V, E, Hs, T = 11, 4, 5, 7
-    settings = [Dropout(0.25, "semeniuta", "per-step", "paper", 0.2, 0.5), Dropout(0.0, input=0.0, output=0.5),
-                Dropout(0.5, "gal", "per-sequence", "paper", 0.0, 0.0)]
-    torch.manual_seed(0)
-    models = [LanguageModel(V, E, Hs, d, 0.05).double().train() for d in settings]
-    g = torch.Generator().manual_seed(1)
-    tokens = torch.randint(V, (T, B), generator=g)
-    states = tuple(torch.randn(len(models), B, Hs, generator=g, dtype=torch.float64) for _ in range(2))
-
-    def fresh_generators():
-        for r, m in enumerate(models):
-            set_generator(m, torch.Generator().manual_seed(10 + r))
-    fresh_generators()
-    logits, (h, c) = language_models_forward(models, tokens, states)
-    assert models[0].rnn.last_route.runs == len(models)
-    fresh_generators()
-    alone = [m(tokens, (states[0][r:r + 1], states[1][r:r + 1])) for r, m in enumerate(models)]
-    torch.testing.assert_close(logits, torch.stack([a[0] for a in alone], 1), rtol=1e-10, atol=1e-12)
-    torch.testing.assert_close(h, torch.cat([a[1][0] for a in alone]), rtol=1e-10, atol=1e-12)
-    params = [p for m in models for p in m.parameters()]
-    grads_group = torch.autograd.grad(logits.logsumexp(-1).sum() + c.sum(), params)
-    grads_alone = torch.autograd.grad(sum(a[0].logsumexp(-1).sum() + a[1][1].sum() for a in alone), params)
-    for ga, gb in zip(grads_group, grads_alone):
-        torch.testing.assert_close(ga, gb, rtol=1e-10, atol=1e-12)
-    set_generator(models[0], None)  # torch's global generator: torch.nn.Dropout's draw, as before issue 35
+    model = LanguageModel(11, 4, 5, Dropout(0.25, "semeniuta", "per-step", "paper", 0.2, 0.5), 0.05).double()
+    set_generator(model, torch.Generator().manual_seed(10))
+    set_generator(model, None)  # back to torch's global generator
     torch.manual_seed(5)
-    drop = models[0].input_drop(torch.ones(1000, dtype=torch.float64))
+    drop = model.input_drop(torch.ones(1000, dtype=torch.float64))
     torch.manual_seed(5)
     torch.testing.assert_close(drop, torch.nn.functional.dropout(torch.ones(1000, dtype=torch.float64), 0.2))
