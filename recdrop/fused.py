@@ -123,7 +123,9 @@ class _OneDNNLinear(torch.autograd.Function):
 
 def group_linear(x: Tensor, w: Tensor, b: Optional[Tensor] = None) -> Tensor:
     """``x W^T + b`` for a group of runs, each with its own weight: ``x`` ``(T, R, B, I)``,
-    ``w`` ``(R, G, I)``, ``b`` ``(R, G)`` -> ``(T, R, B, G)``, in one batched product."""
+    ``w`` ``(R, G, I)``, ``b`` ``(R, G)`` -> ``(T, R, B, G)``, in one batched product. The result is a
+    view of the product's own run-major memory ``(R, T, B, G)``: a copy to time-major would move the
+    whole of a group's gx twice a step, forward and backward (the LSTM keeps its gradient run-major too)."""
     if x.dim() != 4 or x.shape[1] != w.shape[0]:
         raise ValueError(f"a group's weights {tuple(w.shape)} need inputs of shape (T, R, B, I) with R = {w.shape[0]}, "
                          f"got {tuple(x.shape)}")
@@ -133,7 +135,7 @@ def group_linear(x: Tensor, w: Tensor, b: Optional[Tensor] = None) -> Tensor:
         return torch.stack([linear(x[:, r], w[r], None if b is None else b[r]) for r in range(runs)], 1)
     xr = x.transpose(0, 1).reshape(runs, steps * batch, x.shape[-1])
     y = torch.bmm(xr, w.transpose(1, 2)) if b is None else torch.baddbmm(b.unsqueeze(1), xr, w.transpose(1, 2))
-    return y.view(runs, steps, batch, -1).transpose(0, 1).contiguous()
+    return y.view(runs, steps, batch, -1).transpose(0, 1)
 
 
 # Logits held at once by ``group_decoder_nll`` (float32 elements, 256 MB): a chunk of steps of every run.
@@ -417,10 +419,11 @@ class _LSTMSequence(torch.autograd.Function):
         d_cs = d_cs if cells else None
         if _differentiable_backward_needed(d_ys, d_hn, d_cn, d_cs):
             return _replay_backward(ctx, _lstm_replay_step, (gx, h0, c0, w_hh), 2, (d_ys, d_hn, d_cn, d_cs))
+        run_major = gx.dim() == 4 and not gx.is_contiguous() and gx.transpose(0, 1).is_contiguous()
         with _autocast_off(h0.device.type):
             grads = run_loop(_lstm_backward, (d_ys, d_hn, d_cn, d_cs, w_hh, h0, gates_all, c_all, tc_all, ys,
                                               hin_all, gsem_all, *ctx.factors),
-                             (per_step, relu, reverse, use_triton, ctx.dtype), step_work(h0, w_hh))
+                             (per_step, relu, reverse, use_triton, ctx.dtype, run_major), step_work(h0, w_hh))
         return (*grads, None, None, None, None, None, None, None, None, None)
 
 
@@ -485,15 +488,20 @@ def _lstm_forward(gx, h0, c0, w_hh, gal, sem, moon, per_step, relu, reverse, use
 
 
 def _lstm_backward(d_ys, d_hn, d_cn, d_cs, w_hh, h0, gates_all, c_all, tc_all, ys, hin_all, gsem_all, gal, sem, moon,
-                   per_step, relu, reverse, use_triton, dtype):
+                   per_step, relu, reverse, use_triton, dtype, run_major=False):
     """The LSTM's backward (``_LSTMSequence``) from the gradients of its outputs and ``_lstm_forward``'s
     buffers: the gradients of gx, h_0, c_0 and w_hh. With a product ``dtype``, the gates' gradients are
-    kept in it, the operand of every product after the loop as of the recurrent one in it."""
+    kept in it, the operand of every product after the loop as of the recurrent one in it. With
+    ``run_major`` (a group's gx in its runs' order, ``group_linear``) the gates' gradients are kept so
+    too: the products after the loop then read them without a copy."""
     if reverse:
         d_ys = d_ys.flip(0)
         d_cs = None if d_cs is None else d_cs.flip(0)
     i, f, g, o = gates_all.chunk(4, dim=-1)  # after their activations
-    d_gates = torch.empty_like(gates_all, dtype=dtype)
+    if run_major:
+        d_gates = gates_all.new_empty(gates_all.transpose(0, 1).shape, dtype=dtype).transpose(0, 1)
+    else:
+        d_gates = torch.empty_like(gates_all, dtype=dtype)
     dh = torch.zeros_like(h0) if d_hn is None else d_hn
     dc = torch.zeros_like(h0) if d_cn is None else d_cn
     times_w = _times_transposed(w_hh.transpose(-2, -1), h0.shape[-2], dtype=dtype)  # d_gates @ w_hh

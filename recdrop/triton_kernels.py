@@ -56,6 +56,21 @@ def _check_contiguous(**tensors: Tensor) -> None:
                              f"strides {t.stride()})")
 
 
+def _runs(state: Tensor) -> int:
+    """The runs of a state ``([R,] B, H)``: R, or 1 for one run's ``(B, H)``."""
+    return state.shape[0] if state.dim() == 3 else 1
+
+
+def _run_stride(t: Tensor, name: str) -> int:
+    """How far apart the runs of ``t`` ``([R,] B, G)`` lie: each run's ``(B, G)`` must be contiguous, the
+    runs may lie anywhere (a group's gx and gate gradients, kept run-major, give per step a view whose
+    runs lie T steps apart)."""
+    if t.stride(-1) != 1 or (t.shape[-2] > 1 and t.stride(-2) != t.shape[-1]):
+        raise ValueError(f"recdrop.triton_kernels: each run's rows of {name} must be contiguous (shape "
+                         f"{tuple(t.shape)}, strides {t.stride()})")
+    return t.stride(0) if t.dim() == 3 else t.numel()
+
+
 def _factor(f, like: Tensor):
     """(mode, tensor argument, scalar argument) for a factor that is None, a number or a tensor of
     ``like``'s shape, or one that broadcasts to it (a group's constants at test, ``(R, 1, 1)``)."""
@@ -90,16 +105,24 @@ if triton is not None:
         return tl.load(ptr + offset, mask=m, other=0.0).to(like.dtype.element_ty)
 
     @triton.jit
-    def _pre(gates, addend, offset, m, like, ADD: tl.constexpr):
+    def _pre(gates, addend, offset, add_offset, m, like, ADD: tl.constexpr):
         """A gate's pre-activation: the product (``gates``), plus gx where given apart (``ADD``)."""
         x = _read(gates, offset, m, like)
         if ADD:
-            x = x + _read(addend, offset, m, like)
+            x = x + _read(addend, add_offset, m, like)
         return x
 
     @triton.jit
+    def _gate_row(idx, per_run, run_stride, H):
+        """Where the element ``idx`` of a state ``([R,] B, H)`` finds its input gate in a tensor
+        ``([R,] B, 4H)`` whose runs lie ``run_stride`` apart (a group's gx and gate gradients are kept
+        run-major for the products after the loop)."""
+        within = idx % per_run
+        return (idx // per_run) * run_stride + (within // H) * 4 * H + within % H
+
+    @triton.jit
     def _lstm_fwd_kernel(gates, addend, gates_out, c_prev, sem, moon, gsem_out, c_out, tc_out, h_out, h_low,
-                         sem_s, moon_s, n, H, ADD: tl.constexpr, LOW: tl.constexpr, GSEM: tl.constexpr,
+                         sem_s, moon_s, n, H, per_run, add_run_stride, ADD: tl.constexpr, LOW: tl.constexpr, GSEM: tl.constexpr,
                          SEM: tl.constexpr, MOON: tl.constexpr, RELU: tl.constexpr, BLOCK: tl.constexpr):
         """Equals ``cells.lstm_step`` after its recurrent matmul, step by step:
         c_t = d(f_t ⊙ c_{t-1} + i_t ⊙ d(g_t)) (Eqs. 8-9), h_t = o_t ⊙ f(c_t) (Eq. 6). With ``ADD`` the
@@ -108,14 +131,15 @@ if triton is not None:
         idx = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         m = idx < n
         row = (idx // H) * 4 * H + idx % H
-        i = tl.sigmoid(_pre(gates, addend, row, m, c_prev, ADD))
-        f = tl.sigmoid(_pre(gates, addend, row + H, m, c_prev, ADD))
-        g = _pre(gates, addend, row + 2 * H, m, c_prev, ADD)
+        arow = _gate_row(idx, per_run, add_run_stride, H)
+        i = tl.sigmoid(_pre(gates, addend, row, arow, m, c_prev, ADD))
+        f = tl.sigmoid(_pre(gates, addend, row + H, arow + H, m, c_prev, ADD))
+        g = _pre(gates, addend, row + 2 * H, arow + 2 * H, m, c_prev, ADD)
         if RELU:
             g = tl.maximum(g, 0.0)
         else:
             g = _tanh(g)
-        o = tl.sigmoid(_pre(gates, addend, row + 3 * H, m, c_prev, ADD))
+        o = tl.sigmoid(_pre(gates, addend, row + 3 * H, arow + 3 * H, m, c_prev, ADD))
         tl.store(gates_out + row, i, mask=m)
         tl.store(gates_out + row + H, f, mask=m)
         tl.store(gates_out + row + 2 * H, g, mask=m)
@@ -137,7 +161,7 @@ if triton is not None:
 
     @triton.jit
     def _lstm_bwd_kernel(dh_in, d_y, dc_in, gates, c_prev, tc, gal, moon, sem, d_gates, dc_out, gal_s, moon_s, sem_s,
-                         n, H, GAL: tl.constexpr, MOON: tl.constexpr, SEM: tl.constexpr, RELU: tl.constexpr,
+                         n, H, per_run, d_run_stride, GAL: tl.constexpr, MOON: tl.constexpr, SEM: tl.constexpr, RELU: tl.constexpr,
                          BLOCK: tl.constexpr):
         """Equals one step of ``fused._lstm_backward_torch``, the gradient of ``cells.lstm_step``, with the
         step's local derivatives computed here from the forward's i, f, g, o, c_{t-1} and act(c_t) (the
@@ -161,10 +185,11 @@ if triton is not None:
         dh = dh + tl.load(d_y + idx, mask=m, other=0.0)
         dc = tl.load(dc_in + idx, mask=m, other=0.0) + dh * o * d_act_c
         dc = _apply(dc, moon, moon_s, idx, m, MOON)  # Eq. 8
-        tl.store(d_gates + row, dc * i * (1.0 - i) * _apply(g, sem, sem_s, idx, m, SEM), mask=m)  # Eq. 9: d(g_t)
-        tl.store(d_gates + row + H, dc * f * (1.0 - f) * tl.load(c_prev + idx, mask=m, other=0.0), mask=m)
-        tl.store(d_gates + row + 2 * H, _apply(dc * i * d_act_g, sem, sem_s, idx, m, SEM), mask=m)
-        tl.store(d_gates + row + 3 * H, dh * o * (1.0 - o) * a, mask=m)
+        drow = _gate_row(idx, per_run, d_run_stride, H)
+        tl.store(d_gates + drow, dc * i * (1.0 - i) * _apply(g, sem, sem_s, idx, m, SEM), mask=m)  # Eq. 9: d(g_t)
+        tl.store(d_gates + drow + H, dc * f * (1.0 - f) * tl.load(c_prev + idx, mask=m, other=0.0), mask=m)
+        tl.store(d_gates + drow + 2 * H, _apply(dc * i * d_act_g, sem, sem_s, idx, m, SEM), mask=m)
+        tl.store(d_gates + drow + 3 * H, dh * o * (1.0 - o) * a, mask=m)
         tl.store(dc_out + idx, dc * f, mask=m)
 
     @triton.jit
@@ -260,17 +285,19 @@ def lstm_forward_step(gates: Tensor, c_prev: Tensor, sem, moon, gsem_out: Option
     """One step's pointwise forward: from the pre-activations ``gates`` ([R,] B, 4H) (plus ``addend``
     where given: the product and gx apart, under autocast), i, f, g, o are written to ``gates_out``
     (default: over ``gates``); d(g_t), c_t, act(c_t) and h_t to the ``*_out`` buffers, and h_t to
-    ``h_low_out`` too where given, in its dtype (all contiguous; ``gsem_out`` may be None)."""
+    ``h_low_out`` too where given, in its dtype (all contiguous but ``addend``, whose runs may lie apart:
+    ``_run_stride``; ``gsem_out`` may be None)."""
     gates_out = gates if gates_out is None else gates_out
-    _check_contiguous(gates=gates, addend=addend, gates_out=gates_out, c_prev=c_prev, gsem_out=gsem_out, c_out=c_out,
+    _check_contiguous(gates=gates, gates_out=gates_out, c_prev=c_prev, gsem_out=gsem_out, c_out=c_out,
                       tc_out=tc_out, h_out=h_out, h_low_out=h_low_out)
     n, hidden = c_prev.numel(), c_prev.shape[-1]
+    add_run_stride = 0 if addend is None else _run_stride(addend, "addend")
     sem_mode, sem_t, sem_s = _factor(sem, c_prev)
     moon_mode, moon_t, moon_s = _factor(moon, c_prev)
     _lstm_fwd_kernel[(triton.cdiv(n, BLOCK),)](
         gates, gates if addend is None else addend, gates_out, c_prev, sem_t, moon_t,
         c_prev if gsem_out is None else gsem_out, c_out, tc_out, h_out, h_out if h_low_out is None else h_low_out,
-        sem_s, moon_s, n, hidden, ADD=addend is not None, LOW=h_low_out is not None, GSEM=gsem_out is not None,
+        sem_s, moon_s, n, hidden, n // _runs(c_prev), add_run_stride, ADD=addend is not None, LOW=h_low_out is not None, GSEM=gsem_out is not None,
         SEM=sem_mode, MOON=moon_mode, RELU=relu, BLOCK=BLOCK)
 
 
@@ -279,16 +306,17 @@ def lstm_backward_step(dh_in: Tensor, gal_next, d_y: Tensor, dc_in: Tensor, gate
     """One step's pointwise backward: from the dh arriving at h_t before the next step's Gal
     factor ``gal_next``, the output's ``d_y`` and the carried ``dc``, and the forward's i, f, g, o
     (``gates``), c_{t-1} and act(c_t) (``tc``), write this step's pre-activation gradients ``d_gates``
-    ([R,] B, 4H) (in its dtype) and dc_{t-1} (``dc_out`` may be ``dc_in``)."""
-    _check_contiguous(dh_in=dh_in, d_y=d_y, dc_in=dc_in, gates=gates, c_prev=c_prev, tc=tc, d_gates=d_gates,
-                      dc_out=dc_out)
+    ([R,] B, 4H) (in its dtype; its runs may lie apart, ``_run_stride``) and dc_{t-1} (``dc_out`` may be
+    ``dc_in``)."""
+    _check_contiguous(dh_in=dh_in, d_y=d_y, dc_in=dc_in, gates=gates, c_prev=c_prev, tc=tc, dc_out=dc_out)
     n, hidden = dh_in.numel(), dh_in.shape[-1]
+    d_run_stride = _run_stride(d_gates, "d_gates")
     gal_mode, gal_t, gal_s = _factor(gal_next, dc_in)
     moon_mode, moon_t, moon_s = _factor(moon, dc_in)
     sem_mode, sem_t, sem_s = _factor(sem, dc_in)
     _lstm_bwd_kernel[(triton.cdiv(n, BLOCK),)](
         dh_in, d_y, dc_in, gates, c_prev, tc, gal_t, moon_t, sem_t, d_gates, dc_out, gal_s, moon_s, sem_s, n, hidden,
-        GAL=gal_mode, MOON=moon_mode, SEM=sem_mode, RELU=relu, BLOCK=BLOCK)
+        n // _runs(dh_in), d_run_stride, GAL=gal_mode, MOON=moon_mode, SEM=sem_mode, RELU=relu, BLOCK=BLOCK)
 
 
 def gru_forward_step(gx: Tensor, gh: Tensor, h_prev: Tensor, sem, moon, rzn_out: Tensor, hn_out: Tensor,

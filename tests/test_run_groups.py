@@ -249,3 +249,36 @@ def test_a_forward_dropout_without_a_generator_draws_as_torch_nn_dropout():
     drop = model.input_drop(torch.ones(1000, dtype=torch.float64))
     torch.manual_seed(5)
     torch.testing.assert_close(drop, torch.nn.functional.dropout(torch.ones(1000, dtype=torch.float64), 0.2))
+
+
+def test_a_groups_input_products_and_their_gradient_are_never_copied_whole(monkeypatch):
+    """The LSTM group's gx ``(T, R, B, 4H)`` stays in the batched product's run-major memory
+    (``fused.group_linear``) and its gradient is kept so (``fused._lstm_backward``): no op of a forward and
+    backward copies a tensor of gx's size, where a copy to time-major and back would move it twice."""
+    import recdrop
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from recdrop.layers import run_group
+
+    monkeypatch.setattr("recdrop.route.STACK_ON_CPU", True)  # a GPU's stacked weights
+    T, D, Hs = 6, 3, 7
+    layers = [recdrop.LSTM(D, Hs, recurrent_dropout=p).double() for p in (0.25, 0.5)]
+    x = torch.randn(T, len(layers), B, D, dtype=torch.float64, requires_grad=True)
+    states = tuple(torch.zeros(len(layers), B, Hs, dtype=torch.float64) for _ in range(2))
+    copies = (torch.ops.aten.copy_, torch.ops.aten.clone, torch.ops.aten._to_copy)
+
+    class Copies(TorchDispatchMode):
+        found: list = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if func.overloadpacket in copies and isinstance(out, torch.Tensor):
+                self.found.append((str(func), out.numel()))
+            return out
+
+    with Copies() as mode:
+        y, _ = run_group(layers, x, states)
+        y.sum().backward()
+    assert layers[0].last_route.kernels == "fused" and layers[0].last_route.runs == len(layers)
+    assert any(n == T * len(layers) * B * D for _, n in mode.found)  # the input's own copy is seen
+    assert not [c for c in mode.found if c[1] == T * len(layers) * B * 4 * Hs], mode.found
