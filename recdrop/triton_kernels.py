@@ -122,8 +122,9 @@ if triton is not None:
 
     @triton.jit
     def _lstm_fwd_kernel(gates, addend, gates_out, c_prev, sem, moon, gsem_out, c_out, tc_out, h_out, h_low,
-                         sem_s, moon_s, n, H, per_run, add_run_stride, ADD: tl.constexpr, LOW: tl.constexpr, GSEM: tl.constexpr,
-                         SEM: tl.constexpr, MOON: tl.constexpr, RELU: tl.constexpr, BLOCK: tl.constexpr):
+                         sem_s, moon_s, n, H, per_run, add_run_stride, ADD: tl.constexpr, LOW: tl.constexpr,
+                         GSEM: tl.constexpr, SEM: tl.constexpr, MOON: tl.constexpr, RELU: tl.constexpr,
+                         BLOCK: tl.constexpr):
         """Equals ``cells.lstm_step`` after its recurrent matmul, step by step:
         c_t = d(f_t ⊙ c_{t-1} + i_t ⊙ d(g_t)) (Eqs. 8-9), h_t = o_t ⊙ f(c_t) (Eq. 6). With ``ADD`` the
         pre-activations are ``gates`` + ``addend`` (the product and gx); with ``LOW`` h_t is written to
@@ -161,8 +162,8 @@ if triton is not None:
 
     @triton.jit
     def _lstm_bwd_kernel(dh_in, d_y, dc_in, gates, c_prev, tc, gal, moon, sem, d_gates, dc_out, gal_s, moon_s, sem_s,
-                         n, H, per_run, d_run_stride, GAL: tl.constexpr, MOON: tl.constexpr, SEM: tl.constexpr, RELU: tl.constexpr,
-                         BLOCK: tl.constexpr):
+                         n, H, per_run, d_run_stride, GAL: tl.constexpr, MOON: tl.constexpr, SEM: tl.constexpr,
+                         RELU: tl.constexpr, BLOCK: tl.constexpr):
         """Equals one step of ``fused._lstm_backward_torch``, the gradient of ``cells.lstm_step``, with the
         step's local derivatives computed here from the forward's i, f, g, o, c_{t-1} and act(c_t) (the
         torch path computes them for all steps before its loop)."""
@@ -297,8 +298,8 @@ def lstm_forward_step(gates: Tensor, c_prev: Tensor, sem, moon, gsem_out: Option
     _lstm_fwd_kernel[(triton.cdiv(n, BLOCK),)](
         gates, gates if addend is None else addend, gates_out, c_prev, sem_t, moon_t,
         c_prev if gsem_out is None else gsem_out, c_out, tc_out, h_out, h_out if h_low_out is None else h_low_out,
-        sem_s, moon_s, n, hidden, n // _runs(c_prev), add_run_stride, ADD=addend is not None, LOW=h_low_out is not None, GSEM=gsem_out is not None,
-        SEM=sem_mode, MOON=moon_mode, RELU=relu, BLOCK=BLOCK)
+        sem_s, moon_s, n, hidden, n // _runs(c_prev), add_run_stride, ADD=addend is not None,
+        LOW=h_low_out is not None, GSEM=gsem_out is not None, SEM=sem_mode, MOON=moon_mode, RELU=relu, BLOCK=BLOCK)
 
 
 def lstm_backward_step(dh_in: Tensor, gal_next, d_y: Tensor, dc_in: Tensor, gates: Tensor, c_prev: Tensor,
