@@ -438,6 +438,8 @@ def _lstm_forward(gx, h0, c0, w_hh, gal, sem, moon, per_step, relu, reverse, use
     act_ = torch.relu_ if relu else torch.tanh_
     times_w = _times_transposed(w_hh, h0.shape[-2], dtype=dtype)  # h @ w_hh.T
     gates_all = gx.new_empty(gx.shape, dtype=h0.dtype)  # i, f, g, o after their activations
+    if not use_triton:  # each step adds its product in place (the kernels add gx themselves)
+        gates_all.copy_(gx)
     c_all = h0.new_empty(steps + 1, *h0.shape)  # c_0 .. c_T
     c_all[0] = c0
     tc_all = h0.new_empty(steps, *h0.shape)  # act(c_t)
@@ -461,18 +463,13 @@ def _lstm_forward(gx, h0, c0, w_hh, gal, sem, moon, per_step, relu, reverse, use
             h = hin_k[k].copy_(h)
         elif dtype is not None:
             h = hin_k[k]
-        if dtype is not None and use_triton:  # the sum with gx, and h_t in the products' dtype, in the kernel
-            low = hin_k[k + 1] if gal is None and k + 1 < steps else None
+        if use_triton:  # the sum with gx and the rest of the step in one kernel (h_t in the products' dtype too)
+            low = hin_k[k + 1] if dtype is not None and gal is None and k + 1 < steps else None
             triton_kernels.lstm_forward_step(times_w(h), c_k[k], sems[k], moons[k], gsem_k[k], c_k[k + 1], tc_k[k],
                                              ys_k[k], relu, addend=gx_k[k], gates_out=gates_k[k], h_low_out=low)
             h = ys_k[k]
             continue
-        gates = times_w(h, add=gx_k[k], out=gates_k[k])
-        if use_triton:  # the rest of the step in one kernel
-            triton_kernels.lstm_forward_step(gates, c_k[k], sems[k], moons[k], gsem_k[k], c_k[k + 1], tc_k[k],
-                                             ys_k[k], relu)
-            h = ys_k[k]
-            continue
+        times_w(h, add=gates_k[k], out=gates_k[k])  # gx + h W_hh^T, in place
         torch.sigmoid_(if_k[k])
         g = act_(g_k[k])
         torch.sigmoid_(o_k[k])
