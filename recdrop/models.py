@@ -94,6 +94,15 @@ class Linear(torch.nn.Linear):
         return linear(x, self.weight, self.bias)
 
 
+def language_model_hidden(tokens: torch.Tensor, state, embed, input_drop, rnn, output_drop):
+    """The language model of Secs. 4.2-4.3 up to its decoder, written once for a run alone
+    (``LanguageModel``) and for a group stacked as one model (``stacked.StackedLanguageModels``, which
+    passes its stacked parts): x = d_in(E[tokens]); y, state = LSTM(x, state) with recurrent dropout
+    (Eqs. 7-9); returns d_out(y) and the new state."""
+    y, state = rnn(input_drop(embed(tokens)), state)
+    return output_drop(y), state
+
+
 class LanguageModel(torch.nn.Module):
     """Tokens ``(T, B)`` and a carried state -> logits ``(T, B, vocab)`` and the new state."""
 
@@ -107,8 +116,8 @@ class LanguageModel(torch.nn.Module):
         init_uniform_(self, init_scale)
 
     def forward(self, tokens, state):
-        y, state = self.rnn(self.input_drop(self.embed(tokens)), state)
-        return self.out(self.output_drop(y)), state
+        y, state = language_model_hidden(tokens, state, self.embed, self.input_drop, self.rnn, self.output_drop)
+        return self.out(y), state
 
 
 def language_models_nll(models: Sequence[LanguageModel], tokens: torch.Tensor, states: Tuple[torch.Tensor, ...],

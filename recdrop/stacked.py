@@ -9,7 +9,9 @@ from the run's own generator, so that a run draws what it draws alone): the prod
 and each run's global-norm clipping and its update (plain SGD, or Adam: ``StackedAdam``) run for all
 runs at once from tensors of their thresholds and learning rates.
 
-Each run computes what its ``models.LanguageModel`` computes alone (``tests/test_stacked.py``):
+The forward is the model's own (``models.language_model_hidden``), given the stack's parts: one
+embedding lookup, each run's dropouts, the LSTM's batched products. Each run computes what its
+``models.LanguageModel`` computes alone (``tests/test_stacked.py``):
 
     x = d_in(E_r[tokens]);  y, (h, c) = LSTM_r(x, state_r) with d(.) of Eqs. 7-9;  logits = W_r d_out(y) + b_r
 """
@@ -24,7 +26,7 @@ from torch import Tensor
 from . import route, triton_kernels
 from .fused import group_decoder_nll, group_linear
 from .masks import SAMPLINGS, TARGETS, StepFactors
-from .models import LanguageModel
+from .models import LanguageModel, language_model_hidden
 
 def _check_group(models: Sequence[LanguageModel]) -> None:
     if not models:
@@ -175,18 +177,32 @@ class StackedLanguageModels:
             found[t] = mask.transpose(0, 1) if per_step else mask  # (T, R, B, H) or (R, B, H)
         return StepFactors(found, per_step=per_step)
 
-    def hidden(self, tokens: Tensor, states: Tuple[Tensor, Tensor]):
-        """What enters every run's decoder on ``tokens`` ``(T, B)`` from ``states`` (h, c) ``(R, B, H)``: its
-        LSTM's outputs after its output dropout ``(T, R, B, H)``, and the new states."""
-        steps, batch = tokens.shape
-        x = F.embedding(tokens.unsqueeze(1) + self.offsets, self.embed.flatten(0, 1))  # (T, R, B, E)
-        x = self._forward_dropout(x, self.input_draws, self.input_keep)
-        factors = self._recurrent_factors(steps, batch, x)
+    def embedding(self, tokens: Tensor) -> Tensor:
+        """Every run's embedding of ``tokens`` ``(T, B)``: ``(T, R, B, E)``, in one lookup."""
+        return F.embedding(tokens.unsqueeze(1) + self.offsets, self.embed.flatten(0, 1))
+
+    def input_dropout(self, x: Tensor) -> Tensor:
+        return self._forward_dropout(x, self.input_draws, self.input_keep)
+
+    def output_dropout(self, y: Tensor) -> Tensor:
+        return self._forward_dropout(y, self.output_draws, self.output_keep)
+
+    def recurrent(self, x: Tensor, states: Tuple[Tensor, Tensor]):
+        """Every run's LSTM with its own recurrent dropout on its slice of ``x`` ``(T, R, B, E)``, the
+        weights stacked (one batched product a step): outputs ``(T, R, B, H)`` and the new states."""
+        factors = self._recurrent_factors(x.shape[0], x.shape[2], x)
         y, states = self.rnn.run_weights(x, tuple(states), (self.w_ih, self.w_hh, self.b_ih, self.b_hh, None),
                                           factors, False)
         for m in self.models:  # each run's layer ran on this path (the trainer records it)
             m.rnn.last_route = self.rnn.last_route
-        return self._forward_dropout(y, self.output_draws, self.output_keep), states
+        return y, states
+
+    def hidden(self, tokens: Tensor, states: Tuple[Tensor, Tensor]):
+        """What enters every run's decoder on ``tokens`` ``(T, B)`` from ``states`` (h, c) ``(R, B, H)``: its
+        LSTM's outputs after its output dropout ``(T, R, B, H)``, and the new states: the model's own
+        forward (``models.language_model_hidden``) on the stacked parts."""
+        return language_model_hidden(tokens, tuple(states), self.embedding, self.input_dropout, self.recurrent,
+                                     self.output_dropout)
 
     def outputs(self, tokens: Tensor, states: Tuple[Tensor, Tensor]):
         """Logits ``(T, R, B, V)`` of every run on ``tokens`` ``(T, B)`` from ``states`` (h, c) ``(R, B, H)``,
