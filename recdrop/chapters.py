@@ -14,7 +14,7 @@ from IPython.display import HTML, Markdown, display
 
 from . import progress
 from .config import SCALE_NAMES
-from .experiments import EXPERIMENTS, temporal_order
+from .experiments import EXPERIMENTS, temporal_order_chapter
 from .report import (Judgement, Verdict, ablation_effects, ablation_finding, claim_verdicts, commits_of, figure_html,
                      plot_against_paper, provenance, ran_cells, side_by_side, styled, verdict_rows, where_made)
 from .store import RunStore
@@ -273,11 +273,11 @@ def moon_vs_ours_at_largest_scale(store=None):
     its stamp: Moon's and ours per sequence, paper scaling; the table); no rows and an empty table
     where no scale has them."""
     for scale, rows in stored_scales("temporal_order", store=store):
-        table = temporal_order.moon_vs_ours_per_sequence(rows)
+        table = temporal_order_chapter.moon_vs_ours_per_sequence(rows)
         if len(table):
             return [r for r in rows if r.record and r["sampling"] == "per-sequence" and r["scaling"] == "paper"
                     and r["scheme"] in ("moon", "semeniuta")], table
-    return [], temporal_order.moon_vs_ours_per_sequence([])
+    return [], temporal_order_chapter.moon_vs_ours_per_sequence([])
 
 
 def show_where_made(store: Optional[RunStore] = None) -> None:

@@ -15,7 +15,7 @@ from .book import chapter_scale, chapter_seeds
 from .chapters import (best_cell, claims_by_scale, conjecture_runs, figure_at_largest_scale, judged_claims,
                        largest_verdicts, paper_comparison)
 from .config import SCALE_NAMES
-from .experiments import EXPERIMENTS, conjecture, memory_loss
+from .experiments import EXPERIMENTS, conjecture, memory_loss_chapter
 from .experiments import seeds as seeds_study
 from .report import (NOT_RUN, Judgement, Verdict, ablation_effects, ablation_finding, claim_verdicts, held_cells,
                      ran_cells, stamp, verdict_html, verdict_of, verdict_rows, verdict_tally)
@@ -68,7 +68,7 @@ STUDIED = (("word_lm", "Table 2"), ("char_lm", "Table 3"))  # the conjecture's t
 def study_claims(store: Optional[RunStore] = None) -> list:
     """The landing claims table's rows for the studies beyond the paper, judged as their chapters judge
     them at the scale each chapter shows (``book.chapter_scale``), labelled as beyond the paper:
-    Sec. 3's predictions on memory loss (``memory_loss.claims``), the conjecture that Gal's scheme with
+    Sec. 3's predictions on memory loss (``memory_loss_chapter.claims``), the conjecture that Gal's scheme with
     ours beats both (``conjecture.conjecture_summary``, per table and forward block), and whether the
     paper's orderings of its best cells survive the seed noise (``seeds.orderings``, per table)."""
     store = store or RunStore()
@@ -329,7 +329,7 @@ def longer_sequences_sentence(store: Optional[RunStore] = None) -> Optional[str]
     if not scale:
         return None
     rows = run_grid("memory_loss", scale, chapter_seeds("memory_loss", scale, store), train=False, store=store)
-    table = memory_loss.accuracy_by_length(rows)
+    table = memory_loss_chapter.accuracy_by_length(rows)
     trained = rows[0].config.length
     longer = [n for n in table.columns if isinstance(n, int) and n >= 4 * trained]
     if not longer or not set(LONGER) <= set(table.index):

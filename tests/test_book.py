@@ -345,7 +345,7 @@ def test_a_figures_landing_row_is_judged_at_the_largest_scale_where_its_cells_ra
     import matplotlib.pyplot as plt
 
     from made import stored
-    from recdrop.experiments import word_lm
+    from recdrop.experiments import word_lm_chapter
 
     monkeypatch.setenv("RECDROP_RUNS", str(tmp_path))
     store = RunStore()
@@ -375,7 +375,7 @@ def test_a_figures_landing_row_is_judged_at_the_largest_scale_where_its_cells_ra
     shown = []  # and the chapter draws it there, saying so
     monkeypatch.setattr(chapters, "display", lambda obj: shown.append(obj))
     drawn = []
-    chapters.show_figure("word_lm", word_lm.figure2_row, lambda rows: drawn.append(rows) or plt.figure(), [],
+    chapters.show_figure("word_lm", word_lm_chapter.figure2_row, lambda rows: drawn.append(rows) or plt.figure(), [],
                          "reduced", store)
     line, figure_stamp = shown[0].data.split("\n\n")
     assert line == ("At `paper` scale (larger than this page's: the largest where its runs have run): "
@@ -401,12 +401,12 @@ def test_a_figures_landing_row_is_judged_at_the_largest_scale_where_its_cells_ra
 def test_a_figure_whose_runs_ran_nowhere_is_shown_at_the_chapters_scale_on_its_rows(tmp_path, monkeypatch):
     """Where Figure 2's runs have run at no scale, the chapter and the landing page both show it at the
     chapter's scale, on the chapter's rows, as not yet run (one fallback, in ``figure_at_largest_scale``)."""
-    from recdrop.experiments import word_lm
+    from recdrop.experiments import word_lm_chapter
 
     monkeypatch.setenv("RECDROP_RUNS", str(tmp_path))
     store = RunStore()
     rows = grid_rows("word_lm", "quick", [0], store=store)
-    scale, drawn, row = chapters.figure_at_largest_scale("word_lm", word_lm.figure2_row, rows, "quick", store)
+    scale, drawn, row = chapters.figure_at_largest_scale("word_lm", word_lm_chapter.figure2_row, rows, "quick", store)
     assert (scale, drawn) == ("quick", rows)
     assert row["judged"] == NOT_RUN
     figure = landing_table(store).set_index("what").loc["Figure 2: learning curves, word-level PTB"]

@@ -7,7 +7,7 @@ import torch
 from made import record
 from recdrop.config import run_id
 from recdrop.data import data_root
-from recdrop.experiments import char_lm
+from recdrop.experiments import char_lm, char_lm_chapter
 from recdrop.experiments.char_lm import CharLMConfig, CharLMTask, grid, sequences
 from recdrop.records import Row
 from recdrop.report import NOT_RUN
@@ -91,8 +91,8 @@ def test_learning_rate_decays_by_097_from_epoch_10():
 def test_claims_need_every_cell():
     rows = [Row(label, 0, run_id(cfg, 0), cfg) for label, cfg in grid("ci")]
     rows[0].stored = record(metrics={"test_bpc": 1.0, "valid_bpc": 1.0, "best_test_bpc": 1.0})
-    assert set(char_lm.claims(rows)["on ours"]) == {NOT_RUN}
-    assert set(char_lm.claims(rows)["on the paper's numbers"]) == {"holds"}
+    assert set(char_lm_chapter.claims(rows)["on ours"]) == {NOT_RUN}
+    assert set(char_lm_chapter.claims(rows)["on the paper's numbers"]) == {"holds"}
 
 
 def test_batch_check_gives_each_batch_size_its_cells_gap_and_order():
@@ -108,7 +108,7 @@ def test_batch_check_gives_each_batch_size_its_cells_gap_and_order():
                 r.stored = record(**{"metrics": {"test_bpc": bpc + 0.1 * r.seed}})
 
     store("none", "default", 1.5)
-    table = char_lm.batch_check(rows).set_index("batch")
+    table = char_lm_chapter.batch_check(rows).set_index("batch")
     assert list(table.index) == ["default", "half"] and "n" not in table
     assert table.loc["default", "batch size"] == 2 * table.loc["half", "batch size"]
     assert table.loc["default", "no recurrent dropout"] == "1.550 ± 0.071 (n=2)"
@@ -119,11 +119,12 @@ def test_batch_check_gives_each_batch_size_its_cells_gap_and_order():
     store("semeniuta", "default", 1.4)  # ours better by 0.1 at the default batch ...
     store("none", "half", 1.6)
     store("semeniuta", "half", 1.7)  # ... and worse by 0.1 at half of it: the batch drives the order
-    table = char_lm.batch_check(rows).set_index("batch")
+    table = char_lm_chapter.batch_check(rows).set_index("batch")
     assert list(table["ours − none (bpc)"]) == ["-0.100", "+0.100"]
     assert list(table["same order as at the default batch"]) == ["—", "no"]
     store("semeniuta", "half", 1.55)
-    assert char_lm.batch_check(rows).set_index("batch").loc["half", "same order as at the default batch"] == "yes"
+    table = char_lm_chapter.batch_check(rows).set_index("batch")
+    assert table.loc["half", "same order as at the default batch"] == "yes"
 
 
 def test_the_run_curves_leave_out_the_batch_size_check():
@@ -136,7 +137,7 @@ def test_the_run_curves_leave_out_the_batch_size_check():
         if r["forward"] == wo and (r["batch"] == "half" or r["scheme"] == "none"):
             r.stored = record(**{"seed": 0, "curves": [{"epoch": e, "train_bpc": 2.0 / e, "valid_bpc": 2.2 / e}
                                                  for e in (1, 2, 3)]})
-    fig = char_lm.plot_runs(rows)
+    fig = char_lm_chapter.plot_runs(rows)
     assert [ax.get_title() for ax in fig.axes] == ["no dropout"]
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert labels == ["no dropout", "training", "validation"]

@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 from made import record, row, stored
-from recdrop.experiments import temporal_order
+from recdrop.experiments import temporal_order_chapter
 from recdrop.report import NOT_RUN, Verdict, claim_verdict, seed_values, stored_seeds, verdict_of
 from recdrop.store import RunStore
 from recdrop.summary import BEYOND, QUICK, landing_claims, study_claims
@@ -85,7 +85,7 @@ def table1_rows(accuracy, seeds=(0, 1, 2), reached_at=moon_per_step_later):
 
 
 def claims_of(rows):
-    return dict(temporal_order.claims(rows).itertuples(index=False))
+    return dict(temporal_order_chapter.claims(rows).itertuples(index=False))
 
 
 def test_table1_claims_against_seed_noise():
@@ -127,7 +127,7 @@ def test_moon_per_step_must_solve_the_short_length_later_than_the_lstm_without_d
 
 def test_how_much_later_moon_per_step_solves_it_is_shown_seed_by_seed():
     rows = table1_rows(lambda r: (1.0, 0.25) if (r["scheme"], r["length"]) == ("moon", "medium") else (1.0, 1.0))
-    t = temporal_order.solved_epochs(rows).set_index(["length", "cell"])
+    t = temporal_order_chapter.solved_epochs(rows).set_index(["length", "cell"])
     assert t.loc[("short", "no dropout"), "first epoch solved at test"] == "2, 2, 2"
     assert t.loc[("short", "Moon per-step"), "first epoch solved at test"] == "5, 5, 5"
     assert t.loc[("short", "Moon per-step"), "× the LSTM's without dropout"] == "2.5, 2.5, 2.5"  # the paper: 10-20
@@ -217,28 +217,28 @@ def test_landing_claims_show_each_claim_at_the_largest_scale_where_it_ran(tmp_pa
 
 
 def test_figure2_row_judges_the_curves_against_seed_noise():
-    from recdrop.experiments import word_lm
+    from recdrop.experiments import word_lm_chapter
 
     rows = grid_rows("word_lm", "quick", [0, 1, 2], store=RunStore("/nonexistent"))
     picked = [r for r in rows if r["forward"] == "without forward dropout" and
               (r["scheme"], r["rate"], r["sampling"]) in (("none", 0.0, "-"), ("semeniuta", 0.25, "per-step"))]
-    assert word_lm.figure2_row(picked, "quick")["ours"] == "not yet run"
+    assert word_lm_chapter.figure2_row(picked, "quick")["ours"] == "not yet run"
     for r in picked:  # with dropout: higher training, lower validation perplexity, except in seed 2's training
         ours = r["scheme"] == "semeniuta"
         train = 120.0 if ours and r.seed != 2 else 100.0 if not ours else 90.0
         r.stored = record(metrics={"train_ppl": train, "valid_ppl": 140.0 if ours else 150.0})
-    row = word_lm.figure2_row(picked, "quick")
+    row = word_lm_chapter.figure2_row(picked, "quick")
     assert row["ours"] == ("train 110.0 vs 100.0, valid 140.0 vs 150.0 (mean of 3 seeds): within seed noise "
                            "(holds in 2 of 3 seeds, holds on the means)")
     assert row["judged"] == "within seed noise (holds in 2 of 3 seeds, holds on the means)"  # not in every seed
     one = [r for r in picked if r.seed == 1]
-    assert word_lm.figure2_row(one, "quick")["ours"] == (
+    assert word_lm_chapter.figure2_row(one, "quick")["ours"] == (
         "train 120.0 vs 100.0, valid 140.0 vs 150.0 (seed 1): reproduced (1 seed, too few to judge against seed noise)")
-    assert word_lm.figure2_row(one, "quick")["judged"].against_noise is False
+    assert word_lm_chapter.figure2_row(one, "quick")["judged"].against_noise is False
     for r in picked:
         r.stored = record(metrics={"train_ppl": 120.0 if r["scheme"] == "semeniuta" else 100.0,
                                    "valid_ppl": 140.0 if r["scheme"] == "semeniuta" else 150.0})
-    assert word_lm.figure2_row(picked, "quick")["judged"] == "reproduced (3 of 3 seeds)"
+    assert word_lm_chapter.figure2_row(picked, "quick")["judged"] == "reproduced (3 of 3 seeds)"
 
 
 def test_a_claim_that_stops_early_in_one_seed_still_needs_the_cells_it_reads_in_another():

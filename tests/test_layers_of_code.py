@@ -77,6 +77,18 @@ def test_imports_only_point_down_and_none_hides_inside_a_function():
     assert not hidden, f"imports inside a function: {hidden}"
 
 
+def test_an_experiments_task_never_reads_its_chapter():
+    """Within the experiments, a task (``experiments.word_lm``) is below its chapter
+    (``experiments.word_lm_chapter``): what trains a run never depends on how its results are shown."""
+    mods = modules()
+    chapters = {m for m in mods if m.startswith("recdrop.experiments.") and m.endswith("_chapter")}
+    assert {"recdrop.experiments.word_lm_chapter", "recdrop.experiments.char_lm_chapter"} <= chapters
+    up = [f"{name} -> {target}" for name, (path, tree) in mods.items()
+          if name.startswith("recdrop.experiments.") and name not in chapters
+          for target, _ in imports(name, path, tree) if target in chapters]
+    assert not up, f"tasks that import a chapter: {up}"
+
+
 def test_no_import_circle():
     mods = modules()
     edges = {name: {t for t, _ in imports(name, *mods[name]) if t in mods and t != name and top(t) != "recdrop"}

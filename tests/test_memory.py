@@ -77,7 +77,7 @@ def test_probes_reject_layers_they_cannot_trace():
 def test_memory_loss_runs_train_what_table1_short_trains_and_record_the_probes(tmp_path, monkeypatch):
     """The memory-loss runs are Table 1's `short` runs (same config values, same seed: the same
     weights, the same test accuracy per epoch), with the probes added to the record."""
-    from recdrop.experiments import memory_loss
+    from recdrop.experiments import memory_loss, memory_loss_chapter
     from recdrop.store import RunStore
     from recdrop.sweep import run_grid
 
@@ -92,13 +92,13 @@ def test_memory_loss_runs_train_what_table1_short_trains_and_record_the_probes(t
     assert sorted(m["test_acc_by_length"]) == sorted(map(str, cfg.test_lengths))
     for phase in ("test", "train"):
         assert len(m["probe"][phase]["memory"]) == len(m["probe"][phase]["cell_norm"]) == cfg.probe_steps
-    table = memory_loss.memory_table(run_grid("memory_loss", "ci", store=store, train=False, progress=False))
+    table = memory_loss_chapter.memory_table(run_grid("memory_loss", "ci", store=store, train=False, progress=False))
     assert (table.loc["moon per-sequence, paper scaling", f"test, t={cfg.probe_steps}"]
             == m["probe"]["test"]["memory"][-1])
     assert table.loc["moon per-sequence, paper scaling", "seeds"] == 1
     assert table.loc["moon per-sequence, paper scaling", f"test, t={cfg.probe_steps}, each seed"] == (
         f"{m['probe']['test']['memory'][-1]:.2g}")
-    assert NOT_RUN in set(memory_loss.claims([])["on ours"])
+    assert NOT_RUN in set(memory_loss_chapter.claims([])["on ours"])
 
 
 def test_memory_loss_config_rejects_bad_probes():

@@ -6,7 +6,7 @@ from made import record
 from recdrop.config import run_id
 from recdrop.data import data_root
 from recdrop.data.conll2003 import Sentence
-from recdrop.experiments import ner
+from recdrop.experiments import ner, ner_chapter
 from recdrop.experiments.ner import CAPS, NERConfig, caps_feature, epoch_chunks, gather, grid, make_split
 from recdrop.records import Row
 from recdrop.report import NOT_RUN
@@ -107,7 +107,7 @@ def test_the_progress_bar_counts_each_stages_batches(tmp_path, monkeypatch):
 
 def test_claims_are_not_yet_run_without_records():
     rows = [Row(label, 0, run_id(cfg, 0), cfg) for label, cfg in grid("ci")]
-    out = ner.claims(rows)
+    out = ner_chapter.claims(rows)
     assert set(out["on ours"]) == {NOT_RUN}
     # the paper's own numbers: the LSTM's gain is the largest after the 5-word stage (1.10 against 0.88
     # and 0.70), not after the 15-word stage (0.76 against the RNN's 0.83)
@@ -214,10 +214,11 @@ def test_the_training_summary_calls_a_run_unstable_past_ten_times_its_first_epoc
 def test_chance_losses_are_a_uniform_guess_over_the_tasks_classes():
     import math
 
-    from recdrop.experiments import ner, sentiment
+    from recdrop.experiments import ner_chapter, sentiment_chapter
 
-    assert sentiment.chance_loss() == pytest.approx(math.log(3))
-    assert ner.chance_loss() == pytest.approx(math.log(8))  # eng.train: O, I- of the 4 types, B- of 3 (no B-PER)
+    assert sentiment_chapter.chance_loss() == pytest.approx(math.log(3))
+    # eng.train: O, I- of the 4 types, B- of 3 (no B-PER)
+    assert ner_chapter.chance_loss() == pytest.approx(math.log(8))
 
 
 @needs_conll

@@ -228,7 +228,7 @@ def test_wide_tables_show_rates_as_labels_not_floats(experiment, wide):
     from recdrop.sweep import grid_rows
 
     rows = grid_rows(experiment, "ci", [0], store=RunStore("/nonexistent"))  # nothing run: every cell "not run"
-    html = getattr(importlib.import_module(f"recdrop.experiments.{experiment}"), wide)(rows).to_html()
+    html = getattr(importlib.import_module(f"recdrop.experiments.{experiment}_chapter"), wide)(rows).to_html()
     assert ">0.25<" in html and "0.250000" not in html and "0.000000" not in html
 
 

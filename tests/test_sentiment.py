@@ -5,7 +5,7 @@ import torch
 
 from recdrop.config import run_id
 from recdrop.data import data_root
-from recdrop.experiments import sentiment
+from recdrop.experiments import sentiment, sentiment_chapter
 from recdrop.experiments.sentiment import SentimentConfig, classifier, encode, grid, read_pretrain_corpus
 from recdrop.records import Row
 from recdrop.report import NOT_RUN
@@ -94,5 +94,5 @@ def test_pretraining_is_a_stage_that_a_resumed_run_does_not_repeat(tmp_path, mon
 
 def test_claims_are_not_yet_run_without_records():
     rows = [Row(label, 0, run_id(cfg, 0), cfg) for label, cfg in grid("ci")]
-    out = sentiment.claims(rows)
+    out = sentiment_chapter.claims(rows)
     assert set(out["on ours"]) == {NOT_RUN} and set(out["on the paper's numbers"]) == {"holds"}

@@ -3,7 +3,7 @@ import pytest
 
 from made import RECORD_DEFAULTS, row
 from recdrop import chapters, experiments
-from recdrop.experiments import conjecture, seeds, temporal_order, word_lm
+from recdrop.experiments import conjecture, seeds, temporal_order, word_lm, temporal_order_chapter
 from recdrop.experiments.lm_tables import COMBINED, FORWARD, conjecture_cells, headline_cells
 from recdrop.report import NOT_RUN
 
@@ -213,17 +213,18 @@ def test_moon_vs_ours_is_shown_at_the_largest_scale_where_both_per_sequence_cell
 
 
 def test_moon_vs_ours_says_when_the_training_losses_part():
-    from recdrop.experiments.temporal_order import PARTED
+    from recdrop.experiments.temporal_order_chapter import PARTED
 
     def one(scheme, losses, test_acc):
         return row(length="medium", scheme=scheme, seed=0, sampling="per-sequence", scaling="paper",
                    record={"curves": [{"epoch": e + 1, "train_loss": v} for e, v in enumerate(losses)],
                            "metrics": {"test_acc": test_acc}})
 
-    table = temporal_order.moon_vs_ours_per_sequence(
+    table = temporal_order_chapter.moon_vs_ours_per_sequence(
         [one("moon", [1.0, 0.5, 0.4, 0.3], 0.2345), one("semeniuta", [1.0, 0.5 + 1e-9, 0.4 + 2 * PARTED, 0.1], 1.0)])
     t = table.iloc[0]
     assert t["first epoch apart by > 1e-06"] == 3 and abs(t["max |train loss, Moon - ours|"] - 0.2) < 1e-12
     assert (t["Moon test acc (%)"], t["ours test acc (%)"]) == (23.4, 100.0)
-    same = temporal_order.moon_vs_ours_per_sequence([one("moon", [1.0, 0.5], 0.3), one("semeniuta", [1.0, 0.5], 1.0)])
+    same = temporal_order_chapter.moon_vs_ours_per_sequence([one("moon", [1.0, 0.5], 0.3),
+                                                             one("semeniuta", [1.0, 0.5], 1.0)])
     assert same.iloc[0]["first epoch apart by > 1e-06"] == "never"

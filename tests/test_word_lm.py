@@ -8,8 +8,9 @@ import torch.nn.functional as F
 
 from made import record
 from recdrop.data import data_root
-from recdrop.experiments import word_lm
+from recdrop.experiments import word_lm_chapter
 from recdrop.experiments.word_lm import WordLMConfig, WordLMTask, grid
+from recdrop.experiments.lm_tables import FORWARD
 from recdrop.store import RunStore
 from recdrop.report import NOT_RUN, Verdict
 
@@ -126,7 +127,7 @@ def test_figure2_names_a_cell_not_yet_run_instead_of_leaving_it_out():
         if r["scheme"] == "none":
             r.stored = record(**{"seed": 0, "curves": [{"epoch": e, "train_ppl": 300.0 / e, "valid_ppl": 350.0 / e}
                                                  for e in (1, 2, 3)]})
-    ax = word_lm.plot_figure2(rows).axes[0]
+    ax = word_lm_chapter.plot_figure2(rows).axes[0]
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert labels == ["no dropout", "0.25 per-step recurrent dropout (ours): not yet run at this scale",
                       "training", "validation"]
@@ -136,12 +137,12 @@ def test_figure2_names_a_cell_not_yet_run_instead_of_leaving_it_out():
 def test_the_run_curves_have_a_panel_per_scheme_with_no_dropout_in_each():
     from recdrop.sweep import grid_rows
     rows = grid_rows("word_lm", "quick", store=RunStore("/nonexistent"))
-    wo = next(iter(word_lm.FORWARD))
+    wo = next(iter(FORWARD))
     for r in rows:
         if r["forward"] == wo and (r["scheme"] == "none" or (r["scheme"] in ("moon", "gal") and r["rate"] == 0.25)):
             r.stored = record(**{"seed": 0, "curves": [{"epoch": e, "train_ppl": 300.0 / e, "valid_ppl": 350.0 / e}
                                                  for e in (1, 2, 3)]})
-    fig = word_lm.plot_runs(rows)
+    fig = word_lm_chapter.plot_runs(rows)
     assert [ax.get_title() for ax in fig.axes] == ["moon", "gal"]
     for ax in fig.axes:
         labels = [t.get_text() for t in ax.get_legend().get_texts()]
@@ -173,7 +174,7 @@ def test_claim_i_is_judged_in_each_block_apart():
     paper = paper_values(2)
     rows = [row(record={"metrics": {"test_ppl": paper[c]}}, **dict(zip(CELL_KEYS, c)))
             for c in all_cells() if c[0] == without]
-    verdicts = dict(word_lm.claims(rows).iloc[:, [0, 2]].itertuples(index=False))
+    verdicts = dict(word_lm_chapter.claims(rows).iloc[:, [0, 2]].itertuples(index=False))
     judged = verdicts[f"(i) ours (Semeniuta) beats Moon and Gal: best cell of each scheme, {without}"]
     assert judged.verdict is Verdict.REPRODUCED
     assert verdicts["(i) ours (Semeniuta) beats Moon and Gal: best cell of each scheme, with forward dropout"] == (

@@ -1,9 +1,10 @@
-"""The one registry of experiments and chapters. Each experiment module holds its config and scales,
-its grids (the table's cells, and the studies beyond the paper that reuse them), its task, its
-comparison with the paper and its claims; this file says which is which. The sweep CLI, the
+"""The one registry of experiments and chapters. Each experiment is two modules: ``<name>`` holds its
+config and scales, its grids (the table's cells, and the studies beyond the paper that reuse them) and
+its task; ``<name>_chapter`` its comparison with the paper, its claims and figures, from the stored
+runs. This file says which is which. The sweep CLI, the
 campaign, the book build and the landing page read it, and a test checks ``_toc.yml`` against it.
 
-Adding an experiment: its data loader (``recdrop/data/``), its module here, its notebook
+Adding an experiment: its data loader (``recdrop/data/``), its two modules here, its notebook
 (``notebooks/<name>.ipynb``, which becomes its chapter) and one ``Experiment`` entry below; then
 its line in ``_toc.yml``, which a test checks against ``CHAPTERS``.
 """
@@ -13,7 +14,8 @@ import dataclasses
 from typing import Callable, Dict, Optional
 
 from ..report import Metric
-from . import char_lm, memory_loss, ner, sentiment, temporal_order, word_lm
+from . import (char_lm, char_lm_chapter, memory_loss, memory_loss_chapter, ner, ner_chapter, sentiment,
+               sentiment_chapter, temporal_order, temporal_order_chapter, word_lm, word_lm_chapter)
 from .cell_grid import ABLATIONS, plot_cell_runs
 
 
@@ -48,21 +50,25 @@ class Experiment:
 # In the book's order.
 EXPERIMENTS: Dict[str, Experiment] = {e.name: e for e in [
     Experiment("temporal_order", "Table 1: Temporal Order, test accuracy", temporal_order.TemporalOrderConfig,
-               temporal_order.TemporalOrderTask, temporal_order.GRIDS, temporal_order.table1, temporal_order.METRIC,
-               temporal_order.claims, headline="medium semeniuta per-step"),
+               temporal_order.TemporalOrderTask, temporal_order.GRIDS, temporal_order_chapter.table1,
+               temporal_order_chapter.METRIC, temporal_order_chapter.claims, headline="medium semeniuta per-step"),
     Experiment("memory_loss", "Memory loss, measured (Eqs. 17-19)", memory_loss.MemoryLossConfig,
-               memory_loss.MemoryLossTask, memory_loss.GRIDS, claims=memory_loss.claims),
+               memory_loss.MemoryLossTask, memory_loss.GRIDS, claims=memory_loss_chapter.claims),
     Experiment("word_lm", "Table 2: word-level PTB, test perplexity", word_lm.WordLMConfig, word_lm.WordLMTask,
-               word_lm.GRIDS, word_lm.table2, word_lm.METRIC, word_lm.claims, curves=word_lm.plot_runs,
-               checks=(word_lm.fit, word_lm.pilot), figures=(word_lm.figure2_row,)),
+               word_lm.GRIDS, word_lm_chapter.table2, word_lm_chapter.METRIC, word_lm_chapter.claims,
+               curves=word_lm_chapter.plot_runs, checks=(word_lm_chapter.fit, word_lm_chapter.pilot),
+               figures=(word_lm_chapter.figure2_row,)),
     Experiment("char_lm", "Table 3: character-level PTB, test bpc", char_lm.CharLMConfig, char_lm.CharLMTask,
-               char_lm.GRIDS, char_lm.table3, char_lm.METRIC, char_lm.claims, curves=char_lm.plot_runs,
-               checks=(char_lm.fit, char_lm.pilot, char_lm.batch_check), table_rows=char_lm.table_rows),
-    Experiment("ner", "Table 4: NER on CoNLL-2003, test F1", ner.NERConfig, ner.NERTask, ner.GRIDS, ner.table4,
-               ner.METRIC, ner.claims, curves=plot_cell_runs,
+               char_lm.GRIDS, char_lm_chapter.table3, char_lm_chapter.METRIC, char_lm_chapter.claims,
+               curves=char_lm_chapter.plot_runs,
+               checks=(char_lm_chapter.fit, char_lm_chapter.pilot, char_lm_chapter.batch_check),
+               table_rows=char_lm.table_rows),
+    Experiment("ner", "Table 4: NER on CoNLL-2003, test F1", ner.NERConfig, ner.NERTask, ner.GRIDS,
+               ner_chapter.table4, ner_chapter.METRIC, ner_chapter.claims, curves=plot_cell_runs,
                paper_scale_lacks="the word2vec vectors (GloVe 50d here)", ablations=ner.ABLATIONS),
     Experiment("sentiment", "Table 5: Twitter sentiment, test F1", sentiment.SentimentConfig, sentiment.SentimentTask,
-               sentiment.GRIDS, sentiment.table5, sentiment.METRIC, sentiment.claims, curves=plot_cell_runs,
+               sentiment.GRIDS, sentiment_chapter.table5, sentiment_chapter.METRIC, sentiment_chapter.claims,
+               curves=plot_cell_runs,
                paper_scale_lacks="the pre-training on 1M weakly labelled tweets, the word2vec vectors (GloVe 50d "
                                  "here) and, most likely, the 2013 test tweets in training", ablations=ABLATIONS),
 ]}

@@ -4,6 +4,8 @@ Characters embedded in 256 dimensions -> forward dropout -> one recdrop.LSTM of 
 recurrent dropout -> forward dropout -> linear to the 50 symbols; Adam on non-overlapping sequences
 of 100 characters. The authors' code does not cover this task, so where the paper is silent the
 choice is ours, and the field says so.
+
+This module trains the runs; their tables, claims and figures are ``char_lm_chapter``'s.
 """
 from __future__ import annotations
 
@@ -12,20 +14,23 @@ import functools
 import math
 from typing import Any, Dict, List, Optional, Sequence
 
-import pandas as pd
 import torch
 
+from .. import step_graph
 from ..config import ExperimentConfig
 from ..data.ptb import check_ptb_char, load_ptb_char
 from ..models import Dropout, LanguageModel, generators, language_models_bytes, language_models_nll
-from ..report import Metric, check_claims, fmt_mean_sd, summarize
 from ..stacked import StackedAdam, StackedLanguageModels, stacking
-from .. import step_graph
 from ..step_graph import FullBatches, LearningRates, StepGraph
 from ..train import Task, autocast, epoch_generator, optimise_group
-from .lm_tables import (FORWARD, all_cells, best, best_epoch, conjecture_cells, fit_table, headline_cells, lm_table,
-                        lm_table_wide, paper_values, pilot_cells, pilot_table, plot_learning_curves, plot_run_curves,
-                        seed_cell_values, table_cells)
+from .lm_tables import (
+    FORWARD,
+    best_epoch,
+    conjecture_cells,
+    headline_cells,
+    pilot_cells,
+    table_cells,
+)
 
 LN2 = math.log(2.0)
 
@@ -322,94 +327,9 @@ def grid(scale: str, **overrides):
     return out
 
 
-# -- Table 3 and the claims of Sec. 4.3 --------------------------------------------------------------
-METRIC = Metric("bpc", digits=3, tolerance=0.03, higher_is_better=False)  # within 0.03 bpc (issue target)
-EXTRAS = (("ours, best-valid model", "best_test_bpc", ("Test",)),)
-
-
 GRIDS = {"table": grid, "headline": headline_grid, "conjecture": conjecture_grid, "pilot": pilot_grid}
 
 
 def table_rows(rows):
     """The rows of Table 3 itself, without the batch-size check's (rows without a batch label pass)."""
     return [r for r in rows if r.labels.get("batch", "default") == "default"]
-
-
-def table3(rows) -> "pd.DataFrame":
-    """Long form: one row per cell and split, paper | ours | delta (bpc) | verdict; ``ours`` is the
-    final model's bpc, the best-validation model's beside it."""
-    return lm_table(table_rows(rows), 3, METRIC, EXTRAS)
-
-
-def table3_wide(rows):
-    """The paper's layout, ours beside the paper's, the best of each column and block in bold."""
-    return lm_table_wide(table3(rows), METRIC)
-
-
-def claims(rows) -> "pd.DataFrame":
-    """The observations of Sec. 4.3 on the paper's Table 3 and on ours (test bpc, final model)."""
-    wo, w = FORWARD
-    checks = [
-        ("recurrent dropout alone (ours and Gal, best cell) beats forward dropout alone",
-         lambda p: max(best(p, wo, "semeniuta"), best(p, wo, "gal")) < p[(w, "none", 0.0, "-")]),
-        ("with forward dropout, ours is the only scheme that improves on forward dropout alone",
-         lambda p: best(p, w, "semeniuta") < p[(w, "none", 0.0, "-")] <= min(best(p, w, "moon"), best(p, w, "gal"))),
-        ("the best cell overall is ours, 0.25 per-step (without forward dropout)",
-         lambda p: min(p[c] for c in all_cells()) == p[(wo, "semeniuta", 0.25, "per-step")]),
-    ]
-    return check_claims(checks, paper_values(3), seed_cell_values(table_rows(rows), "test_bpc"), "4.3")
-
-
-def batch_check_rows(rows):
-    """The batch-size check's rows: no recurrent dropout and ours 0.25 per-step, without forward
-    dropout, at the default batch and at half of it (the four runs a seed that ``batch_check`` reads)."""
-    return [r for r in rows if r["forward"] == next(iter(FORWARD)) and r["scheme"] in ("none", "semeniuta")
-            and r["rate"] in (0.0, 0.25) and r["sampling"] in ("-", "per-step")]
-
-
-def batch_check(rows) -> "pd.DataFrame":
-    """The batch-size check, one row per batch size (the default and half of it): test bpc of no
-    recurrent dropout and of ours 0.25 per-step (both without forward dropout), the gap between their
-    means, and whether it has the sign it has at the default batch (the choice does not drive the order)."""
-    cells = {"none": "no recurrent dropout", "semeniuta": "ours 0.25 per-step"}
-    picked = batch_check_rows(rows)
-    s = summarize(picked, ["batch", "scheme"], ["test_bpc"]).set_index(["batch", "scheme"])
-    out, default_gap = [], math.nan
-    for batch in [b for b in ("default", "half") if b in s.index.get_level_values("batch")]:
-        row = {"batch": batch, "batch size": next(r.config.batch_size for r in picked if r["batch"] == batch)}
-        for scheme, label in cells.items():
-            m, sd, n = s.loc[(batch, scheme), ["test_bpc_mean", "test_bpc_std", "n"]]
-            row[label] = fmt_mean_sd(m, sd, int(n), 3)
-        gap = s.loc[(batch, "semeniuta"), "test_bpc_mean"] - s.loc[(batch, "none"), "test_bpc_mean"]
-        default_gap = gap if batch == "default" else default_gap
-        row["ours − none (bpc)"] = "not yet run" if math.isnan(gap) else f"{gap:+.3f}"
-        row["same order as at the default batch"] = (
-            "—" if batch == "default" else "not yet run" if math.isnan(gap) or math.isnan(default_gap)
-            else "yes" if (gap < 0) == (default_gap < 0) else "no")
-        out.append(row)
-    return pd.DataFrame(out)
-
-
-def plot_curves(rows):
-    """Training (solid) and validation (dashed) bpc per epoch, without and with 0.25 per-step
-    Semeniuta dropout (no forward dropout), as Figure 2 does for words."""
-    return plot_learning_curves(table_rows(rows), "bpc", [
-        (("none", 0.0, "-"), "tab:blue", "no dropout"),
-        (("semeniuta", 0.25, "per-step"), "tab:red", "0.25 per-step recurrent dropout (ours)")],
-        "bits per character")
-
-
-def fit(rows) -> "pd.DataFrame":
-    """Per run: does it over-fit, has it converged (``lm_tables.fit_table``)."""
-    return fit_table(table_rows(rows), "bpc")
-
-
-def pilot(rows) -> "pd.DataFrame":
-    """The pilot's test of a scale: is the gap between no dropout and the paper's best cell larger
-    than the seed noise (``lm_tables.pilot_table``)?"""
-    return pilot_table(table_rows(rows), "bpc", 3, METRIC.digits)
-
-
-def plot_runs(rows):
-    """Learning curves of every cell run without forward dropout (for a scale whose grid is partial)."""
-    return plot_run_curves(table_rows(rows), "bpc", "bits per character", log=False)

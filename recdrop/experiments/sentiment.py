@@ -6,26 +6,23 @@ recurrent dropout, per-step masks, 0.0 or 0.25 -> forward dropout 0.5 -> linear 
 RMSProp at lr 0.001; the rest as in the NER task (Sec. 4.4). The paper pre-trains on 1M weakly
 labelled tweets, which were never released: the pre-training step is here (distant labels from
 emoticons, a corpus path to plug in), and the table is run without it unless a corpus is given.
+
+This module trains the runs; their tables, claims and figures are ``sentiment_chapter``'s.
 """
 from __future__ import annotations
 
 import dataclasses
-import math
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
-import pandas as pd
 import torch
 import torch.nn.functional as F
 
 from ..data.embeddings import GLOVE, PAD, UNK, check_vectors, embedding_table
-from ..data.semeval import (LABELS, PARTIAL, TEST_SETS, check_semeval, distant_label, load_semeval, semeval_f1,
-                           tokenize)
+from ..data.semeval import LABELS, TEST_SETS, check_semeval, distant_label, load_semeval, semeval_f1, tokenize
 from ..models import Dropout, SequenceClassifier
-from ..paper import paper_results
-from ..report import Metric, check_claims, compare, plain_label, seed_values
 from ..train import Task, epoch_generator
-from .cell_grid import CELLS, RATES, RMSPropConfig, cell_rate_grid, check_cell, with_torch_rmsprop
+from .cell_grid import RMSPropConfig, cell_rate_grid, check_cell, with_torch_rmsprop
 
 
 @dataclasses.dataclass(frozen=True)
@@ -211,67 +208,3 @@ def grid(scale: str, **overrides):
 
 
 GRIDS = {"table": grid, "torch-rmsprop": with_torch_rmsprop(grid)}
-
-
-# -- Table 5 and the claims of Sec. 4.5 --------------------------------------------------------------
-CELLS_RATES = [(c, r) for c in CELLS for r in RATES]
-
-
-def chance_loss() -> float:
-    """The cross-entropy of a uniform guess over the 3 classes, ln 3: where training starts
-    (``cell_grid.stability``)."""
-    return math.log(len(LABELS))
-
-
-METRIC = Metric("F1", digits=2, tolerance=1.0)  # as Table 4's: a cell is reproduced within 1 F1 point
-
-
-def paper_f1() -> Dict[Tuple[str, float, str], float]:
-    """The paper's Table 5: (cell, rate, test set) -> test F1."""
-    paper = paper_results(5).set_index(["group", "row", "column"])
-    return {(c, r, t): float(paper.loc[(c, "0.25" if r else "0", t), "value"]) for c in CELLS for r in RATES
-            for t in TEST_SETS}
-
-
-def table5(rows) -> "pd.DataFrame":
-    """Table 5 through ``report.compare``: one row per cell, rate and test set, the final model's F1
-    against the paper's; the best-validation model's beside, and what is incomplete about the test set."""
-    paper = paper_f1()
-    cells = [({"cell": cell, "rate": rate, "test set": name}, paper[(cell, rate, name)], f"test_f1:{name}")
-             for cell in CELLS for rate in RATES for name in TEST_SETS]
-    t = compare(rows, cells, ["cell", "rate"], METRIC,
-                extras=[("ours, best-valid model", lambda labels: f"best_test_f1:{labels['test set']}")])
-    t["test set note"] = [PARTIAL.get(name, "complete") for name in t["test set"]]
-    t["setting"] = t["cell"] + " " + t["rate"].astype(str) + ", " + t["test set"]
-    return t
-
-
-def table5_wide(rows):
-    """The paper's layout: cell and rate down, test sets across, paper | ours (the mean over seeds)."""
-    long = table5(rows)
-    wide = long.pivot_table(index=["cell", "rate"], columns="test set", values=["paper", "mean"], sort=False,
-                            dropna=False)
-    wide.columns = [(ts, "paper" if v == "paper" else "ours") for v, ts in wide.columns]
-    wide = wide[[(ts, w) for ts in TEST_SETS for w in ("paper", "ours")]]
-    wide.columns = pd.MultiIndex.from_tuples(wide.columns)
-    return wide.style.format("{:.2f}", na_rep="not run").format_index(plain_label)
-
-
-def claims(rows) -> "pd.DataFrame":
-    """The observations of Sec. 4.5 on the paper's Table 5 and on ours (final model)."""
-    ours = seed_values(rows, lambda r, m: {(r["cell"], r["rate"], t): m.get(f"test_f1:{t}") for t in TEST_SETS})
-
-    def mean_gain(f, cell):
-        return sum(f[(cell, 0.25, t)] - f[(cell, 0.0, t)] for t in TEST_SETS) / len(TEST_SETS)
-
-    def best_is_gru_with_dropout(f):
-        wins = sum(max(CELLS_RATES, key=lambda cr: f[(*cr, t)]) == ("GRU", 0.25) for t in TEST_SETS)
-        return wins >= len(TEST_SETS) / 2
-
-    checks = [("recurrent dropout lowers the vanilla RNN's F1 (mean over the test sets)",
-               lambda f: mean_gain(f, "RNN") < 0),
-              ("recurrent dropout raises the LSTM's and the GRU's F1 (mean over the test sets)",
-               lambda f: mean_gain(f, "LSTM") > 0 and mean_gain(f, "GRU") > 0),
-              # The paper says "on most"; its own table has it best on 3 of the 6 sets.
-              ("the GRU with recurrent dropout is best on at least half of the test sets", best_is_gru_with_dropout)]
-    return check_claims(checks, paper_f1(), ours, "4.5")
