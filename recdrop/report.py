@@ -267,17 +267,30 @@ def verdict_of(judged: Any) -> Verdict:
     raise TypeError(f"not a verdict: {judged!r} (a Judgement or a Verdict is; a verdict is never read from words)")
 
 
-class _Reading(dict):
+@dataclass(frozen=True)
+class Claim:
+    """A claim of the paper on a table: its words, the cells it reads (keys of a seed's values,
+    ``seed_values``) and ``holds``, whether it holds on values of those cells."""
 
-    """One seed's values (or the means) that note every cell a claim reads, in ``seen``."""
+    text: str
+    cells: Tuple[Any, ...]
+    holds: Callable[[Dict[Any, float]], bool]
 
-    def __init__(self, values: Dict[Any, float], seen: set):
+    def on(self, values: Dict[Any, float]) -> bool:
+        """Whether it holds on ``values``, which must have every cell it names; it is given those only,
+        so a cell it reads but does not name is its own error, said as such."""
+        return bool(self.holds(_OwnCells(self, {c: values[c] for c in self.cells})))
+
+
+class _OwnCells(dict):
+    """A claim's own cells: a lookup of any other names the claim."""
+
+    def __init__(self, claim: Claim, values: Dict[Any, float]):
         super().__init__(values)
-        self.seen = seen
+        self.claim = claim
 
-    def __getitem__(self, key):
-        self.seen.add(key)
-        return super().__getitem__(key)
+    def __missing__(self, key):
+        raise KeyError(f"the claim {self.claim.text!r} reads {key!r}, which is not among the cells it names")
 
 
 def means_over(seeds: List[Dict[Any, float]]) -> Dict[Any, float]:
@@ -285,85 +298,37 @@ def means_over(seeds: List[Dict[Any, float]]) -> Dict[Any, float]:
     return {k: float(np.mean([v[k] for v in seeds if k in v])) for k in set().union(*seeds)}
 
 
-def _outcomes(test: Callable[[Dict[Any, float]], bool],
-              by_seed: Dict[int, Dict[Any, float]]) -> Tuple[Optional[bool], List[bool], set, int, int]:
-    """``claim_outcomes``, the cells the claim was found to need, how many seeds that ran some of them
-    were left out, and how many of the seeds counted lack one of them (decided before they read it).
-
-    Every seed that ran some of the claim's cells counts where the test decides each of them from its
-    own cells (read in its own order, it reads no cell the seed lacks: "the LSTM gains more than the RNN
-    and the GRU" fails in a seed whose LSTM gains less than its RNN, GRU or none). Where some seed is
-    left undecided, only the seeds with every cell the claim reads in any seed count: never a choice of
-    seeds by their outcome (those that fail early), which would lean the verdict."""
-    needed: set = set()
-    while True:
-        known = len(needed)
-        complete = [v for v in by_seed.values() if needed <= v.keys()]
-        if not complete:
-            return None, [], needed, 0, 0
-        means = means_over(complete)
-        try:
-            outcomes = [bool(test(_Reading(v, needed))) for v in complete]
-            on_means = bool(test(_Reading(means, needed)))
-        except KeyError:  # a cell some seed lacks: `needed` has it now
-            if len(needed) == known:
-                raise  # not one of our cells (a lookup of the claim's own): a bug, not a missing run
-            continue
-        if len(needed) == known:
-            break
-    ran = [v for v in by_seed.values() if v.keys() & needed]
-    if not needed or len(ran) == len(complete):  # every seed that ran its cells has them all
-        return on_means, outcomes, needed, 0, 0
-    decided = []
-    for v in ran:  # each seed on its own cells: decided, or not (it reads a cell it lacks)
-        seen: set = set()
-        try:
-            decided.append(bool(test(_Reading(v, seen))))
-        except KeyError:
-            if not seen - v.keys():
-                raise  # not one of our cells: a bug, not a missing run
-            return on_means, outcomes, needed, len(ran) - len(complete), 0
-    try:
-        return bool(test(_Reading(means_over(ran), set()))), decided, needed, 0, len(ran) - len(complete)
-    except KeyError:  # the means read a cell no seed has: keep to the complete seeds
-        return on_means, outcomes, needed, len(ran) - len(complete), 0
+def claim_outcomes(claim: Claim, by_seed: Dict[int, Dict[Any, float]]) -> Tuple[Optional[bool], List[bool]]:
+    """(``claim`` on our means over the seeds that have every cell it names, or None where no seed
+    has; ``claim`` in each of those seeds)."""
+    complete = [v for v in by_seed.values() if set(claim.cells) <= v.keys()]
+    if not complete:
+        return None, []
+    return claim.on(means_over(complete)), [claim.on(v) for v in complete]
 
 
-def claim_outcomes(test: Callable[[Dict[Any, float]], bool],
-                   by_seed: Dict[int, Dict[Any, float]]) -> Tuple[Optional[bool], List[bool]]:
-    """(``test`` on our means over the seeds that have every cell it needs, or None where no seed has;
-    ``test`` in each of those seeds). ``test`` reads cells as ``values[key]`` (KeyError where one is
-    missing). The cells it needs are those it reads in any seed: a claim that stops early in one
-    seed (``all`` at its first failure) still needs, there too, the cells it reads in another."""
-    return _outcomes(test, by_seed)[:2]
+def claim_verdict(claim: Claim, by_seed: Dict[int, Dict[Any, float]]) -> Judgement:
+    """``claim`` judged on our runs. Each seed that has every cell it names is a replication of it:
 
-
-def claim_verdict(test: Callable[[Dict[Any, float]], bool], by_seed: Dict[int, Dict[Any, float]]) -> Judgement:
-    """A claim, ``test`` (values by key -> bool), judged on our runs. Each seed that counts
-    (``_outcomes``: every seed that ran its cells where each decides it on its own cells, else those that
-    have every cell it needs) is a replication of it:
-
-    - *reproduced*: it holds on the means over the seeds and, with ``MIN_SEEDS_TO_JUDGE`` seeds or more,
-      in each of them;
+    - *reproduced*: it holds on the means over those seeds and, with ``MIN_SEEDS_TO_JUDGE`` seeds or
+      more, in each of them;
     - *not reproduced*: it fails on the means and, with that many seeds, in each of them;
     - *within seed noise*: the seeds disagree (it says how many hold, and whether it holds on the means);
-    - *not judged at this scale*: no seed has every cell it needs, or a run of one of them diverged
+    - *not judged at this scale*: no seed has every cell it names, or a run of one of them diverged
       (``SeedValues.diverged``).
 
     The number of seeds is said beside the verdict, and with fewer than ``MIN_SEEDS_TO_JUDGE`` that it
     is not judged against the seed noise. The means are over the seeds that count, so that they and the
     seed count agree; it says how many more seeds ran some of its cells but not all and were left out
-    (a table's means over every seed of each cell can then read otherwise), or how many of those
-    counted lack a cell the others read."""
-    on_means, outcomes, needed, partial, short = _outcomes(test, by_seed)
+    (a table's means over every seed of each cell can then read otherwise)."""
+    cells = set(claim.cells)
+    on_means, outcomes = claim_outcomes(claim, by_seed)
     if on_means is None:
-        diverged = any(keys & needed for keys in getattr(by_seed, "diverged", {}).values())
+        diverged = any(keys & cells for keys in getattr(by_seed, "diverged", {}).values())
         return Judgement(Verdict.NOT_JUDGED, "a run it needs diverged") if diverged else NOT_RUN
     n = len(outcomes)
-    # seeds that ran some of its cells but not all, left out: the verdict can differ from a table's means
+    partial = sum(1 for v in by_seed.values() if v.keys() & cells and not cells <= v.keys())
     note = f"; {partial} more seed{'s lack' if partial > 1 else ' lacks'} a cell it needs" if partial else ""
-    if short:  # counted, though they lack a cell the others read: each decided it before reading that cell
-        note = f"; {short} of them decided without a cell {'they lack' if short > 1 else 'it lacks'}"
     verdict = Verdict.REPRODUCED if on_means else Verdict.NOT_REPRODUCED
     if n < MIN_SEEDS_TO_JUDGE:
         return Judgement(verdict, f"{n} seed{'' if n == 1 else 's'}, too few to judge against seed noise{note}", n)
@@ -391,11 +356,11 @@ def verdict_tally(judged: Iterable[Any], coloured: bool = False) -> str:
     return ", ".join(f"{count[v]} {v.symbol} {v.value}" for v in Verdict if count[v])
 
 
-def check_claims(checks, paper_vals: Dict[Any, float], ours_by_seed: Dict[int, Dict[Any, float]],
+def check_claims(claims: Sequence[Claim], paper_vals: Dict[Any, float], ours_by_seed: Dict[int, Dict[Any, float]],
                  section: str) -> pd.DataFrame:
-    """Each (claim, test) evaluated on the paper's numbers and on ours (``claim_verdict``)."""
-    out = [(claim, "holds" if test(paper_vals) else "does not hold", claim_verdict(test, ours_by_seed))
-           for claim, test in checks]
+    """Each claim evaluated on the paper's numbers and on ours (``claim_verdict``)."""
+    out = [(c.text, "holds" if c.on(paper_vals) else "does not hold", claim_verdict(c, ours_by_seed))
+           for c in claims]
     return pd.DataFrame(out, columns=[f"claim (paper Sec. {section})", "on the paper's numbers", "on ours"])
 
 

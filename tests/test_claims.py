@@ -6,14 +6,13 @@ import pytest
 
 from made import record, row, stored
 from recdrop.experiments import temporal_order_chapter
-from recdrop.report import NOT_RUN, Verdict, claim_verdict, seed_values, stored_seeds, verdict_of
+from recdrop.report import NOT_RUN, Claim, Verdict, claim_verdict, seed_values, stored_seeds, verdict_of
 from recdrop.store import RunStore
 from recdrop.summary import BEYOND, QUICK, landing_claims, study_claims
 from recdrop.sweep import grid_rows
 
 
-def a_beats_b(v):
-    return v["a"] < v["b"]
+a_beats_b = Claim("a beats b", ("a", "b"), lambda v: v["a"] < v["b"])
 
 
 @pytest.mark.parametrize("by_seed, verdict", [
@@ -45,20 +44,17 @@ def test_a_seed_without_every_cell_of_a_claim_does_not_count():
     assert claim_verdict(a_beats_b, {0: {"a": 1}, 1: {"b": 2}}) == NOT_RUN  # no seed has both cells
 
 
-def a_beats_b_and_c(v):
-    return v["a"] < v["b"] and v["a"] < v["c"]  # reads c only where a beats b
+a_beats_b_and_c = Claim("a beats b and c", ("a", "b", "c"), lambda v: v["a"] < v["b"] and v["a"] < v["c"])
 
 
-def test_a_seed_without_a_cell_counts_where_its_own_cells_decide_the_claim_and_every_such_seed_is_decided():
-    # seeds 1 and 2 fail at "a beats b", whatever their c: all three count, and they disagree
+def test_a_seed_counts_only_with_every_cell_its_claim_names_whatever_its_outcome():
+    # seeds 1 and 2 fail at "a beats b" before c would be read, but they lack c: they do not count, so
+    # that no seed is chosen by its outcome (one that fails early), which would lean the verdict
     by_seed = {0: {"a": 1, "b": 2, "c": 3}, 1: {"a": 5, "b": 2}, 2: {"a": 5, "b": 2}}
-    assert claim_verdict(a_beats_b_and_c, by_seed) == (  # said, beside a table of n=1
-        "within seed noise (holds in 1 of 3 seeds, fails on the means; 2 of them decided without a cell they lack)")
-    # seed 1 beats b and would need its c: undecided, so only the complete seed counts, never seed 2
-    # alone for failing early (a choice of seeds by their outcome)
-    by_seed = {0: {"a": 1, "b": 2, "c": 3}, 1: {"a": 1, "b": 2}, 2: {"a": 5, "b": 2}}
     assert claim_verdict(a_beats_b_and_c, by_seed) == (
         "reproduced (1 seed, too few to judge against seed noise; 2 more seeds lack a cell it needs)")
+    by_seed[1]["c"] = by_seed[2]["c"] = 3.0  # every cell run: all three count, and they disagree
+    assert claim_verdict(a_beats_b_and_c, by_seed) == "within seed noise (holds in 1 of 3 seeds, fails on the means)"
 
 
 def test_seed_values_leave_out_missing_and_nan_values():
@@ -241,10 +237,9 @@ def test_figure2_row_judges_the_curves_against_seed_noise():
     assert word_lm_chapter.figure2_row(picked, "quick")["judged"] == "reproduced (3 of 3 seeds)"
 
 
-def test_a_claim_that_stops_early_in_one_seed_still_needs_the_cells_it_reads_in_another():
-    def both_grow(v):  # stops at the first cell that does not grow (all() short-circuits)
-        return all(v[(cell, "train")] > v[(cell, "test")] for cell in ("a", "b"))
-
+def test_a_claim_that_stops_early_in_one_seed_still_needs_every_cell_it_names():
+    both_grow = Claim("both grow", [(cell, phase) for cell in ("a", "b") for phase in ("train", "test")],
+                      lambda v: all(v[(cell, "train")] > v[(cell, "test")] for cell in ("a", "b")))  # short-circuits
     by_seed = {0: {("a", "train"): 2, ("a", "test"): 1},  # b not yet run
                1: {("a", "train"): 1, ("a", "test"): 2},  # b not yet run; a does not grow, so b is never read
                2: {("a", "train"): 2, ("a", "test"): 1}}
@@ -254,9 +249,10 @@ def test_a_claim_that_stops_early_in_one_seed_still_needs_the_cells_it_reads_in_
     assert claim_verdict(both_grow, by_seed) == "within seed noise (holds in 2 of 3 seeds, holds on the means)"
 
 
-def test_a_claim_whose_own_lookup_fails_raises_instead_of_looping():
-    with pytest.raises(KeyError, match="not a cell"):
-        claim_verdict(lambda v: {}["not a cell"] and v["a"], {0: {"a": 1.0}})
+def test_a_claim_that_reads_a_cell_it_does_not_name_is_its_own_error():
+    sloppy = Claim("a below c", ("a",), lambda v: v["a"] < v["c"])
+    with pytest.raises(KeyError, match="'a below c' reads 'c', which is not among the cells it names"):
+        claim_verdict(sloppy, {0: {"a": 1.0, "c": 2.0}})
 
 
 def test_seed_values_keep_the_keys_of_diverged_runs_apart():
@@ -285,8 +281,8 @@ def test_a_claim_that_needs_a_diverged_run_cannot_be_judged():
     assert verdict([one("a", 0, 1.0), one("b", 0, 2.0), one("a", 1, 1.0), one("b", 1, diverged=True)]) == (
         "reproduced (1 seed, too few to judge against seed noise; 1 more seed lacks a cell it needs)")
     # a diverged run of a cell this claim does not read changes nothing
-    assert claim_verdict(lambda v: v["a"] < 2, seed_values([one("a", 0, 1.0), one("b", 0, diverged=True)],
-                                                           lambda r, m: {r["cell"]: m.get("m")})) == (
+    by_seed = seed_values([one("a", 0, 1.0), one("b", 0, diverged=True)], lambda r, m: {r["cell"]: m.get("m")})
+    assert claim_verdict(Claim("a below 2", ("a",), lambda v: v["a"] < 2), by_seed) == (
         "reproduced (1 seed, too few to judge against seed noise)")
 
 

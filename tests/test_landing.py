@@ -7,16 +7,20 @@ import pytest
 
 from recdrop.book import thin_page
 from recdrop.experiments.word_lm import WordLMConfig
-from recdrop.report import (NOT_RUN, Judgement, Verdict, claim_verdict, config_table, fmt_mean_sd, verdict_html,
+from recdrop.report import (NOT_RUN, Claim, Judgement, Verdict, claim_verdict, config_table, fmt_mean_sd, verdict_html,
                             verdict_of, verdict_tally)
 from recdrop.summary import BEYOND, _claims_sentence, beyond_sentences, landing_html, verdict_key
 
 
 def test_every_verdict_is_one_of_four_with_its_seeds_beside_it():
     by_seed = {s: {"a": 1.0, "b": float(s)} for s in range(3)}
-    made = [claim_verdict(lambda v: v["a"] > 0, by_seed), claim_verdict(lambda v: v["a"] < 0, by_seed),
-            claim_verdict(lambda v: v["b"] > 0.5, by_seed), claim_verdict(lambda v: v["a"] > 0, {0: by_seed[0]}),
-            claim_verdict(lambda v: v["a"] < 0, {0: by_seed[0]}), claim_verdict(lambda v: v["c"] > 0, by_seed)]
+    def claim(cell, holds):
+        return Claim("", (cell,), lambda v: holds(v[cell]))
+    made = [claim_verdict(claim("a", lambda a: a > 0), by_seed), claim_verdict(claim("a", lambda a: a < 0), by_seed),
+            claim_verdict(claim("b", lambda b: b > 0.5), by_seed),
+            claim_verdict(claim("a", lambda a: a > 0), {0: by_seed[0]}),
+            claim_verdict(claim("a", lambda a: a < 0), {0: by_seed[0]}),
+            claim_verdict(claim("c", lambda c: c > 0), by_seed)]
     assert [verdict_of(v) for v in made] == [Verdict.REPRODUCED, Verdict.NOT_REPRODUCED, Verdict.WITHIN_NOISE,
                                              Verdict.REPRODUCED, Verdict.NOT_REPRODUCED, Verdict.NOT_JUDGED]
     assert [v.seeds for v in made] == [3, 3, 3, 1, 1, 0]

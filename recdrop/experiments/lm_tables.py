@@ -167,9 +167,14 @@ def paper_values(paper_table: int, split: str = "Test") -> Dict[Cell, float]:
     return {c: paper_value(paper, *c, split) for c in all_cells()}
 
 
+def block(forward: str, *schemes: str) -> List[Cell]:
+    """The four (rate, sampling) cells of each of ``schemes``, with or without forward dropout."""
+    return [(forward, scheme, r, sm) for scheme in schemes for r in RATES for sm in SAMPLINGS]
+
+
 def best(values: Dict[Cell, float], forward: str, scheme: str) -> float:
-    """The lowest value over the four (rate, sampling) cells of ``scheme``."""
-    return min(values[(forward, scheme, r, sm)] for r in RATES for sm in SAMPLINGS)
+    """The lowest value over the four (rate, sampling) cells of ``scheme`` (``block``)."""
+    return min(values[c] for c in block(forward, scheme))
 
 
 def _draw_curves(ax, df, unit: str, cells, ylabel: str, log: bool, legend_below: bool = False) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ..memory import predicted_trace
-from ..report import claim_verdict, seed_values
+from ..report import Claim, claim_verdict, seed_values
 from .memory_loss import KEYS, MemoryLossConfig
 
 
@@ -137,27 +137,31 @@ def claims(rows) -> "pd.DataFrame":
     length = int(rows[0].config.length) if rows else MemoryLossConfig.length
     last = max((k[4] for v in by_seed.values() for k in v), default=length)
     inverted = ("moon", "per-sequence", "inverted")
-    out = []
+    none_at_l = ("none", "-", "-", "test", length)
+    claims = []
     for sampling in ("per-step", "per-sequence"):
         moon = ("moon", sampling, "paper", "test", length)
-        out.append((f"Moon {sampling}, paper scaling: at test the memory of c_0 fades by orders of magnitude over "
-                    f"the training length (below 1% of the no-dropout model's at t = {length}; Eq. 17)",
-                    claim_verdict(lambda v: v[moon] < 0.01 * v[("none", "-", "-", "test", length)], by_seed)))
-        out.append((f"Moon {sampling}, paper scaling: ... at about Eq. 17's rate (within 10x of q^t at t = {length})",
-                    claim_verdict(lambda v: v[(*moon, "predicted")] / 10 <= v[moon] <= 10 * v[(*moon, "predicted")],
-                                  by_seed)))
-    out.append(("Moon per-sequence, inverted scaling: the same weights keep more of c_0 in training than at test, "
-                "and the gap widens with t (the note after Eq. 18)",
-                claim_verdict(lambda v: v[(*inverted, "train", last)] > v[(*inverted, "test", last)] and
-                              # train/test at T above train/test at step 2, without dividing by a trace at 0
-                              v[(*inverted, "train", last)] * v[(*inverted, "test", 2)] >
-                              v[(*inverted, "train", 2)] * v[(*inverted, "test", last)], by_seed)))
+        claims.append(Claim(f"Moon {sampling}, paper scaling: at test the memory of c_0 fades by orders of magnitude "
+                            f"over the training length (below 1% of the no-dropout model's at t = {length}; Eq. 17)",
+                            [moon, none_at_l], lambda v, moon=moon: v[moon] < 0.01 * v[none_at_l]))
+        claims.append(Claim(f"Moon {sampling}, paper scaling: ... at about Eq. 17's rate (within 10x of q^t at "
+                            f"t = {length})", [moon, (*moon, "predicted")],
+                            lambda v, m=moon: v[(*m, "predicted")] / 10 <= v[m] <= 10 * v[(*m, "predicted")]))
+    # train/test at T above train/test at step 2, without dividing by a trace at 0
+    grows = [(*inverted, phase, t) for phase in ("train", "test") for t in (2, last)]
+    claims.append(Claim("Moon per-sequence, inverted scaling: the same weights keep more of c_0 in training than at "
+                        "test, and the gap widens with t (the note after Eq. 18)", grows,
+                        lambda v: v[(*inverted, "train", last)] > v[(*inverted, "test", last)] and
+                        v[(*inverted, "train", last)] * v[(*inverted, "test", 2)] >
+                        v[(*inverted, "train", 2)] * v[(*inverted, "test", last)]))
     why = {"semeniuta": "Eq. 19: only the update vector g_t is dropped, never c",
            "gal": "the end of Sec. 3: Gal's is not affected either; it drops h_{t-1} where it enters the gates, "
                   "never c"}
+    moon_at_t = ("moon", "per-step", "paper", "test", last)
     for scheme, sampling in (("semeniuta", "per-step"), ("semeniuta", "per-sequence"), ("gal", "per-step")):
-        out.append((f"{scheme} {sampling}: no such decay ({why[scheme]}): at test it keeps more of c_0 than Moon "
-                    f"per-step, by at least 100x at t = {last}",
-                    claim_verdict(lambda v: v[(scheme, sampling, "paper", "test", last)] >
-                                  100 * v[("moon", "per-step", "paper", "test", last)], by_seed)))
+        kept = (scheme, sampling, "paper", "test", last)
+        claims.append(Claim(f"{scheme} {sampling}: no such decay ({why[scheme]}): at test it keeps more of c_0 than "
+                            f"Moon per-step, by at least 100x at t = {last}", [kept, moon_at_t],
+                            lambda v, kept=kept: v[kept] > 100 * v[moon_at_t]))
+    out = [(c.text, claim_verdict(c, by_seed)) for c in claims]
     return pd.DataFrame(out, columns=["prediction (paper Sec. 3)", "on ours"])

@@ -3,11 +3,13 @@ task (``temporal_order``: its config, data and task)."""
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import pandas as pd
 
 from ..paper import paper_results
-from ..report import Judgement, Metric, Verdict, claim_outcomes, claim_verdict, compare, curves_frame, seed_values
+from ..report import (Claim, Judgement, Metric, Verdict, claim_outcomes, claim_verdict, compare, curves_frame,
+                      seed_values)
 from .temporal_order import CELL_KEYS, LENGTHS, PAPER_GROUP, grid
 
 # -- Table 1 and its figures ----------------------------------------------------------------------
@@ -132,9 +134,10 @@ def claims(rows) -> "pd.DataFrame":
     # Per-sequence masks only, as the memory-loss chapter checks it: with per-step masks a unit loses its
     # memory whenever it is dropped, so nothing compounds.
     inverted = [(length, "moon", "per-sequence", "inverted") for length in LENGTHS]
-    out.append(("Moon per-sequence, inverted scaling (Sec. 3, after Eq. 18): the cell state is larger in training "
-                "than at test",
-                claim_verdict(lambda v: all(v[(*k, "train norm")] > v[(*k, "test norm")] for k in inverted), by_seed)))
+    larger = Claim("Moon per-sequence, inverted scaling (Sec. 3, after Eq. 18): the cell state is larger in "
+                   "training than at test", [(*k, norm) for k in inverted for norm in ("train norm", "test norm")],
+                   lambda v: all(v[(*k, "train norm")] > v[(*k, "test norm")] for k in inverted))
+    out.append((larger.text, claim_verdict(larger, by_seed)))
     return pd.DataFrame(out, columns=["claim (paper Sec. 4.1 / Sec. 3)", "on ours"])
 
 
@@ -171,32 +174,35 @@ def _chance(accuracy: float) -> bool:
     return accuracy <= 0.25 + SOLVED_MARGIN_PP / 100
 
 
-def _every(conditions):
-    """The claim that each ((length, scheme, sampling, split), predicate) holds (paper scaling)."""
-    return lambda v: all(test(v[(length, scheme, sampling, "paper", split)])
-                         for (length, scheme, sampling, split), test in conditions)
+def _every(conditions, also: Optional[Claim] = None) -> Claim:
+    """The claim that each ((length, scheme, sampling, split), predicate) holds (paper scaling), and
+    ``also`` where given."""
+    cells = [(length, scheme, sampling, "paper", split) for (length, scheme, sampling, split), _ in conditions]
+
+    def holds(v):
+        return all(test(v[cell]) for cell, (_, test) in zip(cells, conditions)) and (also is None or also.holds(v))
+    return Claim("", cells + ([] if also is None else list(also.cells)), holds)
 
 
-def _later_than_without_dropout(length: str, scheme: str, sampling: str):
+def _later_than_without_dropout(length: str, scheme: str, sampling: str) -> Claim:
     """The claim that the cell first solves ``length`` at a later epoch than the LSTM without dropout."""
-    return lambda v: (v[(length, scheme, sampling, "paper", "solved at")] > v[(length, "none", "-", "-", "solved at")])
+    cell, none = (length, scheme, sampling, "paper", "solved at"), (length, "none", "-", "-", "solved at")
+    return Claim("", [cell, none], lambda v: v[cell] > v[none])
 
 
-def _at_length(by_seed, length: str, conditions, also=None) -> Judgement:
+def _at_length(by_seed, length: str, conditions, also: Optional[Claim] = None) -> Judgement:
     """The claim ``conditions`` (``_every``; and ``also``, where given) at ``length``, judged only where
     the LSTM without dropout solves it, train and test, in every seed: a scheme's failure means nothing
     until the budget is shown to suffice."""
-    def solves(v):
-        return all(_solved(v[(length, "none", "-", "-", split)]) for split in ("train", "test"))
-
-    baseline = claim_outcomes(solves, by_seed)
-    if baseline[0] is None:
+    baseline = [(length, "none", "-", "-", split) for split in ("train", "test")]
+    solves = Claim("", baseline, lambda v: all(_solved(v[cell]) for cell in baseline))
+    on_means, outcomes = claim_outcomes(solves, by_seed)
+    if on_means is None:
         return claim_verdict(solves, by_seed)  # not yet run, or cannot be judged (diverged)
-    if not (baseline[0] and all(baseline[1])):
+    if not (on_means and all(outcomes)):
         return Judgement(Verdict.NOT_JUDGED, "without dropout the LSTM does not solve it in every seed at this "
-                                             "scale either", len(baseline[1]))
-    claim = _every(conditions)
-    return claim_verdict(claim if also is None else (lambda v: claim(v) and also(v)), by_seed)
+                                             "scale either", len(outcomes))
+    return claim_verdict(_every(conditions, also), by_seed)
 
 
 PARTED = 1e-6  # training losses further apart than this (float32 rounding is about 1e-9 here) have parted
