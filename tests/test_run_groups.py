@@ -253,8 +253,9 @@ def test_a_forward_dropout_without_a_generator_draws_as_torch_nn_dropout():
 
 def test_a_groups_input_products_and_their_gradient_are_never_copied_whole(monkeypatch):
     """The LSTM group's gx ``(T, R, B, 4H)`` stays in the batched product's run-major memory
-    (``fused.group_linear``) and its gradient is kept so (``fused._lstm_backward``): no op of a forward and
-    backward copies a tensor of gx's size, where a copy to time-major and back would move it twice."""
+    (``fused.group_linear``) and its gradient is kept so (``fused._lstm_backward``): a forward and backward
+    copy gx at most once in all (the torch path starts the gates from it; the Triton kernels add it
+    themselves), where copies to time-major and back, and step by step into the gates, moved it four times."""
     import recdrop
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -281,4 +282,5 @@ def test_a_groups_input_products_and_their_gradient_are_never_copied_whole(monke
         y.sum().backward()
     assert layers[0].last_route.kernels == "fused" and layers[0].last_route.runs == len(layers)
     assert any(n == T * len(layers) * B * D for _, n in mode.found)  # the input's own copy is seen
-    assert not [c for c in mode.found if c[1] == T * len(layers) * B * 4 * Hs], mode.found
+    gx, step = T * len(layers) * B * 4 * Hs, len(layers) * B * 4 * Hs
+    assert sum(n for _, n in mode.found if n in (gx, step)) <= gx, mode.found
