@@ -28,6 +28,7 @@ from .fused import group_decoder_nll, group_linear
 from .masks import SAMPLINGS, TARGETS, StepFactors
 from .models import LanguageModel, language_model_hidden
 
+
 def _check_group(models: Sequence[LanguageModel]) -> None:
     if not models:
         raise ValueError("a stacked group needs at least one model")

@@ -101,7 +101,6 @@ class CharLMConfig(ExperimentConfig):
             self._check_limit(name, self.seq_len + 1, "one sequence: seq_len + 1")
 
 
-
 @functools.lru_cache(maxsize=1)
 def corpus():
     """The corpus, read and verified once per process (every run of a sweep worker shares it)."""

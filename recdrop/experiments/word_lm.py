@@ -91,7 +91,6 @@ class WordLMConfig(ExperimentConfig):
             self._check_limit(name, 2 * self.batch_size, "one step of each of the batch_size streams: 2 * batch_size")
 
 
-
 @functools.lru_cache(maxsize=1)
 def corpus():
     """The corpus, read and verified once per process (every run of a sweep worker shares it)."""
