@@ -149,24 +149,22 @@ def _length_claims(by_seed, length: str) -> list:
                      "10-20 times more iterations; the chapter's table of first solved epochs gives ours)" if short
                      else f"does not learn it in the allotted iterations (near chance in training and at test: at "
                           f"most {25 + SOLVED_MARGIN_PP:g}%; chance is 25%)")
-    return [
-        (f"{length}: Moon per-sequence learns the task in training but fails at test (at chance or below: "
-         f"at most {25 + SOLVED_MARGIN_PP:g}%)",
-         _at_length(by_seed, length, [((length, "moon", "per-sequence", "train"), _solved),
-                                      ((length, "moon", "per-sequence", "test"), _chance)])),
-        *([("medium: Moon per-sequence is worse than random at test (below 25%)",
-            _at_length(by_seed, length, [((length, "moon", "per-sequence", "test"), lambda a: a < 0.25)]))]
-          if length == "medium" else []),
-        (f"{length}: Moon per-step {moon_per_step}",
-         _at_length(by_seed, length, [((length, "moon", "per-step", sp), _solved if short else _chance)
-                                      for sp in ("train", "test")],
-                    _later_than_without_dropout(length, "moon", "per-step") if short else None)),
-        (f"{length}: Gal solves it, both samplings",
-         _at_length(by_seed, length, [((length, "gal", sm, sp), _solved) for sm in both for sp in ("train", "test")])),
-        (f"{length}: ours (Semeniuta) solves it, both samplings",
-         _at_length(by_seed, length, [((length, "semeniuta", sm, sp), _solved)
-                                      for sm in both for sp in ("train", "test")])),
+    claims = [
+        _every(f"{length}: Moon per-sequence learns the task in training but fails at test (at chance or below: "
+               f"at most {25 + SOLVED_MARGIN_PP:g}%)",
+               [((length, "moon", "per-sequence", "train"), _solved),
+                ((length, "moon", "per-sequence", "test"), _chance)]),
+        *([_every("medium: Moon per-sequence is worse than random at test (below 25%)",
+                  [((length, "moon", "per-sequence", "test"), lambda a: a < 0.25)])] if length == "medium" else []),
+        _every(f"{length}: Moon per-step {moon_per_step}",
+               [((length, "moon", "per-step", sp), _solved if short else _chance) for sp in ("train", "test")],
+               _later_than_without_dropout(length, "moon", "per-step") if short else None),
+        _every(f"{length}: Gal solves it, both samplings",
+               [((length, "gal", sm, sp), _solved) for sm in both for sp in ("train", "test")]),
+        _every(f"{length}: ours (Semeniuta) solves it, both samplings",
+               [((length, "semeniuta", sm, sp), _solved) for sm in both for sp in ("train", "test")]),
     ]
+    return [(c.text, _at_length(by_seed, length, c)) for c in claims]
 
 
 def _chance(accuracy: float) -> bool:
@@ -174,35 +172,36 @@ def _chance(accuracy: float) -> bool:
     return accuracy <= 0.25 + SOLVED_MARGIN_PP / 100
 
 
-def _every(conditions, also: Optional[Claim] = None) -> Claim:
-    """The claim that each ((length, scheme, sampling, split), predicate) holds (paper scaling), and
-    ``also`` where given."""
+def _every(text: str, conditions, also: Optional[Claim] = None) -> Claim:
+    """The claim ``text`` that each ((length, scheme, sampling, split), predicate) holds (paper scaling),
+    and ``also`` where given."""
     cells = [(length, scheme, sampling, "paper", split) for (length, scheme, sampling, split), _ in conditions]
 
     def holds(v):
         return all(test(v[cell]) for cell, (_, test) in zip(cells, conditions)) and (also is None or also.holds(v))
-    return Claim("", cells + ([] if also is None else list(also.cells)), holds)
+    return Claim(text, cells + ([] if also is None else list(also.cells)), holds)
 
 
 def _later_than_without_dropout(length: str, scheme: str, sampling: str) -> Claim:
     """The claim that the cell first solves ``length`` at a later epoch than the LSTM without dropout."""
     cell, none = (length, scheme, sampling, "paper", "solved at"), (length, "none", "-", "-", "solved at")
-    return Claim("", [cell, none], lambda v: v[cell] > v[none])
+    return Claim(f"{length}: {scheme} {sampling} solves it later than the LSTM without dropout", [cell, none],
+                 lambda v: v[cell] > v[none])
 
 
-def _at_length(by_seed, length: str, conditions, also: Optional[Claim] = None) -> Judgement:
-    """The claim ``conditions`` (``_every``; and ``also``, where given) at ``length``, judged only where
-    the LSTM without dropout solves it, train and test, in every seed: a scheme's failure means nothing
-    until the budget is shown to suffice."""
+def _at_length(by_seed, length: str, claim: Claim) -> Judgement:
+    """``claim`` at ``length``, judged only where the LSTM without dropout solves it, train and test, in
+    every seed: a scheme's failure means nothing until the budget is shown to suffice."""
     baseline = [(length, "none", "-", "-", split) for split in ("train", "test")]
-    solves = Claim("", baseline, lambda v: all(_solved(v[cell]) for cell in baseline))
+    solves = Claim(f"{length}: the LSTM without dropout solves it", baseline,
+                   lambda v: all(_solved(v[cell]) for cell in baseline))
     on_means, outcomes = claim_outcomes(solves, by_seed)
     if on_means is None:
         return claim_verdict(solves, by_seed)  # not yet run, or cannot be judged (diverged)
     if not (on_means and all(outcomes)):
         return Judgement(Verdict.NOT_JUDGED, "without dropout the LSTM does not solve it in every seed at this "
                                              "scale either", len(outcomes))
-    return claim_verdict(_every(conditions, also), by_seed)
+    return claim_verdict(claim, by_seed)
 
 
 PARTED = 1e-6  # training losses further apart than this (float32 rounding is about 1e-9 here) have parted
