@@ -281,6 +281,10 @@ class Claim:
         so a cell it reads but does not name is its own error, said as such."""
         return bool(self.holds(_OwnCells(self, {c: values[c] for c in self.cells})))
 
+    def complete_seeds(self, by_seed: Dict[int, Dict[Any, float]]) -> Dict[int, Dict[Any, float]]:
+        """The seeds that have every cell it names: those it is judged on (``claim_verdict``)."""
+        return {seed: v for seed, v in by_seed.items() if set(self.cells) <= v.keys()}
+
 
 class _OwnCells(dict):
     """A claim's own cells: a lookup of any other names the claim."""
@@ -301,7 +305,7 @@ def means_over(seeds: List[Dict[Any, float]]) -> Dict[Any, float]:
 def claim_outcomes(claim: Claim, by_seed: Dict[int, Dict[Any, float]]) -> Tuple[Optional[bool], List[bool]]:
     """(``claim`` on our means over the seeds that have every cell it names, or None where no seed
     has; ``claim`` in each of those seeds)."""
-    complete = [v for v in by_seed.values() if set(claim.cells) <= v.keys()]
+    complete = list(claim.complete_seeds(by_seed).values())
     if not complete:
         return None, []
     return claim.on(means_over(complete)), [claim.on(v) for v in complete]

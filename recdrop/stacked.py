@@ -311,14 +311,16 @@ class StackedAdam:
 
     def update(self, lrs: Tensor) -> None:
         """The device's part of a step: each run's moments and weights, and the step count they read; one
-        kernel a parameter where the Triton kernels run (``triton_kernels.adam_step``)."""
+        kernel a float32 parameter where the Triton kernels run (``triton_kernels.adam_step``)."""
         R = len(self.optimizers)
         with torch.no_grad():
             self.device_steps.add_(1)
             t = self.device_steps
             step_size = lrs / (1 - self.beta1 ** t)
             bias_correction2_sqrt = (1 - self.beta2 ** t).sqrt()
-            if all(triton_kernels.usable(p) and p.grad.is_contiguous() for p in self.params):
+            # the kernel takes the betas and eps as float32 scalars: float64 keeps the torch ops' precision
+            if all(triton_kernels.usable(p) and p.dtype == torch.float32 and p.grad.is_contiguous()
+                   for p in self.params):
                 for p, m, v in zip(self.params, self.exp_avg, self.exp_avg_sq):  # one pass a parameter
                     triton_kernels.adam_step(p, p.grad, m, v, step_size, bias_correction2_sqrt,
                                              self.beta1, self.beta2, self.eps)

@@ -67,9 +67,9 @@ def claims(rows) -> "pd.DataFrame":
         wins = sum(max(CELLS_RATES, key=lambda cr: f[(*cr, t)]) == ("GRU", 0.25) for t in TEST_SETS)
         return wins >= len(TEST_SETS) / 2
 
-    def cells(*cells):
-        """Both rates of each of ``cells`` on every test set."""
-        return [(c, rate, t) for c in cells for rate in RATES for t in TEST_SETS]
+    def cells(*names):
+        """Both rates of each of the cells ``names`` on every test set."""
+        return [(c, rate, t) for c in names for rate in RATES for t in TEST_SETS]
 
     checks = [Claim("recurrent dropout lowers the vanilla RNN's F1 (mean over the test sets)", cells("RNN"),
                     lambda f: mean_gain(f, "RNN") < 0),

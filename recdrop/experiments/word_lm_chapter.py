@@ -98,7 +98,7 @@ def figure2_row(rows, scale):
     keys = [(cell, split) for cell in (ours, none) for split in ("train", "valid")]
     claim = Claim("Figure 2", keys, lambda v: v[(ours, "train")] > v[(none, "train")] and
                   v[(ours, "valid")] < v[(none, "valid")])
-    complete = {seed: v for seed, v in by_seed.items() if all(k in v for k in keys)}  # what claim_verdict judges
+    complete = claim.complete_seeds(by_seed)
     if not complete:
         found, judged = "not yet run", NOT_RUN
     else:
