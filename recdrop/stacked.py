@@ -6,8 +6,7 @@ A group of runs that share a model's shape trains as one model: the embedding
 slice, so that its ``state_dict``, checkpoint and record are what they are alone. One step then
 dispatches the same ops whatever the number of runs, but for one mask draw per run and mask (each
 from the run's own generator, so that a run draws what it draws alone): the products are batched,
-and each run's global-norm clipping and its update (plain SGD, or Adam: ``StackedAdam``) run for all
-runs at once from tensors of their thresholds and learning rates.
+and each run's clipping and update (``updates``) run for all runs at once from the stacked gradients.
 
 The forward is the model's own (``models.language_model_hidden``), given the stack's parts: one
 embedding lookup, each run's dropouts, the LSTM's batched products. Each run computes what its
@@ -23,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from . import route, triton_kernels
+from . import route
 from .fused import group_decoder_nll, group_linear
 from .masks import SAMPLINGS, TARGETS, StepFactors
 from .models import LanguageModel, language_model_hidden
@@ -219,119 +218,13 @@ class StackedLanguageModels:
         nll = group_decoder_nll(y, self.w_out, self.b_out, targets)
         return (nll * targets.numel() if reduction == "sum" else nll), states
 
-    def clip_(self, clip_norms: Tensor) -> Tensor:
-        """Each run's global-norm clipping (Pascanu et al. 2013, as ``torch.nn.utils.clip_grad_norm_``:
-        g <- g * min(1, c / (||g|| + 1e-6)) where c > 0), all runs at once from ``clip_norms`` ``(R,)``.
-        Returns each run's gradient norm before clipping."""
-        R = len(self.models)
-        grads = [p.grad for p in self.params]
-        norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.reshape(R, -1), dim=1)
-                                                     for g in grads]), dim=0)
-        coef = torch.where(clip_norms > 0, (clip_norms / (norm + 1e-6)).clamp(max=1.0), torch.ones_like(norm))
-        with torch.no_grad():
-            for g in grads:
-                g.mul_(coef.view((R,) + (1,) * (g.dim() - 1)))
-        return norm
-
-    def sgd_(self, lrs: Tensor) -> None:
-        """Each run's plain SGD step, p <- p - lr g, all runs at once from ``lrs`` ``(R,)``."""
-        with torch.no_grad():
-            for p in self.params:
-                p.addcmul_(p.grad, lrs.view((-1,) + (1,) * (p.dim() - 1)), value=-1)
-
-    def clip_and_step(self, lrs: Tensor, clip_norms: Tensor) -> Tensor:
-        """``clip_`` and ``sgd_``; each run's gradient norm before clipping."""
-        norm = self.clip_(clip_norms)
-        self.sgd_(lrs)
-        return norm
-
     def zero_grad(self) -> None:
         for p in self.params:
             p.grad = None
 
-
-class StackedAdam:
-    """Each run's ``torch.optim.Adam`` (Kingma and Ba 2015, as torch defines it, its defaults: no weight
-    decay, AMSGrad or maximize) over its slice of a stacked group, all runs at once, each at its own
-    learning rate (``lrs``, ``(R,)``):
-
-        m <- b1 m + (1 - b1) g,  v <- b2 v + (1 - b2) g^2,
-        p <- p - lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
-
-    The moments are stacked like the parameters, and each member optimiser's state holds views of its
-    slice (its ``state_dict`` and checkpoint are what they are alone); a group formed from members that
-    already stepped starts from their moments and step counts."""
-
-    def __init__(self, stack: StackedLanguageModels, optimizers: Sequence[torch.optim.Optimizer]):
-        if len(optimizers) != len(stack.models):
-            raise ValueError(f"a stacked Adam needs one optimiser a run: {len(stack.models)} runs, {len(optimizers)}")
-        first = optimizers[0].param_groups[0] if optimizers[0].param_groups else {}
-        for o in optimizers:
-            g = o.param_groups[0] if o.param_groups else {}
-            if (type(o) is not torch.optim.Adam or len(o.param_groups) != 1 or g.get("weight_decay") or g.get("amsgrad")
-                    or g.get("maximize") or g.get("betas") != first.get("betas") or g.get("eps") != first.get("eps")):
-                raise ValueError("a stacked Adam follows torch.optim.Adam with one group, no weight decay, AMSGrad or "
-                                 f"maximize, and one betas and eps for all runs; got {o!r}")
-        self.optimizers = list(optimizers)
-        self.beta1, self.beta2 = first["betas"]
-        self.eps = first["eps"]
-        dtype, device = stack.embed.dtype, stack.embed.device
-        names = stack.names
-        members = [dict(zip(names, m.parameters())) for m in stack.models]
-        self.exp_avg, self.exp_avg_sq = [], []
-        steps = []
-        with torch.no_grad():
-            for r, o in enumerate(self.optimizers):
-                state = o.state.get(members[r][names[0]], {})
-                steps.append(float(state.get("step", 0.0)))
-            for name, p in zip(names, stack.params):
-                found = [o.state.get(members[r][name], {}) for r, o in enumerate(self.optimizers)]
-                self.exp_avg.append(torch.stack([f["exp_avg"] if "exp_avg" in f else torch.zeros_like(p[r])
-                                                 for r, f in enumerate(found)]))
-                self.exp_avg_sq.append(torch.stack([f["exp_avg_sq"] if "exp_avg_sq" in f else torch.zeros_like(p[r])
-                                                    for r, f in enumerate(found)]))
-        # torch keeps the step as a tensor of the default float dtype on the CPU where it is not capturable
-        self.steps = torch.tensor(steps, dtype=torch.get_default_dtype())
-        self.device_steps = torch.tensor(steps, dtype=dtype, device=device)
-        for r, o in enumerate(self.optimizers):  # each member's state: views of its slices
-            for i, name in enumerate(names):
-                o.state[members[r][name]] = {"step": self.steps[r], "exp_avg": self.exp_avg[i][r],
-                                             "exp_avg_sq": self.exp_avg_sq[i][r]}
-        self.params = stack.params
-
-    def step(self, lrs: Tensor) -> None:
-        """One Adam step of every run from the gradients of the stacked parameters: ``count`` and ``update``."""
-        self.count()
-        self.update(lrs)
-
-    def count(self) -> None:
-        """The host's part of a step: each member optimiser's step count (its ``state_dict``'s), which a
-        CUDA graph of ``update`` cannot advance."""
-        self.steps.add_(1)
-
-    def update(self, lrs: Tensor) -> None:
-        """The device's part of a step: each run's moments and weights, and the step count they read; one
-        kernel a float32 parameter where the Triton kernels run (``triton_kernels.adam_step``)."""
-        R = len(self.optimizers)
-        with torch.no_grad():
-            self.device_steps.add_(1)
-            t = self.device_steps
-            step_size = lrs / (1 - self.beta1 ** t)
-            bias_correction2_sqrt = (1 - self.beta2 ** t).sqrt()
-            # the kernel takes the betas and eps as float32 scalars: float64 keeps the torch ops' precision
-            if all(triton_kernels.usable(p) and p.dtype == torch.float32 and p.grad.is_contiguous()
-                   for p in self.params):
-                for p, m, v in zip(self.params, self.exp_avg, self.exp_avg_sq):  # one pass a parameter
-                    triton_kernels.adam_step(p, p.grad, m, v, step_size, bias_correction2_sqrt,
-                                             self.beta1, self.beta2, self.eps)
-                return
-            for p, m, v in zip(self.params, self.exp_avg, self.exp_avg_sq):
-                g = p.grad
-                shape = (R,) + (1,) * (p.dim() - 1)
-                m.lerp_(g, 1 - self.beta1)
-                v.mul_(self.beta2).addcmul_(g, g, value=1 - self.beta2)
-                denom = (v.sqrt() / bias_correction2_sqrt.view(shape)).add_(self.eps)
-                p.addcmul_(m / denom, step_size.view(shape), value=-1)
+    def grads(self) -> List[Tensor]:
+        """The stacked parameters' gradients, in the order of ``params``."""
+        return [p.grad for p in self.params]
 
 
 def stacking(models: Sequence[LanguageModel], device) -> bool:

@@ -157,25 +157,13 @@ class FullBatches:
         self.graph.release()
 
 
-def check_plain_sgd(optimizer: torch.optim.Optimizer) -> None:
-    """Refuse an optimiser that an update from a tensor of rates (``train.optimise_group``) would not follow."""
-    g = optimizer.param_groups[0] if optimizer.param_groups else {}
-    plain = (type(optimizer) is torch.optim.SGD and len(optimizer.param_groups) == 1 and not g.get("momentum")
-             and not g.get("weight_decay") and not g.get("nesterov") and not g.get("maximize"))
-    if not plain:
-        raise ValueError(f"an update from a tensor of learning rates is plain SGD; got {optimizer!r}")
-
-
 class LearningRates:
     """Each run's learning rate (its optimiser's first group's) as a tensor a graph reads, refreshed from
-    the optimisers when the host has changed one (a schedule, between epochs). With ``plain_sgd`` each
-    optimiser must be plain SGD (``check_plain_sgd``), the update ``train.optimise_group`` makes from the
-    tensor; an update of another rule checks its optimisers itself (``stacked.StackedAdam``)."""
+    the optimisers when the host has changed one (a schedule, between epochs); the update that reads it
+    (``updates.SGD``, ``updates.Adam``) checks the optimisers' rule."""
 
-    def __init__(self, optimizers: Sequence[torch.optim.Optimizer], device, plain_sgd: bool = True):
+    def __init__(self, optimizers: Sequence[torch.optim.Optimizer], device):
         self.optimizers = list(optimizers)
-        for o in self.optimizers if plain_sgd else ():
-            check_plain_sgd(o)
         self.dtype = self.optimizers[0].param_groups[0]["params"][0].dtype  # the parameters' own
         self.tensor = torch.zeros(len(self.optimizers), dtype=self.dtype, device=device)
         self.values: tuple = ()

@@ -22,7 +22,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from . import cpu_products, graphs
+from . import cpu_products, graphs, updates
 from .config import ExperimentConfig, run_id
 from .layers import RecurrentLayer
 from .models import set_generator
@@ -194,7 +194,8 @@ class Task:
         """One step of ``self.optimizer`` on ``loss``: gradients from zero, scaled to a global norm of
         ``clip_norm`` where it is positive and exceeded (Pascanu et al. 2013; what ``clip_grad_norm_``
         does), then the update. Returns the global gradient norm before clipping."""
-        return optimise_group([self], loss.reshape(1), [clip_norm])[0]
+        clip = torch.tensor([clip_norm], dtype=next(self.model.parameters()).dtype, device=loss.device)
+        return optimise_group([self], loss.reshape(1), clip)[0]
 
     def evaluate(self, epoch: int, train_stats: Dict[str, float]) -> Dict[str, float]:
         """The epoch's metrics (``train_stats`` holds the means of train_step's outputs)."""
@@ -231,17 +232,15 @@ class Task:
         a run that starts, not on one that resumes (its checkpoint holds the result, in ``state_dict``)."""
 
 
-def optimise_group(tasks: Sequence[Task], losses: torch.Tensor, clip_norms: Sequence[float],
-                   lrs: Optional[torch.Tensor] = None) -> List[torch.Tensor]:
+def optimise_group(tasks: Sequence[Task], losses: torch.Tensor, clip_norms: torch.Tensor,
+                   steps: Optional[Sequence[updates.Update]] = None,
+                   lrs: Optional[torch.Tensor] = None) -> torch.Tensor:
     """``Task.optimise`` for each of ``tasks`` (one run's each), ``losses[r]`` the loss of run r: one
-    backward of their sum (each run's parameters get its own loss's gradient), then each run clips by
-    its own global norm where ``clip_norms[r]`` is positive (Pascanu et al. 2013; ``clip_grad_norm_``)
-    and steps its own optimiser. Returns each run's global gradient norm before clipping.
-
-    With ``lrs`` (each run's learning rate, a tensor ``(R,)``: ``step_graph.LearningRates``) the update
-    is plain SGD, p <- p - lr_r g, read from that tensor, so that a CUDA graph of the step follows a
-    schedule; each optimiser must then be plain SGD (no momentum, dampening, weight decay or Nesterov),
-    as ``step_graph.LearningRates`` checks once when it makes the tensor."""
+    backward of their sum (each run's parameters get its own loss's gradient), then each run, its
+    parameters a stack of one (``updates.of_one``), clips by its own global norm where ``clip_norms[r]``
+    is positive (``updates.clip_``) and updates: by ``steps[r]`` at the rate ``lrs[r]``
+    (``updates.SGD`` or ``updates.Adam``, their host's part counted by the caller), or else by its own
+    optimiser's step (the RMSProps of ``optim``). Returns each run's gradient norm before clipping ``(R,)``."""
     for t in tasks:
         t.optimizer.zero_grad(set_to_none=True)
     losses.sum().backward()
@@ -255,19 +254,14 @@ def optimise_group(tasks: Sequence[Task], losses: torch.Tensor, clip_norms: Sequ
                 else:
                     shared.add(storage)
     norms = []
-    for r, (t, clip) in enumerate(zip(tasks, clip_norms)):
-        params = [p for p in t.model.parameters() if p.grad is not None]
-        norm = torch.nn.utils.get_total_norm([p.grad for p in params])
-        if clip > 0:
-            torch.nn.utils.clip_grads_with_norm_(params, clip, norm)
-        if lrs is None:
+    for r, t in enumerate(tasks):
+        grads = updates.of_one([p.grad for p in t.model.parameters() if p.grad is not None])
+        norms.append(updates.clip_(grads, clip_norms[r:r + 1]))
+        if steps is None:
             t.optimizer.step()
         else:
-            with torch.no_grad():
-                for p in params:
-                    p.addcmul_(p.grad, lrs[r], value=-1)
-        norms.append(norm)
-    return norms
+            steps[r].update(grads, lrs[r:r + 1])
+    return torch.cat(norms)
 
 
 def check_device(device: str, available: bool = True) -> str:

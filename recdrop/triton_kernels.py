@@ -6,7 +6,7 @@ work is one kernel: the gate activations, Semeniuta's d(g_t) (Eq. 9), c_t with M
 (Eq. 8), act(c_t) and h_t forward; and backward the recurrence-dependent part of the gradient,
 with Gal's d(.) (Eq. 7) on the incoming dh. The GRU's kernels do the same for its gates
 (torch.nn's form, Eq. 13 with Gal and Moon). The matmuls stay with cuBLAS. A group's Adam update
-(``stacked.StackedAdam``) is one kernel a stacked parameter, each run at its own rate.
+(``updates.Adam``) is one kernel a stacked parameter, each run at its own rate.
 
 Used for float32/float64 states on CUDA when Triton is installed, for one run or a group's runs stacked
 on a leading dimension (the kernels index the flat memory of ``([R,] B, H)``); ``RECDROP_TRITON=0``

@@ -10,7 +10,7 @@ ROOT = Path(recdrop.__file__).parent
 # From the bottom; a module may import its own layer's and those below.
 LAYERS = [
     {"paths", "masks", "cells", "cpu_products", "fused", "triton_kernels", "graphs", "layers", "memory", "models",
-     "optim", "paper", "route", "stacked", "step_graph"},
+     "optim", "paper", "route", "stacked", "step_graph", "updates"},
     {"config", "records", "store", "estimates", "progress", "train", "report", "perf", "figure1", "demo",
      "data"},  # data: its checksums and writes
     {"experiments"},

@@ -9,6 +9,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from recdrop.data import data_root
 from recdrop.models import Dropout, LanguageModel, language_models_nll, set_generator
+from recdrop import updates
 from recdrop.stacked import StackedLanguageModels
 from recdrop.store import save_checkpoints
 
@@ -49,11 +50,13 @@ def test_each_run_of_a_stacked_group_trains_as_its_model_alone(device):
     states = tuple(torch.randn(len(models), B, H, generator=g, dtype=torch.float64).to(device) for _ in range(2))
     lrs = torch.tensor([1.0, 0.5, 1.0, 1.0, 0.3, 1.0, 2.0], dtype=torch.float64, device=device)
     clips = torch.tensor([10.0, 0.1, 0.0, 1.0, 10.0, 0.05, 5.0], dtype=torch.float64, device=device)
+    sgd = updates.SGD(stack.params, [torch.optim.SGD(m.parameters(), lr=1.0) for m in models])
     for _ in range(3):
         nll, (h, c) = stack.nll(tokens, states, targets)
         stack.zero_grad()
         (nll.sum() + c.sum()).backward()
-        norms = stack.clip_and_step(lrs, clips)
+        norms = updates.clip_(stack.grads(), clips)
+        sgd.update(stack.grads(), lrs)
         for r, m in enumerate(alone):
             m.zero_grad()
             loss, (h_r, c_r) = language_models_nll([m], tokens, (states[0][r:r + 1], states[1][r:r + 1]), targets)
@@ -162,8 +165,6 @@ def test_a_stacked_adam_steps_each_run_as_its_own_adam_and_its_state_is_the_memb
     against each model's own ``torch.optim.Adam`` after ``clip_grad_norm_``: weights and moments equal in
     float64; each member optimiser's state is its slice (views), so its state_dict is what it is alone; a
     group formed again from the members goes on from their moments and step counts."""
-    from recdrop.stacked import StackedAdam
-
     models, alone = twins()
     lrs = torch.tensor([1e-3, 2e-3, 5e-4, 1e-3, 1e-2, 1e-3, 3e-3], dtype=torch.float64)
     clips = torch.tensor([10.0, 0.1, 0.0, 1.0, 10.0, 0.05, 5.0], dtype=torch.float64)
@@ -174,13 +175,14 @@ def test_a_stacked_adam_steps_each_run_as_its_own_adam_and_its_state_is_the_memb
     zero = torch.zeros(len(models), B, H, dtype=torch.float64)
     for round_ in range(2):  # the second: a group formed again from the members' states
         stack = StackedLanguageModels(models)
-        adam = StackedAdam(stack, opts)
+        adam = updates.Adam(stack.params, [list(m.parameters()) for m in models], opts)
         for _ in range(3 - round_):
             nll, _ = stack.nll(tokens, (zero, zero), targets)
             stack.zero_grad()
             nll.sum().backward()
-            stack.clip_(clips)
-            adam.step(lrs)
+            updates.clip_(stack.grads(), clips)
+            adam.count()
+            adam.update(stack.grads(), lrs)
             for r, (m, o) in enumerate(zip(alone, opts_alone)):
                 o.zero_grad()
                 loss, _ = language_models_nll([m], tokens, (zero[:1], zero[:1]), targets)
@@ -197,4 +199,5 @@ def test_a_stacked_adam_steps_each_run_as_its_own_adam_and_its_state_is_the_memb
                 torch.testing.assert_close(mine[i]["exp_avg_sq"], theirs[i]["exp_avg_sq"], rtol=1e-10, atol=1e-16)
             assert mine[0]["exp_avg"].untyped_storage().data_ptr() == adam.exp_avg[0].untyped_storage().data_ptr()
     with pytest.raises(ValueError, match="torch.optim.Adam with one group"):
-        StackedAdam(StackedLanguageModels(models), [torch.optim.SGD(m.parameters(), lr=1.0) for m in models])
+        updates.Adam(StackedLanguageModels(models).params, [list(m.parameters()) for m in models],
+                     [torch.optim.SGD(m.parameters(), lr=1.0) for m in models])

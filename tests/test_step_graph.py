@@ -5,12 +5,12 @@ plain-SGD update from a tensor of rates is SGD's; an optimiser it cannot follow 
 import pytest
 import torch
 
-from recdrop import graphs, step_graph
+from recdrop import graphs, step_graph, updates
 from recdrop.experiments.word_lm import WordLMConfig, WordLMTask
 from recdrop.models import set_generator
 from recdrop.store import RunStore
-from recdrop.step_graph import check_plain_sgd
 from recdrop.train import mask_generator, optimise_group, seed_everything, train_group, train_run
+from recdrop.updates import check_plain_sgd
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU")
 
@@ -60,16 +60,28 @@ def test_off_cuda_the_stepper_is_the_eager_group_step():
 
 
 def test_the_update_from_a_tensor_of_rates_is_sgds():
-    """optimise_group with ``lrs``: p - lr_r g after each run's clipping, as torch.optim.SGD steps."""
+    """optimise_group with plain SGD from a tensor of rates, each run a stack of one: p - lr_r g after
+    each run's clipping, as torch's ``clip_grad_norm_`` and ``torch.optim.SGD`` step."""
     a, b = word_lm_tasks("cpu", 2), word_lm_tasks("cpu", 2)
     window = a[0].train_data[:a[0].cfg.bptt + 1]
     lrs = step_graph.LearningRates([t.optimizer for t in b], "cpu")
-    for tasks, rates in ((a, None), (b, lrs.tensor)):
+    sgds = [updates.SGD(updates.of_one(t.model.parameters()), [t.optimizer]) for t in b]
+    clips = torch.tensor([t.cfg.clip_norm for t in b])
+    for tasks in (a, b):
         for t in tasks:
             t.model.eval()  # no masks: the two calls see the same losses
         loss = torch.stack([torch.nn.functional.cross_entropy(
             t.model(window[:-1], t._zero_state())[0].flatten(0, 1), window[1:].flatten()) for t in tasks])
-        optimise_group(tasks, loss, [t.cfg.clip_norm for t in tasks], rates)
+        if tasks is a:
+            for t in a:
+                t.optimizer.zero_grad()
+            loss.sum().backward()
+            want = [torch.nn.utils.clip_grad_norm_(t.model.parameters(), t.cfg.clip_norm) for t in a]
+            for t in a:
+                t.optimizer.step()
+        else:
+            norms = optimise_group(b, loss, clips, sgds, lrs.tensor)
+    torch.testing.assert_close(norms, torch.stack(want))
     assert lrs.tensor.tolist() == [t.optimizer.param_groups[0]["lr"] for t in b]
     for ta, tb in zip(a, b):
         for p, q in zip(ta.model.parameters(), tb.model.parameters()):
@@ -83,8 +95,8 @@ def test_a_tensor_of_rates_refuses_an_optimiser_it_cannot_follow():
                 torch.optim.Adam(p)):
         with pytest.raises(ValueError, match="plain SGD"):
             check_plain_sgd(bad)
-    with pytest.raises(ValueError, match="plain SGD"):  # checked once, where the tensor of rates is made
-        step_graph.LearningRates([torch.optim.Adam(p)], "cpu")
+    with pytest.raises(ValueError, match="plain SGD"):  # checked once, where the update is made
+        updates.SGD(updates.of_one(p), [torch.optim.Adam(p)])
 
 
 def test_suspended_graphs_run_the_plain_loops_in_every_thread(monkeypatch):

@@ -161,7 +161,8 @@ def test_a_stacked_adam_through_the_kernel_steps_each_run_as_torch_adam(monkeypa
     steps equal each model's own ``torch.optim.Adam`` (float32), weights and moments. The step sizes differ
     by 10x between runs, so a run read with another's rate would be far off."""
     from recdrop.models import Dropout, LanguageModel
-    from recdrop.stacked import StackedAdam, StackedLanguageModels
+    from recdrop import updates
+    from recdrop.stacked import StackedLanguageModels
 
     monkeypatch.setenv("RECDROP_TRITON", "1")
     torch.manual_seed(0)
@@ -173,14 +174,15 @@ def test_a_stacked_adam_through_the_kernel_steps_each_run_as_torch_adam(monkeypa
     opts = [torch.optim.Adam(m.parameters(), lr=float(lr)) for m, lr in zip(models, lrs)]
     theirs = [torch.optim.Adam(m.parameters(), lr=float(lr)) for m, lr in zip(alone, lrs)]
     stack = StackedLanguageModels(models)
-    adam = StackedAdam(stack, opts)
+    adam = updates.Adam(stack.params, [list(m.parameters()) for m in models], opts)
     assert triton_kernels.usable(stack.params[0])
     for step in range(3):
         gen = torch.Generator().manual_seed(step)
         grads = [[torch.randn(p.shape, generator=gen).to(DEVICE) for p in m.parameters()] for m in models]
         for p, g in zip(stack.params, zip(*grads)):
             p.grad = torch.stack(g)
-        adam.step(lrs)
+        adam.count()
+        adam.update(stack.grads(), lrs)
         for m, o, gs in zip(alone, theirs, grads):
             for p, g in zip(m.parameters(), gs):
                 p.grad = g

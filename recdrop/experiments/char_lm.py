@@ -16,11 +16,11 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 
-from .. import step_graph
+from .. import step_graph, updates
 from ..config import ExperimentConfig
 from ..data.ptb import check_ptb_char, load_ptb_char
 from ..models import Dropout, LanguageModel, generators, language_models_bytes, language_models_nll
-from ..stacked import StackedAdam, StackedLanguageModels, stacking
+from ..stacked import StackedLanguageModels, stacking
 from ..step_graph import FullBatches, LearningRates, StepGraph
 from ..train import Task, autocast, epoch_generator, optimise_group
 from .lm_tables import (
@@ -157,12 +157,16 @@ class CharLMTask(Task):
                                      cfg.batch_size, optimizer_slots=2)
 
     @classmethod
-    def eager_step(cls, tasks: Sequence["CharLMTask"], idx: torch.Tensor) -> List[Dict[str, torch.Tensor]]:
-        """One Adam step of each run on the sequences ``idx``, the runs as one model
-        (``models.language_models_nll``), each sequence from a zero state, each run's update its own
-        optimiser's (``train.optimise_group``): the step on a CPU."""
+    def eager_step(cls, tasks: Sequence["CharLMTask"], adams: Sequence[updates.Adam], lrs: LearningRates,
+                   clip_norms: torch.Tensor, idx: torch.Tensor) -> List[Dict[str, torch.Tensor]]:
+        """One Adam step of each run on the sequences ``idx``, each run on its own
+        (``models.language_models_nll``), each sequence from a zero state, each run's parameters a stack of
+        one for its clipping and update ``adams[r]`` (``train.optimise_group``): the step on a CPU."""
+        lrs.refresh()
+        for adam in adams:
+            adam.count()
         nll = cls._batch_nll(tasks, idx, functools.partial(language_models_nll, [t.model for t in tasks]))
-        optimise_group(tasks, nll, [t.cfg.clip_norm for t in tasks])
+        optimise_group(tasks, nll, clip_norms, adams, lrs.tensor)
         return [{"loss": v} for v in nll.detach()]
 
     @staticmethod
@@ -181,19 +185,22 @@ class CharLMTask(Task):
         """One Adam step of each run on a batch of sequences, as a function of the batch, made once for as
         long as the group stands. Off the CPU a group is one model
         (``stacked.StackedLanguageModels``, each run's parameters a view of its slice), clipped and
-        stepped by Adam for all runs at once (``stacked.StackedAdam``, each run's learning rate read from
+        stepped by Adam for all runs at once (``updates.Adam``, each run's learning rate read from
         a tensor, ``step_graph.LearningRates``); on a GPU each full batch's step replays one CUDA graph
         (``step_graph.StepGraph``, a run alone a stack of one) and an epoch's last, smaller batch runs
-        eagerly. On a CPU each run computes on its own (``eager_step``)."""
+        eagerly. On a CPU each run computes on its own and updates as a stack of one (``eager_step``)."""
         tasks = list(tasks)
         models, device = [t.model for t in tasks], tasks[0].device
         graphed = graphed and step_graph.capturable(device)
+        optimizers = [t.optimizer for t in tasks]
+        lrs = LearningRates(optimizers, device)
+        clip_norms = torch.tensor([t.cfg.clip_norm for t in tasks], dtype=models[0].out.weight.dtype, device=device)
         if not (graphed or stacking(models, device)):
-            return functools.partial(cls.eager_step, tasks)
+            adams = [updates.Adam(updates.of_one(m.parameters()), [list(m.parameters())], [o])
+                     for m, o in zip(models, optimizers)]
+            return functools.partial(cls.eager_step, tasks, adams, lrs, clip_norms)
         stack = StackedLanguageModels(models)
-        adam = StackedAdam(stack, [t.optimizer for t in tasks])
-        lrs = LearningRates([t.optimizer for t in tasks], device, plain_sgd=False)
-        clip_norms = torch.tensor([t.cfg.clip_norm for t in tasks], dtype=stack.embed.dtype, device=device)
+        adam = updates.Adam(stack.params, [list(m.parameters()) for m in models], optimizers)
         rows = torch.empty(tasks[0].cfg.batch_size, dtype=torch.long, device=device)  # a full batch's sequences
 
         def begin() -> None:  # the host's part of a step: the rates as the schedule left them, Adam's counts
@@ -204,8 +211,9 @@ class CharLMTask(Task):
             nll = cls._batch_nll(tasks, idx, stack.nll)
             stack.zero_grad()
             nll.sum().backward()
-            stack.clip_(clip_norms)
-            adam.update(lrs.tensor)
+            grads = stack.grads()
+            updates.clip_(grads, clip_norms)
+            adam.update(grads, lrs.tensor)
             return [{"loss": v} for v in nll.detach().unbind()]
 
         def load(idx: torch.Tensor) -> None:

@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from .. import step_graph
+from .. import step_graph, updates
 from ..config import ExperimentConfig
 from ..data.ptb import batchify, check_ptb, load_ptb
 from ..models import Dropout, LanguageModel, generators, language_models_bytes, language_models_nll
@@ -155,9 +155,9 @@ class WordLMTask(Task):
         (``step_graph.StepGraph``): the window and the runs' carried states (h, c) live in static
         buffers, each run's ``state`` a view of its row. Off the CPU a group is one model
         (``stacked.StackedLanguageModels``: each run's parameters a view of its slice), clipped and
-        updated for all runs at once, each run's learning rate read from a tensor (plain SGD); on a CPU
-        each run computes on its own and ``train.optimise_group`` updates each (from that tensor too
-        where the step is a graph)."""
+        updated for all runs at once (``updates``), each run's learning rate read from a tensor (plain
+        SGD); on a CPU each run computes on its own and ``train.optimise_group`` updates each, its
+        parameters a stack of one."""
         tasks = list(tasks)
         cfg, device, data = tasks[0].cfg, tasks[0].device, tasks[0].train_data
         graphed = graphed and step_graph.capturable(device)
@@ -165,17 +165,19 @@ class WordLMTask(Task):
         states = tuple(torch.cat([t.state[i] for t in tasks]) for i in range(2))  # (R, B, H) each
         for r, t in enumerate(tasks):
             t.state = tuple(s[r:r + 1] for s in states)
-        models, clips = [t.model for t in tasks], [t.cfg.clip_norm for t in tasks]
+        models, optimizers = [t.model for t in tasks], [t.optimizer for t in tasks]
         stack = StackedLanguageModels(models) if stacking(models, device) else None
-        lrs = LearningRates([t.optimizer for t in tasks], device) if graphed or stack else None
+        lrs = LearningRates(optimizers, device)
+        clip_norms = torch.tensor([t.cfg.clip_norm for t in tasks], dtype=models[0].out.weight.dtype, device=device)
         if stack:
-            clip_norms = torch.tensor(clips, dtype=stack.embed.dtype, device=device)
+            sgd = updates.SGD(stack.params, optimizers)
+        else:  # each run's parameters a stack of one
+            sgds = [updates.SGD(updates.of_one(m.parameters()), [o]) for m, o in zip(models, optimizers)]
         nll_of = stack.nll if stack else functools.partial(language_models_nll, models)
 
         def load(start: int) -> None:
             window.copy_(data[start:start + cfg.bptt + 1])
-            if lrs is not None:
-                lrs.refresh()
+            lrs.refresh()
 
         def body() -> List[Dict[str, torch.Tensor]]:
             with autocast(tasks[0].precision, device):
@@ -184,9 +186,11 @@ class WordLMTask(Task):
             if stack:
                 stack.zero_grad()
                 (nll * cfg.bptt).sum().backward()
-                stack.clip_and_step(lrs.tensor, clip_norms)
+                grads = stack.grads()
+                updates.clip_(grads, clip_norms)
+                sgd.update(grads, lrs.tensor)
             else:
-                optimise_group(tasks, nll * cfg.bptt, clips, None if lrs is None else lrs.tensor)
+                optimise_group(tasks, nll * cfg.bptt, clip_norms, sgds, lrs.tensor)
             with torch.no_grad():
                 for s, n in zip(states, new):  # carried to the next window (truncated BPTT)
                     s.copy_(n)
