@@ -26,7 +26,7 @@ from . import graphs, route, triton_kernels
 from .cells import (ACTIVATIONS, CELL_SCHEMES, NONLINEARITY, check_activation, gru_step, lstm_step, rnn_step, states_of,
                     without_generator)
 from .fused import gru_sequence, linear, lstm_sequence, plain_ops_needed, rnn_sequence, transformed
-from .masks import DropoutSettings, RecurrentDropout, StepFactors, stack_factors
+from .masks import DropoutSettings, GroupDropout, RecurrentDropout, StepFactors
 from .route import Route
 
 Masks = List[Dict[str, Tensor]]
@@ -530,10 +530,8 @@ def run_group(layers: List[RecurrentLayer], x: Tensor, hx: Tuple[Tensor, ...]):
                 for r, m in enumerate(layers)]
         states = [st if isinstance(st, tuple) else (st,) for _, st in outs]
         return torch.stack([y for y, _ in outs], 1), tuple(torch.cat(s) for s in zip(*states))
-    masks = [m.masks_for(x[:, r], None) for r, m in enumerate(layers)]  # one layer, one direction each
-    factors = stack_factors([m.rdrop.factors(None if k is None else k[0], m.training,
-                                             per_step=m.rdrop.sampling == "per-step") for m, k in zip(layers, masks)],
-                            steps, batch, first.hidden_size, x)
+    dropout = GroupDropout([m.rdrop for m in layers], [m.generator for m in layers], x.dtype, x.device, own=False)
+    factors = dropout.factors(steps, batch, first.hidden_size, x, first.training)
     weights = tuple(None if w is None else torch.stack([m.layer_weights(0, False)[i] for m in layers])
                     for i, w in enumerate(first.layer_weights(0, False)))
     out = first.run_weights(x, tuple(hx), weights, factors, False)

@@ -175,29 +175,100 @@ class StepFactors:
 TARGETS = ("gal", "semeniuta", "moon")  # StepFactors' order
 
 
-def stack_factors(runs: Sequence[StepFactors], steps: int, batch: int, hidden: int, like: torch.Tensor) -> StepFactors:
-    """The factors of a group of runs stacked on a leading run dimension, so that one step
-    of the group applies each run's own d(.): per target, ``(T, R, B, H)`` where some run draws a
-    mask per step, else ``(R, B, H)`` where some run has a mask, else ``(R, 1, 1)`` of constants
-    (each run's (1 - p) at test, Eq. 3); a run that does not drop a target multiplies it by 1. A
-    target no run drops stays None. ``like`` gives the dtype and device."""
-    stacked: Dict[str, Factor] = {}
-    per_step = any(f.per_step and isinstance(getattr(f, t), torch.Tensor) for f in runs for t in TARGETS)
-    for t in TARGETS:
-        factors = [getattr(f, t) for f in runs]
-        if all(f is None for f in factors):
-            continue
-        masks = [f for f in factors if isinstance(f, torch.Tensor)]
-        shape = (steps, 1, batch, hidden) if per_step else (1, batch, hidden) if masks else (1, 1, 1)
+class RunDraws:
+    """One kind of mask of every run of a group, drawn from each run's own generator into its slice of
+    one buffer ``(R, *shape)``, as the run draws it alone: ``uniform`` draws U[0, 1) and keeps a unit
+    where it falls below 1 - p (``RecurrentDropout.draw``), ``bernoulli`` draws Bernoulli(1 - p)
+    (``models.ForwardDropout``). A run that does not draw keeps every unit. ``runs`` are (r, p,
+    generator) of the runs that draw; with ``own`` each must have a generator of its own (so that it
+    draws what it draws alone), else a run without one draws from torch's global generator. The buffer
+    of a shape is made once, so that a CUDA graph of the step replays the draws into it."""
 
-        def one(run: StepFactors, factor: Factor) -> torch.Tensor:
-            if not isinstance(factor, torch.Tensor):  # None (not dropped) or a test-time constant
-                return like.new_full((1,) * len(shape), 1.0 if factor is None else float(factor)).expand(shape)
-            if per_step and not run.per_step:  # a per-sequence mask, the same at every step
-                return factor.to(like).reshape(1, 1, batch, hidden).expand(shape)
-            return factor.to(like).reshape(shape)
-        stacked[t] = torch.cat([one(run, f) for run, f in zip(runs, factors)], dim=1 if per_step else 0)
-    return StepFactors(stacked, per_step=per_step)
+    def __init__(self, runs: Sequence[Tuple[int, float, Optional[torch.Generator]]], how: str, n_runs: int,
+                 own: bool = True):
+        self.runs, self.how, self.n_runs, self.own = list(runs), how, n_runs, own
+        self.buffers: Dict[tuple, tuple] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self.runs)
+
+    def masks(self, shape: Tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
+        """The 0/1 masks ``(R, *shape)`` of this step, in ``like``'s dtype and device."""
+        key = (shape, like.dtype, like.device)
+        if key not in self.buffers:
+            if self.own and any(g is None for _, _, g in self.runs):
+                raise ValueError("each model of a stacked group draws its masks from its own generator "
+                                 "(models.set_generator)")
+            fill = 0.0 if self.how == "uniform" else 1.0  # a run that does not draw keeps every unit
+            buffer = like.new_full((self.n_runs, *shape), fill)
+            keep = None
+            if self.how == "uniform":
+                keep = like.new_ones((self.n_runs,) + (1,) * len(shape))
+                for r, p, _ in self.runs:
+                    keep[r] = 1.0 - p
+            self.buffers[key] = buffer, keep, [(buffer[r], p, g) for r, p, g in self.runs]  # the slices made once
+        buffer, keep, slices = self.buffers[key]
+        for row, p, g in slices:
+            own = {} if g is None else {"generator": g}
+            if self.how == "uniform":
+                row.uniform_(**own)  # torch.rand's own draw, into the run's slice
+            else:
+                row.bernoulli_(1.0 - p, **own)
+        return buffer if keep is None else (buffer < keep).to(like.dtype)
+
+
+class GroupDropout:
+    """The recurrent dropout d(.) of each run of a group (Eqs. 3, 7-9, 18), stacked on a leading run
+    dimension so that one step of the group applies each run's own: ``rdrops[r]`` is run r's, its masks
+    drawn from ``generators[r]`` as the run draws them alone (``RunDraws``, with ``own``); the constants
+    are made in ``dtype`` on ``device`` once, since a CUDA graph cannot copy them from the host."""
+
+    def __init__(self, rdrops: Sequence[RecurrentDropout], generators: Sequence[Optional[torch.Generator]],
+                 dtype: torch.dtype, device, own: bool = True):
+        for d in rdrops:  # each run draws its targets in this order alone, the group in TARGETS' order
+            if list(d.targets) != [t for t in TARGETS if t in d.targets]:
+                raise ValueError(f"a group draws the recurrent masks in the order {TARGETS}, got {d.targets}")
+        R = len(rdrops)
+        self.draws = {(t, s): RunDraws([(r, d.p, g) for r, (d, g) in enumerate(zip(rdrops, generators))
+                                        if t in d.targets and d.sampling == s], "uniform", R, own)
+                      for t in TARGETS for s in SAMPLINGS}
+        self.order = [key for key, draws in self.draws.items() if draws]
+
+        def per_run(t: str, scaling: str) -> Optional[torch.Tensor]:
+            if not any(t in d.targets and d.scaling == scaling for d in rdrops):
+                return None
+            return torch.tensor([1.0 - d.p if t in d.targets and d.scaling == scaling else 1.0 for d in rdrops],
+                                dtype=dtype, device=device)
+        # per target, each run's divisor of its mask while training (1 - p where it scales inverted, Eq. 18)
+        # and its factor at test (1 - p where it scales as the paper, Eq. 3)
+        self.train_divisors = {t: per_run(t, "inverted") for t in TARGETS}
+        self.test_factors = {t: f.view(R, 1, 1) for t in TARGETS if (f := per_run(t, "paper")) is not None}
+
+    def factors(self, steps: int, batch: int, hidden: int, like: torch.Tensor, training: bool) -> StepFactors:
+        """Each run's d(.) (``RecurrentDropout.factors``) stacked on the run dimension: per target,
+        ``(T, R, B, H)`` where some run draws a mask per step, ``(R, B, H)`` where some run draws one per
+        sequence only, ``(R, 1, 1)`` constants at test (Eq. 3's 1 - p under the ``paper`` scaling); a run
+        that does not drop a target multiplies it by 1, and a target no run drops is None."""
+        if not training:
+            return StepFactors(self.test_factors, per_step=False)
+        drawn = {}
+        for t, s in self.order:  # each run's generator advances as it does alone
+            shape = (steps, batch, hidden) if s == "per-step" else (batch, hidden)
+            drawn[(t, s)] = self.draws[(t, s)].masks(shape, like)
+        per_step = any(s == "per-step" for _, s in drawn)
+        found = {}
+        for t in TARGETS:
+            step, seq = drawn.get((t, "per-step")), drawn.get((t, "per-sequence"))
+            if step is None and seq is None:
+                continue
+            if step is None:  # each run's mask of its sequence, at every step where some run draws per step
+                mask = seq.unsqueeze(1).expand(-1, steps, -1, -1) if per_step else seq
+            else:
+                mask = step if seq is None else step * seq.unsqueeze(1)
+            if self.train_divisors[t] is not None:  # Eq. 18 where a run scales inverted (m / 1 is m)
+                mask = mask / self.train_divisors[t].view(-1, *([1] * (mask.dim() - 1)))
+            found[t] = mask.transpose(0, 1) if per_step else mask  # (T, R, B, H) or (R, B, H)
+        return StepFactors(found, per_step=per_step)
 
 
 def _setting(field: str) -> property:

@@ -16,7 +16,7 @@ embedding lookup, each run's dropouts, the LSTM's batched products. Each run com
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import List, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -24,7 +24,7 @@ from torch import Tensor
 
 from . import route
 from .fused import group_decoder_nll, group_linear
-from .masks import SAMPLINGS, TARGETS, StepFactors
+from .masks import GroupDropout, RunDraws
 from .models import LanguageModel, language_model_hidden
 
 
@@ -43,46 +43,6 @@ def _check_group(models: Sequence[LanguageModel]) -> None:
         shapes = [(p.shape, p.dtype, p.device) for p in m.parameters()]
         if shapes != [(p.shape, p.dtype, p.device) for p in first.parameters()] or m.rnn.nonlinearity != "tanh":
             raise ValueError("a stacked group's models must share their sizes, dtype, device and nonlinearity (tanh)")
-        targets = m.rnn.rdrop.targets  # drawn in this order alone; the group draws them in TARGETS' order
-        if list(targets) != [t for t in TARGETS if t in targets]:
-            raise ValueError(f"a stacked group draws the recurrent masks in the order {TARGETS}, got {targets}")
-
-
-class _Draws:
-    """One kind of mask of every run of a group, drawn from each run's own generator into its slice of a
-    buffer ``(R, *shape)``, as the run draws it alone: ``uniform`` draws U[0, 1) and keeps a unit where
-    it falls below 1 - p (``masks.RecurrentDropout.draw``), ``bernoulli`` draws Bernoulli(1 - p)
-    (``models.ForwardDropout``). A run that does not draw keeps every unit."""
-
-    def __init__(self, runs: List[Tuple[int, float, Optional[torch.Generator]]], how: str, n_runs: int):
-        self.runs, self.how, self.n_runs = runs, how, n_runs
-        self.buffers: Dict[tuple, tuple] = {}
-
-    def __bool__(self) -> bool:
-        return bool(self.runs)
-
-    def masks(self, shape: Tuple[int, ...], like: Tensor) -> Tensor:
-        """The 0/1 masks ``(R, *shape)`` of this step."""
-        key = (shape, like.dtype, like.device)
-        if key not in self.buffers:
-            if any(g is None for _, _, g in self.runs):
-                raise ValueError("each model of a stacked group draws its masks from its own generator "
-                                 "(models.set_generator)")
-            fill = 0.0 if self.how == "uniform" else 1.0  # a run that does not draw keeps every unit
-            buffer = like.new_full((self.n_runs, *shape), fill)
-            keep = None
-            if self.how == "uniform":
-                keep = like.new_ones((self.n_runs,) + (1,) * len(shape))
-                for r, p, _ in self.runs:
-                    keep[r] = 1.0 - p
-            self.buffers[key] = buffer, keep, [(buffer[r], p, g) for r, p, g in self.runs]  # the slices made once
-        buffer, keep, slices = self.buffers[key]
-        for row, p, g in slices:
-            if self.how == "uniform":
-                row.uniform_(generator=g)  # torch.rand's own draw, into the run's slice
-            else:
-                row.bernoulli_(1.0 - p, generator=g)
-        return buffer if keep is None else (buffer < keep).to(like.dtype)
 
 
 class StackedLanguageModels:
@@ -115,67 +75,25 @@ class StackedLanguageModels:
         def forward_draws(name):
             runs = [(r, getattr(m, name).p, getattr(m, name).generator) for r, m in enumerate(self.models)
                     if getattr(m, name).p > 0]
-            return _Draws(runs, "bernoulli", R), torch.tensor(
+            return RunDraws(runs, "bernoulli", R), torch.tensor(
                 [1.0 - getattr(m, name).p for m in self.models], dtype=self.embed.dtype,
                 device=self.embed.device).view(R, 1, 1)
         (self.input_draws, self.input_keep), (self.output_draws, self.output_keep) = map(
             forward_draws, ("input_drop", "output_drop"))
-        # per target and sampling, the runs whose recurrent dropout draws it (Eqs. 7-9)
-        self.recurrent_draws = {
-            (t, s): _Draws([(r, m.rnn.rdrop.p, m.rnn.generator) for r, m in enumerate(self.models)
-                            if t in m.rnn.rdrop.targets and m.rnn.rdrop.sampling == s], "uniform", R)
-            for t in TARGETS for s in SAMPLINGS}
-        # drawn in TARGETS' order, as each run draws its own targets alone (_check_group)
-        self.draw_order = [key for key in self.recurrent_draws if self.recurrent_draws[key]]
-        # per target, each run's divisor of its mask while training (1 - p where it scales inverted, Eq.
-        # 18) and its factor at test (1 - p where it scales as the paper, Eq. 3), made here and not in a
-        # step: a CUDA graph cannot copy from the host
-        rdrops = [m.rnn.rdrop for m in self.models]
-
-        def per_run(t, scaling):
-            if not any(t in d.targets and d.scaling == scaling for d in rdrops):
-                return None
-            return torch.tensor([1.0 - d.p if t in d.targets and d.scaling == scaling else 1.0 for d in rdrops],
-                                dtype=self.embed.dtype, device=self.embed.device)
-        self.train_divisors = {t: per_run(t, "inverted") for t in TARGETS}
-        self.test_factors = {t: f.view(R, 1, 1) for t in TARGETS if (f := per_run(t, "paper")) is not None}
+        rnns = [m.rnn for m in self.models]
+        self.recurrent_dropout = GroupDropout([r.rdrop for r in rnns], [r.generator for r in rnns],
+                                              self.embed.dtype, self.embed.device)
 
     @property
     def training(self) -> bool:
         return self.models[0].training
 
-    def _forward_dropout(self, x: Tensor, draws: _Draws, keep: Tensor) -> Tensor:
+    def _forward_dropout(self, x: Tensor, draws: RunDraws, keep: Tensor) -> Tensor:
         """``ForwardDropout`` of each run on its slice of ``x`` ``(T, R, B, F)``: x * mask / (1 - p)."""
         if not self.training or not draws:
             return x
         masks = draws.masks((x.shape[0], x.shape[2], x.shape[3]), x)  # (R, T, B, F)
         return x * masks.transpose(0, 1) / keep
-
-    def _recurrent_factors(self, steps: int, batch: int, like: Tensor) -> StepFactors:
-        """Each run's d(.) (``masks.RecurrentDropout.factors``) stacked on the run dimension: per target,
-        ``(T, R, B, H)`` where some run draws a mask per step, ``(R, B, H)`` where some run draws one per
-        sequence only, ``(R, 1, 1)`` constants at test (Eq. 3's 1 - p under the ``paper`` scaling)."""
-        hidden = self.rnn.hidden_size
-        if not self.training:
-            return StepFactors(self.test_factors, per_step=False)
-        drawn = {}
-        for t, s in self.draw_order:  # each run's generator advances as it does alone
-            shape = (steps, batch, hidden) if s == "per-step" else (batch, hidden)
-            drawn[(t, s)] = self.recurrent_draws[(t, s)].masks(shape, like)
-        per_step = any(s == "per-step" for _, s in drawn)
-        found = {}
-        for t in TARGETS:
-            step, seq = drawn.get((t, "per-step")), drawn.get((t, "per-sequence"))
-            if step is None and seq is None:
-                continue
-            if step is None:  # each run's mask of its sequence, at every step where some run draws per step
-                mask = seq.unsqueeze(1).expand(-1, steps, -1, -1) if per_step else seq
-            else:
-                mask = step if seq is None else step * seq.unsqueeze(1)
-            if self.train_divisors[t] is not None:  # Eq. 18 where a run scales inverted (m / 1 is m)
-                mask = mask / self.train_divisors[t].view(-1, *([1] * (mask.dim() - 1)))
-            found[t] = mask.transpose(0, 1) if per_step else mask  # (T, R, B, H) or (R, B, H)
-        return StepFactors(found, per_step=per_step)
 
     def embedding(self, tokens: Tensor) -> Tensor:
         """Every run's embedding of ``tokens`` ``(T, B)``: ``(T, R, B, E)``, in one lookup."""
@@ -190,7 +108,7 @@ class StackedLanguageModels:
     def recurrent(self, x: Tensor, states: Tuple[Tensor, Tensor]):
         """Every run's LSTM with its own recurrent dropout on its slice of ``x`` ``(T, R, B, E)``, the
         weights stacked (one batched product a step): outputs ``(T, R, B, H)`` and the new states."""
-        factors = self._recurrent_factors(x.shape[0], x.shape[2], x)
+        factors = self.recurrent_dropout.factors(x.shape[0], x.shape[2], self.rnn.hidden_size, x, self.training)
         y, states = self.rnn.run_weights(x, tuple(states), (self.w_ih, self.w_hh, self.b_ih, self.b_hh, None),
                                           factors, False)
         for m in self.models:  # each run's layer ran on this path (the trainer records it)

@@ -67,10 +67,10 @@ def test_a_group_of_one_is_the_run_alone_and_bad_shapes_are_clear_errors():
 
 
 @pytest.mark.parametrize("training", [True, False])
-def test_stacked_factors_apply_each_runs_own_dropout_at_every_step(training):
+def test_a_groups_dropout_applies_each_runs_own_at_every_step(training):
     """A group mixing schemes, samplings, scalings and rates (and a run without dropout): each run's
     slice of every stacked step is its own step with its own masks, drawn from its own generator."""
-    from recdrop.masks import RecurrentDropout, stack_factors
+    from recdrop.masks import GroupDropout, RecurrentDropout
 
     T = 6
     runs = [RecurrentDropout(0.25, "semeniuta", "per-step", "paper"), RecurrentDropout(0.5, "gal", "per-sequence"),
@@ -80,8 +80,9 @@ def test_stacked_factors_apply_each_runs_own_dropout_at_every_step(training):
     alone = [r.factors(r.draw(r.mask_shape(T, B, H), dtype=torch.float64,
                               generator=torch.Generator().manual_seed(seed)) if training and r.targets else None,
                        training, per_step=r.sampling == "per-step") for seed, r in enumerate(runs)]
-    like = torch.zeros((), dtype=torch.float64)
-    group = stack_factors(alone, T, B, H, like)
+    generators = [torch.Generator().manual_seed(seed) for seed in range(n)]
+    group = GroupDropout(runs, generators, torch.float64, "cpu").factors(T, B, H, torch.zeros((), dtype=torch.float64),
+                                                                         training)
     assert group.per_step == training
     assert group.semeniuta.shape == ((T, n, B, H) if training else (n, 1, 1))  # at test: the paper-scaled (1 - p)
     assert group.moon is not None and (group.gal is not None) == training  # Gal runs here scale inverted: none at test
@@ -99,11 +100,11 @@ def test_stacked_factors_apply_each_runs_own_dropout_at_every_step(training):
 
 
 def test_a_target_no_run_drops_stays_none_and_test_time_constants_stack_per_run():
-    from recdrop.masks import RecurrentDropout, stack_factors
+    from recdrop.masks import GroupDropout, RecurrentDropout
 
     runs = [RecurrentDropout(0.25, "semeniuta", scaling="paper"), RecurrentDropout(0.5, "semeniuta", scaling="paper"),
             RecurrentDropout(0.5, "semeniuta")]  # inverted: identity at test
-    group = stack_factors([r.factors(None, False, per_step=False) for r in runs], 4, B, H, torch.zeros(()))
+    group = GroupDropout(runs, [None] * 3, torch.float32, "cpu", own=False).factors(4, B, H, torch.zeros(()), False)
     assert group.gal is None and group.moon is None and not group.per_step
     assert group.semeniuta.shape == (3, 1, 1) and group.semeniuta.flatten().tolist() == [0.75, 0.5, 1.0]
 
@@ -112,7 +113,7 @@ def _group_and_alone_sequences(cell, scheme, sampling, reverse, relu, T=5, runs=
     """The fast path's sequence Function for a group of ``runs`` stacked, and for each run alone: the
     inputs (float64, requiring grad) and both results."""
     from recdrop import fused
-    from recdrop.masks import RecurrentDropout, stack_factors
+    from recdrop.masks import GroupDropout, RecurrentDropout
 
     g = torch.Generator().manual_seed(zlib.crc32(repr((cell, scheme, sampling, reverse, relu)).encode()))
 
@@ -122,7 +123,7 @@ def _group_and_alone_sequences(cell, scheme, sampling, reverse, relu, T=5, runs=
     gx, h0, c0 = rand(T, runs, batch, gates), rand(runs, batch, hidden), rand(runs, batch, hidden)
     w_hh, b_hh = rand(runs, gates, hidden), rand(runs, gates)
     rates = (0.25, 0.5, 0.0)
-    alone_factors = []
+    alone_factors, rdrops = [], []
     for r in range(runs):
         rd = RecurrentDropout(rates[r] if scheme else 0.0, scheme or "semeniuta", sampling, "paper",
                               ("semeniuta", "gal", "moon") if cell == "RNN" else
@@ -130,7 +131,9 @@ def _group_and_alone_sequences(cell, scheme, sampling, reverse, relu, T=5, runs=
         masks = rd.draw(rd.mask_shape(T, batch, hidden), dtype=torch.float64,
                         generator=torch.Generator().manual_seed(r)) if rd.targets else None
         alone_factors.append(rd.factors(masks, True, per_step=sampling == "per-step"))
-    group_factors = stack_factors(alone_factors, T, batch, hidden, gx)
+        rdrops.append(rd)
+    generators = [torch.Generator().manual_seed(r) for r in range(runs)]
+    group_factors = GroupDropout(rdrops, generators, torch.float64, "cpu").factors(T, batch, hidden, gx, True)
     act = "relu" if relu else "tanh"
 
     def run(gx_, h0_, c0_, w_, b_, f):
