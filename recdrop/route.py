@@ -52,21 +52,22 @@ def cpu_products_choice() -> str:
     return value
 
 
+# "1": a group's runs compute as one stacked model on a CPU too, as on a GPU (to check or time that path
+# on a machine without one).
+STACK_ON_CPU = "RECDROP_STACK_ON_CPU"
+
+
 def switches() -> Dict[str, str]:
     """The switches set in the environment now, with their values (what a record keeps)."""
-    return {name: os.environ[name] for name in (*SWITCHES, CPU_PRODUCTS) if name in os.environ}
-
-
-# Whether a group's runs compute as one stacked model on a CPU too: tests set it to check that path there.
-STACK_ON_CPU = False
+    return {name: os.environ[name] for name in (*SWITCHES, CPU_PRODUCTS, STACK_ON_CPU) if name in os.environ}
 
 
 def stacks(device) -> bool:
     """Whether a group of runs computes as one model on ``device``, its weights stacked on a run dimension:
     off the CPU, where one run's step is bound by its kernel launches. On a CPU the products are
     compute-bound and each run's weights stay in cache over its own steps, so each run computes on its
-    own (``benchmarks/bench_groups.py`` times both ways)."""
-    return torch.device(device).type != "cpu" or STACK_ON_CPU
+    own unless ``RECDROP_STACK_ON_CPU`` is "1" (``benchmarks/bench_groups.py`` times both ways)."""
+    return torch.device(device).type != "cpu" or os.environ.get(STACK_ON_CPU) == "1"
 
 
 @dataclasses.dataclass(frozen=True)

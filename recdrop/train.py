@@ -416,7 +416,8 @@ def train_run(make_task: Callable[..., Task], config: ExperimentConfig, seed: in
 @dataclass(frozen=True)
 class Options:
     """How a group trains (``train_group``'s keywords): where its records go, how it reports, how often it
-    checkpoints, the callback tests stop it with, its bar's line, and when its time is up."""
+    checkpoints, the callback tests stop it with, its bar's line, when its time is up, and how many steps'
+    outputs wait on their device before the host reads them (``StepOutputs``)."""
 
     store: RunStore
     progress: bool = True
@@ -424,13 +425,15 @@ class Options:
     callback: Optional[Callable[[str, int, int], None]] = None
     position: int = 0
     deadline: Optional[float] = None
+    read_every: Optional[int] = None
 
 
 def train_group(make_task: Callable[..., Task], members: Sequence[Tuple[ExperimentConfig, int]], *,
                 device: str = "cpu", store: Optional[RunStore] = None, resume: bool = True, progress: bool = True,
                 checkpoint_every_s: float = 180.0, callback: Optional[Callable[[str, int, int], None]] = None,
                 position: int = 0, deadline: Optional[float] = None, rerun: bool = False,
-                errors: Optional[Dict[str, str]] = None, precision: str = "float32") -> List[Record]:
+                errors: Optional[Dict[str, str]] = None, precision: str = "float32",
+                read_every: Optional[int] = None) -> List[Record]:
     """Train the runs ``members`` ((config, seed) each) as one group, one model with a leading run
     dimension where there are several (``Task.group_stepper``), and return each one's record in order.
 
@@ -448,12 +451,14 @@ def train_group(make_task: Callable[..., Task], members: Sequence[Tuple[Experime
     ``errors``, where given, gets run id -> message for each run that diverged in this call.
     ``precision`` "tf32" lets a GPU's products run in TF32, "bf16" runs each training forward under bf16
     autocast where the task allows it (``set_precision``, ``autocast``), and the records say so.
+    ``read_every`` steps' outputs wait on their device before the host reads them (default: ``READ_EVERY``
+    off a CPU, every step on one); the records are the same whatever it is.
     """
     device = check_device(device)
     set_precision(precision, device)
     members = [(c, int(s)) for c, s in members]
     check_group(make_task, members, precision)
-    options = Options(store or RunStore(), progress, checkpoint_every_s, callback, position, deadline)
+    options = Options(store or RunStore(), progress, checkpoint_every_s, callback, position, deadline, read_every)
     records = {} if rerun else stored(options.store, members)
     todo = [m for m in members if run_id(*m) not in records]
     if todo:
@@ -561,17 +566,17 @@ class GroupTrainer:
 
 
 READ_EVERY = 64  # steps whose outputs a GPU holds before the host reads them (``StepOutputs``)
-READ_LATER_ON_CPU = False  # a CPU's outputs are read at every step (nothing waits); tests set it to check the GPU's way
 
 
 class StepOutputs:
     """A group's step outputs since the host last read them, left where they were computed: the trainer
-    reads them every ``READ_EVERY`` steps, before each checkpoint and at each epoch's end, so that the
+    reads them every ``read_every`` steps, before each checkpoint and at each epoch's end, so that the
     host does not wait for the device after every step. Read, they are each run's outputs of
     each step, in order, as floats: a run's sums and its first non-finite loss are what they are when
     read at every step."""
 
-    def __init__(self):
+    def __init__(self, read_every: Optional[int] = None):
+        self.read_every = read_every
         self.steps: List[Tuple[int, int, List[Dict[str, Any]]]] = []  # (epoch, batch, outputs) a step
         self.rows: List[torch.Tensor] = []  # the tensors among each step's outputs, stacked: one a step
 
@@ -580,12 +585,13 @@ class StepOutputs:
 
     @property
     def due(self) -> bool:
-        """Whether to read now: ``READ_EVERY`` steps kept, or outputs that reading costs no wait (on a CPU,
-        or floats already), so that there a run stops at the step where it diverges."""
-        if len(self.steps) >= READ_EVERY:
-            return True
+        """Whether to read now: ``read_every`` steps kept; by default ``READ_EVERY``, or at every step where
+        reading costs no wait (on a CPU, or floats already), so that there a run stops at the step where it
+        diverges."""
+        if self.read_every is not None:
+            return len(self.steps) >= self.read_every
         row = self.rows[-1] if self.rows else None
-        return row is None or (row.device.type == "cpu" and not READ_LATER_ON_CPU)
+        return len(self.steps) >= READ_EVERY or row is None or row.device.type == "cpu"
 
     def add(self, epoch: int, batch: int, outs: Sequence[Dict[str, Any]]) -> None:
         """Keep the outputs of the step at (epoch, batch): a tensor stays on its device (a place in this
@@ -639,7 +645,7 @@ class GroupTraining:
         self.batch_counts: Dict[int, int] = {}
         self.finished: List[Record] = []  # the records of the runs that finished or diverged, as stored
         self.stepper = None
-        self.outputs = StepOutputs()
+        self.outputs = StepOutputs(options.read_every)
         self.t_start = self.clock = time.perf_counter()
         self.last_checkpoint = time.monotonic()
         if len(runs) == 1 and self.lead.rng is not None:

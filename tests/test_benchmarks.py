@@ -12,7 +12,7 @@ import profile_group  # noqa: E402
 
 @pytest.fixture
 def stacked(monkeypatch):
-    monkeypatch.setattr("recdrop.route.STACK_ON_CPU", True)  # a GPU's way: the pair as one model
+    monkeypatch.setenv("RECDROP_STACK_ON_CPU", "1")  # a GPU's way: the pair as one model
 
 
 def test_bench_groups_times_a_stacked_pair_and_names_its_path(stacked, capsys):

@@ -198,7 +198,7 @@ def test_higher_order_gradients_and_transforms_never_reach_a_graph(kind, stand_i
 
 def test_a_fused_group_trained_through_graphs_has_the_plain_loops_records_and_frees_its_graphs(stand_in, tmp_path,
                                                                                                  monkeypatch):
-    monkeypatch.setattr("recdrop.route.STACK_ON_CPU", True)  # a GPU's path: the runs' weights stacked
+    monkeypatch.setenv("RECDROP_STACK_ON_CPU", "1")  # a GPU's path: the runs' weights stacked
     monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "cache"))
     runs = members("word_lm")
     graphed = train_group(WordLMTask, runs, store=RunStore(tmp_path / "graphed"), progress=False)
@@ -240,7 +240,7 @@ def test_on_cuda_a_group_and_a_callers_own_capture(monkeypatch):
         m.generator = torch.Generator(device="cuda").manual_seed(r)
     x = torch.randn(T, 3, B, D, device="cuda")
     hx = (torch.zeros(3, B, H, device="cuda"), torch.zeros(3, B, H, device="cuda"))
-    monkeypatch.setattr("recdrop.route.STACK_ON_CPU", True)
+    monkeypatch.setenv("RECDROP_STACK_ON_CPU", "1")
     monkeypatch.setattr(graphs.LOOPS, "capture_at", 1)
     graphed, _ = recdrop.layers.run_group(layers, x, hx)
     assert graphs.cached_graphs() >= 1

@@ -66,7 +66,7 @@ def float64():
 
 
 # Where: the CPU's path (each run's own forward), a GPU's path on the CPU (the runs' weights stacked,
-# ``route.STACK_ON_CPU``), and a GPU itself where there is one (skipped here: the lent GPU's first check).
+# ``RECDROP_STACK_ON_CPU``), and a GPU itself where there is one (skipped here: the lent GPU's first check).
 WHERE = [("cpu", False), ("cpu", True),
          pytest.param("cuda", True, marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU"))]
 
@@ -75,7 +75,7 @@ WHERE = [("cpu", False), ("cpu", True),
 @pytest.mark.parametrize("device,stacked", WHERE)
 def test_each_member_of_a_fused_group_ends_with_the_record_it_has_alone(experiment, device, stacked, tmp_path,
                                                                         monkeypatch, float64):
-    monkeypatch.setattr("recdrop.route.STACK_ON_CPU", stacked)
+    monkeypatch.setenv("RECDROP_STACK_ON_CPU", "1" if stacked else "0")
     monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "cache"))
     _, task = TASKS[experiment]
     runs = members(experiment)
@@ -97,7 +97,7 @@ def test_each_member_of_a_fused_group_ends_with_the_record_it_has_alone(experime
 def test_a_member_agrees_with_its_run_alone_to_the_rounding_of_batched_products(experiment, precision, device, tmp_path,
                                                                                 monkeypatch):
     """In float32 and in bf16 (its products under autocast, on the fused path, alone and stacked)."""
-    monkeypatch.setattr("recdrop.route.STACK_ON_CPU", True)  # the batched products of a GPU's path
+    monkeypatch.setenv("RECDROP_STACK_ON_CPU", "1")  # the batched products of a GPU's path
     monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "cache"))
     _, task = TASKS[experiment]
     runs = members(experiment)

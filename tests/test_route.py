@@ -39,7 +39,7 @@ def test_a_call_runs_torch_nn_where_no_dropout_acts_else_the_fused_sequence_else
 
 
 def test_a_groups_route_names_its_stacked_runs_and_each_member_ran_it(monkeypatch):
-    monkeypatch.setattr("recdrop.route.STACK_ON_CPU", True)
+    monkeypatch.setenv("RECDROP_STACK_ON_CPU", "1")
     members = [recdrop.LSTM(3, 4, recurrent_dropout=p).train() for p in (0.0, 0.25, 0.5)]
     layers.run_group(members, torch.randn(5, 3, 2, 3), (torch.zeros(3, 2, 4),) * 2)
     assert {str(m.last_route) for m in members} == {"fused, 3 runs stacked"}
@@ -94,7 +94,7 @@ def test_each_record_and_each_stretch_names_the_path_its_training_took(tmp_path,
     alone = train_run(WordLMTask, base, store=RunStore(tmp_path / "a"), progress=False)
     assert alone.path == "torch.nn; CPU products: mkl"
     assert alone.switches == {"RECDROP_TRITON": "0", "RECDROP_CPU_PRODUCTS": "mkl"}
-    monkeypatch.setattr("recdrop.route.STACK_ON_CPU", True)
+    monkeypatch.setenv("RECDROP_STACK_ON_CPU", "1")
     runs = [(base, 0), (base.replace(recurrent_dropout=0.25), 0)]
 
     def stop_after_the_first_epoch(event, epoch, batch):

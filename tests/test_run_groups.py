@@ -189,7 +189,7 @@ def test_a_group_of_layers_computes_what_each_layer_computes_alone(kind, trainin
     import recdrop
     from recdrop.layers import run_group
 
-    monkeypatch.setattr("recdrop.route.STACK_ON_CPU", True)  # a GPU's stacked weights
+    monkeypatch.setenv("RECDROP_STACK_ON_CPU", "1")  # a GPU's stacked weights
     T, D = 6, 3
     dropouts = [dict(recurrent_dropout=0.25, scheme="semeniuta", sampling="per-step", scaling="paper"),
                 dict(recurrent_dropout=0.5, scheme="gal", sampling="per-sequence"),
@@ -264,7 +264,7 @@ def test_a_groups_input_products_and_their_gradient_are_never_copied_whole(monke
 
     from recdrop.layers import run_group
 
-    monkeypatch.setattr("recdrop.route.STACK_ON_CPU", True)  # a GPU's stacked weights
+    monkeypatch.setenv("RECDROP_STACK_ON_CPU", "1")  # a GPU's stacked weights
     T, D, Hs = 6, 3, 7
     layers = [recdrop.LSTM(D, Hs, recurrent_dropout=p).double() for p in (0.25, 0.5)]
     x = torch.randn(T, len(layers), B, D, dtype=torch.float64, requires_grad=True)

@@ -138,7 +138,7 @@ def test_a_groups_step_dispatches_about_the_same_ops_for_26_runs_as_for_2(monkey
     grow with the runs by design (``fused.group_decoder_nll``)."""
     from recdrop.experiments.word_lm import WordLMTask, grid
 
-    monkeypatch.setattr("recdrop.route.STACK_ON_CPU", True)
+    monkeypatch.setenv("RECDROP_STACK_ON_CPU", "1")
     monkeypatch.setattr("recdrop.fused.DECODER_CHUNK", 2**40)
     cells = [c for _, c in grid("ci")]
     first = [cells[0].replace(recurrent_dropout=0.25, scheme="gal+semeniuta", input_dropout=0.2, output_dropout=0.5),

@@ -255,7 +255,6 @@ def test_a_group_on_a_gpus_way_ends_with_each_members_record_alone(experiment, s
     steps and at each checkpoint rather than at every step. Each member ends with the record of the same
     run trained alone the CPU's way (each run's own model, its own Adam or SGD, its outputs read at every
     step), to float64's rounding."""
-    from recdrop import train
     from test_fused_training import TASKS, close, members
 
     _, task = TASKS[experiment]
@@ -263,11 +262,9 @@ def test_a_group_on_a_gpus_way_ends_with_each_members_record_alone(experiment, s
     torch.set_default_dtype(torch.float64)
     try:
         with monkeypatch.context() as gpu_way:
-            gpu_way.setattr("recdrop.route.STACK_ON_CPU", True)
-            gpu_way.setattr(train, "READ_LATER_ON_CPU", True)
-            gpu_way.setattr(train, "READ_EVERY", 5)
+            gpu_way.setenv("RECDROP_STACK_ON_CPU", "1")
             gpu_way.setenv("RECDROP_CACHE", str(tmp_path / "cache"))
-            group = train_group(task, runs, store=RunStore(tmp_path / "group"), progress=False)
+            group = train_group(task, runs, store=RunStore(tmp_path / "group"), progress=False, read_every=5)
         monkeypatch.setattr(step_graph, "capturable", lambda device: False)
         monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "cache-alone"))
         alone = [train_run(task, c, s, store=RunStore(tmp_path / "alone"), progress=False) for c, s in runs]
@@ -314,9 +311,7 @@ def test_a_member_that_diverges_between_reads_is_recorded_where_it_diverged(tmp_
             return outs
         return step
     monkeypatch.setattr(WordLMTask, "group_stepper", classmethod(stepper))
-    monkeypatch.setattr("recdrop.route.STACK_ON_CPU", True)
-    monkeypatch.setattr(train, "READ_LATER_ON_CPU", True)
-    monkeypatch.setattr(train, "READ_EVERY", 4)
+    monkeypatch.setenv("RECDROP_STACK_ON_CPU", "1")
     reads = []
     real_read = train.StepOutputs.read
     monkeypatch.setattr(train.StepOutputs, "read", lambda self: reads.append(len(self)) or real_read(self))
@@ -328,11 +323,12 @@ def test_a_member_that_diverges_between_reads_is_recorded_where_it_diverged(tmp_
     try:
         monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "cache"))
         with HostReads():
-            group = train_group(WordLMTask, runs, store=RunStore(tmp_path / "group"), progress=False, errors=errors)
+            group = train_group(WordLMTask, runs, store=RunStore(tmp_path / "group"), progress=False, errors=errors,
+                                read_every=4)
         group_reads, group_steps = list(reads), list(in_steps)  # the group's (the runs alone read at every step)
         ckpt = torch.load(RunStore(tmp_path / "group").checkpoint_path("word_lm", group[1].run_id),
                           weights_only=True)
-        monkeypatch.setattr(train, "READ_LATER_ON_CPU", False)
+        monkeypatch.delenv("RECDROP_STACK_ON_CPU")
         monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "cache-alone"))
         alone = [train_run(WordLMTask, c, s, store=RunStore(tmp_path / "alone"), progress=False)
                  for c, s in runs[::2]]

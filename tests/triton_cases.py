@@ -111,7 +111,7 @@ def _group_through_both_paths(kind, runs, training, monkeypatch, dtype=torch.flo
     run alone on a group's path is a stack of one, as the char LM trains on a GPU), through the kernels
     and without them, from the same masks: the routes and, per path, the outputs, final states and
     gradients of the inputs, states and parameters."""
-    monkeypatch.setattr("recdrop.route.STACK_ON_CPU", True)
+    monkeypatch.setenv("RECDROP_STACK_ON_CPU", "1")
     torch.manual_seed(0)
     ms = [getattr(recdrop, kind)(5, 7, recurrent_dropout=0.3, scheme=sc, sampling=sa, scaling="paper")
           .to(dtype).train(training).to(DEVICE) for sc, sa in GROUP[:runs]]
