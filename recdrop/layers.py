@@ -13,6 +13,7 @@ cuDNN does); only the recurrent matmul and the elementwise gate math run per ste
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 from typing import Dict, List, Optional, Tuple
@@ -26,7 +27,7 @@ from . import graphs, route, triton_kernels
 from .cells import (ACTIVATIONS, CELL_SCHEMES, NONLINEARITY, check_activation, gru_step, lstm_step, rnn_step, states_of,
                     without_generator)
 from .fused import gru_sequence, linear, lstm_sequence, plain_ops_needed, rnn_sequence, transformed
-from .masks import DropoutSettings, GroupDropout, RecurrentDropout, StepFactors
+from .masks import DropoutSettings, GroupDropout, RecurrentDropout, StepFactors, stack_directions
 from .route import Route
 
 Masks = List[Dict[str, Tensor]]
@@ -183,7 +184,7 @@ class RecurrentLayer(DropoutSettings, nn.RNNBase):
             return self._forward_packed(input, hx, masks)
         x, hx, batched = self._check_input(input, hx)
         masks = self.masks_for(x, masks)
-        x, state = self._run_layers(x, hx, masks, self._run_direction)
+        x, state = self._run_layers(x, hx, masks, self._run_direction, self._run_both_directions)
         output = x.transpose(0, 1) if self.batch_first and batched else x  # unbatched input has no batch dim
         if not batched:
             output = output.squeeze(1)
@@ -201,23 +202,47 @@ class RecurrentLayer(DropoutSettings, nn.RNNBase):
             masks = [{t: m.to(x) for t, m in k.items()} for k in masks]  # given ones act in the input's dtype
         return masks
 
-    def _run_layers(self, x: Tensor, hx: Tuple[Tensor, ...], masks: Optional[Masks], run_direction):
+    def _run_layers(self, x: Tensor, hx: Tuple[Tensor, ...], masks: Optional[Masks], run_direction,
+                    run_both=None):
         """Every layer and direction over ``x`` (time-major) with ``run_direction(x, state, layer,
-        reverse, masks)``, dropout between layers; the last layer's output and (h_n[, c_n])."""
+        reverse, masks)``, or both directions at once with ``run_both(x, states, layer, masks)`` where it
+        is given and runs them (not None), dropout between layers; the last layer's output and (h_n[, c_n])."""
         finals: List[List[Tensor]] = [[] for _ in range(self.n_states)]  # h_n (and c_n) per layer and direction
         for layer in range(self.num_layers):
-            outs = []
-            for d in range(self.num_directions):
-                k = layer * self.num_directions + d
-                out, state = run_direction(x, tuple(s[k] for s in hx), layer, d == 1,
-                                           None if masks is None else masks[k])
-                outs.append(out)
+            ks = [layer * self.num_directions + d for d in range(self.num_directions)]
+            states = [tuple(s[k] for s in hx) for k in ks]
+            layer_masks = [None if masks is None else masks[k] for k in ks]
+            results = run_both(x, states, layer, layer_masks) if run_both and len(ks) == 2 else None
+            if results is None:
+                results = [run_direction(x, state, layer, d == 1, m)
+                           for d, (state, m) in enumerate(zip(states, layer_masks))]
+            for _, state in results:
                 for final, s in zip(finals, state):
                     final.append(s)
-            x = outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)
+            x = results[0][0] if len(results) == 1 else torch.cat([out for out, _ in results], dim=-1)
             if self.dropout > 0 and self.training and layer < self.num_layers - 1:
                 x = inverted_dropout(x, self.dropout, self.generator)
         return x, tuple(torch.stack(final) for final in finals)
+
+    def _run_both_directions(self, x: Tensor, states: List[Tuple[Tensor, ...]], layer: int,
+                             masks: List[Optional[Dict[str, Tensor]]]):
+        """Both directions of ``layer`` over ``x`` as one group of two, the reverse direction's input
+        flipped in time (``run_weights``, their weights stacked): one product and one set of pointwise
+        ops a step for both, where a direction's step on its own is bound by its ops' fixed cost. Each
+        direction computes what it computes alone, with its own masks, indexed by processing step as
+        alone. [(outputs, final state)] of each direction, or None where the fast path cannot run them."""
+        weights = tuple(None if w is None else torch.stack([w, w_reverse])
+                        for w, w_reverse in zip(self.layer_weights(layer, False), self.layer_weights(layer, True)))
+        both = torch.stack([x, x.flip(0)], 1)  # (T, 2, B, I)
+        state = tuple(torch.stack(s) for s in zip(*states))  # (2, B, H) each
+        route = self.route(both, weights, state, own=True)
+        if route.kernels != "fused":
+            return None
+        per_step = self.rdrop.sampling == "per-step"
+        factors = [self.rdrop.factors(m, self.training, per_step=per_step) for m in masks]
+        ys, final = self.run_weights(both, state, weights, stack_directions(factors), False)
+        self.last_route = dataclasses.replace(route, runs=1)  # one run: its two directions stacked
+        return [(ys[:, 0], tuple(f[0] for f in final)), (ys[:, 1].flip(0), tuple(f[1] for f in final))]
 
     # -- packed sequences -------------------------------------------------------------------------
     def _forward_packed(self, packed: PackedSequence, hx, masks: Optional[Masks]):

@@ -175,6 +175,20 @@ class StepFactors:
 TARGETS = ("gal", "semeniuta", "moon")  # StepFactors' order
 
 
+def stack_directions(factors: Sequence[StepFactors]) -> StepFactors:
+    """The factors of one layer's directions (one ``RecurrentDropout``, so of one kind each) stacked on a
+    leading run dimension, for both directions run as a group of two: per target, masks ``(T, 2, B, H)``
+    per step or ``(2, B, H)`` per sequence; a test-time constant or None as it is."""
+    stacked: Dict[str, Factor] = {}
+    for t in TARGETS:
+        found = [getattr(f, t) for f in factors]
+        if isinstance(found[0], torch.Tensor):
+            stacked[t] = torch.stack(found, 1 if factors[0].per_step else 0)
+        elif found[0] is not None:
+            stacked[t] = found[0]
+    return StepFactors(stacked, per_step=factors[0].per_step)
+
+
 class RunDraws:
     """One kind of mask of every run of a group, drawn from each run's own generator into its slice of
     one buffer ``(R, *shape)``, as the run draws it alone: ``uniform`` draws U[0, 1) and keeps a unit

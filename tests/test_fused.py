@@ -60,7 +60,7 @@ def test_fused_in_float32_with_packed_weights_equals_reference(kind, scheme, bat
     from recdrop import fused
 
     torch.manual_seed(2)
-    m = getattr(recdrop, kind)(8, 32, bidirectional=True, recurrent_dropout=0.25, scheme=scheme)
+    m = getattr(recdrop, kind)(8, 32, recurrent_dropout=0.25, scheme=scheme)  # one direction: one run's products
     if not fused._packed_matmul_usable(m.weight_hh_l0):
         pytest.skip("this torch has no oneDNN prepacked linear: the fast path uses torch.mm")
     packings = []
@@ -68,7 +68,7 @@ def test_fused_in_float32_with_packed_weights_equals_reference(kind, scheme, bat
     monkeypatch.setattr(fused, "SMALL_PRODUCT", 0)
     monkeypatch.setattr(torch.ops.mkldnn, "_reorder_linear_weight", lambda *a: packings.append(a) or reorder(*a))
     x = torch.randn(7, batch, 8, requires_grad=True)
-    hx = tuple(torch.randn(2, batch, 32, requires_grad=True) for _ in range(2 if kind == "LSTM" else 1))
+    hx = tuple(torch.randn(1, batch, 32, requires_grad=True) for _ in range(2 if kind == "LSTM" else 1))
     masks = m.draw_masks(7, batch)
     fast = run(m, x, hx, masks, True)
     assert packings, "the fast path packed no weight"
@@ -272,3 +272,30 @@ def test_the_language_models_decoder_is_a_linear_module_whose_hooks_run():
     model.out.register_forward_hook(lambda mod, inp, out: seen.append(out.shape))
     logits, _ = model(torch.randint(11, (7, 2)), None)
     assert seen == [logits.shape] == [(7, 2, 11)]
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU", "RNN"])
+def test_a_bidirectional_layers_directions_run_as_one_group_of_two(kind):
+    """Both directions of a layer run as one group on the fast path (their weights stacked, the reverse
+    direction's input flipped in time): a bidirectional forward and backward dispatches about the ops of
+    one direction, not twice as many, and says it ran as one run (its route)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class CountOps(TorchDispatchMode):
+        count = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            CountOps.count += 1
+            return func(*args, **(kwargs or {}))
+
+    def ops(bidirectional: bool) -> int:
+        m = getattr(recdrop, kind)(6, 8, bidirectional=bidirectional, recurrent_dropout=0.25).train()
+        x = torch.randn(12, 3, 6, requires_grad=True)
+        CountOps.count = 0
+        with CountOps():
+            y, _ = m(x)
+            y.sum().backward()
+        assert str(m.last_route) == "fused"
+        return CountOps.count
+    one, both = ops(False), ops(True)
+    assert both < 1.3 * one, (one, both)  # two directions one after the other: about twice one's
