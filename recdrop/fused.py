@@ -455,9 +455,7 @@ def _lstm_forward(gx, h0, c0, w_hh, gal, sem, moon, per_step, relu, reverse, use
     gsem_k = _steps_of(gsem_all, steps)
     if_k, g_k, o_k = (gates_all[..., a * hidden:b * hidden].unbind(0) for a, b in ((0, 2), (2, 3), (3, 4)))
     i_k, f_k = (gates_all[..., a * hidden:(a + 1) * hidden].unbind(0) for a in (0, 1))
-    # On a CPU tanh on the gates' strided g slice is several times slower than on a dense copy of it: g is
-    # activated in a dense buffer and copied back (the backward reads the gates after their activations).
-    g_dense = h0.new_empty(h0.shape) if gx.device.type == "cpu" and not use_triton else None
+    g_dense = h0.new_empty(h0.shape) if gx.device.type == "cpu" and not use_triton else None  # _activated
     h = h0
     for k in range(steps):
         if gal is not None:
@@ -474,11 +472,7 @@ def _lstm_forward(gx, h0, c0, w_hh, gal, sem, moon, per_step, relu, reverse, use
             continue
         times_w(h, add=gates_k[k], out=gates_k[k])  # gx + h W_hh^T, in place
         torch.sigmoid_(if_k[k])
-        if g_dense is None:
-            g = act_(g_k[k])
-        else:
-            g = act_(g_dense.copy_(g_k[k]))
-            g_k[k].copy_(g)
+        g = _activated(act_, g_k[k], g_dense)
         torch.sigmoid_(o_k[k])
         if sem is not None:
             g = torch.mul(g, sems[k], out=gsem_k[k])  # Eq. 9
@@ -489,6 +483,16 @@ def _lstm_forward(gx, h0, c0, w_hh, gal, sem, moon, per_step, relu, reverse, use
         tc = torch.clamp_min(c, 0.0, out=tc_k[k]) if relu else torch.tanh(c, out=tc_k[k])
         h = torch.mul(o_k[k], tc, out=ys_k[k])
     return gates_all, c_all, tc_all, ys, hin_all, gsem_all
+
+
+def _activated(act_, g: Tensor, dense: Optional[Tensor]) -> Tensor:
+    """``act_(g)`` in place, computed in ``dense`` where given: on a CPU an activation on the gates' strided
+    g slice is several times slower than on a dense copy of it. ``g`` keeps the result (the backward reads
+    the gates after their activations)."""
+    if dense is None:
+        return act_(g)
+    g.copy_(act_(dense.copy_(g)))
+    return dense
 
 
 def _lstm_backward(d_ys, d_hn, d_cn, d_cs, w_hh, h0, gates_all, c_all, tc_all, ys, hin_all, gsem_all, gal, sem, moon,
