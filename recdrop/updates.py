@@ -27,6 +27,12 @@ def of_one(tensors: Sequence[Tensor]) -> List[Tensor]:
     return [t.detach().unsqueeze(0) for t in tensors]
 
 
+def _check_grads(params: Sequence[Tensor], grads: Sequence[Tensor]) -> None:
+    if len(grads) != len(params):
+        raise ValueError(f"an update of {len(params)} parameters got {len(grads)} gradients: each parameter needs "
+                         "its gradient")
+
+
 def _per_run(x: Tensor, like: Tensor) -> Tensor:
     """``x`` ``(R,)`` shaped to scale each run's slice of ``like`` ``(R, ...)``."""
     return x.view((-1,) + (1,) * (like.dim() - 1))
@@ -67,6 +73,7 @@ class SGD:
         """Plain SGD keeps no count."""
 
     def update(self, grads: Sequence[Tensor], lrs: Tensor) -> None:
+        _check_grads(self.params, grads)
         with torch.no_grad():
             for p, g in zip(self.params, grads):
                 p.addcmul_(g, _per_run(lrs, p), value=-1)
@@ -123,6 +130,7 @@ class Adam:
     def update(self, grads: Sequence[Tensor], lrs: Tensor) -> None:
         """The device's part of a step: each run's moments and weights, and the step count they read; one
         kernel a float32 parameter where the Triton kernels run (``triton_kernels.adam_step``)."""
+        _check_grads(self.params, grads)
         with torch.no_grad():
             self.device_steps.add_(1)
             t = self.device_steps

@@ -1,5 +1,6 @@
 """Each run's update written once (``recdrop.updates``): a run alone, its parameters a stack of one,
 steps as torch's own optimiser, and goes on from that optimiser's state."""
+import pytest
 import torch
 
 from recdrop import updates
@@ -58,3 +59,10 @@ def test_each_runs_clipping_is_clip_grad_norm():
             torch.testing.assert_close(g[r], p.grad)
     assert norms[0] > 0.5 and not torch.equal(stacked[0][0], grads[0][0])  # the first run was clipped
     assert torch.equal(stacked[0][2], grads[0][2])  # the third not
+
+
+def test_an_update_refuses_gradients_that_do_not_match_its_parameters():
+    model, _ = model_and_twin()
+    sgd = updates.SGD(updates.of_one(model.parameters()), [torch.optim.SGD(model.parameters(), lr=0.1)])
+    with pytest.raises(ValueError, match="4 parameters got 3 gradients"):
+        sgd.update(updates.of_one([torch.zeros_like(p) for p in model.parameters()][:3]), torch.tensor([0.1]))
