@@ -152,10 +152,3 @@ class Adam:
 
 Update = Union[SGD, Adam]
 
-
-def for_optimizers(params: Sequence[Tensor], members: Sequence[Sequence[Tensor]],
-                   optimizers: Sequence[torch.optim.Optimizer]) -> Update:
-    """The update that follows ``optimizers`` (one a run, all plain SGD or all Adam) over ``params``."""
-    if all(type(o) is torch.optim.Adam for o in optimizers):
-        return Adam(params, members, optimizers)
-    return SGD(params, optimizers)
