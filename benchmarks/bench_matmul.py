@@ -1,7 +1,9 @@
 """The big float32 products of the experiments on a CPU: torch's (MKL's sgemm) against recdrop's
 (``recdrop.fused.matmul``, through the library ``recdrop.cpu_products`` measures to be the faster for
 each, named in the ``library`` column), in one run on one machine, as GFLOP/s and their ratio; and the
-oneDNN route itself, whichever is chosen.
+oneDNN route itself, whichever is chosen. The three are timed in turn, each repeat, so that a load on the
+machine weighs on all alike. ``best_library`` is the faster of MKL and oneDNN here, and ``best_over_chosen``
+how much faster it was than the library chosen (1.0 where the chosen is the best).
 
     python benchmarks/bench_matmul.py --threads 1 --out data/benchmarks/matmul/cpu-amd-epyc-1thread.csv
 """
@@ -31,14 +33,17 @@ SHAPES = [
 ]
 
 
-def median_seconds(f, repeats: int) -> float:
-    f()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
+def median_seconds(products, repeats: int):
+    """The median time of each of ``products``, timed in turn, one call each, ``repeats`` times."""
+    times = [[] for _ in products]
+    for f in products:
         f()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    for _ in range(repeats):
+        for f, kept in zip(products, times):
+            t0 = time.perf_counter()
+            f()
+            kept.append(time.perf_counter() - t0)
+    return [statistics.median(t) for t in times]
 
 
 def main(argv=None):
@@ -58,16 +63,21 @@ def main(argv=None):
         a = torch.randn(k, m).t() if transposed else torch.randn(m, k)
         b = torch.randn(k, n)
         cpu_products.forget()  # this product's choice alone, timed afresh
-        t_torch, t_ours = median_seconds(lambda: torch.mm(a, b), args.repeats), median_seconds(
-            lambda: matmul(a, b), args.repeats)
-        t_onednn = median_seconds(lambda: onednn_matmul(a, b), args.repeats)
+        matmul(a, b)  # the choice, timed (where not kept) before the timings
+        t_torch, t_ours, t_onednn = median_seconds(
+            [lambda: torch.mm(a, b), lambda: matmul(a, b), lambda: onednn_matmul(a, b)], args.repeats)
         gflop = 2 * m * k * n / 1e9
+        chosen = cpu_products.chosen()
+        best = "onednn" if t_onednn < t_torch else "mkl"
         rows.append({"product": what, "m": m, "k": k, "n": n, "torch_mm_gflops": round(gflop / t_torch, 1),
                      "recdrop_gflops": round(gflop / t_ours, 1), "speedup": round(t_torch / t_ours, 2),
-                     "library": cpu_products.chosen(), "onednn_gflops": round(gflop / t_onednn, 1), **env})
+                     "library": chosen, "onednn_gflops": round(gflop / t_onednn, 1), "best_library": best,
+                     "best_over_chosen": round({"mkl": t_torch, "onednn": t_onednn}.get(chosen, t_ours)
+                                               / min(t_torch, t_onednn), 2), **env})
         row = rows[-1]
         print(f"{what:55s} torch.mm {row['torch_mm_gflops']:6.1f} GFLOP/s   recdrop {row['recdrop_gflops']:6.1f} "
-              f"GFLOP/s ({row['library']})   oneDNN {row['onednn_gflops']:6.1f}   {row['speedup']:.2f}x", flush=True)
+              f"GFLOP/s ({row['library']})   oneDNN {row['onednn_gflops']:6.1f}   {row['speedup']:.2f}x   "
+              f"best {best}, {row['best_over_chosen']:.2f}x the chosen", flush=True)
     if args.out:
         write_benchmark(args.out, rows)
     return rows

@@ -4,12 +4,14 @@ factor of two either way, between CPUs of one maker too (``benchmarks/bench_matm
 the products of the experiments; the Performance page shows them per machine). So each class of
 product is timed both ways the first time it is computed on a machine, as
 ``torch.backends.cudnn.benchmark`` times a convolution's algorithms, and the faster computes it from
-then on; oneDNN only where it is faster by ``MARGIN``.
+then on. The two are timed in turn, several rounds, and compared by the median of the rounds' ratios,
+so that a load the machine carries meanwhile (another run) weighs on both alike; within ``MARGIN`` of
+each other they are at par, and MKL, torch's own, is kept.
 
 The choice is kept in the cache folder (``paths.cache_dir``), one file per CPU model, torch version,
-thread count and class of product, and every later process on the machine reads it: the library, and
-so the rounding, is the same in each, which a run resumed in another process relies on. Delete the
-folder's ``cpu_products`` to time again.
+thread count, class of product and rule of choice (``RULE``), with the ratio it measured; every later
+process on the machine reads it, so that the library, and so the rounding, is the same in each, as a
+run resumed in another process expects. Delete the folder's ``cpu_products`` to time again.
 
 ``RECDROP_CPU_PRODUCTS`` (``route.cpu_products_choice``) chooses otherwise: "onednn" or "mkl" for every
 product ("measure" is the default). The libraries chosen are named in each record's ``path``
@@ -21,6 +23,7 @@ import functools
 import hashlib
 import math
 import os
+import statistics
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, Tuple
@@ -31,8 +34,10 @@ from .paths import cache_dir
 from .route import cpu_products_choice
 
 LIBRARIES = ("onednn", "mkl")
-MARGIN = 1.15  # oneDNN's time must be below MKL's by this factor to be chosen
+MARGIN = 1.05  # oneDNN's time must be below MKL's by this factor to be chosen: the rounds' spread is about this
+ROUNDS = 5  # timings of each library, in turn
 TIMED_S = 2e-3  # each timing repeats a product for about this long: a per-step product takes microseconds
+RULE = f"median of {ROUNDS} paired timings, margin {MARGIN}"  # a choice kept under another rule is timed again
 
 Product = Callable[[], Any]
 _chosen: Dict[Tuple, str] = {}  # (how chosen, kind, shape class, threads) -> library, in this process
@@ -72,15 +77,15 @@ def kept(key: Tuple, ways: Callable[[], Tuple[Product, Product]]) -> str:
     """The choice this machine made for ``key`` (kind, shape class, threads), read from the cache folder;
     where none is kept, timed now and kept. Of two processes that time one at once, the first to keep
     its choice wins and the other takes it."""
-    name = f"{cpu_model()} | torch {torch.__version__} | {key}"
+    name = f"{cpu_model()} | torch {torch.__version__} | {key} | {RULE}"
     path = cache_dir() / "cpu_products" / (hashlib.sha256(name.encode()).hexdigest()[:16] + ".txt")
     if not path.exists():
-        mkl, onednn = ways()
         with torch.no_grad():
-            faster = "onednn" if seconds(onednn) * MARGIN < seconds(mkl) else "mkl"
+            ratio = onednn_over_mkl(*ways())
+        faster = "onednn" if ratio * MARGIN < 1 else "mkl"
         path.parent.mkdir(parents=True, exist_ok=True)
         draft = path.with_suffix(f".{os.getpid()}.draft")
-        draft.write_text(f"{faster}\n{name}\n")
+        draft.write_text(f"{faster}\n{name}\noneDNN's time over MKL's: {ratio:.3f}\n")
         try:
             os.link(draft, path)  # whole, and only where no other process has kept one
         except FileExistsError:
@@ -91,6 +96,15 @@ def kept(key: Tuple, ways: Callable[[], Tuple[Product, Product]]) -> str:
     if chosen_there not in LIBRARIES:
         raise ValueError(f"{path} does not name a library ({', '.join(LIBRARIES)}): delete it to time again")
     return chosen_there
+
+
+def onednn_over_mkl(mkl: Product, onednn: Product) -> float:
+    """oneDNN's time over MKL's for one product: the median of ``ROUNDS`` ratios of timings made in turn."""
+    ratios = []
+    for _ in range(ROUNDS):
+        mkl_s = seconds(mkl)
+        ratios.append(seconds(onednn) / mkl_s)
+    return statistics.median(ratios)
 
 
 def seconds(product: Product) -> float:

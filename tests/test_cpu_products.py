@@ -1,6 +1,8 @@
 """Which library computes a CPU's float32 products (``recdrop.cpu_products``): the faster one, measured once
 per machine and class of product and kept for every later process, oneDNN only beyond the margin; or the
 switch's; and the libraries named in a record's path."""
+import itertools
+
 import pytest
 import torch
 
@@ -29,7 +31,8 @@ def fake_ways(calls):
     return ways
 
 
-@pytest.mark.parametrize("mkl_s, onednn_s, chosen", [(1.0, 0.5, "onednn"), (1.0, 0.95, "mkl"), (0.5, 1.0, "mkl")])
+@pytest.mark.parametrize("mkl_s, onednn_s, chosen", [(1.0, 0.5, "onednn"), (1.0, 0.94, "onednn"), (1.0, 0.97, "mkl"),
+                                                      (0.5, 1.0, "mkl")])
 def test_the_faster_library_is_chosen_once_per_class_and_onednn_only_beyond_the_margin(monkeypatch, mkl_s, onednn_s,
                                                                                         chosen):
     monkeypatch.setattr(cpu_products, "seconds", lambda product: {"mkl": mkl_s, "onednn": onednn_s}[product()])
@@ -45,6 +48,26 @@ def test_the_faster_library_is_chosen_once_per_class_and_onednn_only_beyond_the_
     monkeypatch.setattr(cpu_products, "seconds", lambda product: {"mkl": onednn_s, "onednn": mkl_s}[product()])
     assert cpu_products.library("product", (1000, 256, 1024), fake_ways(calls)) == chosen
     assert len(calls) == 3
+
+
+def test_the_median_of_paired_rounds_chooses_through_a_passing_load(monkeypatch, tmp_path):
+    # oneDNN is 1.25x faster; a load slows oneDNN's timing in round 2 and MKL's in round 3 (a mean would say MKL)
+    load = itertools.chain([1, 1, 1, 3, 3, 1, 1, 1, 1, 1], itertools.repeat(1))  # mkl, onednn, mkl, ...
+    monkeypatch.setattr(cpu_products, "seconds", lambda product: {"mkl": 1.0, "onednn": 0.8}[product()] * next(load))
+    assert cpu_products.library("product", (64, 64, 64), fake_ways([])) == "onednn"
+    (kept,) = (tmp_path / "cache" / "cpu_products").glob("*.txt")
+    assert kept.read_text().splitlines()[-1] == "oneDNN's time over MKL's: 0.800"  # the median ratio
+
+
+def test_a_choice_kept_under_another_rule_is_timed_again(monkeypatch):
+    monkeypatch.setattr(cpu_products, "seconds", lambda product: {"mkl": 1.0, "onednn": 0.5}[product()])
+    calls = []
+    assert cpu_products.library("product", (8, 8, 8), fake_ways(calls)) == "onednn"
+    cpu_products.forget()
+    monkeypatch.setattr(cpu_products, "RULE", "another rule")
+    monkeypatch.setattr(cpu_products, "seconds", lambda product: {"mkl": 0.5, "onednn": 1.0}[product()])
+    assert cpu_products.library("product", (8, 8, 8), fake_ways(calls)) == "mkl"
+    assert len(calls) == 2
 
 
 def test_a_kept_choice_that_names_no_library_says_where_it_is(monkeypatch, tmp_path):
