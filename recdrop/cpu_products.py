@@ -8,10 +8,11 @@ then on. The two are timed in turn, several rounds, and compared by the median o
 so that a load the machine carries meanwhile (another run) weighs on both alike; within ``MARGIN`` of
 each other they are at par, and MKL, torch's own, is kept.
 
-The choice is kept in the cache folder (``paths.cache_dir``), one file per CPU model, torch version,
-thread count, class of product and rule of choice (``RULE``), with the ratio it measured; every later
-process on the machine reads it, so that the library, and so the rounding, is the same in each, as a
-run resumed in another process expects. Delete the folder's ``cpu_products`` to time again.
+The choice is kept in the cache folder (``paths.cache_dir``), one file per CPU model (``cpu_model``:
+its generation too), torch version, thread count, class of product and rule of choice (``RULE``), with
+the ratio it measured; every later process on the machine reads it, so that the library, and so the
+rounding, is the same in each, as a run resumed in another process expects. Delete the folder's
+``cpu_products`` to time again.
 
 ``RECDROP_CPU_PRODUCTS`` (``route.cpu_products_choice``) chooses otherwise: "onednn" or "mkl" for every
 product ("measure" is the default). The libraries chosen are named in each record's ``path``
@@ -43,16 +44,22 @@ Product = Callable[[], Any]
 _chosen: Dict[Tuple, str] = {}  # (how chosen, kind, shape class, threads) -> library, in this process
 
 
+VECTOR_FLAGS = ("avx", "avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile")  # they set the kernels
+
+
 @functools.lru_cache(maxsize=None)
-def cpu_model() -> str:
-    """The CPU's model name as the system gives it ("" where it does not)."""
+def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The CPU's model as the system gives it, with its family, model number and vector extensions: a
+    name such as "AMD EPYC" covers several generations, whose products differ ("" where the system says
+    nothing)."""
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+        info = cpuinfo.read_text().split("\n\n", 1)[0]  # the first processor's
     except OSError:
-        pass
-    return ""
+        return ""
+    fields = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in info.splitlines())}
+    flags = [f for f in VECTOR_FLAGS if f in fields.get("flags", "").split()]
+    return " ".join([fields.get("model name", ""), f"family {fields.get('cpu family', '?')}",
+                     f"model {fields.get('model', '?')}", "+".join(flags)])
 
 
 def shape_class(*sizes: int) -> Tuple[int, ...]:

@@ -94,6 +94,17 @@ def test_the_switch_chooses_for_every_product_and_refuses_a_value_it_does_not_kn
         cpu_products.library("product", (8, 8, 8), fake_ways(calls))
 
 
+def test_the_cpu_model_tells_generations_of_one_name_apart(tmp_path):
+    def model(family, flags):
+        info = tmp_path / f"cpuinfo-{family}"
+        info.write_text(f"processor\t: 0\nmodel name\t: AMD EPYC\ncpu family\t: {family}\nmodel\t\t: 1\n"
+                        f"flags\t\t: fpu sse avx avx2 fma {flags}\n\nprocessor\t: 1\nmodel name\t: other\n")
+        return cpu_products.cpu_model(info)
+    assert model(23, "") == "AMD EPYC family 23 model 1 avx+avx2+fma"
+    assert model(25, "avx512f avx512_bf16") == "AMD EPYC family 25 model 1 avx+avx2+fma+avx512f+avx512_bf16"
+    assert cpu_products.cpu_model(tmp_path / "none") == ""
+
+
 def test_a_shape_class_rounds_each_size_up_to_a_power_of_two():
     assert cpu_products.shape_class(1120, 256, 10000) == (2048, 256, 16384)
     assert cpu_products.shape_class(0, 1, 3) == (1, 1, 4)
