@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
+import sys
 from typing import Dict, List, Optional, Tuple
 
 import torch
@@ -166,12 +167,12 @@ class RecurrentLayer(DropoutSettings, nn.RNNBase):
         """Same as torch.nn's forward. ``masks`` (keyword-only) replaces the random masks with
         given raw 0/1 masks, in the layout of ``draw_masks``, in training; in eval they are not applied,
         and a warning says so."""
-        if torch.compiler.is_compiling():  # Dynamo traces the layer (``allow_rnn``): its plain ops
-            return self._forward(input, hx, masks)
+        if torch.compiler.is_compiling() or "torch._dynamo" not in sys.modules:
+            return self._forward(input, hx, masks)  # Dynamo traces the layer (``allow_rnn``), or nothing can
         # Run eagerly, every frame below too: where Dynamo skips an RNN module (its default), it would
         # still compile the helpers this forward calls, each a frame of its own, and there the plain
         # per-step loop would run (``plain_ops_needed``) in place of the fast path.
-        return _eagerly(self, input, hx, masks)
+        return eager_forward()(self, input, hx, masks)
 
     def _forward(self, input: Tensor, hx, masks: Optional[Masks]):
         if not isinstance(input, (Tensor, PackedSequence)):
@@ -417,9 +418,11 @@ def inverted_dropout(x: Tensor, p: float, generator: Optional[torch.Generator]) 
     return x * torch.empty_like(x).bernoulli_(1 - p, generator=generator) / (1 - p)
 
 
-@torch.compiler.disable
-def _eagerly(layer: "RecurrentLayer", input, hx, masks):
-    return layer._forward(input, hx, masks)
+@functools.lru_cache(maxsize=None)
+def eager_forward():
+    """``RecurrentLayer._forward`` kept from Dynamo (``torch.compiler.disable``), made at its first use: it
+    imports Dynamo, which takes seconds, and a process that compiles nothing never needs it."""
+    return torch.compiler.disable(RecurrentLayer._forward)
 
 
 def _reverse_within(x: Tensor, lengths: Tensor) -> Tensor:

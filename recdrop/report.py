@@ -12,7 +12,6 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 
 import numpy as np
 import pandas as pd
-from scipy.stats import t as student_t
 
 from .records import Record, Row
 from .store import RunStore, hardware_as_written_now
@@ -490,6 +489,7 @@ def difference_noise(a: pd.Series, b: pd.Series, confidence: float = 0.95) -> fl
         va, vb = a["sd"] ** 2 / a["n"], b["sd"] ** 2 / b["n"]
         se = math.sqrt(va + vb)
         dof = (va + vb) ** 2 / (va ** 2 / (a["n"] - 1) + vb ** 2 / (b["n"] - 1)) if va + vb > 0 else a["n"] + b["n"] - 2
+    from scipy.stats import t as student_t  # here: scipy.stats takes a second to import, and few calls need it
     return float(student_t.ppf(0.5 + confidence / 2, dof) * se)
 
 

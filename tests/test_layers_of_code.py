@@ -170,3 +170,15 @@ def test_every_function_reads_in_one_screen():
             for name, (_, tree) in modules().items() for node in ast.walk(tree)
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 60]
     assert not long, f"functions over 60 lines: {long}"
+
+
+def test_a_process_that_compiles_nothing_imports_neither_dynamo_nor_scipy_stats():
+    # each takes seconds to import, and a sweep, a campaign or a resumed run starts many processes
+    import subprocess
+    import sys
+    probe = ("import sys, torch, recdrop.campaign, recdrop.sweep\n"
+             "from recdrop import LSTM\n"
+             "y, _ = LSTM(8, 8, recurrent_dropout=0.25)(torch.randn(5, 3, 8)); y.sum().backward()\n"
+             "print(sorted(m for m in ('torch._dynamo', 'scipy.stats') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
