@@ -3,7 +3,7 @@
 PY := .venv/bin/python
 export RECDROP_DATA ?= $(abspath ../shared/data)
 
-.PHONY: setup test book demo bench
+.PHONY: setup test book demo bench bench-cpu
 setup: .venv/.installed
 .venv/.installed: pyproject.toml
 	python3 -m venv .venv
@@ -36,3 +36,7 @@ demo: setup
 
 bench: setup
 	$(PY) benchmarks/bench_layers.py
+
+# The CPU benchmarks of the Performance page, under this CPU's kind, from a clean commit
+bench-cpu: setup
+	PY=$(PY) bash benchmarks/cpu.sh

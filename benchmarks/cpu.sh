@@ -1,0 +1,34 @@
+#!/bin/bash
+# The CPU benchmarks of the Performance page, on this machine, from a clean commit, into data/benchmarks/
+# under this CPU's kind (cpu-amd-epyc-..., cpu-intel-xeon-...):
+#     bash benchmarks/cpu.sh          # or: make bench-cpu
+# - matmul/cpu-KIND-1thread-routed.csv, matmul/cpu-KIND-2threads-routed.csv: the big products, MKL and oneDNN;
+# - cpu-KIND-2threads-routed.csv: an LSTM and a GRU at hidden 256, 35 steps, batch 32;
+# - cpu-KIND-2threads-tagger-routed.csv, cpu-KIND-2threads-tagger-packed-routed.csv: the tagger's BiLSTM.
+# Timings need an idle machine: a campaign running here (python -m recdrop.campaign) is paused meanwhile
+# (SIGSTOP, its wall clock goes on) and resumed at the end, however this script ends.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PY:-.venv/bin/python}
+KIND=$($PY -c "
+import re
+from recdrop.store import hardware
+name = re.sub(r'\(r\)|\(tm\)|processor|cpu @.*|\(\d+ threads?\)', '', hardware('cpu').lower())
+print(re.sub(r'[^a-z0-9]+', '-', name).strip('-'))")
+OUT=data/benchmarks
+campaign=$(pgrep -f "recdrop.campaign|multiprocessing.spawn" || true)
+if [ -n "$campaign" ]; then
+  trap 'kill -CONT $campaign 2>/dev/null || true' EXIT
+  kill -STOP $campaign
+  echo "# paused the campaign's processes: $campaign" | tr '\n' ' '; echo
+fi
+for threads in 1 2; do
+  suffix=$([ "$threads" = 1 ] && echo 1thread || echo 2threads)
+  $PY benchmarks/bench_matmul.py --threads "$threads" --repeats 9 --out "$OUT/matmul/cpu-$KIND-$suffix-routed.csv"
+done
+$PY benchmarks/bench_layers.py --threads 2 --kinds LSTM GRU --hidden 256 --seq 35 --batch 32 --repeats 9 \
+  --out "$OUT/cpu-$KIND-2threads-routed.csv"
+tagger=(--threads 2 --kinds LSTM --hidden 100 --input 150 --seq 30 --batch 10 --bidirectional --repeats 15)
+$PY benchmarks/bench_layers.py "${tagger[@]}" --out "$OUT/cpu-$KIND-2threads-tagger-routed.csv"
+$PY benchmarks/bench_layers.py "${tagger[@]}" --packed --out "$OUT/cpu-$KIND-2threads-tagger-packed-routed.csv"
+echo "# written under $OUT as cpu-$KIND-*: commit them"
