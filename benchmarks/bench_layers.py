@@ -4,7 +4,8 @@ Everything is measured in one run on one machine: torch.nn (cuDNN on a GPU, its 
 CPU) without dropout; recdrop with Semeniuta per-step dropout p=0.25 (and optionally the other
 schemes) on its default path (the fused sequence of recdrop.fused, its loops as CUDA graphs on a
 GPU); on a GPU the same without graphs (``RECDROP_CUDA_GRAPHS=0``); and the same module's plain
-per-step loop (``fused=False``). With ``--autocast bf16`` every forward, torch.nn's too, runs under
+per-step loop (``fused=False``). torch.nn and recdrop are timed in turn, each repeat, so that a load on
+the machine weighs on both alike. With ``--autocast bf16`` every forward, torch.nn's too, runs under
 ``torch.autocast`` to that dtype (a mixed-precision user's model). Prints a table and, with --out,
 writes it as CSV.
 
@@ -19,7 +20,7 @@ import os
 import statistics
 import time
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import torch
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
@@ -33,24 +34,30 @@ AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
 SHAPES = [(256, 35), (1024, 35), (1024, 100)]  # (hidden, sequence length); issue 3 and issue 6 shapes
 
 
-def time_fwd_bwd(module, x, repeats: int, device: str, autocast: Optional[torch.dtype] = None) -> float:
-    """Median seconds of one forward+backward pass (after two warm-up passes), the forward under
-    ``torch.autocast`` to ``autocast`` where given."""
-    def step():
-        with torch.autocast(torch.device(device).type, dtype=autocast or torch.bfloat16, enabled=autocast is not None):
-            y, _ = module(x)
-        (y.data if isinstance(y, PackedSequence) else y).float().sum().backward()
+def fwd_bwd(module, x, device: str, autocast: Optional[torch.dtype] = None) -> None:
+    """One forward+backward pass of ``module``, the forward under ``torch.autocast`` to ``autocast`` where
+    given."""
+    with torch.autocast(torch.device(device).type, dtype=autocast or torch.bfloat16, enabled=autocast is not None):
+        y, _ = module(x)
+    (y.data if isinstance(y, PackedSequence) else y).float().sum().backward()
+
+
+def time_fwd_bwd(modules, x, repeats: int, device: str, autocast: Optional[torch.dtype] = None) -> List[float]:
+    """Median seconds of one forward+backward pass of each of ``modules`` (after two warm-up passes each),
+    timed in turn each repeat, so that a load on the machine weighs on all alike."""
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
-    for _ in range(2):
-        step()
-    times = []
+    for module in modules:
+        for _ in range(2):
+            fwd_bwd(module, x, device, autocast)
+    times = [[] for _ in modules]
     for _ in range(repeats):
-        sync()
-        t0 = time.perf_counter()
-        step()
-        sync()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        for module, kept in zip(modules, times):
+            sync()
+            t0 = time.perf_counter()
+            fwd_bwd(module, x, device, autocast)
+            sync()
+            kept.append(time.perf_counter() - t0)
+    return [statistics.median(t) for t in times]
 
 
 def main(argv=None):
@@ -97,25 +104,28 @@ def main(argv=None):
                 x = pack_padded_sequence(x, lengths, enforce_sorted=False)
             ref = getattr(torch.nn, kind)(size, hidden, bidirectional=args.bidirectional).to(args.device)
             try:
-                t_ref = time_fwd_bwd(ref, x, args.repeats, args.device, autocast)
+                fwd_bwd(ref, x, args.device, autocast)
             except RuntimeError as e:  # a CPU's oneDNN LSTM may not take autocast's dtype
                 print(f"torch.nn.{kind} cannot run here: {str(e).splitlines()[0]}")
-                t_ref = float("nan")
+                ref = None
             for scheme in args.schemes:
                 ours = getattr(recdrop, kind)(size, hidden, bidirectional=args.bidirectional, recurrent_dropout=0.25,
                                               scheme=scheme, sampling="per-step").to(args.device)
                 fused = ours.fused
-                t_ours = time_fwd_bwd(ours, x, args.repeats, args.device, autocast)
+                if ref is None:
+                    t_ref, (t_ours,) = float("nan"), time_fwd_bwd([ours], x, args.repeats, args.device, autocast)
+                else:
+                    t_ref, t_ours = time_fwd_bwd([ref, ours], x, args.repeats, args.device, autocast)
                 path = layer_paths(ours)  # the path the timed calls took, and on a CPU its products' libraries
                 t_ungraphed = None
                 if graphed:  # the fast path without CUDA graphs (recdrop.graphs)
                     os.environ["RECDROP_CUDA_GRAPHS"] = "0"
                     try:
-                        t_ungraphed = time_fwd_bwd(ours, x, args.repeats, args.device, autocast)
+                        (t_ungraphed,) = time_fwd_bwd([ours], x, args.repeats, args.device, autocast)
                     finally:
                         os.environ.pop("RECDROP_CUDA_GRAPHS")
                 ours.fused = False  # the plain per-step loop, for comparison
-                t_loop = time_fwd_bwd(ours, x, args.repeats, args.device, autocast) if fused else t_ours
+                t_loop = time_fwd_bwd([ours], x, args.repeats, args.device, autocast)[0] if fused else t_ours
                 rows.append({"kind": kind, "hidden": hidden, "input_size": size, "seq": steps, "scheme": scheme,
                              "torch_nn_ms": round(t_ref * 1e3, 2), "recdrop_ms": round(t_ours * 1e3, 2),
                              "loop_ms": round(t_loop * 1e3, 2), "ratio": round(t_ours / t_ref, 2),
