@@ -17,13 +17,15 @@ setup: .venv/.installed
 # are untouched); the book build from the committed records; then every page of the built book in
 # headless Chromium.
 # The unit tests run in two workers (as many as the cores, up to 2), a file each at a time, one thread
-# each, and list the slowest.
+# each, and list the slowest; the notebooks in two workers, a notebook each at a time; the book's
+# notebooks as many at once as there are cores, up to 4.
 test: setup
 	$(PY) -m ruff check recdrop tests benchmarks examples book/_ext notebooks/conftest.py
 	TQDM_DISABLE=1 OMP_NUM_THREADS=1 $(PY) -m pytest -q -n auto --maxprocesses=2 --dist loadfile --durations=40 \
 	  tests --ignore=tests/browser
-	scratch=$$(mktemp -d) && TQDM_DISABLE=1 RECDROP_RUNS=$$scratch/runs RECDROP_CACHE=$$scratch/cache \
-	  $(PY) -m pytest -q --nbval-lax --nbval-current-env --nbval-cell-timeout=600 notebooks/
+	scratch=$$(mktemp -d) && TQDM_DISABLE=1 OMP_NUM_THREADS=1 RECDROP_RUNS=$$scratch/runs \
+	  RECDROP_CACHE=$$scratch/cache $(PY) -m pytest -q -n 2 --dist loadscope --nbval-lax --nbval-current-env \
+	  --nbval-cell-timeout=600 notebooks/
 	$(PY) -m recdrop.book
 	$(PY) -m pytest -q tests/browser
 

@@ -6,17 +6,19 @@
 Each notebook is executed into ``book/executed/`` (not committed) with ``scale`` set to the largest
 scale that has stored runs of what it shows (``paper`` > ``reduced`` > ``quick`` > ``ci``; see
 ``experiments.CHAPTERS``) and ``train=False``; a table with no stored runs at all is rendered at
-``quick`` scale with every cell marked "not yet run". Then
-``jupyter-book build`` runs with warnings as errors on a clean ``_build``.
+``quick`` scale with every cell marked "not yet run", several at once (``--jobs``: each in its own
+kernel). Then ``jupyter-book build`` runs with warnings as errors on a clean ``_build``.
 """
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import shutil
 import subprocess
 import sys
 from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from .config import SCALE_NAMES
@@ -77,21 +79,34 @@ def notebook_scale(name: str) -> str:
     return chapter_scale(name) or "quick"
 
 
-def execute_notebooks(scale: str | None = None, train: bool = False) -> None:
-    import papermill
-
+def execute_notebooks(scale: str | None = None, train: bool = False, jobs: int = 1) -> None:
+    """Execute every chapter's notebook into ``book/executed/``, ``jobs`` at once."""
     out_dir = REPO_ROOT / "book" / "executed"
     out_dir.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("TQDM_DISABLE", "1")
+    work = []
     for experiment, nb in NOTEBOOKS.items():
         params = {"scale": scale or notebook_scale(experiment), "train": train}
         if not train and CHAPTERS[experiment].grids:  # every seed stored at that scale
             params["seeds"] = chapter_seeds(experiment, params["scale"])
-        print(f"executing {nb} with {params}", flush=True)
-        out = out_dir / Path(nb).name
-        papermill.execute_notebook(str(REPO_ROOT / nb), str(out), parameters=params, kernel_name="python3",
-                                   cwd=str(REPO_ROOT), progress_bar=False)
-        thin_page(out)
+        work.append((nb, params, out_dir / Path(nb).name))
+    if jobs <= 1:
+        for item in work:
+            execute_notebook(*item)
+        return
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        for _ in pool.map(execute_notebook, *zip(*work)):
+            pass  # an error in one is raised here
+
+
+def execute_notebook(nb: str, params: dict, out: Path) -> None:
+    """One notebook executed by papermill with ``params``, into ``out``, as a page (``thin_page``)."""
+    import papermill
+
+    print(f"executing {nb} with {params}", flush=True)
+    papermill.execute_notebook(str(REPO_ROOT / nb), str(out), parameters=params, kernel_name="python3",
+                               cwd=str(REPO_ROOT), progress_bar=False)
+    thin_page(out)
 
 
 def thin_page(path: Path) -> None:
@@ -126,8 +141,13 @@ def main(argv=None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scale", choices=SCALE_NAMES, help="render this scale for every table")
     ap.add_argument("--train", action="store_true", help="train missing runs (default: render stored ones)")
+    ap.add_argument("--jobs", type=int, default=None,
+                    help="notebooks executed at once (default: one per CPU up to 4; one with --train)")
     args = ap.parse_args(argv)
-    execute_notebooks(args.scale, args.train)
+    if args.jobs is not None and args.jobs < 1:
+        ap.error(f"--jobs must be at least 1, got {args.jobs}")
+    jobs = args.jobs or (1 if args.train else min(4, os.cpu_count() or 1))
+    execute_notebooks(args.scale, args.train, jobs)
     index = build_html()
     print(f"the book is at {index}")
     return 0

@@ -1,5 +1,8 @@
 """What the book build decides by itself: which scale each chapter shows, and the landing page."""
 import json
+from pathlib import Path
+
+import pytest
 
 from made import RECORD_DEFAULTS
 from recdrop import book, chapters
@@ -411,3 +414,14 @@ def test_a_figure_whose_runs_ran_nowhere_is_shown_at_the_chapters_scale_on_its_r
     assert row["judged"] == NOT_RUN
     figure = landing_table(store).set_index("what").loc["Figure 2: learning curves, word-level PTB"]
     assert "not judged at this scale (not yet run)" in figure["cells"]
+
+
+def test_each_notebook_runs_once_into_its_page_and_jobs_below_one_is_an_error(monkeypatch, capsys):
+    executed = []
+    monkeypatch.setattr(book, "execute_notebook", lambda nb, params, out: executed.append((nb, out.name)))
+    monkeypatch.setattr(book, "chapter_seeds", lambda name, scale: [0])
+    book.execute_notebooks("ci", jobs=1)
+    assert executed == [(nb, Path(nb).name) for nb in book.NOTEBOOKS.values()]  # in book order
+    with pytest.raises(SystemExit):
+        book.main(["--jobs", "0"])
+    assert "--jobs must be at least 1, got 0" in capsys.readouterr().err
