@@ -123,19 +123,44 @@ class _OneDNNLinear(torch.autograd.Function):
 
 def group_linear(x: Tensor, w: Tensor, b: Optional[Tensor] = None) -> Tensor:
     """``x W^T + b`` for a group of runs, each with its own weight: ``x`` ``(T, R, B, I)``,
-    ``w`` ``(R, G, I)``, ``b`` ``(R, G)`` -> ``(T, R, B, G)``, in one batched product. The result is a
-    view of the product's own run-major memory ``(R, T, B, G)``: a copy to time-major would move the
-    whole of a group's gx twice a step, forward and backward (the LSTM keeps its gradient run-major too)."""
+    ``w`` ``(R, G, I)``, ``b`` ``(R, G)`` -> ``(T, R, B, G)``, in one batched product (on a CPU where
+    oneDNN is the faster library, one product per run through it). The result is a view of the
+    product's own run-major memory ``(R, T, B, G)``: a copy to time-major would move the whole of a
+    group's gx twice a step, forward and backward (the LSTM keeps its gradient run-major too)."""
     if x.dim() != 4 or x.shape[1] != w.shape[0]:
         raise ValueError(f"a group's weights {tuple(w.shape)} need inputs of shape (T, R, B, I) with R = {w.shape[0]}, "
                          f"got {tuple(x.shape)}")
     steps, runs, batch, _ = x.shape
-    if _onednn_usable(x, w) and not plain_ops_needed(x, w, b):
-        # On a CPU in float32 one product per run, each through the faster library (``linear``), beats one ``bmm``
+    on_cpu = _onednn_usable(x, w) and not plain_ops_needed(x, w, b)  # a CPU in float32
+    if on_cpu and onednn_linear_faster(x[:, 0], w[0], None if b is None else b[0]):
+        # one product per run through oneDNN (``linear``) beats MKL's ``bmm`` where oneDNN is the faster
         return torch.stack([linear(x[:, r], w[r], None if b is None else b[r]) for r in range(runs)], 1)
     xr = x.transpose(0, 1).reshape(runs, steps * batch, x.shape[-1])
-    y = torch.bmm(xr, w.transpose(1, 2)) if b is None else torch.baddbmm(b.unsqueeze(1), xr, w.transpose(1, 2))
+    if on_cpu:
+        y = _GroupLinearOnCPU.apply(xr, w, b)
+    else:
+        y = torch.bmm(xr, w.transpose(1, 2)) if b is None else torch.baddbmm(b.unsqueeze(1), xr, w.transpose(1, 2))
     return y.view(runs, steps, batch, -1).transpose(0, 1)
+
+
+class _GroupLinearOnCPU(torch.autograd.Function):
+    """``xr w^T + b`` for each run, ``xr`` ``(R, N, I)``, ``w`` ``(R, G, I)``: one ``bmm`` each way, the
+    weight's gradient computed in its own layout (autograd's ``bmm`` backward gives it transposed, and a
+    module's gradients are dense, as torch.nn's)."""
+
+    @staticmethod
+    def forward(ctx, xr: Tensor, w: Tensor, b: Optional[Tensor]):
+        ctx.save_for_backward(xr, w)
+        ctx.has_bias = b is not None
+        return torch.bmm(xr, w.transpose(1, 2)) if b is None else torch.baddbmm(b.unsqueeze(1), xr, w.transpose(1, 2))
+
+    @staticmethod
+    def backward(ctx, dy: Tensor):
+        xr, w = ctx.saved_tensors  # the ops below are differentiable: a higher-order gradient goes through them
+        dx = torch.bmm(dy, w) if ctx.needs_input_grad[0] else None
+        dw = torch.bmm(dy.transpose(1, 2), xr) if ctx.needs_input_grad[1] else None
+        db = dy.sum(1) if ctx.has_bias and ctx.needs_input_grad[2] else None
+        return dx, dw, db
 
 
 # Logits held at once by ``group_decoder_nll`` (float32 elements, 256 MB): a chunk of steps of every run.
@@ -222,12 +247,18 @@ def linear(x: Tensor, w: Tensor, b: Optional[Tensor] = None) -> Tensor:
         return group_linear(x, w, b)
     if x.dim() < 2 or plain_ops_needed(x, w, b) or not _onednn_usable(x, w, *([] if b is None else [b])):
         return F.linear(x, w, b)
-    x, b = x.contiguous(), None if b is None else b.contiguous()  # oneDNN reads b as dense
-    def ways():
-        return (lambda: F.linear(x, w, b)), (lambda: torch.ops.mkldnn._linear_pointwise(x, w, b, "none", [], ""))
-    if cpu_products.library("linear", (x.numel() // x.shape[-1], x.shape[-1], w.shape[0]), ways) == "mkl":
+    if not onednn_linear_faster(x, w, b):
         return F.linear(x, w, b)
-    return _OneDNNLinear.apply(x, w, b)
+    return _OneDNNLinear.apply(x.contiguous(), w, None if b is None else b.contiguous())  # oneDNN reads them dense
+
+
+def onednn_linear_faster(x: Tensor, w: Tensor, b: Optional[Tensor] = None) -> bool:
+    """Whether oneDNN computes ``F.linear(x, w, b)`` faster than MKL on this machine, for its class of
+    product (``cpu_products.library``, timed on dense copies of the operands)."""
+    def ways():
+        xd, bd = x.contiguous(), None if b is None else b.contiguous()
+        return (lambda: F.linear(xd, w, bd)), (lambda: torch.ops.mkldnn._linear_pointwise(xd, w, bd, "none", [], ""))
+    return cpu_products.library("linear", (x.numel() // x.shape[-1], x.shape[-1], w.shape[0]), ways) == "onednn"
 
 
 def _packed_matmul_usable(w: Tensor) -> bool:

@@ -287,3 +287,24 @@ def test_a_groups_input_products_and_their_gradient_are_never_copied_whole(monke
     assert any(n == T * len(layers) * B * D for _, n in mode.found)  # the input's own copy is seen
     gx, step = T * len(layers) * B * 4 * Hs, len(layers) * B * 4 * Hs
     assert sum(n for _, n in mode.found if n in (gx, step)) <= gx, mode.found
+
+
+@pytest.mark.parametrize("library", ["mkl", "onednn"])
+def test_a_groups_input_products_on_a_cpu_equal_each_runs_own_with_dense_gradients(monkeypatch, library):
+    """``fused.group_linear`` in float32 on a CPU: one ``bmm`` each way where MKL is the faster library, a
+    product per run through oneDNN where oneDNN is; each run's product and gradients as ``F.linear``'s, and
+    the weight's gradient dense, as a torch.nn module's."""
+    from recdrop import fused
+
+    monkeypatch.setenv("RECDROP_CPU_PRODUCTS", library)
+    torch.manual_seed(0)
+    x = torch.randn(5, 2, 3, 8, requires_grad=True)
+    w, b = torch.randn(2, 12, 8, requires_grad=True), torch.randn(2, 12, requires_grad=True)
+    got = fused.group_linear(x, w, b)
+    want = torch.stack([torch.nn.functional.linear(x[:, r], w[r], b[r]) for r in range(2)], 1)
+    torch.testing.assert_close(got, want)
+    dy = torch.randn_like(want)
+    grads, want_grads = (torch.autograd.grad(y, (x, w, b), dy) for y in (got, want))
+    for g, want_g in zip(grads, want_grads):
+        torch.testing.assert_close(g, want_g)
+    assert grads[1].is_contiguous() and grads[2].is_contiguous()  # the weight's and the bias's
