@@ -318,6 +318,20 @@ def grid_answer_table(df: pd.DataFrame) -> pd.DataFrame:
         "the group's speed-up": largest["speedup"], "measured": largest["measured"]}).reset_index(drop=True)
 
 
+def matmul_table(df: pd.DataFrame) -> pd.DataFrame:
+    """The big products on a CPU (``bench_matmul.py``), a row per product and machine: GFLOP/s through
+    MKL (``torch.mm``), through recdrop (``fused.matmul``, the library it chose) and through oneDNN, and
+    where a file has them, the library faster in that run and the chosen library's time over its."""
+    if df.empty:
+        return pd.DataFrame()
+    out = pd.DataFrame({
+        "product": df["product"], "m × k × n": [f"{m} × {k} × {n}" for m, k, n in zip(df["m"], df["k"], df["n"])],
+        "machine": df["hardware"], "MKL": df["torch_mm_gflops"], "recdrop": df["recdrop_gflops"],
+        "recdrop chose": df.get("library"), "oneDNN": df.get("onednn_gflops"),
+        "faster here": df.get("best_library"), "chosen's time / faster's": df.get("best_over_chosen")})
+    return out.reset_index(drop=True)
+
+
 def group_table(df: pd.DataFrame) -> pd.DataFrame:
     """A fused group's speed-up over its runs one at a time (``bench_groups.py``: one training step of
     R runs of a table's paper grid), one row per machine, way of stepping (``group_setting``), the date its

@@ -221,3 +221,14 @@ def test_the_answer_for_a_library_user_leaves_out_gpu_rows_from_before_the_graph
     assert t.set_index("hardware").loc["GPU new", "recdrop's time / torch.nn's"] == "0.60–0.80"
     assert t.set_index("hardware").loc["CPU", "input"] == "packed"
     assert t["shapes"].tolist() == [2, 1] and set(t["measured"]) == {"2026-11-28"}
+
+
+def test_the_matmul_table_names_the_faster_library_where_a_file_has_it():
+    base = {"product": "p", "m": 2, "k": 3, "n": 4, "torch_mm_gflops": 60.0, "recdrop_gflops": 70.0,
+            "hardware": "AMD EPYC (2 threads)", "library": "onednn", "onednn_gflops": 70.5}
+    df = pd.DataFrame([{**base, "best_library": "onednn", "best_over_chosen": 1.0}, base])  # a newer file, an older
+    table = perf.matmul_table(df)
+    assert list(table["m × k × n"]) == ["2 × 3 × 4"] * 2
+    assert table.loc[0, "faster here"] == "onednn" and table.loc[0, "chosen's time / faster's"] == 1.0
+    assert table.loc[1, ["faster here", "chosen's time / faster's"]].isna().all()  # not measured then
+    assert list(table["recdrop chose"]) == ["onednn", "onednn"]
