@@ -136,23 +136,26 @@ def group_linear(x: Tensor, w: Tensor, b: Optional[Tensor] = None) -> Tensor:
         # one product per run through oneDNN (``linear``) beats MKL's ``bmm`` where oneDNN is the faster
         return torch.stack([linear(x[:, r], w[r], None if b is None else b[r]) for r in range(runs)], 1)
     xr = x.transpose(0, 1).reshape(runs, steps * batch, x.shape[-1])
-    if on_cpu:
-        y = _GroupLinearOnCPU.apply(xr, w, b)
-    else:
-        y = torch.bmm(xr, w.transpose(1, 2)) if b is None else torch.baddbmm(b.unsqueeze(1), xr, w.transpose(1, 2))
+    y = _GroupLinearOnCPU.apply(xr, w, b) if on_cpu else _runs_linear(xr, w, b)
     return y.view(runs, steps, batch, -1).transpose(0, 1)
 
 
+def _runs_linear(xr: Tensor, w: Tensor, b: Optional[Tensor]) -> Tensor:
+    """``xr w^T + b`` for each run in one batched product: ``xr`` ``(R, N, I)``, ``w`` ``(R, G, I)``,
+    ``b`` ``(R, G)``."""
+    return torch.bmm(xr, w.transpose(1, 2)) if b is None else torch.baddbmm(b.unsqueeze(1), xr, w.transpose(1, 2))
+
+
 class _GroupLinearOnCPU(torch.autograd.Function):
-    """``xr w^T + b`` for each run, ``xr`` ``(R, N, I)``, ``w`` ``(R, G, I)``: one ``bmm`` each way, the
-    weight's gradient computed in its own layout (autograd's ``bmm`` backward gives it transposed, and a
-    module's gradients are dense, as torch.nn's)."""
+    """``_runs_linear`` with its own backward, one ``bmm`` each way: the weight's gradient computed in its
+    own layout (autograd's ``bmm`` backward gives it transposed, and a module's gradients are dense, as
+    torch.nn's)."""
 
     @staticmethod
     def forward(ctx, xr: Tensor, w: Tensor, b: Optional[Tensor]):
         ctx.save_for_backward(xr, w)
         ctx.has_bias = b is not None
-        return torch.bmm(xr, w.transpose(1, 2)) if b is None else torch.baddbmm(b.unsqueeze(1), xr, w.transpose(1, 2))
+        return _runs_linear(xr, w, b)
 
     @staticmethod
     def backward(ctx, dy: Tensor):
