@@ -48,15 +48,22 @@ VECTOR_FLAGS = ("avx", "avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "
 
 
 @functools.lru_cache(maxsize=None)
+def cpu_fields(cpuinfo: Path = Path("/proc/cpuinfo")) -> Dict[str, str]:
+    """The first processor's fields as the system gives them (``/proc/cpuinfo``); empty where it does not."""
+    try:
+        info = cpuinfo.read_text().split("\n\n", 1)[0]
+    except OSError:
+        return {}
+    return {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in info.splitlines())}
+
+
 def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     """The CPU's model as the system gives it, with its family, model number and vector extensions: a
     name such as "AMD EPYC" covers several generations, whose products differ ("" where the system says
     nothing)."""
-    try:
-        info = cpuinfo.read_text().split("\n\n", 1)[0]  # the first processor's
-    except OSError:
+    fields = cpu_fields(cpuinfo)
+    if not fields:
         return ""
-    fields = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in info.splitlines())}
     flags = [f for f in VECTOR_FLAGS if f in fields.get("flags", "").split()]
     return " ".join([fields.get("model name", ""), f"family {fields.get('cpu family', '?')}",
                      f"model {fields.get('model', '?')}", "+".join(flags)])

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from . import route
+from .cpu_products import cpu_fields
 from .paths import DATA_DIR, REPO_ROOT, cache_dir
 from .records import Record
 
@@ -129,14 +130,7 @@ def hardware(device: str = "cpu") -> str:
     """The GPU name, or the CPU model with its thread count."""
     if str(device).startswith("cuda") and torch.cuda.is_available():
         return torch.cuda.get_device_name(torch.device(device))
-    model = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    model = cpu_fields().get("model name") or platform.processor() or platform.machine()
     threads = torch.get_num_threads()
     return f"{model} ({threads} thread{'' if threads == 1 else 's'})"
 
