@@ -187,6 +187,13 @@ def test_provenance_dates_each_file_by_its_rows_or_its_commit(tmp_path):
     assert dates["a.csv"] == "2026-11-26" and dates["b.csv"].startswith("on or after 20")
 
 
+def test_a_commit_that_reads_as_a_number_stays_the_commit(tmp_path):
+    """A short hash of digits around one "e" (8543e07767) is a float to pandas unless told otherwise."""
+    pd.DataFrame([{"hardware": "cpu", "commit": "8543e07767"}, {"hardware": "cpu", "commit": "0012345678"}]
+                 ).to_csv(tmp_path / "a.csv", index=False)
+    assert list(perf.load_benchmarks(tmp_path)["commit"]) == ["8543e07767", "0012345678"]
+
+
 def test_time_per_step_joins_only_the_hidden_sizes_of_one_shape_on_padded_input(tmp_path):
     """The tagger files' two shapes (25 x 15, input 25; 100 x 30, input 150) are two points, not one line;
     the language models' hidden sizes at 35 steps are one line; a packed row is not drawn."""
