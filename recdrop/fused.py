@@ -470,10 +470,16 @@ def _lstm_forward(gx, h0, c0, w_hh, gal, sem, moon, per_step, relu, reverse, use
         gx = gx.flip(0)
     steps, hidden = gx.shape[0], h0.shape[-1]
     act_ = torch.relu_ if relu else torch.tanh_
-    times_w = _times_transposed(w_hh, h0.shape[-2], dtype=dtype)  # h @ w_hh.T
+    # tanh(x) = 2 sigmoid(2x) - 1: with g's pre-activation doubled (exactly, a power of two), one
+    # sigmoid over each step's whole gates row replaces three activations on strided slices of it.
+    one_sigmoid = not use_triton and not relu
+    times_w = _times_transposed(_g_rows_doubled(w_hh) if one_sigmoid else w_hh, h0.shape[-2], dtype=dtype)
     gates_all = gx.new_empty(gx.shape, dtype=h0.dtype)  # i, f, g, o after their activations
     if not use_triton:  # each step adds its product in place (the kernels add gx themselves)
         gates_all.copy_(gx)
+    if one_sigmoid:
+        gates_all[..., 2 * hidden:3 * hidden].mul_(2.0)
+        minus_one = h0.new_full((), -1.0)
     c_all = h0.new_empty(steps + 1, *h0.shape)  # c_0 .. c_T
     c_all[0] = c0
     tc_all = h0.new_empty(steps, *h0.shape)  # act(c_t)
@@ -489,7 +495,7 @@ def _lstm_forward(gx, h0, c0, w_hh, gal, sem, moon, per_step, relu, reverse, use
     gsem_k = _steps_of(gsem_all, steps)
     if_k, g_k, o_k = (gates_all[..., a * hidden:b * hidden].unbind(0) for a, b in ((0, 2), (2, 3), (3, 4)))
     i_k, f_k = (gates_all[..., a * hidden:(a + 1) * hidden].unbind(0) for a in (0, 1))
-    g_dense = h0.new_empty(h0.shape) if gx.device.type == "cpu" and not use_triton else None  # _activated
+    g_dense = h0.new_empty(h0.shape) if gx.device.type == "cpu" and relu else None  # _activated
     h = h0
     for k in range(steps):
         if gal is not None:
@@ -505,9 +511,13 @@ def _lstm_forward(gx, h0, c0, w_hh, gal, sem, moon, per_step, relu, reverse, use
             h = ys_k[k]
             continue
         times_w(h, add=gates_k[k], out=gates_k[k])  # gx + h W_hh^T, in place
-        torch.sigmoid_(if_k[k])
-        g = _activated(act_, g_k[k], g_dense)
-        torch.sigmoid_(o_k[k])
+        if one_sigmoid:
+            torch.sigmoid_(gates_k[k])
+            g = torch.add(minus_one, g_k[k], alpha=2.0, out=g_k[k])  # 2 sigmoid(2x) - 1
+        else:
+            torch.sigmoid_(if_k[k])
+            g = _activated(act_, g_k[k], g_dense)
+            torch.sigmoid_(o_k[k])
         if sem is not None:
             g = torch.mul(g, sems[k], out=gsem_k[k])  # Eq. 9
         c = torch.mul(f_k[k], c_k[k], out=c_k[k + 1])
@@ -517,6 +527,13 @@ def _lstm_forward(gx, h0, c0, w_hh, gal, sem, moon, per_step, relu, reverse, use
         tc = torch.clamp_min(c, 0.0, out=tc_k[k]) if relu else torch.tanh(c, out=tc_k[k])
         h = torch.mul(o_k[k], tc, out=ys_k[k])
     return gates_all, c_all, tc_all, ys, hin_all, gsem_all
+
+
+def _g_rows_doubled(w_hh: Tensor) -> Tensor:
+    """``w_hh`` (``(4H, H)``, or a group's ``(R, 4H, H)``) with the rows of g times two, a new tensor."""
+    scale = w_hh.new_ones(4, 1, 1)
+    scale[2] = 2.0
+    return (w_hh.unflatten(-2, (4, -1)) * scale).flatten(-3, -2)
 
 
 def _activated(act_, g: Tensor, dense: Optional[Tensor]) -> Tensor:
@@ -558,10 +575,14 @@ def _lstm_backward(d_ys, d_hn, d_cn, d_cs, w_hh, h0, gates_all, c_all, tc_all, y
     l_i.mul_(g if gsem_all is None else gsem_all)
     l_f.mul_(c_all[:-1])
     l_o.mul_(tc_all)
-    torch.mul(i, (g > 0).to(g.dtype) if relu else 1 - g * g, out=l_g)
+    if relu:
+        torch.mul(i, (g > 0).to(g.dtype), out=l_g)
+        o_dtc = o * (tc_all > 0).to(tc_all.dtype)  # d h_t / d c_t
+    else:  # i (1 - g^2) and o (1 - act(c)^2), each in two passes
+        torch.addcmul(i, i * g, g, value=-1.0, out=l_g)
+        o_dtc = torch.addcmul(o, o * tc_all, tc_all, value=-1.0)
     if sem is not None:
         l_g.mul_(sem)
-    o_dtc = o * ((tc_all > 0).to(tc_all.dtype) if relu else 1 - tc_all * tc_all)  # d h_t / d c_t
     dh, dc = _lstm_backward_torch(dh, dc, d_ys, o_dtc, local, gates_all, d_gates, times_w, gal, moon, per_step, d_cs)
     return (d_gates.flip(0) if reverse else d_gates), dh.to(h0.dtype), dc, _weight_grad(d_gates, hin, dtype)
 
