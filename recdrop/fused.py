@@ -426,7 +426,7 @@ class _LSTMSequence(torch.autograd.Function):
     """Eqs. 4-9 over all steps; equals ``cells.lstm_step``, step by step.
 
     Everything is stored in processing order k (a reverse direction flips its input once), written
-    in place into preallocated buffers (about 9 kernels a step forward, 7 backward), and the local
+    in place into preallocated buffers (about 8 kernels a step forward, 7 backward), and the local
     derivatives that do not depend on the recurrence are computed for all steps at once before the
     backward loop."""
 

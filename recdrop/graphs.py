@@ -1,6 +1,6 @@
 """CUDA graphs of the fast path's time loops.
 
-On a GPU a small layer's step is launch-bound: a step of ``recdrop.fused`` is about 9 kernels forward
+On a GPU a small layer's step is launch-bound: a step of ``recdrop.fused`` is about 8 kernels forward
 and 7 backward, each a few microseconds of host work, so a sequence of 35 steps spends most of its time
 launching. Here a loop (a forward or a backward of ``recdrop.fused``, a pure function of its tensors)
 is captured as a CUDA graph and replayed: the tensors it reads, the masks and the states among
@@ -35,7 +35,7 @@ from . import route
 CACHE_SIZE = 128
 CAPTURE_AT = 2  # a signature is captured at its second call: a shape met once runs plainly
 # Multiply-adds of a step's recurrent product (all runs of a group) above which a loop runs plainly. A graph
-# saves the host's launches (about 9 kernels a step, some 5 us each) but copies every tensor the loop reads
+# saves the host's launches (about 8 kernels a step, some 5 us each) but copies every tensor the loop reads
 # and writes, once a call; where one step's product alone outlasts its launches (about 2**30 multiply-adds
 # at a data-center GPU's float32 rate, from its data sheet) the loop is compute-bound, and the copies would
 # cost more than the launches save: Table 3's 26 char LMs at `paper` as one group (26 x 64 x 4096 x 1024,
