@@ -426,7 +426,7 @@ class _LSTMSequence(torch.autograd.Function):
     """Eqs. 4-9 over all steps; equals ``cells.lstm_step``, step by step.
 
     Everything is stored in processing order k (a reverse direction flips its input once), written
-    in place into preallocated buffers (about 8 kernels a step forward, 7 backward), and the local
+    in place into preallocated buffers (about 8 kernels a step forward, 5 backward), and the local
     derivatives that do not depend on the recurrence are computed for all steps at once before the
     backward loop."""
 
@@ -469,17 +469,12 @@ def _lstm_forward(gx, h0, c0, w_hh, gal, sem, moon, per_step, relu, reverse, use
     if reverse:
         gx = gx.flip(0)
     steps, hidden = gx.shape[0], h0.shape[-1]
-    act_ = torch.relu_ if relu else torch.tanh_
     # tanh(x) = 2 sigmoid(2x) - 1: with g's pre-activation doubled (exactly, a power of two), one
     # sigmoid over each step's whole gates row replaces three activations on strided slices of it.
     one_sigmoid = not use_triton and not relu
     times_w = _times_transposed(_g_rows_doubled(w_hh) if one_sigmoid else w_hh, h0.shape[-2], dtype=dtype)
-    gates_all = gx.new_empty(gx.shape, dtype=h0.dtype)  # i, f, g, o after their activations
-    if not use_triton:  # each step adds its product in place (the kernels add gx themselves)
-        gates_all.copy_(gx)
-    if one_sigmoid:
-        gates_all[..., 2 * hidden:3 * hidden].mul_(2.0)
-        minus_one = h0.new_full((), -1.0)
+    gates_all = _gates_buffer(gx, h0.dtype, not use_triton, one_sigmoid)  # i, f, g, o after their activations
+    minus_one = h0.new_full((), -1.0)
     c_all = h0.new_empty(steps + 1, *h0.shape)  # c_0 .. c_T
     c_all[0] = c0
     tc_all = h0.new_empty(steps, *h0.shape)  # act(c_t)
@@ -495,7 +490,6 @@ def _lstm_forward(gx, h0, c0, w_hh, gal, sem, moon, per_step, relu, reverse, use
     gsem_k = _steps_of(gsem_all, steps)
     if_k, g_k, o_k = (gates_all[..., a * hidden:b * hidden].unbind(0) for a, b in ((0, 2), (2, 3), (3, 4)))
     i_k, f_k = (gates_all[..., a * hidden:(a + 1) * hidden].unbind(0) for a in (0, 1))
-    g_dense = h0.new_empty(h0.shape) if gx.device.type == "cpu" and relu else None  # _activated
     h = h0
     for k in range(steps):
         if gal is not None:
@@ -514,9 +508,9 @@ def _lstm_forward(gx, h0, c0, w_hh, gal, sem, moon, per_step, relu, reverse, use
         if one_sigmoid:
             torch.sigmoid_(gates_k[k])
             g = torch.add(minus_one, g_k[k], alpha=2.0, out=g_k[k])  # 2 sigmoid(2x) - 1
-        else:
+        else:  # g = relu(x)
             torch.sigmoid_(if_k[k])
-            g = _activated(act_, g_k[k], g_dense)
+            g = torch.relu_(g_k[k])
             torch.sigmoid_(o_k[k])
         if sem is not None:
             g = torch.mul(g, sems[k], out=gsem_k[k])  # Eq. 9
@@ -536,14 +530,16 @@ def _g_rows_doubled(w_hh: Tensor) -> Tensor:
     return (w_hh.unflatten(-2, (4, -1)) * scale).flatten(-3, -2)
 
 
-def _activated(act_, g: Tensor, dense: Optional[Tensor]) -> Tensor:
-    """``act_(g)`` in place, computed in ``dense`` where given: on a CPU an activation on the gates' strided
-    g slice is several times slower than on a dense copy of it. ``g`` keeps the result (the backward reads
-    the gates after their activations)."""
-    if dense is None:
-        return act_(g)
-    g.copy_(act_(dense.copy_(g)))
-    return dense
+def _gates_buffer(gx: Tensor, dtype: torch.dtype, add_gx: bool, double_g: bool) -> Tensor:
+    """The buffer of a sequence's gates, like ``gx``: with ``add_gx``, gx in it, each step's product
+    then added in place; with ``double_g``, g's columns of it times two (``_lstm_forward``'s one sigmoid)."""
+    gates_all = gx.new_empty(gx.shape, dtype=dtype)
+    if add_gx:
+        gates_all.copy_(gx)
+    if double_g:
+        hidden = gx.shape[-1] // 4
+        gates_all[..., 2 * hidden:3 * hidden].mul_(2.0)
+    return gates_all
 
 
 def _lstm_backward(d_ys, d_hn, d_cn, d_cs, w_hh, h0, gates_all, c_all, tc_all, ys, hin_all, gsem_all, gal, sem, moon,
@@ -588,9 +584,9 @@ def _lstm_backward(d_ys, d_hn, d_cn, d_cs, w_hh, h0, gates_all, c_all, tc_all, y
 
 
 def _lstm_backward_torch(dh, dc, d_ys, o_dtc, local, gates_all, d_gates, times_w, gal, moon, per_step, d_cs=None):
-    """The backward loop over the steps, 7 kernels a step (the gradient of ``cells.lstm_step``, step by
-    step; ``d_cs``, where given, the gradient of every step's c_t; ``times_w``, d_gates @ w_hh); fills
-    ``d_gates``, returns (dh_0, dc_0)."""
+    """The backward loop over the steps, 5 kernels a step, 6 with Gal's factor (the gradient of
+    ``cells.lstm_step``, step by step; ``d_cs``, where given, the gradient of every step's c_t;
+    ``times_w``, d_gates @ w_hh); fills ``d_gates``, returns (dh_0, dc_0)."""
     steps, hidden = gates_all.shape[0], gates_all.shape[-1] // 4
     gals, moons = _steps(gal, steps, per_step), _steps(moon, steps, per_step)
     f_k = gates_all[..., hidden:2 * hidden].unbind(0)
@@ -600,8 +596,9 @@ def _lstm_backward_torch(dh, dc, d_ys, o_dtc, local, gates_all, d_gates, times_w
     local_o_k, d_o_k = local[..., 3 * hidden:].unbind(0), d_gates[..., 3 * hidden:].unbind(0)
     d_ys_k, o_dtc_k, d_gates_k = d_ys.unbind(0), o_dtc.unbind(0), d_gates.unbind(0)
     d_cs_k = None if d_cs is None else d_cs.unbind(0)
+    if steps:
+        dh = dh + d_ys_k[-1]  # each earlier step's is added by the product that reaches it
     for k in range(steps - 1, -1, -1):
-        dh = dh + d_ys_k[k]
         if d_cs_k is not None:
             dc = dc + d_cs_k[k]
         dc = torch.addcmul(dc, dh, o_dtc_k[k])  # through h_t = o * act(c_t)
@@ -610,9 +607,14 @@ def _lstm_backward_torch(dh, dc, d_ys, o_dtc, local, gates_all, d_gates, times_w
         torch.mul(dc.unsqueeze(-2), local_ifg_k[k], out=d_ifg_k[k])
         torch.mul(dh, local_o_k[k], out=d_o_k[k])
         dc = dc * f_k[k]
-        dh = times_w(d_gates_k[k])
-        if gal is not None:
-            dh = dh * gals[k]
+        if k == 0:  # dh_0, out of the layer
+            dh = times_w(d_gates_k[k]) if gal is None else times_w(d_gates_k[k]) * gals[k]
+        elif gal is None:  # with the gradient of the output h_{k-1}, in the product's own sum
+            dh = times_w(d_gates_k[k], add=d_ys_k[k - 1])
+        elif isinstance(gals[k], Tensor):
+            dh = torch.addcmul(d_ys_k[k - 1], times_w(d_gates_k[k]), gals[k])
+        else:  # a constant factor (the test phase's 1 - p)
+            dh = torch.add(d_ys_k[k - 1], times_w(d_gates_k[k]), alpha=gals[k])
     return dh, dc
 
 

@@ -110,8 +110,8 @@ class RecurrentDropout:
         # generator=None is left out, not passed: Dynamo refuses it with symbolic shapes (torch.compile with
         # dynamic lengths), and without it torch.rand draws from the global generator all the same
         own = {} if generator is None else {"generator": generator}
-        return {t: (torch.rand(_shape_of(shape, t), device=device, dtype=dtype, **own) < 1.0 - self.p).to(dtype)
-                for t in self.targets}
+        return {t: torch.rand(_shape_of(shape, t), device=device, dtype=dtype, **own).lt_(1.0 - self.p)
+                for t in self.targets}  # in place: the uniforms' own buffer becomes the 0/1 mask
 
     def check_masks(self, masks: Dict[str, torch.Tensor], shape: Shapes) -> None:
         """Raise ValueError unless ``masks`` has exactly this scheme's targets, each of ``shape``

@@ -71,7 +71,7 @@ TARGET_LOOP_SPEEDUP = 5.0  # the plain per-step loop / the fast path, at least
 def load_benchmarks(folder: Path = BENCH_DIR) -> pd.DataFrame:
     """Every stored benchmark row, with the file it came from. A row measured on uncommitted code is
     refused, as run records are: its commit would not say what was timed."""
-    # A commit such as 8543e07767 would otherwise be read as the number 8.543e10.
+    # A short hash of digits around one "e" would otherwise be read as a number in scientific notation.
     frames = [pd.read_csv(p, dtype={"commit": str}).assign(file=p.name) for p in sorted(Path(folder).glob("*.csv"))]
     df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["kind", "hidden", "seq", "commit"])
     if "hardware" in df:
