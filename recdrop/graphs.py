@@ -1,7 +1,7 @@
 """CUDA graphs of the fast path's time loops.
 
 On a GPU a small layer's step is launch-bound: a step of ``recdrop.fused`` is about 8 kernels forward
-and 7 backward, each a few microseconds of host work, so a sequence of 35 steps spends most of its time
+and 5 backward, each a few microseconds of host work, so a sequence of 35 steps spends most of its time
 launching. Here a loop (a forward or a backward of ``recdrop.fused``, a pure function of its tensors)
 is captured as a CUDA graph and replayed: the tensors it reads, the masks and the states among
 them, are copied into static buffers, the graph is replayed, and its outputs are copied out, so that
