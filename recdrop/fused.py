@@ -474,7 +474,7 @@ def _lstm_forward(gx, h0, c0, w_hh, gal, sem, moon, per_step, relu, reverse, use
     one_sigmoid = not use_triton and not relu
     times_w = _times_transposed(_g_rows_doubled(w_hh) if one_sigmoid else w_hh, h0.shape[-2], dtype=dtype)
     gates_all = _gates_buffer(gx, h0.dtype, not use_triton, one_sigmoid)  # i, f, g, o after their activations
-    minus_one = h0.new_full((), -1.0)
+    minus_one = h0.new_full((), -1.0) if one_sigmoid else None
     c_all = h0.new_empty(steps + 1, *h0.shape)  # c_0 .. c_T
     c_all[0] = c0
     tc_all = h0.new_empty(steps, *h0.shape)  # act(c_t)
