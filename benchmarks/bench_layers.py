@@ -6,12 +6,15 @@ schemes) on its default path (the fused sequence of recdrop.fused, its loops as 
 GPU); on a GPU the same without graphs (``RECDROP_CUDA_GRAPHS=0``); and the same module's plain
 per-step loop (``fused=False``). torch.nn and recdrop are timed in turn, each repeat, so that a load on
 the machine weighs on both alike. With ``--autocast bf16`` every forward, torch.nn's too, runs under
-``torch.autocast`` to that dtype (a mixed-precision user's model). Prints a table and, with --out,
-writes it as CSV.
+``torch.autocast`` to that dtype (a mixed-precision user's model). By default the input needs no
+gradient (a first layer over fixed features), which recdrop then skips; with ``--input-grad`` it needs
+one, as over an embedding or another layer: torch.nn's fused kernels (oneDNN's, cuDNN's) compute it
+either way, so only recdrop's time grows. Prints a table and, with --out, writes it as CSV.
 
     python benchmarks/bench_layers.py                   # CPU, 2 threads
     python benchmarks/bench_layers.py --device cuda --schemes semeniuta gal moon
     python benchmarks/bench_layers.py --device cuda --autocast bf16
+    python benchmarks/bench_layers.py --input-grad      # the input's gradient too
 """
 from __future__ import annotations
 
@@ -75,6 +78,9 @@ def main(argv=None):
                     help="a PackedSequence in, of lengths spread evenly from half the sequence length to all of it")
     ap.add_argument("--input", type=int, help="input size (default: the hidden size)")
     ap.add_argument("--bidirectional", action="store_true", help="both directions, as a tagger's BiLSTM")
+    ap.add_argument("--input-grad", action="store_true",
+                    help="the input needs its gradient too, as over an embedding or another layer (torch.nn's "
+                         "fused kernels compute it either way)")
     ap.add_argument("--tf32", action="store_true", help="allow TF32 matmuls on the GPU (both torch.nn and recdrop)")
     ap.add_argument("--autocast", choices=sorted(AUTOCAST), help="every forward under torch.autocast to this dtype")
     ap.add_argument("--out", type=Path, help="write the table as CSV here (with hardware, torch and commit per row)")
@@ -83,16 +89,19 @@ def main(argv=None):
     torch.set_num_threads(args.threads)
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = args.tf32
     torch.manual_seed(0)
+    input_note = ", with the input's gradient" if args.input_grad else ""
     print(f"# hardware: {hardware(args.device)} | threads: {torch.get_num_threads()} | torch {torch.__version__} "
           f"| commit {git_commit()} | float32{' (TF32 matmuls)' if args.tf32 else ''}"
-          f"{f', autocast {args.autocast}' if args.autocast else ''}, batch {args.batch}")
+          f"{f', autocast {args.autocast}' if args.autocast else ''}, batch {args.batch}"
+          f"{input_note}")
     autocast = AUTOCAST.get(args.autocast)
     rows = []
     # on a GPU the fast path runs as CUDA graphs unless RECDROP_CUDA_GRAPHS=0 (then recdrop_ms is without them)
     graphed = args.device.startswith("cuda") and os.environ.get("RECDROP_CUDA_GRAPHS", "1") != "0"
     env = {"hardware": hardware(args.device), "device": args.device, "threads": torch.get_num_threads(),
            "torch": torch.__version__, "commit": git_commit(), "batch": args.batch, "tf32": args.tf32,
-           "packed": args.packed, "bidirectional": args.bidirectional, "autocast": args.autocast}
+           "packed": args.packed, "bidirectional": args.bidirectional, "input_grad": args.input_grad,
+           "autocast": args.autocast}
     peak = peak_tflops(env["hardware"], args.tf32)
     shapes = [(h, args.seq) for h in args.hidden] if args.hidden else SHAPES
     for kind in args.kinds:
@@ -102,6 +111,7 @@ def main(argv=None):
             if args.packed:
                 lengths = torch.linspace(steps, steps // 2, args.batch).round().long()
                 x = pack_padded_sequence(x, lengths, enforce_sorted=False)
+            (x.data if args.packed else x).requires_grad_(args.input_grad)  # a leaf, each pass's backward reaches
             ref = getattr(torch.nn, kind)(size, hidden, bidirectional=args.bidirectional).to(args.device)
             try:
                 fwd_bwd(ref, x, args.device, autocast)

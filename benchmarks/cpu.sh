@@ -4,7 +4,8 @@
 #     bash benchmarks/cpu.sh          # or: make bench-cpu
 # - matmul/cpu-KIND-1thread-routed.csv, matmul/cpu-KIND-2threads-routed.csv: the big products, MKL and oneDNN;
 # - cpu-KIND-2threads-routed.csv: an LSTM and a GRU at hidden 256, 35 steps, batch 32;
-# - cpu-KIND-2threads-tagger-routed.csv, cpu-KIND-2threads-tagger-packed-routed.csv: the tagger's BiLSTM.
+# - cpu-KIND-2threads-tagger-routed.csv, cpu-KIND-2threads-tagger-packed-routed.csv: the tagger's BiLSTM;
+# - the same three with -input-grad: the input needs its gradient too, as over an embedding.
 # Timings need an idle machine: a campaign running here (python -m recdrop.campaign) is paused meanwhile
 # (SIGSTOP, its wall clock goes on) and resumed at the end, however this script ends.
 set -euo pipefail
@@ -26,9 +27,12 @@ for threads in 1 2; do
   suffix=$([ "$threads" = 1 ] && echo 1thread || echo 2threads)
   $PY benchmarks/bench_matmul.py --threads "$threads" --repeats 9 --out "$OUT/matmul/cpu-$KIND-$suffix-routed.csv"
 done
-$PY benchmarks/bench_layers.py --threads 2 --kinds LSTM GRU --hidden 256 --seq 35 --batch 32 --repeats 9 \
-  --out "$OUT/cpu-$KIND-2threads-routed.csv"
+layers=(--threads 2 --kinds LSTM GRU --hidden 256 --seq 35 --batch 32 --repeats 9)
 tagger=(--threads 2 --kinds LSTM --hidden 100 --input 150 --seq 30 --batch 10 --bidirectional --repeats 15)
-$PY benchmarks/bench_layers.py "${tagger[@]}" --out "$OUT/cpu-$KIND-2threads-tagger-routed.csv"
-$PY benchmarks/bench_layers.py "${tagger[@]}" --packed --out "$OUT/cpu-$KIND-2threads-tagger-packed-routed.csv"
+for grad in "" --input-grad; do
+  name=${grad:+-input-grad}
+  $PY benchmarks/bench_layers.py "${layers[@]}" $grad --out "$OUT/cpu-$KIND-2threads$name-routed.csv"
+  $PY benchmarks/bench_layers.py "${tagger[@]}" $grad --out "$OUT/cpu-$KIND-2threads-tagger$name-routed.csv"
+  $PY benchmarks/bench_layers.py "${tagger[@]}" $grad --packed --out "$OUT/cpu-$KIND-2threads-tagger-packed$name-routed.csv"
+done
 echo "# written under $OUT as cpu-$KIND-*: commit them"

@@ -61,7 +61,7 @@ def peak_tflops(hardware: str, tf32: bool) -> Optional[float]:
     return None
 
 
-PROVENANCE = ["hardware", "device", "threads", "torch", "commit", "batch", "tf32", "packed"]
+PROVENANCE = ["hardware", "device", "threads", "torch", "commit", "batch", "tf32", "packed", "input_grad"]
 # The fast path's targets on a GPU, at the language models' two shapes (hidden, sequence length).
 TARGET_SHAPES = [(256, 35), (1024, 100)]
 TARGET_RATIO = 1.5  # recdrop with dropout / torch.nn (cuDNN) without, at most
@@ -111,6 +111,13 @@ def _flag(df: pd.DataFrame, name: str) -> pd.Series:
     return df[name].fillna(False).astype(bool) if name in df else pd.Series(False, index=df.index)
 
 
+def _input_names(df: pd.DataFrame) -> pd.Series:
+    """Each benchmark row's input as the tables name it: "padded" (one tensor) or "packed" (a
+    PackedSequence), and ", with its gradient" where the input needed its gradient (``--input-grad``)."""
+    name = _flag(df, "packed").map({True: "packed", False: "padded"})
+    return name + _flag(df, "input_grad").map({True: ", with its gradient", False: ""})
+
+
 def _input_size(df: pd.DataFrame) -> pd.Series:
     """Each benchmark row's input size: the hidden size where a file does not name one."""
     return df["input_size"].fillna(df["hidden"]) if "input_size" in df else df["hidden"]
@@ -124,12 +131,11 @@ def ratio_table(df: pd.DataFrame, value: str = "ratio") -> pd.DataFrame:
     if df.empty:
         return pd.DataFrame()
 
-    packed, both = _flag(df, "packed"), _flag(df, "bidirectional")
+    both = _flag(df, "bidirectional")
     size = _input_size(df)
     shape = df["hidden"].astype(str) + " x " + df["seq"].astype(str)
     shape = shape.where(size == df["hidden"], shape + ", input " + size.astype(int).astype(str))
-    t = df.assign(shape=shape, input=packed.map({True: "packed", False: "padded"}),
-                  kind=both.map({True: "Bi", False: ""}) + df["kind"])
+    t = df.assign(shape=shape, input=_input_names(df), kind=both.map({True: "Bi", False: ""}) + df["kind"])
     keys = ["hardware", "input", "kind", "hidden", "seq", "shape"]
     out = t.pivot_table(index=keys, columns="scheme", values=value, aggfunc="first").reset_index()
     out = out.rename(columns={"shape": "hidden x steps"})
@@ -149,16 +155,17 @@ def before_graphs(df: pd.DataFrame) -> pd.Series:
 def answer_table(df: pd.DataFrame) -> pd.DataFrame:
     """For a library user: ``recdrop.LSTM`` and ``GRU`` with our recurrent dropout 0.25 against
     ``torch.nn``'s without dropout (its time over theirs, forward + backward, in the same run), per
-    machine, input (a padded tensor or a ``PackedSequence``) and day of measurement (two machines may
-    share a name): the range over the shapes timed, how many, and when. Superseded rows
-    (``before_graphs``) are left out."""
+    machine, input (a padded tensor or a ``PackedSequence``, and whether its gradient was asked for) and
+    day of measurement (two machines may share a name): the range over the shapes timed, how many, and
+    when. Superseded rows (``before_graphs``) are left out."""
     t = df[(df["scheme"] == "semeniuta") & ~before_graphs(df)]
     if t.empty:
         return pd.DataFrame()
-    t = t.assign(input=_flag(t, "packed").map({True: "packed", False: "padded"}),
+    t = t.assign(input=_input_names(t), _packed=_flag(t, "packed"), _grad=_flag(t, "input_grad"),
                  kind=_flag(t, "bidirectional").map({True: "Bi", False: ""}) + t["kind"],
                  measured=_measured(t))
-    t = t.sort_values(["device", "hardware", "input"], ascending=[False, True, False], kind="stable")  # GPUs first
+    t = t.sort_values(["device", "hardware", "_packed", "_grad"], ascending=[False, True, True, True],
+                      kind="stable")  # GPUs first; per machine padded, padded with the input's gradient, packed
     out = t.groupby(["hardware", "input", "kind", "measured"], sort=False).agg(  # a measurement a row
         low=("ratio", "min"), high=("ratio", "max"), shapes=("ratio", "size"))
     out["recdrop's time / torch.nn's"] = [f"{lo:.2f}" if lo == hi else f"{lo:.2f}–{hi:.2f}"
@@ -178,12 +185,11 @@ def graph_speedups(df: pd.DataFrame) -> pd.DataFrame:
 def gpu_targets(df: pd.DataFrame) -> pd.DataFrame:
     """The fast path's targets (``TARGET_RATIO``, ``TARGET_LOOP_SPEEDUP``) on each GPU measured: the worst
     ratio to cuDNN and the worst speed-up over the plain loop at the target shapes, over cells and schemes,
-    on padded input (the targets' case; a PackedSequence's rows are in ``ratio_table``), and whether each
-    target is met ("yes" / "no")."""
+    on padded input whose gradient is not asked for (the targets' case; the other rows are in
+    ``ratio_table``), and whether each target is met ("yes" / "no")."""
     rows = []
     gpu = df[df.get("device", pd.Series(dtype=str)).astype(str).str.startswith("cuda")] if not df.empty else df
-    if "packed" in gpu:  # the targets are for padded input
-        gpu = gpu[~gpu["packed"].fillna(False).astype(bool)]
+    gpu = gpu[~_flag(gpu, "packed") & ~_flag(gpu, "input_grad")]  # the targets' case
     for hardware, g in gpu.groupby("hardware"):
         at = g[[tuple(x) in TARGET_SHAPES for x in g[["hidden", "seq"]].itertuples(index=False)]]
         if at.empty:
@@ -201,12 +207,13 @@ def gpu_targets(df: pd.DataFrame) -> pd.DataFrame:
 
 def plot_time_per_step(df: pd.DataFrame):
     """Milliseconds per time step (forward + backward) against hidden size, per implementation, on padded
-    input (the targets' case), a panel per machine and cell that was timed: a line joins only the hidden
-    sizes timed at one sequence length, input size and direction (the line's dashes and markers), so no
-    line runs between two shapes; each point is the mean over the schemes and files that timed it."""
+    input whose gradient is not asked for (the targets' case), a panel per machine and cell that was
+    timed: a line joins only the hidden sizes timed at one sequence length, input size and direction
+    (the line's dashes and markers), so no line runs between two shapes; each point is the mean over the
+    schemes and files that timed it."""
     import seaborn as sns
 
-    one = df[~_flag(df, "packed")]
+    one = df[~_flag(df, "packed") & ~_flag(df, "input_grad")]
     if one.empty:
         return None
     size = _input_size(one)

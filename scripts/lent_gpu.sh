@@ -175,6 +175,8 @@ layers() {
       $p --out "$LEASE/bench/$gpu${p#-}.csv"; done
   # a mixed-precision user's layer: both under bf16 autocast
   timeout 100 python3 benchmarks/bench_layers.py --device "$DEVICE" --autocast bf16 --out "$LEASE/bench/$gpu-autocast-bf16.csv"
+  # a layer over an embedding or another layer: the input's gradient too (cuDNN computes it either way)
+  timeout 100 python3 benchmarks/bench_layers.py --device "$DEVICE" --input-grad --out "$LEASE/bench/$gpu-input-grad.csv"
   pack_bench
 }
 

@@ -7,6 +7,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
 import bench_groups  # noqa: E402
+import bench_layers  # noqa: E402
 import profile_group  # noqa: E402
 
 
@@ -30,6 +31,22 @@ def test_bench_groups_builds_its_runs_once_and_with_group_only_times_the_group_a
     out = capsys.readouterr().out
     assert built == [2]  # the largest group's runs, the smaller groups their first ones
     assert "word R= 1: one at a time nan s" in out and "word R= 2: one at a time nan s" in out
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_bench_layers_with_input_grad_gives_both_layers_the_inputs_gradient_to_compute(packed, monkeypatch):
+    asked = []
+    real = bench_layers.fwd_bwd
+
+    def fwd_bwd(module, x, *args):
+        real(module, x, *args)
+        leaf = x.data if isinstance(x, bench_layers.PackedSequence) else x
+        asked.append(leaf.requires_grad)
+    monkeypatch.setattr(bench_layers, "fwd_bwd", fwd_bwd)
+    rows = bench_layers.main(["--hidden", "8", "--seq", "3", "--batch", "2", "--repeats", "1", "--threads", "1",
+                              "--kinds", "LSTM", "--input-grad"] + (["--packed"] if packed else []))
+    assert [r["input_grad"] for r in rows] == [True] and asked and all(asked)
+    assert rows[0]["ratio"] > 0
 
 
 def test_profile_group_ranks_the_steps_operators_by_their_own_time(stacked, capsys):

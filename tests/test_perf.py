@@ -79,13 +79,18 @@ def test_gpu_targets_take_the_worst_cell_at_the_target_shapes(tmp_path):
     assert perf.gpu_targets(perf.load_benchmarks(tmp_path))["met"].tolist() == ["no", "no"]
 
 
-def test_packed_rows_are_their_own_rows_and_not_held_to_the_padded_targets(tmp_path):
-    pd.DataFrame([bench_row(device="cuda", hardware="H100", ratio=1.2, loop_over_recdrop=6.0),
-                  bench_row(device="cuda", hardware="H100", ratio=9.0, loop_over_recdrop=1.0, packed=True)]
+def test_packed_rows_and_rows_with_the_inputs_gradient_are_their_own_rows_and_not_held_to_the_targets(tmp_path):
+    pd.DataFrame([bench_row(device="cuda", hardware="H100", ratio=1.2, loop_over_recdrop=6.0, ungraphed_ms=2.0),
+                  bench_row(device="cuda", hardware="H100", ratio=9.0, loop_over_recdrop=1.0, packed=True),
+                  bench_row(device="cuda", hardware="H100", ratio=8.0, loop_over_recdrop=1.0, input_grad=True)]
                  ).to_csv(tmp_path / "m.csv", index=False)
     bench = perf.load_benchmarks(tmp_path)
-    assert perf.ratio_table(bench)[["input", "semeniuta"]].values.tolist() == [["packed", 9.0], ["padded", 1.2]]
+    assert perf.ratio_table(bench)[["input", "semeniuta"]].values.tolist() == [
+        ["packed", 9.0], ["padded", 1.2], ["padded, with its gradient", 8.0]]
     assert perf.gpu_targets(bench)["met"].tolist() == ["yes", "yes"]
+    answer = perf.answer_table(bench)
+    assert answer["input"].tolist() == ["padded", "padded, with its gradient", "packed"]
+    assert answer["recdrop's time / torch.nn's"].tolist() == ["1.20", "8.00", "9.00"]
 
 
 def test_every_panel_of_time_per_step_is_a_machine_and_cell_that_was_timed():
@@ -196,13 +201,15 @@ def test_a_commit_that_reads_as_a_number_stays_the_commit(tmp_path):
 
 def test_time_per_step_joins_only_the_hidden_sizes_of_one_shape_on_padded_input(tmp_path):
     """The tagger files' two shapes (25 x 15, input 25; 100 x 30, input 150) are two points, not one line;
-    the language models' hidden sizes at 35 steps are one line; a packed row is not drawn."""
+    the language models' hidden sizes at 35 steps are one line; a packed row is not drawn, nor a row
+    with the input's gradient."""
     import matplotlib
     matplotlib.use("Agg")
     rows = [bench_row(hidden=25, seq=15, input_size=25, batch=10, bidirectional=True),
             bench_row(hidden=100, seq=30, input_size=150, batch=10, bidirectional=True),
             bench_row(hidden=256, seq=35), bench_row(hidden=1024, seq=35),
-            bench_row(hidden=1024, seq=35, packed=True, recdrop_ms=500.0)]
+            bench_row(hidden=1024, seq=35, packed=True, recdrop_ms=500.0),
+            bench_row(hidden=1024, seq=35, input_grad=True, recdrop_ms=600.0)]
     pd.DataFrame(rows).to_csv(tmp_path / "m.csv", index=False)
     g = perf.plot_time_per_step(perf.load_benchmarks(tmp_path))
     ax = g.axes_dict["cpu\nLSTM"]
@@ -210,7 +217,7 @@ def test_time_per_step_joins_only_the_hidden_sizes_of_one_shape_on_padded_input(
     recdrop_lines = [x for x in xs if x == (256.0, 1024.0)]
     assert recdrop_lines and all(len(x) <= 2 for x in xs)
     assert not any(set(x) & {25.0} and set(x) & {100.0} for x in xs)  # no line between the two tagger shapes
-    assert max(y for line in ax.lines for y in line.get_ydata()) < 500.0 / 35  # the packed row is not drawn
+    assert max(y for line in ax.lines for y in line.get_ydata()) < 500.0 / 35  # nor the packed, nor the gradient's
 
 
 def test_the_answer_for_a_library_user_leaves_out_gpu_rows_from_before_the_graphs(tmp_path):
