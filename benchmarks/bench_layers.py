@@ -87,7 +87,8 @@ def main(argv=None):
     args = ap.parse_args(argv)
     require_clean_commit(args.out)
     torch.set_num_threads(args.threads)
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = args.tf32
+    if args.device.startswith("cuda"):  # a GPU's flags: a CPU run leaves them as they are
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = args.tf32
     torch.manual_seed(0)
     input_note = ", with the input's gradient" if args.input_grad else ""
     print(f"# hardware: {hardware(args.device)} | threads: {torch.get_num_threads()} | torch {torch.__version__} "
