@@ -123,24 +123,47 @@ def _input_size(df: pd.DataFrame) -> pd.Series:
     return df["input_size"].fillna(df["hidden"]) if "input_size" in df else df["hidden"]
 
 
-def ratio_table(df: pd.DataFrame, value: str = "ratio") -> pd.DataFrame:
-    """recdrop's fast path with dropout 0.25 over torch.nn without dropout (forward + backward, same
-    machine, same run), or another column ``value`` of the rows: one row per machine, input (a padded
-    tensor or a PackedSequence), cell (Bi- for both directions) and shape (with the input size where it
-    is not the hidden size), one column per scheme."""
-    if df.empty:
-        return pd.DataFrame()
-
-    both = _flag(df, "bidirectional")
+def _layer_cells(df: pd.DataFrame) -> pd.DataFrame:
+    """``bench_layers.py``'s rows with what names their cell: ``input`` (``_input_names``), ``kind`` (Bi-
+    for both directions), ``shape`` (hidden x steps, with the input size where it is not the hidden
+    size), ``setting`` (the products' precision: TF32, or an autocast dtype), when it was ``measured``
+    (``provenance``'s date) and that date's ``day``."""
     size = _input_size(df)
     shape = df["hidden"].astype(str) + " x " + df["seq"].astype(str)
     shape = shape.where(size == df["hidden"], shape + ", input " + size.astype(int).astype(str))
-    t = df.assign(shape=shape, input=_input_names(df), kind=both.map({True: "Bi", False: ""}) + df["kind"])
-    keys = ["hardware", "input", "kind", "hidden", "seq", "shape"]
+    autocast = df["autocast"].fillna("").astype(str) if "autocast" in df else pd.Series("", index=df.index)
+    setting = _flag(df, "tf32").map({True: "tf32", False: "float32"}).where(autocast == "", "autocast " + autocast)
+    measured = _measured(df)
+    return df.assign(shape=shape, input=_input_names(df), setting=setting, measured=measured,
+                     day=measured.map(_day),
+                     kind=_flag(df, "bidirectional").map({True: "Bi", False: ""}) + df["kind"])
+
+
+def superseded_layers(df: pd.DataFrame) -> pd.Series:
+    """Per row of ``bench_layers.py``: a cell (machine, input, layer, shape, setting, scheme) that a file of
+    a later day measured again (kept as history)."""
+    if df.empty:
+        return pd.Series(False, index=df.index)
+    t = _layer_cells(df)
+    newest = t.groupby(["hardware", "input", "kind", "shape", "setting", "scheme"])["day"].transform("max")
+    return t["day"] < newest
+
+
+def ratio_table(df: pd.DataFrame, value: str = "ratio") -> pd.DataFrame:
+    """recdrop's fast path with dropout 0.25 over torch.nn without dropout (forward + backward, same
+    machine, same run), or another column ``value`` of the rows: one row per machine, input (a padded
+    tensor or a PackedSequence, and whether its gradient was asked for), cell (Bi- for both directions),
+    shape (with the input size where it is not the hidden size), setting (float32, TF32 or an autocast)
+    and when it was measured, one column per scheme."""
+    if df.empty:
+        return pd.DataFrame()
+    t = _layer_cells(df)
+    keys = ["hardware", "input", "kind", "hidden", "seq", "shape", "setting", "measured"]
     out = t.pivot_table(index=keys, columns="scheme", values=value, aggfunc="first").reset_index()
     out = out.rename(columns={"shape": "hidden x steps"})
     schemes = [c for c in ("semeniuta", "gal", "moon") if c in out]
-    return out[["hardware", "input", "kind", "hidden x steps", *schemes]].rename_axis(columns=None)
+    return out[["hardware", "input", "kind", "hidden x steps", "setting", *schemes, "measured"]].rename_axis(
+        columns=None)
 
 
 def before_graphs(df: pd.DataFrame) -> pd.Series:
@@ -154,16 +177,14 @@ def before_graphs(df: pd.DataFrame) -> pd.Series:
 
 def answer_table(df: pd.DataFrame) -> pd.DataFrame:
     """For a library user: ``recdrop.LSTM`` and ``GRU`` with our recurrent dropout 0.25 against
-    ``torch.nn``'s without dropout (its time over theirs, forward + backward, in the same run), per
-    machine, input (a padded tensor or a ``PackedSequence``, and whether its gradient was asked for) and
-    day of measurement (two machines may share a name): the range over the shapes timed, how many, and
-    when. Superseded rows (``before_graphs``) are left out."""
-    t = df[(df["scheme"] == "semeniuta") & ~before_graphs(df)]
+    ``torch.nn``'s without dropout (its time over theirs, forward + backward, in the same run, in
+    float32), per machine, input (a padded tensor or a ``PackedSequence``, and whether its gradient was
+    asked for) and day of measurement (two machines may share a name): the range over the shapes timed,
+    how many, and when. Superseded rows (``before_graphs``, ``superseded_layers``) are left out."""
+    t = _layer_cells(df[(df["scheme"] == "semeniuta") & ~before_graphs(df) & ~superseded_layers(df)])
+    t = t[t["setting"] == "float32"].assign(_packed=_flag(t, "packed"), _grad=_flag(t, "input_grad"))
     if t.empty:
         return pd.DataFrame()
-    t = t.assign(input=_input_names(t), _packed=_flag(t, "packed"), _grad=_flag(t, "input_grad"),
-                 kind=_flag(t, "bidirectional").map({True: "Bi", False: ""}) + t["kind"],
-                 measured=_measured(t))
     t = t.sort_values(["device", "hardware", "_packed", "_grad"], ascending=[False, True, True, True],
                       kind="stable")  # GPUs first; per machine padded, padded with the input's gradient, packed
     out = t.groupby(["hardware", "input", "kind", "measured"], sort=False).agg(  # a measurement a row

@@ -33,9 +33,11 @@ def test_ratio_table_has_a_column_per_scheme_and_the_provenance_once(tmp_path):
                   ]).to_csv(tmp_path / "m.csv", index=False)
     bench = perf.load_benchmarks(tmp_path)
     table = perf.ratio_table(bench)
-    assert list(table.columns) == ["hardware", "input", "kind", "hidden x steps", "semeniuta", "gal"]
+    assert list(table.columns) == ["hardware", "input", "kind", "hidden x steps", "setting", "semeniuta", "gal",
+                                   "measured"]
     assert table.to_dict("records")[0] == {"hardware": "cpu", "input": "padded", "kind": "LSTM",
-                                           "hidden x steps": "256 x 35", "semeniuta": 1.5, "gal": 1.25}
+                                           "hidden x steps": "256 x 35", "setting": "float32", "semeniuta": 1.5,
+                                           "gal": 1.25, "measured": "—"}
     assert table.loc[1, "hidden x steps"] == "1024 x 100" and table.loc[1, "semeniuta"] == 1.1
     prov = perf.provenance(bench)
     assert len(prov) == 1 and prov.loc[0, "commit"] == "abc" and prov.loc[0, "file"] == "m.csv"
@@ -49,7 +51,8 @@ def test_graph_speedups_are_the_time_without_graphs_over_the_time_with_them(tmp_
                   bench_row()]).to_csv(tmp_path / "m.csv", index=False)  # the CPU row: not timed without graphs
     table = perf.graph_speedups(perf.load_benchmarks(tmp_path))
     assert table.to_dict("records") == [{"hardware": "H200", "input": "padded", "kind": "LSTM",
-                                         "hidden x steps": "256 x 35", "semeniuta": 4.0, "moon": 1.25}]
+                                         "hidden x steps": "256 x 35", "setting": "float32", "semeniuta": 4.0,
+                                         "moon": 1.25, "measured": "—"}]
     pd.DataFrame([bench_row()]).to_csv(tmp_path / "m.csv", index=False)
     assert perf.graph_speedups(perf.load_benchmarks(tmp_path)).empty
 
@@ -235,6 +238,24 @@ def test_the_answer_for_a_library_user_leaves_out_gpu_rows_from_before_the_graph
     assert t.set_index("hardware").loc["GPU new", "recdrop's time / torch.nn's"] == "0.60–0.80"
     assert t.set_index("hardware").loc["CPU", "input"] == "packed"
     assert t["shapes"].tolist() == [2, 1] and set(t["measured"]) == {"2026-11-28"}
+
+
+def test_a_cell_measured_again_on_a_later_day_supersedes_the_earlier_one_and_no_other(tmp_path):
+    pd.DataFrame([bench_row(ratio=1.3, date="2026-11-22"), bench_row(scheme="gal", ratio=1.4, date="2026-11-22"),
+                  bench_row(hidden=1024, ratio=1.0, date="2026-11-22"),
+                  bench_row(ratio=1.3, autocast="bf16", date="2026-11-22")]).to_csv(tmp_path / "old.csv", index=False)
+    pd.DataFrame([bench_row(ratio=1.1, date="2026-11-29")]).to_csv(tmp_path / "new.csv", index=False)
+    df = perf.load_benchmarks(tmp_path)
+    old = perf.superseded_layers(df)
+    assert df.loc[old, "file"].tolist() == ["old.csv"] and df.loc[old, "ratio"].tolist() == [1.3]
+    current = perf.ratio_table(df[~old]).set_index(["hidden x steps", "setting", "measured"])
+    assert current.loc[("256 x 35", "float32", "2026-11-29"), "semeniuta"] == 1.1
+    assert pd.isna(current.loc[("256 x 35", "float32", "2026-11-22"), "semeniuta"])  # only gal's stays
+    assert current.loc[("256 x 35", "float32", "2026-11-22"), "gal"] == 1.4
+    assert current.loc[("256 x 35", "autocast bf16", "2026-11-22"), "semeniuta"] == 1.3  # another setting
+    answer = perf.answer_table(df)  # float32 only, the newest of each cell
+    assert answer[["recdrop's time / torch.nn's", "shapes", "measured"]].values.tolist() == [
+        ["1.10", 1, "2026-11-29"], ["1.00", 1, "2026-11-22"]]
 
 
 def test_the_matmul_table_names_the_faster_library_where_a_file_has_it():
