@@ -8,8 +8,8 @@ per-step loop (``fused=False``). torch.nn and recdrop are timed in turn, each re
 the machine weighs on both alike. With ``--autocast bf16`` every forward, torch.nn's too, runs under
 ``torch.autocast`` to that dtype (a mixed-precision user's model). By default the input needs no
 gradient (a first layer over fixed features), which recdrop then skips; with ``--input-grad`` it needs
-one, as over an embedding or another layer: torch.nn's fused kernels (oneDNN's, cuDNN's) compute it
-either way, so only recdrop's time grows. Prints a table and, with --out, writes it as CSV.
+one, as over an embedding or another layer: torch.nn's fused kernels (cuDNN's, and oneDNN's LSTM on a
+CPU) compute it either way, so there only recdrop's time grows. Prints a table and, with --out, writes it as CSV.
 
     python benchmarks/bench_layers.py                   # CPU, 2 threads
     python benchmarks/bench_layers.py --device cuda --schemes semeniuta gal moon
@@ -79,8 +79,8 @@ def main(argv=None):
     ap.add_argument("--input", type=int, help="input size (default: the hidden size)")
     ap.add_argument("--bidirectional", action="store_true", help="both directions, as a tagger's BiLSTM")
     ap.add_argument("--input-grad", action="store_true",
-                    help="the input needs its gradient too, as over an embedding or another layer (torch.nn's "
-                         "fused kernels compute it either way)")
+                    help="the input needs its gradient too, as over an embedding or another layer (cuDNN, and "
+                         "oneDNN's LSTM on a CPU, compute it either way)")
     ap.add_argument("--tf32", action="store_true", help="allow TF32 matmuls on the GPU (both torch.nn and recdrop)")
     ap.add_argument("--autocast", choices=sorted(AUTOCAST), help="every forward under torch.autocast to this dtype")
     ap.add_argument("--out", type=Path, help="write the table as CSV here (with hardware, torch and commit per row)")
@@ -112,7 +112,9 @@ def main(argv=None):
             if args.packed:
                 lengths = torch.linspace(steps, steps // 2, args.batch).round().long()
                 x = pack_padded_sequence(x, lengths, enforce_sorted=False)
-            (x.data if args.packed else x).requires_grad_(args.input_grad)  # a leaf, each pass's backward reaches
+            # on the leaf itself: packed from a tensor that needs its gradient, x would carry a graph that
+            # the first backward frees
+            (x.data if args.packed else x).requires_grad_(args.input_grad)
             ref = getattr(torch.nn, kind)(size, hidden, bidirectional=args.bidirectional).to(args.device)
             try:
                 fwd_bwd(ref, x, args.device, autocast)
