@@ -5,7 +5,9 @@
 # - matmul/cpu-KIND-1thread-routed.csv, matmul/cpu-KIND-2threads-routed.csv: the big products, MKL and oneDNN;
 # - cpu-KIND-2threads-routed.csv: an LSTM and a GRU at hidden 256, 35 steps, batch 32;
 # - cpu-KIND-2threads-tagger-routed.csv, cpu-KIND-2threads-tagger-packed-routed.csv: the tagger's BiLSTM;
-# - the same three with -input-grad: the input needs its gradient too, as over an embedding.
+# - cpu-KIND-1thread-char-lm-routed.csv: the reduced char LM's LSTM (512 over 256, 100 steps, batch 16) on
+#   one thread, as the campaign trains it;
+# - the same four with -input-grad: the input needs its gradient too, as over an embedding.
 # Timings need an idle machine: a campaign running here (python -m recdrop.campaign) is paused meanwhile
 # (SIGSTOP, its wall clock goes on) and resumed at the end, however this script ends.
 set -euo pipefail
@@ -29,10 +31,12 @@ for threads in 1 2; do
 done
 layers=(--threads 2 --kinds LSTM GRU --hidden 256 --seq 35 --batch 32 --repeats 9)
 tagger=(--threads 2 --kinds LSTM --hidden 100 --input 150 --seq 30 --batch 10 --bidirectional --repeats 15)
+char_lm=(--threads 1 --kinds LSTM --hidden 512 --input 256 --seq 100 --batch 16 --repeats 5)
 for grad in "" --input-grad; do
   name=${grad:+-input-grad}
   $PY benchmarks/bench_layers.py "${layers[@]}" $grad --out "$OUT/cpu-$KIND-2threads$name-routed.csv"
   $PY benchmarks/bench_layers.py "${tagger[@]}" $grad --out "$OUT/cpu-$KIND-2threads-tagger$name-routed.csv"
   $PY benchmarks/bench_layers.py "${tagger[@]}" $grad --packed --out "$OUT/cpu-$KIND-2threads-tagger-packed$name-routed.csv"
+  $PY benchmarks/bench_layers.py "${char_lm[@]}" $grad --out "$OUT/cpu-$KIND-1thread-char-lm$name-routed.csv"
 done
 echo "# written under $OUT as cpu-$KIND-*: commit them"
