@@ -9,7 +9,8 @@ the machine weighs on both alike. With ``--autocast bf16`` every forward, torch.
 ``torch.autocast`` to that dtype (a mixed-precision user's model). By default the input needs no
 gradient (a first layer over fixed features), which recdrop then skips; with ``--input-grad`` it needs
 one, as over an embedding or another layer: torch.nn's fused kernels (cuDNN's, and oneDNN's LSTM on a
-CPU) compute it either way, so there only recdrop's time grows. Prints a table and, with --out, writes it as CSV.
+CPU) compute it either way, so there only recdrop's time grows. Prints a table and, with --out, writes
+it as CSV.
 
     python benchmarks/bench_layers.py                   # CPU, 2 threads
     python benchmarks/bench_layers.py --device cuda --schemes semeniuta gal moon

@@ -123,6 +123,19 @@ def _input_size(df: pd.DataFrame) -> pd.Series:
     return df["input_size"].fillna(df["hidden"]) if "input_size" in df else df["hidden"]
 
 
+def _setting(df: pd.DataFrame) -> pd.Series:
+    """Each ``bench_layers.py`` row's products' precision: "float32", "tf32", or "autocast <dtype>"."""
+    named = df["autocast"] if "autocast" in df else pd.Series(None, index=df.index, dtype=object)
+    autocast = named.astype(object).fillna("").astype(str)  # a file without autocast reads the column as NaN
+    return _flag(df, "tf32").map({True: "tf32", False: "float32"}).where(autocast == "", "autocast " + autocast)
+
+
+def _targets_case(df: pd.DataFrame) -> pd.Series:
+    """Per row: the case the fast path's targets were set on, padded input whose gradient is not asked
+    for, in float32 (``gpu_targets``, ``plot_time_per_step``; the other rows are in ``ratio_table``)."""
+    return ~_flag(df, "packed") & ~_flag(df, "input_grad") & (_setting(df) == "float32")
+
+
 def _layer_cells(df: pd.DataFrame) -> pd.DataFrame:
     """``bench_layers.py``'s rows with what names their cell: ``input`` (``_input_names``), ``kind`` (Bi-
     for both directions), ``shape`` (hidden x steps, with the input size where it is not the hidden
@@ -131,10 +144,8 @@ def _layer_cells(df: pd.DataFrame) -> pd.DataFrame:
     size = _input_size(df)
     shape = df["hidden"].astype(str) + " x " + df["seq"].astype(str)
     shape = shape.where(size == df["hidden"], shape + ", input " + size.astype(int).astype(str))
-    autocast = df["autocast"].fillna("").astype(str) if "autocast" in df else pd.Series("", index=df.index)
-    setting = _flag(df, "tf32").map({True: "tf32", False: "float32"}).where(autocast == "", "autocast " + autocast)
     measured = _measured(df)
-    return df.assign(shape=shape, input=_input_names(df), setting=setting, measured=measured,
+    return df.assign(shape=shape, input=_input_names(df), setting=_setting(df), measured=measured,
                      day=measured.map(_day),
                      kind=_flag(df, "bidirectional").map({True: "Bi", False: ""}) + df["kind"])
 
@@ -206,11 +217,10 @@ def graph_speedups(df: pd.DataFrame) -> pd.DataFrame:
 def gpu_targets(df: pd.DataFrame) -> pd.DataFrame:
     """The fast path's targets (``TARGET_RATIO``, ``TARGET_LOOP_SPEEDUP``) on each GPU measured: the worst
     ratio to cuDNN and the worst speed-up over the plain loop at the target shapes, over cells and schemes,
-    on padded input whose gradient is not asked for (the targets' case; the other rows are in
-    ``ratio_table``), and whether each target is met ("yes" / "no")."""
+    in the targets' case (``_targets_case``), and whether each target is met ("yes" / "no")."""
     rows = []
     gpu = df[df.get("device", pd.Series(dtype=str)).astype(str).str.startswith("cuda")] if not df.empty else df
-    gpu = gpu[~_flag(gpu, "packed") & ~_flag(gpu, "input_grad")]  # the targets' case
+    gpu = gpu[_targets_case(gpu)]
     for hardware, g in gpu.groupby("hardware"):
         at = g[[tuple(x) in TARGET_SHAPES for x in g[["hidden", "seq"]].itertuples(index=False)]]
         if at.empty:
@@ -227,14 +237,14 @@ def gpu_targets(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def plot_time_per_step(df: pd.DataFrame):
-    """Milliseconds per time step (forward + backward) against hidden size, per implementation, on padded
-    input whose gradient is not asked for (the targets' case), a panel per machine and cell that was
-    timed: a line joins only the hidden sizes timed at one sequence length, input size and direction
-    (the line's dashes and markers), so no line runs between two shapes; each point is the mean over the
-    schemes and files that timed it."""
+    """Milliseconds per time step (forward + backward) against hidden size, per implementation, in the
+    targets' case (``_targets_case``), a panel per machine and cell that was timed: a line joins only
+    the hidden sizes timed at one sequence length, input size and direction (the line's dashes and
+    markers), so no line runs between two shapes; each point is the mean over the schemes and files that
+    timed it."""
     import seaborn as sns
 
-    one = df[~_flag(df, "packed") & ~_flag(df, "input_grad")]
+    one = df[_targets_case(df)]
     if one.empty:
         return None
     size = _input_size(one)

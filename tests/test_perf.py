@@ -87,9 +87,12 @@ def test_packed_rows_and_rows_with_the_inputs_gradient_are_their_own_rows_and_no
                   bench_row(device="cuda", hardware="H100", ratio=9.0, loop_over_recdrop=1.0, packed=True),
                   bench_row(device="cuda", hardware="H100", ratio=8.0, loop_over_recdrop=1.0, input_grad=True)]
                  ).to_csv(tmp_path / "m.csv", index=False)
+    pd.DataFrame([bench_row(device="cuda", hardware="H100", ratio=7.0, loop_over_recdrop=1.0, autocast="bf16",
+                            ungraphed_ms=2.0)]).to_csv(tmp_path / "n.csv", index=False)  # another setting
     bench = perf.load_benchmarks(tmp_path)
-    assert perf.ratio_table(bench)[["input", "semeniuta"]].values.tolist() == [
-        ["packed", 9.0], ["padded", 1.2], ["padded, with its gradient", 8.0]]
+    assert perf.ratio_table(bench)[["input", "setting", "semeniuta"]].values.tolist() == [
+        ["packed", "float32", 9.0], ["padded", "autocast bf16", 7.0], ["padded", "float32", 1.2],
+        ["padded, with its gradient", "float32", 8.0]]
     assert perf.gpu_targets(bench)["met"].tolist() == ["yes", "yes"]
     answer = perf.answer_table(bench)
     assert answer["input"].tolist() == ["padded", "padded, with its gradient", "packed"]
