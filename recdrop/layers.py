@@ -248,7 +248,8 @@ class RecurrentLayer(DropoutSettings, nn.RNNBase):
     # -- packed sequences -------------------------------------------------------------------------
     def _forward_packed(self, packed: PackedSequence, hx, masks: Optional[Masks]):
         """A PackedSequence in and out, as torch.nn. Sequences are run in the pack's order (longest
-        first), each direction in one call over the padded batch (``_run_packed_direction``), so that
+        first), each direction in one call over the padded batch (with relu, in stretches:
+        ``_run_packed_direction``), so that
         padding takes no part: nothing past a sequence's end reaches an output, a state or a gradient,
         the reverse direction starts at each sequence's own end, and h_n is each sequence's state at
         its own end. Masks (given or drawn) are laid out as for a padded batch
@@ -415,7 +416,8 @@ def inverted_dropout(x: Tensor, p: float, generator: Optional[torch.Generator]) 
     like the recurrent masks; else ``F.dropout``'s own draw."""
     if generator is None:
         return F.dropout(x, p, training=True)
-    return x * torch.empty_like(x).bernoulli_(1 - p, generator=generator) / (1 - p)
+    mask = torch.empty_like(x).bernoulli_(1 - p, generator=generator)  # drawn at p = 1 too, as a group draws it
+    return x * mask / (1 - p) if p < 1 else x * mask  # p = 1: every element dropped, as F.dropout
 
 
 @functools.lru_cache(maxsize=None)
@@ -547,8 +549,8 @@ def run_group(layers: List[RecurrentLayer], x: Tensor, hx: Tuple[Tensor, ...]):
                 type(first), first.input_size, first.hidden_size, first.bias, first.nonlinearity, first.training):
             raise ValueError("a group's layers must share their kind, sizes, bias, nonlinearity and mode; got "
                              f"{m!r} beside {first!r}")
-        if m.num_layers != 1 or m.num_directions != 1 or m.proj_size:
-            raise ValueError(f"a group runs one-layer, one-direction layers without projection, got {m!r}")
+        if m.num_layers != 1 or m.num_directions != 1 or m.proj_size or m.batch_first:
+            raise ValueError(f"a group runs one-layer, one-direction, time-major layers without projection, got {m!r}")
     if x.dim() != 4 or x.shape[1] != len(layers):
         raise ValueError(f"a group of {len(layers)} layers needs inputs of shape (T, R, B, I) with R = {len(layers)}, "
                          f"got {tuple(x.shape)}")

@@ -75,9 +75,10 @@ class StackedLanguageModels:
         def forward_draws(name):
             runs = [(r, getattr(m, name).p, getattr(m, name).generator) for r, m in enumerate(self.models)
                     if getattr(m, name).p > 0]
-            return RunDraws(runs, "bernoulli", R), torch.tensor(
-                [1.0 - getattr(m, name).p for m in self.models], dtype=self.embed.dtype,
-                device=self.embed.device).view(R, 1, 1)
+            # a run at p = 1 drops every element: its mask is all zeros, divided by 1 (as ``inverted_dropout``)
+            keep = [1.0 - getattr(m, name).p if getattr(m, name).p < 1 else 1.0 for m in self.models]
+            return RunDraws(runs, "bernoulli", R), torch.tensor(keep, dtype=self.embed.dtype,
+                                                                device=self.embed.device).view(R, 1, 1)
         (self.input_draws, self.input_keep), (self.output_draws, self.output_keep) = map(
             forward_draws, ("input_drop", "output_drop"))
         rnns = [m.rnn for m in self.models]

@@ -235,8 +235,10 @@ def test_a_group_refuses_layers_that_cannot_share_a_model():
     x = torch.zeros(2, 2, 1, 3)
     with pytest.raises(ValueError, match="must share their kind, sizes"):
         run_group([recdrop.LSTM(3, 4), recdrop.LSTM(3, 5)], x, (torch.zeros(2, 1, 4),) * 2)
-    with pytest.raises(ValueError, match="one-layer, one-direction layers"):
+    with pytest.raises(ValueError, match="one-layer, one-direction, time-major layers"):
         run_group([recdrop.LSTM(3, 4, num_layers=2)] * 2, x, (torch.zeros(2, 1, 4),) * 2)
+    with pytest.raises(ValueError, match="one-layer, one-direction, time-major layers"):  # x is (T, R, B, I)
+        run_group([recdrop.LSTM(3, 4, batch_first=True)] * 2, x, (torch.zeros(2, 1, 4),) * 2)
     with pytest.raises(ValueError, match=r"needs inputs of shape \(T, R, B, I\) with R = 3"):
         run_group([recdrop.GRU(3, 4)] * 3, x, (torch.zeros(3, 1, 4),))
 
@@ -252,6 +254,31 @@ def test_a_forward_dropout_without_a_generator_draws_as_torch_nn_dropout():
     drop = model.input_drop(torch.ones(1000, dtype=torch.float64))
     torch.manual_seed(5)
     torch.testing.assert_close(drop, torch.nn.functional.dropout(torch.ones(1000, dtype=torch.float64), 0.2))
+
+
+def test_a_dropout_of_one_drops_every_element_alone_between_layers_and_in_a_stacked_group():
+    """p = 1, which torch.nn's dropouts allow, drawn from a run's own generator: every element zero (as
+    ``F.dropout``), not 0 / 0, in a model's forward dropout, between a layer's stacked layers, and for
+    that run in a stacked group, whose other runs keep theirs."""
+    import recdrop
+    from recdrop.models import Dropout, LanguageModel, set_generator
+    from recdrop.stacked import StackedLanguageModels
+
+    torch.manual_seed(0)
+    models = [LanguageModel(11, 4, 5, Dropout(0.0, input=p), 0.05).double().train() for p in (1.0, 0.5)]
+    for r, m in enumerate(models):
+        set_generator(m, torch.Generator().manual_seed(10 + r))
+    x = torch.ones(7, 3, 4, dtype=torch.float64)
+    assert torch.equal(models[0].input_drop(x), torch.zeros_like(x))
+    group = StackedLanguageModels(models).input_dropout(torch.ones(7, 2, 3, 4, dtype=torch.float64))
+    assert torch.equal(group[:, 0], torch.zeros_like(x)) and set(group[:, 1].unique().tolist()) == {0.0, 2.0}
+
+    two = recdrop.LSTM(4, 5, num_layers=2, dropout=1.0).double().train()
+    two.generator = torch.Generator().manual_seed(1)
+    second = recdrop.LSTM(5, 5).double()  # the second layer alone, on the zeros the dropout leaves
+    second.load_state_dict({k.replace("_l1", "_l0"): v for k, v in two.state_dict().items() if "_l1" in k})
+    y, _ = two(torch.randn(7, 3, 4, dtype=torch.float64))
+    torch.testing.assert_close(y, second(torch.zeros(7, 3, 5, dtype=torch.float64))[0])
 
 
 def test_a_groups_input_products_and_their_gradient_are_never_copied_whole(monkeypatch):
