@@ -284,7 +284,7 @@ def _check_sizes(input_size: int, hidden_size: int) -> Tuple[int, int]:
 
 class LSTMCell(_CellBase, nn.LSTMCell):
     """Drop-in ``torch.nn.LSTMCell`` with recurrent dropout (Eqs. 7-9, ``lstm_step``) at rate
-    ``recurrent_dropout``; its arguments are ``recdrop.LSTM``'s. One call is one step: with
+    ``recurrent_dropout``; its recurrent-dropout keyword arguments are ``recdrop.LSTM``'s. One call is one step: with
     ``sampling="per-sequence"``, call ``reset_masks()`` at the start of every new sequence."""
 
     kind = "LSTM"
@@ -315,8 +315,9 @@ class _SingleStateCell(_CellBase):
 
 
 class GRUCell(_SingleStateCell, nn.GRUCell):
-    """Drop-in ``torch.nn.GRUCell`` with recurrent dropout (Semeniuta: Eq. 13, ``gru_step``); its arguments
-    are ``recdrop.LSTM``'s. With ``sampling="per-sequence"``, call ``reset_masks()`` at each new sequence."""
+    """Drop-in ``torch.nn.GRUCell`` with recurrent dropout (Semeniuta: Eq. 13, ``gru_step``); its
+    recurrent-dropout keyword arguments are ``recdrop.LSTM``'s. With ``sampling="per-sequence"``, call
+    ``reset_masks()`` at each new sequence."""
 
     kind = "GRU"
     step = staticmethod(gru_step)

@@ -4,7 +4,7 @@ The reference path (``recdrop.cells.lstm_step`` in a Python loop) lets autograd 
 per time step. Here the forward runs the same equations (Eqs. 4-9 with d(.) of Eq. 3/18) without
 recording, keeping the gate activations, and the backward walks the steps in reverse computing
 the gradients by hand; the recurrent weight's gradient is one matmul over all steps after the loop.
-Same numbers as the reference path (tested to 1e-10 in float64), fewer kernels and no per-step
+Same numbers as the reference path (to float64's rounding), fewer kernels and no per-step
 graph. Higher-order gradients (``create_graph=True``: double backward, gradgradcheck) replay the
 sequence through the reference steps and let autograd differentiate that, so the gradient is itself
 differentiable; first-order backward never records anything. On a CUDA device each forward and
@@ -12,8 +12,8 @@ backward loop runs as a CUDA graph (``recdrop.graphs``).
 
 Under autocast (``torch.autocast`` to bfloat16 or float16, as a mixed-precision trainer runs its
 forward) the same Functions run with their products in autocast's dtype, as torch.nn's cuDNN path
-does there: the input projection is autocast's own, each recurrent weight is cast once per call (once
-per training step), and the products accumulate in float32. The cell state, the gate activations
+does there: the input projection is autocast's own, each recurrent weight is cast once in the forward
+and once in the backward, and the products accumulate in float32. The cell state, the gate activations
 and every other pointwise value stay in the state's float32 (``product_dtype``).
 """
 from __future__ import annotations
@@ -124,9 +124,10 @@ class _OneDNNLinear(torch.autograd.Function):
 def group_linear(x: Tensor, w: Tensor, b: Optional[Tensor] = None) -> Tensor:
     """``x W^T + b`` for a group of runs, each with its own weight: ``x`` ``(T, R, B, I)``,
     ``w`` ``(R, G, I)``, ``b`` ``(R, G)`` -> ``(T, R, B, G)``, in one batched product (on a CPU where
-    oneDNN is the faster library, one product per run through it). The result is a view of the
-    product's own run-major memory ``(R, T, B, G)``: a copy to time-major would move the whole of a
-    group's gx twice a step, forward and backward (the LSTM keeps its gradient run-major too)."""
+    oneDNN is the faster library, one product per run through it, stacked time-major). Otherwise the
+    result is a view of the product's own run-major memory ``(R, T, B, G)``: a copy to time-major would
+    move the whole of a group's gx twice a step, forward and backward (the LSTM keeps its gradient
+    run-major too)."""
     if x.dim() != 4 or x.shape[1] != w.shape[0]:
         raise ValueError(f"a group's weights {tuple(w.shape)} need inputs of shape (T, R, B, I) with R = {w.shape[0]}, "
                          f"got {tuple(x.shape)}")

@@ -38,9 +38,9 @@ CAPTURE_AT = 2  # a signature is captured at its second call: a shape met once r
 # saves the host's launches (about 8 kernels a step, some 5 us each) but copies every tensor the loop reads
 # and writes, once a call; where one step's product alone outlasts its launches (about 2**30 multiply-adds
 # at a data-center GPU's float32 rate, from its data sheet) the loop is compute-bound, and the copies would
-# cost more than the launches save: Table 3's 26 char LMs at `paper` as one group (26 x 64 x 4096 x 1024,
-# about 7e9) run plainly, one or two of them graphed; Table 2's 26 word LMs (about 2.2e8) are graphed. A
-# whole training step captured as one graph (``recdrop.step_graph``) holds its loops, whatever their size.
+# cost more than the launches save: Table 3's char LMs at `paper` (2**28 a run) are graphed in groups of
+# at most 4, Table 2's 26 word LMs together (about 2.2e8) are graphed. A whole training step captured
+# as one graph (``recdrop.step_graph``) holds its loops, whatever their size.
 MAX_STEP_WORK = 2**30
 
 

@@ -1,7 +1,7 @@
 """Recurrent dropout masks: the dropout function d(.) of Eq. 3 (``eq:dropout``) and Eq. 18.
 
 All masks of every scheme are drawn here, in one place. A mask is a 0/1 tensor drawn from
-Bernoulli(1 - p), where ``p`` is always the *drop* rate (the paper's Eqs. 14-17 write p for the
+Bernoulli(1 - p), where ``p`` is always the *drop* rate (the paper's Eqs. 14-19 write p for the
 keep probability; we never do).
 
 Shapes: per-step masks are ``(T, B, H)`` (a fresh mask at every step, for every example and
@@ -105,7 +105,7 @@ class RecurrentDropout:
         per target, all steps in one call.
 
         A unit is kept where a uniform draw in [0, 1) falls below 1 - p: Bernoulli(1 - p), drawn
-        with the vectorised uniform generator (about twice as fast on CPU as ``torch.bernoulli``)."""
+        with the vectorised uniform generator (faster on a CPU than ``torch.bernoulli``)."""
         dtype = dtype or torch.get_default_dtype()
         # generator=None is left out, not passed: Dynamo refuses it with symbolic shapes (torch.compile with
         # dynamic lengths), and without it torch.rand draws from the global generator all the same

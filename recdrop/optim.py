@@ -14,8 +14,8 @@ that decides whether the first step is bounded:
   sqrt(10) * lr, and much less where g is small against 1e-3.
 - ``rmsprop-tf1``: D = sqrt(r_t + 1e-10), r_0 = 1. TensorFlow 1's ``tf.train.RMSPropOptimizer``
   (its "rms" slot starts at ones); the first steps are about lr * g.
-- ``rmsprop-torch``: D = sqrt(r_t) + 1e-8, r_0 = 0. ``torch.optim.RMSprop``, the form Tables 4 and 5
-  were first trained with (their ``torch-rmsprop`` ablation): the first step is sqrt(10) * lr * sign(g)
+- ``rmsprop-torch``: D = sqrt(r_t) + 1e-8, r_0 = 0. ``torch.optim.RMSprop``, the form of Tables 4 and
+  5's ``torch-rmsprop`` ablation: the first step is sqrt(10) * lr * sign(g)
   on every weight whose gradient is above about 1e-8, whatever its size.
 """
 from __future__ import annotations
