@@ -1,6 +1,9 @@
 # The README's two commands: `make book` (set up, then build the book) and `make test`
 # (set up, then run the tests). `make setup` alone creates .venv with everything installed.
 PY := .venv/bin/python
+# torch is pinned to 2.13.0 (pyproject.toml keeps a range for users). PyPI serves its CUDA build, several
+# GB; TORCH_INDEX=https://download.pytorch.org/whl/cpu takes the CPU wheel from PyTorch's own index.
+TORCH_INDEX ?=
 export RECDROP_DATA ?= $(abspath ../shared/data)
 
 .PHONY: setup test book demo bench bench-cpu
@@ -8,7 +11,7 @@ setup: .venv/.installed
 .venv/.installed: pyproject.toml
 	python3 -m venv .venv
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q torch==2.13.0   # a CPU wheel; pyproject.toml keeps a range for users
+	$(PY) -m pip install -q torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(PY) -m pip install -q -e '.[test]'
 	touch $@
 

@@ -1,13 +1,14 @@
 """Build the book: execute every notebook with papermill from the stored records, then Jupyter Book.
 
     python -m recdrop.book            # render the best stored scale of each table, build HTML
-    python -m recdrop.book --scale ci --train   # what CI does: train the `ci` grids, then build
+    python -m recdrop.book --scale ci --train   # train the `ci` grids, then build from them
 
-Each notebook is executed into ``book/executed/`` (not committed) with ``scale`` set to the largest
-scale that has stored runs of what it shows (``paper`` > ``reduced`` > ``quick`` > ``ci``; see
-``experiments.CHAPTERS``) and ``train=False``; a table with no stored runs at all is rendered at
-``quick`` scale with every cell marked "not yet run", several at once (``--jobs``: each in its own
-kernel). Then ``jupyter-book build`` runs with warnings as errors on a clean ``_build``.
+Each notebook is executed into ``book/executed/`` (not committed) with ``scale`` set to the scale its
+chapter shows (``chapter_scale``: for a table, the largest at which every cell has run; else the
+largest with stored runs; ``paper`` > ``reduced`` > ``quick`` > ``ci``) and ``train=False``; a
+table with no stored runs at all is rendered at ``quick`` scale with every cell marked "not yet
+run"; several notebooks at once (``--jobs``: each in its own kernel). Then ``jupyter-book build``
+runs with warnings as errors on a clean ``_build``.
 """
 from __future__ import annotations
 

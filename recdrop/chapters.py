@@ -139,12 +139,11 @@ def show_paper_so_far(name: str, shown: str, store: Optional[RunStore] = None) -
     ran = ran_cells(t) if t is not None else ()
     if not len(ran):
         return
-    rows = [r for r in rows if r.record]
     display(Markdown(f"## {e.short_title} at the paper's scale: {len(ran)} of {len(t)} cells run\n\n"
-                     f"Ours at the paper's settings beside the paper's numbers, for the cells run there so far; the "
-                     f"tables after this one are at `{shown}` scale, where every cell has run.\n\n"
+                     f"Ours at the paper's settings beside the paper's numbers, each cell not yet run there marked so; "
+                     f"the tables after this one are at `{shown}` scale, where every cell has run.\n\n"
                      f"{provenance(e.table_rows(rows))}"))
-    display(styled(ran, e.metric.digits))
+    display(styled(t, e.metric.digits))
 
 
 def figure_at_largest_scale(name: str, figure, rows, shown: Optional[str], store: Optional[RunStore] = None) -> tuple:

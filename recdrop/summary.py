@@ -341,7 +341,7 @@ def longer_sequences_sentence(store: Optional[RunStore] = None) -> Optional[str]
         return f"{ {'semeniuta': 'ours', 'moon': 'Moon', 'gal': 'Gal'}[scheme]} {sampling}"
     said = ", ".join(f"{named(name)} {table.loc[name, n]:.1f}%" for name in LONGER)
     best = max(LONGER, key=lambda name: table.loc[name, n])
-    tail = "" if best == LONGER[0] else f"; on the means, {named(best)} keeps more of its memory than ours"
+    tail = "" if best == LONGER[0] else f"; on the means, {named(best)} is more accurate than ours"
     seeds = int(table.loc[list(LONGER), "seeds"].min())
     return (f"On Temporal Order sequences of {n} steps, {n // trained} times as long as those trained on, the "
             f"accuracy of each per-step scheme: {said} (at <code>{scale}</code>, "

@@ -336,9 +336,12 @@ def test_a_table_is_shown_at_the_largest_scale_where_every_cell_ran_with_the_pap
     chapters.show_paper_so_far("temporal_order", "quick", store)
     chapters.show_paper_so_far("temporal_order", "paper", store)  # the chapter shows paper: nothing to add
     assert shown[0].data.startswith("## Table 1 at the paper's scale: 1 of 12 cells run") and len(shown) == 2
-    so_far = shown[1].data.iloc[0]  # the cell that ran, beside the paper's
-    assert len(shown[1].data) == 1 and so_far["setting"].startswith("short")
-    assert so_far["ours"] == "100.0" and so_far["paper"] == 100
+    settings = len(grid_rows("temporal_order", "paper", [0], store=store))
+    assert f"settings: 1 of {settings} run" in shown[0].data  # the stamp counts the settings not yet run too
+    cells = shown[1].data.set_index("setting")  # every cell, the one that ran beside the paper's
+    so_far = cells.loc[[s for s in cells.index if s.startswith("short")][0]]
+    assert len(cells) == 12 and so_far["ours"] == "100.0" and so_far["paper"] == 100
+    assert (cells["ours"] == "not yet run").sum() == 11
 
 
 def test_a_figures_landing_row_is_judged_at_the_largest_scale_where_its_cells_ran(tmp_path, monkeypatch):

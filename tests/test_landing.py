@@ -131,4 +131,4 @@ def test_the_finding_on_longer_sequences_is_said_from_the_runs(tmp_path):
     assert longer_sequences_sentence(store) == (
         "On Temporal Order sequences of 60 steps, 4 times as long as those trained on, the accuracy of each per-step "
         "scheme: ours per-step 79.0%, Moon per-step 82.0%, Gal per-step 66.0% (at <code>quick</code>, 1 seed); "
-        "on the means, Moon per-step keeps more of its memory than ours.")
+        "on the means, Moon per-step is more accurate than ours.")

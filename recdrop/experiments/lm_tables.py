@@ -65,7 +65,7 @@ def headline_cells(paper_table: int) -> List[Tuple[Dict[str, object], Dict[str, 
 def pilot_cells(paper_table: int) -> List[Tuple[Dict[str, object], Dict[str, object]]]:
     """The pilot of a new scale: without forward dropout, no recurrent dropout and the
     paper's best cell of that block (by its test column). Their gap must exceed our seed noise
-    before the whole grid is worth running."""
+    before the whole grid can test the claims."""
     paper = paper_values(paper_table)
     forward = "without forward dropout"
     best_cell = min(((forward, s, r, sm) for s in SCHEMES for r in RATES for sm in SAMPLINGS), key=paper.__getitem__)
@@ -293,7 +293,7 @@ def pilot_table(rows, unit: str, paper_table: int, digits: int) -> "pd.DataFrame
     ``test_<unit>`` (the model the paper tests) and that of the best-validation epoch (what early
     stopping would test), each of its two cells (no dropout, and the paper's best cell; without
     forward dropout), mean ± sd over seeds; the gap between their means; and the seed noise of that
-    gap, two standard errors of a difference of means. The grid is worth running where the final
+    gap, two standard errors of a difference of means. The scale can test the claims where the final
     models' gap favours dropout and exceeds the noise; where the best-validation models' does not,
     dropout's gain is the baseline's over-fitting, which early stopping would also have removed. Numbers
     to ``digits`` decimals (the table's metric's)."""
@@ -310,10 +310,11 @@ def pilot_table(rows, unit: str, paper_table: int, digits: int) -> "pd.DataFrame
             verdict = "not yet: fewer than 2 seeds a cell"
         elif gap > noise:
             verdict = "the gap favours dropout and exceeds the seed noise" + (
-                ": the grid is worth running" if tested == "final" else "")
+                ": this scale can test the claims" if tested == "final" else "")
         else:
             verdict = "the gap does not favour dropout by more than the seed noise" + (
-                ": redefine the scale" if tested == "final" else ": with early stopping, dropout gains nothing here")
+                ": this scale cannot test the claims" if tested == "final"
+                else ": with early stopping, dropout gains nothing here")
         out.append({"model tested": tested, "no dropout": fmt_mean_sd(a.mean(), a.std(), len(a), digits),
                     f"the paper's best cell without forward dropout ({name})":
                         fmt_mean_sd(b.mean(), b.std(), len(b), digits),
