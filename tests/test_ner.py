@@ -250,3 +250,14 @@ def test_the_tuned_embeddings_ablation_trains_the_word_vectors_of_the_rnns_cells
         assert model.embed.weight.requires_grad == tuned
         assert torch.equal(model.embed.weight, before) != tuned
     assert "tuned-embeddings" in dict(ner.ABLATIONS)
+
+
+def test_the_optimiser_probes_table_says_where_each_probe_ran():
+    """Each committed probe of the optimiser (``cell_grid.optimiser_probes``), one per RMSProp form, with
+    its seed, hardware, precision and commit beside its numbers."""
+    from recdrop.experiments.cell_grid import optimiser_probes
+
+    t = optimiser_probes("ner")
+    assert sorted(t["optimizer"]) == ["rmsprop-lasagne", "rmsprop-tf1", "rmsprop-torch"]
+    assert (t["precision"] == "float32").all() and t["hardware"].str.len().min() > 0
+    assert t["commit"].str.fullmatch(r"[0-9a-f]{7}").all()

@@ -14,8 +14,8 @@ from ..config import ExperimentConfig
 from ..masks import check_choice
 from ..optim import OPTIMIZERS, rmsprop
 from ..paths import DATA_DIR
-from ..report import curves_frame
-from ..store import RunStore
+from ..report import PRECISION_NAMES, curves_frame
+from ..store import RunStore, hardware_as_written_now
 
 CELLS = ("RNN", "LSTM", "GRU")
 RATES = (0.0, 0.25)
@@ -125,7 +125,7 @@ def optimiser_probes(experiment: str, folder: Path = PROBES) -> "pd.DataFrame":
     clipping threshold, how its training went (first epoch's loss, the highest epoch loss over it, the
     largest ratio of an epoch's loss to the epoch's before, the highest epoch-mean gradient norm, the
     most steps of an epoch that were clipped) and its last epoch's validation and test F1 (sentiment:
-    the mean over the six test sets)."""
+    the mean over the six test sets); and where it ran: its seed, hardware, precision and commit."""
     out = []
     for path in sorted(folder.glob("*.json")):
         rec = RunStore.read(path)
@@ -143,10 +143,11 @@ def optimiser_probes(experiment: str, folder: Path = PROBES) -> "pd.DataFrame":
                     "highest grad norm": float(f"{max(c['grad_norm'] for c in curves):.3g}"),
                     "most clipped": round(max(c.get("clipped", 0.0) for c in curves), 3),
                     "last valid F1": round(last["valid_f1"], 2), "last test F1": round(sum(tests) / len(tests), 2),
-                    "seed": rec.seed, "commit": rec.commit[:7]})
+                    "seed": rec.seed, "hardware": hardware_as_written_now(rec.hardware),
+                    "precision": ", ".join(PRECISION_NAMES[p] for p in rec.precisions), "commit": rec.commit[:7]})
     return pd.DataFrame(out, columns=["cell", "optimizer", "clip_norm", "epochs", "first loss", "highest loss / first",
                                       "largest rise of the loss", "highest grad norm", "most clipped", "last valid F1",
-                                      "last test F1", "seed", "commit"])
+                                      "last test F1", "seed", "hardware", "precision", "commit"])
 
 
 def stability(losses: List[float], chance_loss: float) -> str:
