@@ -59,6 +59,11 @@ def check_rate(name: str, p) -> float:
     return float(p)
 
 
+def mask_shape(sampling: str, steps: int, batch: int, hidden: int) -> Tuple[int, ...]:
+    """A mask's shape: ``(T, B, H)`` drawn per step, ``(B, H)`` per sequence."""
+    return (steps, batch, hidden) if sampling == "per-step" else (batch, hidden)
+
+
 @dataclass(frozen=True)
 class RecurrentDropout:
     """What to drop, how often to draw its mask, and how to scale it.
@@ -97,7 +102,7 @@ class RecurrentDropout:
         return bool(self.targets) and (training or self.scaling == "paper")
 
     def mask_shape(self, steps: int, batch: int, hidden: int) -> Tuple[int, ...]:
-        return (steps, batch, hidden) if self.sampling == "per-step" else (batch, hidden)
+        return mask_shape(self.sampling, steps, batch, hidden)
 
     def draw(self, shape: Shapes, device=None, dtype=None,
              generator: Optional[torch.Generator] = None) -> Dict[str, torch.Tensor]:
@@ -267,8 +272,7 @@ class GroupDropout:
             return StepFactors(self.test_factors, per_step=False)
         drawn = {}
         for t, s in self.order:  # each run's generator advances as it does alone
-            shape = (steps, batch, hidden) if s == "per-step" else (batch, hidden)
-            drawn[(t, s)] = self.draws[(t, s)].masks(shape, like)
+            drawn[(t, s)] = self.draws[(t, s)].masks(mask_shape(s, steps, batch, hidden), like)
         per_step = any(s == "per-step" for _, s in drawn)
         found = {}
         for t in TARGETS:
