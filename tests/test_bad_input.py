@@ -79,7 +79,9 @@ def test_initial_state_wrong_shape_is_torch_nns_error(cls, rate):
     with pytest.raises(RuntimeError, match="For batched 3-D input, hx"):
         m(x, (bad[0], bad[0]) if cls is recdrop.LSTM else bad[0])
     packed = pack_padded_sequence(x, torch.tensor([5, 3]))
-    with pytest.raises(RuntimeError):  # torch.nn's LSTM words it "Expected more hidden states in stacked_rnn"
+    # torch.nn's own LSTM words it "Expected more hidden states in stacked_rnn"
+    with pytest.raises(RuntimeError, match=r"Expected hidden(\[0\])? size \(2, 2, 4\), got \[1, 2, 4\]|"
+                                           r"Expected more hidden states in stacked_rnn"):
         m(packed, hx)
 
 
@@ -151,6 +153,11 @@ def test_given_masks_checked():
         m(x, masks=[{"semeniuta": torch.ones(2, 4)}])
     with pytest.raises(ValueError, match="keys \\['semeniuta'\\]"):
         m(x, masks=[{"moon": torch.ones(5, 2, 4)}])
+    with pytest.raises(ValueError, match="masks must be a list of 1 dicts"):  # one layer's dict, not in a list
+        m(x, masks={"semeniuta": torch.ones(5, 2, 4)})
+    cell = recdrop.LSTMCell(3, 4, recurrent_dropout=0.5, scheme="semeniuta")
+    with pytest.raises(ValueError, match=r"masks\['semeniuta'\] must have shape \(2, 4\)"):
+        cell(torch.randn(2, 3), masks={"semeniuta": torch.ones(5, 2, 4)})
 
 
 def test_a_bad_proj_size_is_torch_nns_error():

@@ -79,7 +79,7 @@ def test_bpc_of_a_uniform_model_is_log2_of_the_vocabulary(task):
 
 
 @needs_data
-def test_learning_rate_decays_by_097_from_epoch_10():
+def test_learning_rate_decays_by_097_from_its_decay_epoch():
     t = CharLMTask(CharLMConfig.at_scale("ci", decay_from_epoch=3, epochs=5), "cpu", 0)
     lrs = []
     for epoch in range(5):

@@ -1,6 +1,6 @@
 """With recurrent dropout off (or in eval() with inverted scaling) recdrop computes what torch.nn computes:
-by default it then runs torch.nn's own forward; here its own paths (the fast path and the plain loop)
-are checked against torch.nn (``torch_kernels = False``)."""
+by default it then runs torch.nn's own forward; here its own paths (the fast path and the plain loop,
+``fused``) are checked against torch.nn (``torch_kernels = False``)."""
 import pytest
 import torch
 
@@ -10,11 +10,12 @@ KINDS = ["LSTM", "GRU", "RNN"]
 TOL = {torch.float64: 1e-10, torch.float32: 1e-5}
 
 
-def twins(kind, dtype, *args, **kwargs):
+def twins(kind, dtype, *args, fused=True, **kwargs):
     ref = getattr(torch.nn, kind)(*args, **kwargs).to(dtype)
     ours = getattr(recdrop, kind)(*args, **kwargs).to(dtype)
     ours.load_state_dict(ref.state_dict())
     ours.torch_kernels = False  # recdrop's own computation, not torch.nn's forward
+    ours.fused = fused  # its fast path, or the plain loop over recdrop.cells' steps
     return ref, ours
 
 
@@ -46,9 +47,11 @@ def run_both(ref, ours, x, hx, tol):
 @pytest.mark.parametrize("batch_first", [False, True])
 @pytest.mark.parametrize("bidirectional", [False, True])
 @pytest.mark.parametrize("with_state", [False, True])
-def test_layer_parity(dtype, kind, num_layers, batch_first, bidirectional, with_state):
+@pytest.mark.parametrize("fused", [True, False], ids=["fast path", "plain loop"])
+def test_layer_parity(dtype, kind, num_layers, batch_first, bidirectional, with_state, fused):
     torch.manual_seed(0)
-    ref, ours = twins(kind, dtype, 5, 7, num_layers, batch_first=batch_first, bidirectional=bidirectional)
+    ref, ours = twins(kind, dtype, 5, 7, num_layers, batch_first=batch_first, bidirectional=bidirectional,
+                      fused=fused)
     T, B = 6, 3
     x = torch.randn((B, T, 5) if batch_first else (T, B, 5), dtype=dtype)
     hx = None
@@ -57,6 +60,7 @@ def test_layer_parity(dtype, kind, num_layers, batch_first, bidirectional, with_
         hx = (torch.randn(shape, dtype=dtype), torch.randn(shape, dtype=dtype)) if kind == "LSTM" \
             else torch.randn(shape, dtype=dtype)
     run_both(ref, ours, x, hx, TOL[dtype])
+    assert ours.last_route.kernels == ("fused" if fused else "loop")
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
@@ -77,9 +81,11 @@ def test_lstm_with_projection_matches_torch(dtype, num_layers, bidirectional, bi
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("batch_first", [False, True])
-def test_unbatched_input_and_no_bias(kind, batch_first):
+@pytest.mark.parametrize("fused", [True, False], ids=["fast path", "plain loop"])
+def test_unbatched_input_and_no_bias(kind, batch_first, fused):
     torch.manual_seed(1)
-    ref, ours = twins(kind, torch.float64, 4, 6, 2, bias=False, bidirectional=True, batch_first=batch_first)
+    ref, ours = twins(kind, torch.float64, 4, 6, 2, bias=False, bidirectional=True, batch_first=batch_first,
+                      fused=fused)
     run_both(ref, ours, torch.randn(5, 4, dtype=torch.float64), None, 1e-10)  # (T, H) out, batch_first or not
 
 
