@@ -1,14 +1,15 @@
 """Runs per hour of a fused group of language models (issue 35), against the same runs one at a time.
 
-One training step of R runs of a table's grid at the paper's shapes (word LM: vocabulary 10k,
-256 + 256 units, batch 32, 35 steps; char LM: 50 symbols, 256 + 1024 units, batch 64, 100 steps),
-the first R cells of Table 2 or 3 (each its own scheme, rate, sampling, forward dropout and
-generator), through the trainer's own step (``Task.group_stepper``: the forward as one model, one
-backward, each run's clipping and optimiser step; on a GPU the whole step one CUDA graph), against
-the same R runs' steps one after the other (a stepper of one run each, graphed alike). After a
-warm-up, the two are timed in turn, repeat after repeat (each repeat as many steps as fill
-``--min-s``), in one process on one machine; the ratio is the group's runs per hour over
-one-at-a-time's. Prints a table and, with --out, writes it as CSV for the Performance page.
+One training step of R runs of a table's grid at the paper's shapes (word LM: vocabulary 10k, 256 +
+256 units, batch 32, 35 steps; char LM: 50 symbols, 256 + 1024 units, batch 64, 100 steps), or at
+another scale's (``--scale``; each row names its scale), the first R cells of Table 2 or 3 (each its
+own scheme, rate, sampling, forward dropout and generator), through the trainer's own step
+(``Task.group_stepper``: the forward as one model, one backward, each run's clipping and optimiser
+step; on a GPU the whole step one CUDA graph), against the same R runs' steps one after the other (a
+stepper of one run each, graphed alike). After a warm-up, the two are timed in turn, repeat after
+repeat (each repeat as many steps as fill ``--min-s``), in one process on one machine; the ratio is
+the group's runs per hour over one-at-a-time's. Prints a table and, with --out, writes it as CSV for
+the Performance page.
 
     python benchmarks/bench_groups.py --out data/benchmarks/groups/cpu-amd-epyc.csv      # CPU
     python benchmarks/bench_groups.py --device cuda --models word char --sizes 1 2 4 8 13 26 \
@@ -31,8 +32,7 @@ from recdrop.store import git_commit, hardware
 from recdrop.train import (READ_EVERY, add_precision_options, layer_paths, mask_generator, precision_option,
                            seed_everything, set_precision, set_task_precision)
 
-MODELS = {"word": (word_lm.WordLMTask, lambda: word_lm.grid("paper")),
-          "char": (char_lm.CharLMTask, lambda: char_lm.grid("paper"))}
+MODELS = {"word": (word_lm.WordLMTask, word_lm.grid), "char": (char_lm.CharLMTask, char_lm.grid)}  # grid(scale)
 
 
 MAX_RUNS = 26  # a table's cells: the largest group
@@ -46,11 +46,11 @@ def provenance(device: str, precision: str, group_step) -> dict:
             "date": time.strftime("%Y-%m-%d")}
 
 
-def make_tasks(name: str, n: int, device: str, precision: str = "float32"):
-    """The first ``n`` cells of the model's paper grid, seed 0, each built as the trainer builds it."""
-    task_type, cells = MODELS[name]
+def make_tasks(name: str, n: int, device: str, precision: str = "float32", scale: str = "paper"):
+    """The first ``n`` cells of the model's grid at ``scale``, seed 0, each built as the trainer builds it."""
+    task_type, grid = MODELS[name]
     tasks = []
-    for _, cfg in cells()[:n]:
+    for _, cfg in grid(scale)[:n]:
         seed_everything(0)
         task = task_type(cfg, device, 0)
         set_generator(task.model, mask_generator(0, device))
@@ -86,6 +86,8 @@ def main(argv=None):
                     help="steps first, for at least this long (captures the CUDA graphs and wakes a GPU's clocks)")
     ap.add_argument("--models", nargs="+", default=["word"], choices=sorted(MODELS))
     ap.add_argument("--sizes", type=int, nargs="+", default=[1, 2, 4, 8, 13, 26])
+    ap.add_argument("--scale", default="paper", choices=["paper", "reduced"],
+                    help="the grid's scale, whose shapes are timed (a lease sizes its groups at each)")
     ap.add_argument("--group-only", action="store_true",
                     help="time the group's step alone, not its runs one at a time (a lease's sizing: minutes count)")
     add_precision_options(ap)
@@ -100,7 +102,7 @@ def main(argv=None):
     sync = torch.cuda.synchronize if args.device.startswith("cuda") else (lambda: None)
     rows = []
     for name in args.models:
-        task_type, built = make_tasks(name, max(args.sizes), args.device, precision)  # built once: a task takes seconds
+        task_type, built = make_tasks(name, max(args.sizes), args.device, precision, args.scale)  # once: seconds a task
         for n in args.sizes:
             tasks = built[:n]
             batches = tasks[0].batches(0)
@@ -129,7 +131,7 @@ def main(argv=None):
                 times["group"].append(per_step(group, batches, sync, args.min_s))
             a = statistics.median(times["alone"]) if alone_steps else float("nan")
             g = statistics.median(times["group"])
-            rows.append({"model": name, "runs": n, "alone_s": round(a, 4), "group_s": round(g, 4),
+            rows.append({"model": name, "scale": args.scale, "runs": n, "alone_s": round(a, 4), "group_s": round(g, 4),
                          "alone_runs_per_hour_of_steps": round(n * 3600 / a, 1),
                          "group_runs_per_hour_of_steps": round(n * 3600 / g, 1), "speedup": round(a / g, 2),
                          "run_steps": len(batches) * tasks[0].cfg.epochs,  # a run's whole training, for sizing

@@ -151,31 +151,35 @@ def expected_seconds(run: Pending, store: RunStore) -> Optional[float]:
         run.experiment, run.run_id) if run.resumable else None)
 
 
-Fuse = Union[bool, int, str, Dict[str, int]]
+# --fuse: off, on, one cap, "fit", or caps per experiment (``parse_fuse``) or per experiment and scale
+# (``fitting_caps``)
+Fuse = Union[bool, int, str, Dict[str, int], Dict[Tuple[str, str], int]]
 MAX_GROUP = 26  # a table's cells
 
 
 def fitting_caps(todo: Sequence[Pending], group_times: Sequence[Dict[str, Any]], budget_s: float,
-                 precision: str) -> Dict[str, int]:
-    """``fuse="fit"``: each experiment's cap on its groups, in the order of its first pending run: the largest
-    group (at most the pending runs of that run's entry, so that no group runs ahead of the campaign's
-    order, and ``MAX_GROUP``) that finishes in the time the groups before it leave, by ``group_times``
-    (``estimates.group_seconds``). An experiment of which no group fits, or whose time is unknown, is left
-    out: its runs go one at a time, where ``whole_runs`` lets them start."""
-    caps: Dict[str, int] = {}
+                 precision: str) -> Dict[Tuple[str, str], int]:
+    """``fuse="fit"``: each experiment's cap on its groups at each scale, (experiment, scale) -> cap, in the
+    order of its first pending run: the largest group (at most the pending runs of that run's entry, so
+    that no group runs ahead of the campaign's order, and ``MAX_GROUP``) that finishes in the time the
+    groups before it leave, by ``group_times`` (``estimates.group_seconds``, which the lease measures at
+    each scale it trains). An experiment and scale of which no group fits, or whose time is unknown, is
+    left out: its runs go one at a time, where ``whole_runs`` lets them start."""
+    caps: Dict[Tuple[str, str], int] = {}
     left = budget_s
     for run in todo:
-        e = run.experiment
-        if e in caps or run.config.scale != "paper":
+        key = (run.experiment, run.config.scale)
+        if key in caps:
             continue
-        caps[e] = 0
+        caps[key] = 0
         most = min(MAX_GROUP, sum(1 for r in todo if r.entry is run.entry))
         for size in range(most, 0, -1):
-            t = estimates.group_seconds(group_times, e, run.entry.precision or precision, size)
+            t = estimates.group_seconds(group_times, run.experiment, run.entry.precision or precision, size,
+                                        run.config.scale)
             if t is not None and t <= left:
-                caps[e], left = size, left - t
+                caps[key], left = size, left - t
                 break
-    return {e: cap for e, cap in caps.items() if cap}
+    return {key: cap for key, cap in caps.items() if cap}
 
 
 def read_group_times(path: Optional[Path]) -> List[Dict[str, str]]:
@@ -300,10 +304,9 @@ class _CampaignCall:
             return None
         expected = [expected_seconds(r, self.store) for r in group]
         if None in expected and self.group_times:
-            if group[0].config.scale != "paper":  # bench_groups times the paper's shapes
-                return 0.0
             expected = [estimates.group_seconds(self.group_times, group[0].experiment,
-                                                group[0].entry.precision or self.precision, len(group))]
+                                                group[0].entry.precision or self.precision, len(group),
+                                                group[0].config.scale)]
             if None in expected:  # not known to finish: on a machine that measured its groups, not started
                 return 0.0
         return self.deadline - sum(expected) if None not in expected else None
@@ -322,19 +325,21 @@ def log(line: str) -> None:
 
 
 def campaign_groups(todo: Sequence[Pending], fuse: Fuse, device: str) -> List[List[Pending]]:
-    """The pending runs as the groups that train together (``sweep.fuse_groups`` per experiment; each
-    alone without ``fuse``, and those of an experiment whose runs cannot share a model): the runs that
-    resume a checkpoint first within an experiment (so that they train together rather than each beside a
-    run that must first catch up with it), the groups that resume first, then in the order of each
-    group's first run."""
+    """The pending runs as the groups that train together (``sweep.fuse_groups`` per experiment, precision
+    and scale; each alone without ``fuse``, and those of an experiment whose runs cannot share a model):
+    the runs that resume a checkpoint first within an experiment (so that they train together rather than
+    each beside a run that must first catch up with it), the groups that resume first, then in the order
+    of each group's first run."""
     experiments_in_order = list(dict.fromkeys(r.experiment for r in todo))
     groups = []
     for e in experiments_in_order:
         mine = sorted((r for r in todo if r.experiment == e), key=lambda r: not r.resumable)  # stable
-        cap = fuse.get(e, False) if isinstance(fuse, dict) else fuse
-        for precision in dict.fromkeys(r.entry.precision for r in mine):  # a group trains at one precision
-            groups += fuse_groups(e, [r for r in mine if r.entry.precision == precision],  # or one at a time
-                                  cap if experiments.EXPERIMENTS[e].task.FUSABLE_FIELDS else False, device)
+        # a group trains at one precision and scale
+        for precision, scale in dict.fromkeys((r.entry.precision, r.config.scale) for r in mine):
+            cap = fuse.get((e, scale), fuse.get(e, False)) if isinstance(fuse, dict) else fuse
+            these = [r for r in mine if (r.entry.precision, r.config.scale) == (precision, scale)]
+            groups += fuse_groups(e, these, cap if experiments.EXPERIMENTS[e].task.FUSABLE_FIELDS else False,
+                                  device)  # or one at a time
     order = {id(r): i for i, r in enumerate(todo)}
     return sorted(groups, key=lambda g: (not any(r.resumable for r in g), order[id(g[0])]))
 

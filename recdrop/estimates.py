@@ -75,14 +75,17 @@ GROUP_MARGIN = 1.4
 MODELS = {"word": "word_lm", "char": "char_lm"}  # bench_groups' model names
 
 
-def group_seconds(rows: Sequence[Dict[str, Any]], experiment: str, precision: str, runs: int) -> Optional[float]:
-    """What a group of ``runs`` paper-scale runs of ``experiment`` should take at ``precision``, from a
-    lease's own ``benchmarks/bench_groups.py`` rows (``model``, ``runs``, ``group_s``, ``run_steps``,
-    ``precision``): its runs' steps (``run_steps``) at the group step's time interpolated between the sizes
-    measured (it grows about linearly with the runs), times ``GROUP_MARGIN``. None where no row of that
-    model and precision tells (or ``runs`` lies beyond the largest size measured)."""
+def group_seconds(rows: Sequence[Dict[str, Any]], experiment: str, precision: str, runs: int,
+                  scale: str = "paper") -> Optional[float]:
+    """What a group of ``runs`` runs of ``experiment`` at ``scale`` should take at ``precision``, from a
+    lease's own ``benchmarks/bench_groups.py`` rows (``model``, ``scale``: the paper's where a row has
+    none, ``runs``, ``group_s``, ``run_steps``, ``precision``): its runs' steps (``run_steps``) at the
+    group step's time interpolated between the sizes measured (it grows about linearly with the runs),
+    times ``GROUP_MARGIN``. None where no row of that model, scale and precision tells (or ``runs`` lies
+    beyond the largest size measured)."""
     mine = sorted((int(r["runs"]), float(r["group_s"]), int(float(r["run_steps"]))) for r in rows
                   if MODELS.get(r.get("model")) == experiment and r.get("precision") == precision
+                  and (r.get("scale") or "paper") == scale
                   and r.get("run_steps") not in (None, "") and r.get("group_s") not in (None, ""))
     if not mine or runs > mine[-1][0]:
         return None

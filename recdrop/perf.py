@@ -306,7 +306,19 @@ def group_setting(df: pd.DataFrame) -> pd.Series:
 
 # A benchmark's precision as a table names it.
 PRECISION_NAMES = {"float32": "float32", "tf32": "TF32", "bf16": "bf16 autocast"}
-MODEL_NAMES = {"word": "word LM", "char": "char LM"}  # ``bench_groups.py``'s models
+MODEL_NAMES = {"word": "word LM", "char": "char LM", "word-reduced": "word LM, reduced",
+               "char-reduced": "char LM, reduced"}  # ``bench_groups.py``'s models, at each scale (``load_groups``)
+
+
+def load_groups(folder: Path = GROUP_DIR) -> pd.DataFrame:
+    """``load_benchmarks`` of ``bench_groups.py``'s files, each row's model named with its scale where it
+    is not the paper's ("char-reduced"): a scale's shapes are another model's. Rows without a scale are
+    the paper's."""
+    df = load_benchmarks(folder)
+    if "scale" in df and "model" in df:
+        other = df["scale"].notna() & (df["scale"] != "paper")
+        df.loc[other, "model"] = df.loc[other, "model"] + "-" + df.loc[other, "scale"]
+    return df
 
 
 def _precision(df: pd.DataFrame) -> pd.Series:

@@ -24,8 +24,8 @@ LEASE=/tmp/lease
 # between commands keeps reading it whatever the next command carries.
 CARRIED=.gpu-data
 export RECDROP_DATA=${RECDROP_DATA:-$LEASE/data} PYTHONPATH=. PYTHONUNBUFFERED=1
-# A dry run of the whole lease here: LEASE_DEVICE=cpu, LEASE_PRECISION=float32, LEASE_SIZES="1 2" (the group
-# sizes setup times), a stand-in nvidia-smi on PATH, and LEASE_CAMPAIGN a copy of data/campaign-gpu.toml
+# A dry run of the whole lease here: LEASE_DEVICE=cpu, LEASE_PRECISION=float32, LEASE_SIZES="1 2" and
+# LEASE_REDUCED_SIZES="1 2" (the group sizes setup times), a stand-in nvidia-smi on PATH, and LEASE_CAMPAIGN a copy of data/campaign-gpu.toml
 # whose entries allow the cpu (theirs name cuda only)
 DEVICE=${LEASE_DEVICE:-cuda} CAMPAIGN=${LEASE_CAMPAIGN:-data/campaign-gpu.toml}
 # TF32 products on the GPU (the word LM's 26 decoders take 9.4 ms a step in float32, 1.8 in TF32); an entry of
@@ -92,6 +92,10 @@ setup() {
     timeout 150 python3 benchmarks/bench_groups.py --device "$DEVICE" --models char word --sizes ${LEASE_SIZES:-1 4 8 13 26} \
         --group-only --repeats 2 --warmup-s 0.5 --min-s 0.2 --precision "$p" --out "$b/groups/$gpu-$p-lease.csv"
   done
+  # Table 3's reduced seeds train in float32, as the CPU's records of them: their groups' steps at that scale
+  timeout 120 python3 benchmarks/bench_groups.py --device "$DEVICE" --models char --scale reduced \
+      --sizes ${LEASE_REDUCED_SIZES:-1 13} --group-only --repeats 2 --warmup-s 0.5 --min-s 0.2 --precision float32 \
+      --out "$b/groups/$gpu-float32-reduced-lease.csv"
   cat "$b"/groups/*-lease.csv | awk 'NR == 1 || !/^model,/' > "$LEASE/groups.csv"
   pack_bench  # what is measured so far comes back even where the command's limit stops the profiles
   profile_step "${LEASE_PROFILE_RUNS:-26}"

@@ -593,9 +593,26 @@ def test_fit_sizes_each_experiments_groups_to_the_time_left_in_the_campaigns_ord
             + _bench_rows("char", "bf16", {1: 0.001, 26: 0.026}, 1000))
     word_pair = estimates.group_seconds(rows, "word_lm", "tf32", 2)
     budget = word_pair + estimates.group_seconds(rows, "char_lm", "bf16", 6) + 0.001
-    assert campaign.fitting_caps(todo, rows, budget, "tf32") == {"word_lm": 2, "char_lm": 6}
-    assert campaign.fitting_caps(todo, rows, word_pair, "tf32") == {"word_lm": 2}  # no char group finishes
+    assert campaign.fitting_caps(todo, rows, budget, "tf32") == {("word_lm", "paper"): 2, ("char_lm", "paper"): 6}
+    assert campaign.fitting_caps(todo, rows, word_pair, "tf32") == {("word_lm", "paper"): 2}  # no char group finishes
     assert campaign.fitting_caps(todo, [], budget, "tf32") == {}  # nothing measured: nothing known to fit
+
+
+def test_fit_sizes_a_reduced_scales_groups_by_that_scales_own_step_times():
+    """Table 3 at the paper's scale, then its reduced seeds in float32: each scale's groups sized by its own
+    rows (a row without a scale is the paper's); a scale not measured runs no group."""
+    paper, reduced = (Entry(experiment="char_lm", scale=s, why="test", precision=p)
+                      for s, p in (("paper", "bf16"), ("reduced", "float32")))
+    todo = [types.SimpleNamespace(experiment="char_lm", entry=e, config=types.SimpleNamespace(scale=e.scale))
+            for e, n in ((paper, 26), (reduced, 13)) for _ in range(n)]
+    rows = (_bench_rows("char", "bf16", {1: 0.001, 26: 0.026}, 1000)
+            + [{**r, "scale": "reduced"} for r in _bench_rows("char", "float32", {1: 0.001, 13: 0.004}, 500)])
+    assert estimates.group_seconds(rows, "char_lm", "float32", 13) is None  # the paper's shapes: not measured
+    whole = estimates.group_seconds(rows, "char_lm", "bf16", 26) + estimates.group_seconds(
+        rows, "char_lm", "float32", 13, "reduced")
+    assert campaign.fitting_caps(todo, rows, whole + 0.001, "tf32") == {("char_lm", "paper"): 26,
+                                                                        ("char_lm", "reduced"): 13}
+    assert campaign.fitting_caps(todo, rows[:2], whole, "tf32") == {("char_lm", "paper"): 26}
 
 
 @pytest.mark.parametrize("words,fuse", [(None, False), ([], True), (["3"], 3), (["fit"], "fit"),
@@ -628,6 +645,25 @@ def test_each_entry_trains_at_its_own_precision_in_groups_of_one_precision(store
     (tmp_path / "bad.toml").write_text(CI_TOML + 'precision = "fp8"\n')
     with pytest.raises(ValueError, match="entry 1: precision must be one of"):
         load_campaign(tmp_path / "bad.toml")
+
+
+def test_a_reduced_group_starts_where_its_own_scale_was_measured_to_finish(store, monkeypatch):
+    """On a lease that timed Table 3's reduced groups, a reduced group starts by the time its scale's rows
+    give; by the paper's rows alone it is not known to finish, and waits."""
+    monkeypatch.setattr(campaign, "expected_seconds", lambda run, store: None)
+    entry = Entry(experiment="char_lm", scale="reduced", why="test", precision="float32")
+    group = [types.SimpleNamespace(experiment="char_lm", entry=entry, config=types.SimpleNamespace(scale="reduced"))
+             for _ in range(13)]
+    paper = _bench_rows("char", "float32", {1: 0.001, 13: 0.004}, 500)
+    reduced = [{**r, "scale": "reduced"} for r in paper]
+    deadline = 10_000.0
+    for rows, starts in ((paper, False), (reduced, True)):
+        call = campaign._CampaignCall([], "cuda", 2, store, deadline, False, "tf32", True, rows)
+        latest = call.start_by(group)
+        assert (latest > 0) == starts
+        if starts:
+            took = estimates.group_seconds(rows, "char_lm", "float32", 13, "reduced")
+            assert latest == pytest.approx(deadline - took)
 
 
 def test_with_measured_group_times_a_run_not_known_to_finish_does_not_start(store, monkeypatch):

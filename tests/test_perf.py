@@ -135,6 +135,20 @@ def test_the_group_table_gives_each_group_sizes_speedup_per_machine_and_model(tm
     assert perf.plot_group_speedup(perf.load_benchmarks(tmp_path / "none")) is None
 
 
+def test_a_group_benchmark_at_another_scale_is_its_own_model(tmp_path):
+    """A lease times Table 3's reduced groups beside the paper's: a row's scale names its model, so that the
+    reduced shapes' speed-ups are not read as the paper's (a row without a scale is the paper's)."""
+    rows = [{"model": "char", "runs": r, "alone_s": 0.01 * r, "group_s": 0.01, "speedup": float(r),
+             "hardware": "gpu", "device": "cuda", "threads": 2, "commit": "abc", "tf32": False, "precision": "float32",
+             "date": "2026-11-29", **({} if scale is None else {"scale": scale})}
+            for r in (1, 13) for scale in (None, "paper", "reduced")]
+    pd.DataFrame(rows).to_csv(tmp_path / "g.csv", index=False)
+    groups = perf.load_groups(tmp_path)
+    assert sorted(set(groups["model"])) == ["char", "char-reduced"]
+    answer = perf.grid_answer_table(groups)
+    assert sorted(answer["model"]) == ["char LM", "char LM, reduced"]
+
+
 def test_the_grid_answer_gives_the_largest_group_of_each_newest_measurement(tmp_path):
     def rows(date, precision, speedups):
         return [{"model": "word", "runs": r, "alone_s": 0.001 * r, "group_s": 0.001 * r / s, "speedup": s,
