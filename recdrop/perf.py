@@ -369,6 +369,17 @@ def grid_answer_table(df: pd.DataFrame) -> pd.DataFrame:
         "the group's speed-up": largest["speedup"], "measured": largest["measured"]}).reset_index(drop=True)
 
 
+def cpus_without_products(matmuls: pd.DataFrame, layers: pd.DataFrame) -> List[str]:
+    """The CPUs (their model, at any thread count) whose layers were timed (``layers``, ``bench_layers.py``'s
+    rows) but not the big products (``matmuls``, ``bench_matmul.py``'s): the product table's missing machines."""
+    def cpus(df: pd.DataFrame) -> set:
+        if df.empty or "hardware" not in df:
+            return set()
+        on_cpu = df if "device" not in df else df[df["device"].astype(str) == "cpu"]
+        return {re.sub(r" \(\d+ threads?\)$", "", h) for h in on_cpu["hardware"].astype(str)}
+    return sorted(cpus(layers) - cpus(matmuls))
+
+
 def matmul_table(df: pd.DataFrame) -> pd.DataFrame:
     """The big products on a CPU (``bench_matmul.py``), a row per product and machine: GFLOP/s through
     MKL (``torch.mm``), through recdrop (``fused.matmul``, the library it chose) and through oneDNN, and

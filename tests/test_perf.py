@@ -284,3 +284,12 @@ def test_the_matmul_table_names_the_faster_library_where_a_file_has_it():
     assert table.loc[0, "faster here"] == "onednn" and table.loc[0, "chosen's time / faster's"] == 1.0
     assert table.loc[1, ["faster here", "chosen's time / faster's"]].isna().all()  # not measured then
     assert list(table["recdrop chose"]) == ["onednn", "onednn"]
+
+
+def test_the_product_table_names_the_cpus_whose_layers_were_timed_but_not_their_products():
+    layers = pd.DataFrame({"hardware": ["AMD EPYC (2 threads)", "Intel(R) Xeon(R) Processor (1 thread)", "H200"],
+                           "device": ["cpu", "cpu", "cuda"]})
+    matmuls = pd.DataFrame({"hardware": ["AMD EPYC (1 thread)"]})
+    assert perf.cpus_without_products(matmuls, layers) == ["Intel(R) Xeon(R) Processor"]
+    assert perf.cpus_without_products(pd.DataFrame(), layers) == ["AMD EPYC", "Intel(R) Xeon(R) Processor"]
+    assert perf.cpus_without_products(matmuls, pd.DataFrame()) == []
