@@ -144,11 +144,12 @@ def pending_runs(entries: Sequence[Entry], device: str, store: RunStore) -> List
     return todo
 
 
-def expected_seconds(run: Pending, store: RunStore) -> Optional[float]:
+def expected_seconds(run: Pending, store: RunStore, device: Optional[str] = None) -> Optional[float]:
     """What a pending run should take (``estimates.expected_seconds``), on the hardware of the stored runs like
-    it, or the part of it left where it resumes from its checkpoint."""
+    it (with ``device``, only those that ran on that kind of device), or the part of it left where it
+    resumes from its checkpoint."""
     return estimates.expected_seconds(run.experiment, run.config, store, store.checkpoint_path(
-        run.experiment, run.run_id) if run.resumable else None)
+        run.experiment, run.run_id) if run.resumable else None, device)
 
 
 # --fuse: off, on, one cap, "fit", or caps per experiment (``parse_fuse``) or per experiment and scale
@@ -302,7 +303,7 @@ class _CampaignCall:
         it is not known to finish on a machine that measured its groups, None where any time will do."""
         if not self.whole_runs:
             return None
-        expected = [expected_seconds(r, self.store) for r in group]
+        expected = [expected_seconds(r, self.store, self.device) for r in group]  # a CPU's runs time no GPU's
         if None in expected and self.group_times:
             expected = [estimates.group_seconds(self.group_times, group[0].experiment,
                                                 group[0].entry.precision or self.precision, len(group),
@@ -478,7 +479,8 @@ def _further_on(store: RunStore, local: Path, theirs: Tuple[int, int]) -> bool:
 
 def _unpack_checkpoint(in_dir: os.PathLike, name: str, data: bytes, store: RunStore, counts: Dict[str, Any]) -> None:
     """Put a pack's checkpoint in the cache, counted in ``counts``: kept where its run has a clean record or the
-    local one is further on; refused where it does not load or another process is training its run."""
+    local one is further on; refused where it does not load, would not be resumed here (its code unclean),
+    or another process is training its run."""
     _, experiment, file = name.split("/")
     rid = file.removesuffix(".pt")
     local = store.checkpoint_path(experiment, rid)
@@ -486,10 +488,15 @@ def _unpack_checkpoint(in_dir: os.PathLike, name: str, data: bytes, store: RunSt
         counts["kept"] += 1
         return
     try:
-        theirs = _progress(load_checkpoint(io.BytesIO(data)))
+        packed = load_checkpoint(io.BytesIO(data))
+        theirs = _progress(packed)
     except (CorruptCheckpointError, KeyError, TypeError) as e:  # keep going: the rest is worth having
         counts["refused"].append(f"{name} in the pack in {in_dir} is not a checkpoint that loads "
                                  f"({type(e).__name__}: {e}); {local} is left as it was")
+        return
+    if not store.accepts_checkpoint(packed):  # a run would start afresh from it: a local one is worth more
+        counts["refused"].append(f"{name} in the pack in {in_dir} is of code this store does not resume "
+                                 f"(uncommitted); {local} is left as it was")
         return
     try:
         with store.hold_runs(experiment, [rid]):  # not under a run that another process is training
@@ -505,17 +512,19 @@ def _unpack_checkpoint(in_dir: os.PathLike, name: str, data: bytes, store: RunSt
 
 def _unpack_record(name: str, data: bytes, store: RunStore, counts: Dict[str, Any]) -> None:
     """Put a pack's record in the store, counted in ``counts``, and drop its run's checkpoint: kept where a
-    clean record of the run is stored; refused where the store refuses it (from unclean code)."""
+    clean record of the run is stored; refused where the store refuses it (from unclean code) or another
+    process is training its run (whose record would replace this one when it ends)."""
     record = Record.from_json(json.loads(data), name)
-    if _has_clean_record(store, record.experiment, record.run_id):
-        counts["kept"] += 1
-        return
     try:
-        store.save(record)
-    except DirtyTreeError as e:  # keep going: the other records are worth having
+        with store.hold_runs(record.experiment, [record.run_id]):
+            if _has_clean_record(store, record.experiment, record.run_id):
+                counts["kept"] += 1
+                return
+            store.save(record)
+            store.checkpoint_path(record.experiment, record.run_id).unlink(missing_ok=True)
+    except (DirtyTreeError, RunInUseError) as e:  # keep going: the other records are worth having
         counts["refused"].append(str(e))
         return
-    store.checkpoint_path(record.experiment, record.run_id).unlink(missing_ok=True)
     counts["records"] += 1
 
 

@@ -314,8 +314,8 @@ def _set_rng_state(state: Dict[str, Any]) -> None:
     else:  # a checkpoint of recdrop before weights_only checkpoints: NumPy's own tuple
         np.random.set_state(n)
     torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+    if "cuda" in state and torch.cuda.is_available():  # the GPUs this machine has (a run may move to one with fewer)
+        torch.cuda.set_rng_state_all(state["cuda"][:torch.cuda.device_count()])
 
 
 def _restore(task, ck: Dict[str, Any], path) -> None:
@@ -405,7 +405,8 @@ def group_key(make_task: Callable[..., Task], config: ExperimentConfig, seed: in
 def train_run(make_task: Callable[..., Task], config: ExperimentConfig, seed: int = 0, **options) -> Record:
     """Train one run of ``config`` with ``seed`` (or load its record if it is finished): a group of one
     (``train_group``, whose keyword ``options`` it takes). A run whose training loss stops being finite is
-    recorded as diverged, and ``NonFiniteLossError`` says where."""
+    recorded as diverged, and ``NonFiniteLossError`` says where; a later call loads that record (its
+    ``diverged`` says where) and raises nothing."""
     errors: Dict[str, str] = {}
     (record,) = train_group(make_task, [(config, seed)], errors=errors, **options)
     if errors:

@@ -175,7 +175,7 @@ def test_a_spent_budget_starts_nothing(store):
 
 def test_whole_runs_start_only_where_their_expected_time_ends_within_the_budget(store, monkeypatch):
     expected = {}  # run id -> expected seconds (None: no stored run like it to time)
-    monkeypatch.setattr(campaign, "expected_seconds", lambda run, store: expected.get(run.run_id))
+    monkeypatch.setattr(campaign, "expected_seconds", lambda run, store, device=None: expected.get(run.run_id))
     rows = pending_runs([CI_ENTRY], "cpu", store)
     expected.update({rows[0].run_id: 1e6, rows[1].run_id: None})  # the first would not end within 600 s
     out = run_campaign([CI_ENTRY], "cpu", 1, 600.0, store, progress=False, whole_runs=True)
@@ -268,6 +268,42 @@ def test_unpack_leaves_out_the_checkpoint_of_a_run_in_training(store, tmp_path, 
     assert counts["checkpoints"] == 0 and not ckpt.exists()
     assert len(counts["refused"]) == 1 and "is left out: run temporal_order/" in counts["refused"][0]
     assert unpack(tmp_path / "out", store)["checkpoints"] == 1 and ckpt.exists()  # once it is free
+
+
+def test_unpack_leaves_out_the_record_of_a_run_in_training(store, tmp_path, clean_code):
+    """A record unpacked while a campaign here trains its run would be replaced by that run's own record
+    when it ends: it is refused until the run is free."""
+    rows = [Pending.of(r, CI_ENTRY, False, False)
+            for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
+    finished = train_run(TemporalOrderTask, rows[0].config, store=store, progress=False)
+    pack(tmp_path / "out", [], [finished], store)
+    there = RunStore(tmp_path / "runs2")
+    with there.hold_runs("temporal_order", [finished.run_id]):  # a campaign training it there
+        counts = unpack(tmp_path / "out", there)
+    assert counts["records"] == 0 and not there.has("temporal_order", "ci", finished.run_id)
+    assert len(counts["refused"]) == 1 and "being trained by another process" in counts["refused"][0]
+    assert unpack(tmp_path / "out", there)["records"] == 1  # once it is free
+    assert there.load("temporal_order", "ci", finished.run_id) == finished
+
+
+def test_unpack_refuses_a_checkpoint_of_unclean_code_where_the_store_is_committed(store, tmp_path, stop_after,
+                                                                                  clean_code, monkeypatch):
+    """Such a checkpoint would not be resumed here (its run would start afresh), so it replaces nothing."""
+    rows = [Pending.of(r, CI_ENTRY, False, False)
+            for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
+    with pytest.raises(BudgetExhausted):
+        train_run(TemporalOrderTask, rows[0].config, store=store, progress=False, deadline=1.0,
+                  callback=stop_after("batch", 0, 1))
+    ckpt = store.checkpoint_path("temporal_order", rows[0].run_id)
+    torch.save({**load_checkpoint(ckpt), "commit": "0123456789-dirty"}, ckpt)  # trained by uncommitted code
+    pack(tmp_path / "out", rows, [], store)
+    monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "cache2"))
+    (tmp_path / "repo" / ".git").mkdir(parents=True)
+    committed = RunStore(tmp_path / "repo" / "data" / "runs")
+    counts = unpack(tmp_path / "out", committed)
+    assert counts["checkpoints"] == 0 and not committed.checkpoint_path("temporal_order", rows[0].run_id).exists()
+    assert len(counts["refused"]) == 1 and "of code this store does not resume" in counts["refused"][0]
+    assert unpack(tmp_path / "out", RunStore(tmp_path / "scratch"))["checkpoints"] == 1  # a scratch store resumes it
 
 
 def test_pack_splits_into_parts_and_leaves_behind_what_does_not_fit(store, tmp_path, capsys, stop_after):
@@ -649,11 +685,14 @@ def test_each_entry_trains_at_its_own_precision_in_groups_of_one_precision(store
 
 def test_a_reduced_group_starts_where_its_own_scale_was_measured_to_finish(store, monkeypatch):
     """On a lease that timed Table 3's reduced groups, a reduced group starts by the time its scale's rows
-    give; by the paper's rows alone it is not known to finish, and waits."""
-    monkeypatch.setattr(campaign, "expected_seconds", lambda run, store: None)
+    give, whatever the CPU's stored runs of it took; by the paper's rows alone it is not known to finish,
+    and waits."""
+    def on_a_cpu_only(experiment, config, store, checkpoint, device=None):  # the store holds the CPU's runs
+        return None if device == "cuda" else 12_436.0
+    monkeypatch.setattr(estimates, "expected_seconds", on_a_cpu_only)
     entry = Entry(experiment="char_lm", scale="reduced", why="test", precision="float32")
-    group = [types.SimpleNamespace(experiment="char_lm", entry=entry, config=types.SimpleNamespace(scale="reduced"))
-             for _ in range(13)]
+    group = [types.SimpleNamespace(experiment="char_lm", entry=entry, config=types.SimpleNamespace(scale="reduced"),
+                                   run_id=f"run{i}", resumable=False) for i in range(13)]
     paper = _bench_rows("char", "float32", {1: 0.001, 13: 0.004}, 500)
     reduced = [{**r, "scale": "reduced"} for r in paper]
     deadline = 10_000.0
@@ -667,7 +706,7 @@ def test_a_reduced_group_starts_where_its_own_scale_was_measured_to_finish(store
 
 
 def test_with_measured_group_times_a_run_not_known_to_finish_does_not_start(store, monkeypatch):
-    monkeypatch.setattr(campaign, "expected_seconds", lambda run, store: None)
+    monkeypatch.setattr(campaign, "expected_seconds", lambda run, store, device=None: None)
     rows = _bench_rows("word", "tf32", {1: 0.001}, 1000)  # measures the paper's word LM, not temporal order at ci
     out = run_campaign([CI_ENTRY], "cpu", 1, 600.0, store, progress=False, whole_runs=True, group_times=rows)
     assert len(out["not_started"]) == 2 and not out["finished"]

@@ -134,6 +134,19 @@ def test_checkpoints_hold_only_what_weights_only_reads(tmp_path):
     assert (random.random(), np.random.rand()) == expected[:2] and torch.equal(torch.rand(1), expected[2])
 
 
+def test_a_checkpoint_of_a_machine_with_more_gpus_resumes_on_one_with_fewer(monkeypatch):
+    """Each GPU's RNG state is saved; a machine with fewer GPUs restores those it has (torch would index
+    past its generators)."""
+    restored = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "set_rng_state_all", lambda states: restored.extend(states))
+    two_gpus = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+                "cuda": [torch.get_rng_state(), torch.get_rng_state()]}
+    _set_rng_state(two_gpus)
+    assert len(restored) == 1 and torch.equal(restored[0], two_gpus["cuda"][0])
+
+
 def test_a_checkpoint_of_the_previous_format_still_loads(tmp_path):
     np.random.seed(5)
     legacy = {"rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()},
