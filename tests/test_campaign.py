@@ -254,13 +254,18 @@ def test_pack_and_unpack_carry_records_and_checkpoints(store, tmp_path, monkeypa
     assert train_run(TemporalOrderTask, rows[1].config, store=there, progress=False).segments
 
 
-def test_unpack_leaves_out_the_checkpoint_of_a_run_in_training(store, tmp_path, stop_after, clean_code):
+def _first_stopped_midway(store, stop_after):
+    """The CI entry's pending runs, the first of them stopped by the budget after 2 batches: (runs, its checkpoint)."""
     rows = [Pending.of(r, CI_ENTRY, False, False)
             for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
     with pytest.raises(BudgetExhausted):
         train_run(TemporalOrderTask, rows[0].config, store=store, progress=False, deadline=1.0,
                   callback=stop_after("batch", 0, 1))
-    ckpt = store.checkpoint_path("temporal_order", rows[0].run_id)
+    return rows, store.checkpoint_path("temporal_order", rows[0].run_id)
+
+
+def test_unpack_leaves_out_the_checkpoint_of_a_run_in_training(store, tmp_path, stop_after, clean_code):
+    rows, ckpt = _first_stopped_midway(store, stop_after)
     pack(tmp_path / "out", rows, [], store)
     ckpt.unlink()
     with store.hold_runs("temporal_order", [rows[0].run_id]):  # a campaign training it here
@@ -289,12 +294,7 @@ def test_unpack_leaves_out_the_record_of_a_run_in_training(store, tmp_path, clea
 def test_unpack_refuses_a_checkpoint_of_unclean_code_where_the_store_is_committed(store, tmp_path, stop_after,
                                                                                   clean_code, monkeypatch):
     """Such a checkpoint would not be resumed here (its run would start afresh), so it replaces nothing."""
-    rows = [Pending.of(r, CI_ENTRY, False, False)
-            for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
-    with pytest.raises(BudgetExhausted):
-        train_run(TemporalOrderTask, rows[0].config, store=store, progress=False, deadline=1.0,
-                  callback=stop_after("batch", 0, 1))
-    ckpt = store.checkpoint_path("temporal_order", rows[0].run_id)
+    rows, ckpt = _first_stopped_midway(store, stop_after)
     torch.save({**load_checkpoint(ckpt), "commit": "0123456789-dirty"}, ckpt)  # trained by uncommitted code
     pack(tmp_path / "out", rows, [], store)
     monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "cache2"))
