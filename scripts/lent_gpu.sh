@@ -25,8 +25,8 @@ LEASE=/tmp/lease
 CARRIED=.gpu-data
 export RECDROP_DATA=${RECDROP_DATA:-$LEASE/data} PYTHONPATH=. PYTHONUNBUFFERED=1
 # A dry run of the whole lease here: LEASE_DEVICE=cpu, LEASE_PRECISION=float32, LEASE_SIZES="1 2" and
-# LEASE_REDUCED_SIZES="1 2" (the group sizes setup times), a stand-in nvidia-smi on PATH, and LEASE_CAMPAIGN a copy of data/campaign-gpu.toml
-# whose entries allow the cpu (theirs name cuda only)
+# LEASE_REDUCED_SIZES="1 2" (the group sizes setup times), a stand-in nvidia-smi on PATH, and
+# LEASE_CAMPAIGN a copy of data/campaign-gpu.toml whose entries allow the cpu (theirs name cuda only)
 DEVICE=${LEASE_DEVICE:-cuda} CAMPAIGN=${LEASE_CAMPAIGN:-data/campaign-gpu.toml}
 # TF32 products on the GPU (the word LM's 26 decoders take 9.4 ms a step in float32, 1.8 in TF32); an entry of
 # the campaign may name its own (the char LM: bf16); every record says which. LEASE_PRECISION=float32 for
