@@ -2,7 +2,8 @@
 import pytest
 
 from recdrop.data import data_root
-from recdrop.data.semeval import TEST_SETS, clean_text, distant_label, load_semeval, semeval_f1, tokenize
+from recdrop.data.semeval import (TEST_SETS, Message, clean_text, distant_label, load_semeval, repeats_note, semeval_f1,
+                                  tokenize)
 
 needs_semeval = pytest.mark.skipif(not (data_root() / "semeval").exists(), reason="SemEval data not available")
 
@@ -44,4 +45,14 @@ def test_semeval_sets_match_source_statistics():
     test_ids = {m.id for v in d.tests.values() for m in v}
     assert not test_ids & {m.id for m in d.train + d.valid}
     assert len({m.id for m in d.train}) == len(d.train) and "Twitter13" in d.notes
+    # Twitter15's file lists 11 tweets twice, 4 of them with two labels: Table 5's note says so
+    assert d.notes["Twitter15"].startswith("its file lists 11 tweets more than once (4 with different labels)")
     assert {m.label for m in d.train} == {"positive", "neutral", "negative"}
+
+
+def test_a_test_sets_note_counts_its_repeated_tweets_and_those_labelled_twice_differently():
+    rows = [Message("1", "a", "positive"), Message("2", "b", "neutral"), Message("1", "a", "negative"),
+            Message("3", "c", "neutral"), Message("2", "b", "neutral")]
+    kept = [rows[0], rows[1], rows[3]]
+    assert repeats_note(rows, kept) == ("its file lists 2 tweets more than once (1 with different labels): each is "
+                                        "scored once, with its first row's label")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import re
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
@@ -99,14 +100,30 @@ def load_semeval(root: Optional[Path] = None, download: bool = False) -> SemEval
         raise NotImplementedError("the SemEval files are research copies without a stable download URL; "
                                   f"get them from {SOURCE}")
     paths = _files(root)
-    tests = {}
+    tests, notes = {}, dict(PARTIAL)
     for name, (file, prefix) in TEST_SETS.items():
         rows = read_gold_2014(paths[file], prefix) if prefix else read_task_a(paths[file])
         tests[name] = _unique(rows)
+        if len(tests[name]) < len(rows):  # a tweet listed twice is scored once (Twitter15's file repeats some)
+            notes[name] = "; ".join(filter(None, (notes.get(name), repeats_note(rows, tests[name]))))
     test_ids = {m.id for rows in tests.values() for m in rows}
     train = _unique(read_task_a(paths["twitter-2013train-A.tsv"]), exclude=test_ids)
     valid = _unique(read_task_a(paths["twitter-2013dev-A.tsv"]), exclude=test_ids | {m.id for m in train})
-    return SemEval(train, valid, tests, dict(PARTIAL))
+    return SemEval(train, valid, tests, notes)
+
+
+def repeats_note(rows: Sequence[Message], kept: Sequence[Message]) -> str:
+    """What a test set's note says of the tweets its file lists more than once (``rows``, of which ``kept``
+    are the first of each): how many, how many of them with another label in another row, and that each
+    is scored once, with its first row's label."""
+    labels: Dict[str, set] = {}
+    for m in rows:
+        labels.setdefault(m.id, set()).add(m.label)
+    listed = Counter(m.id for m in rows)
+    repeated = [m for m in kept if listed[m.id] > 1]
+    differ = sum(1 for m in repeated if len(labels[m.id]) > 1)
+    return (f"its file lists {len(repeated)} tweet{'s' if len(repeated) > 1 else ''} more than once ({differ} with "
+            f"different labels): each is scored once, with its first row's label")
 
 
 def _files(root: Optional[Path]) -> Dict[str, Path]:

@@ -65,7 +65,7 @@ class WordLMConfig(ExperimentConfig):
     output_dropout: float = 0.0  # paper Sec. 4.2 Table 2: 0.5 with forward dropout
     embedding_size: int = 256  # authors' code config.py
     hidden_size: int = 256  # paper Sec. 4.2: one layer of 256
-    init_scale: float = 0.05  # paper Sec. 4.2: every parameter uniform in [-0.05, 0.05] (incl. biases)
+    init_scale: float = 0.05  # paper Sec. 4.2: every parameter uniform in [-0.05, 0.05] (both LSTM biases too)
     lr: float = 1.0  # paper Sec. 4.2 (plain SGD, no momentum: authors' code sgd_optimizer.py)
     lr_decay: float = 1.5  # paper Sec. 4.2: divide by 1.5 after an epoch without a better validation perplexity
     clip_norm: float = 10.0  # paper Sec. 4.2: global-norm clipping at 10
