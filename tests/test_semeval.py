@@ -56,3 +56,19 @@ def test_a_test_sets_note_counts_its_repeated_tweets_and_those_labelled_twice_di
     kept = [rows[0], rows[1], rows[3]]
     assert repeats_note(rows, kept) == ("its file lists 2 tweets more than once (1 with different labels): each is "
                                         "scored once, with its first row's label")
+
+
+def test_table_5s_notes_come_from_the_data_and_without_it_name_the_known_gaps(monkeypatch):
+    from recdrop.data import semeval
+    from recdrop.data.files import DatasetError
+
+    semeval.notes_on_test_sets.cache_clear()
+    if (data_root() / "semeval").exists():
+        assert semeval.notes_on_test_sets()["Twitter15"].startswith("its file lists 11 tweets more than once")
+        semeval.notes_on_test_sets.cache_clear()
+
+    def missing(root=None):
+        raise DatasetError("semeval: missing")
+    monkeypatch.setattr(semeval, "load_semeval", missing)
+    assert semeval.notes_on_test_sets() == semeval.PARTIAL
+    semeval.notes_on_test_sets.cache_clear()

@@ -8,6 +8,7 @@ and the negative class. See ``$RECDROP_DATA/semeval/SOURCE.md`` for where each f
 """
 from __future__ import annotations
 
+import functools
 import html
 import re
 from collections import Counter
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from .files import verified_files
+from .files import DatasetError, verified_files
 
 SOURCE = ("the SemEval-2017 Task 4 re-release, https://github.com/cbaziotis/datastories-semeval2017-task4 "
           "(dataset/Subtask_A/downloaded/), and the SemEval-2014 Task 9 test release, "
@@ -128,6 +129,16 @@ def repeats_note(rows: Sequence[Message], kept: Sequence[Message]) -> str:
 
 def _files(root: Optional[Path]) -> Dict[str, Path]:
     return verified_files("semeval", FILES, SOURCE, root)
+
+
+@functools.lru_cache(maxsize=None)
+def notes_on_test_sets() -> Dict[str, str]:
+    """What a table of the test sets says of each that is incomplete or repeats tweets (``load_semeval``'s
+    notes); where the data is not here, the known gaps alone (``PARTIAL``)."""
+    try:
+        return load_semeval().notes
+    except DatasetError:
+        return dict(PARTIAL)
 
 
 def check_semeval(root: Optional[Path] = None) -> None:

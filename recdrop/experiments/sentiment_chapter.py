@@ -7,7 +7,7 @@ from typing import Dict, Tuple
 
 import pandas as pd
 
-from ..data.semeval import LABELS, PARTIAL, TEST_SETS
+from ..data.semeval import LABELS, TEST_SETS, notes_on_test_sets
 from ..paper import paper_results
 from ..report import Claim, Metric, check_claims, compare, plain_label, seed_values
 from .cell_grid import CELLS, RATES
@@ -40,7 +40,8 @@ def table5(rows) -> "pd.DataFrame":
              for cell in CELLS for rate in RATES for name in TEST_SETS]
     t = compare(rows, cells, ["cell", "rate"], METRIC,
                 extras=[("ours, best-valid model", lambda labels: f"best_test_f1:{labels['test set']}")])
-    t["test set note"] = [PARTIAL.get(name, "complete") for name in t["test set"]]
+    notes = notes_on_test_sets()
+    t["test set note"] = [notes.get(name, "complete") for name in t["test set"]]
     t["setting"] = t["cell"] + " " + t["rate"].astype(str) + ", " + t["test set"]
     return t
 
