@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import html
 import re
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
@@ -117,12 +116,11 @@ def repeats_note(rows: Sequence[Message], kept: Sequence[Message]) -> str:
     """What a test set's note says of the tweets its file lists more than once (``rows``, of which ``kept``
     are the first of each): how many, how many of them with another label in another row, and that each
     is scored once, with its first row's label."""
-    labels: Dict[str, set] = {}
+    labels: Dict[str, List[str]] = {}  # each id's labels, a row each
     for m in rows:
-        labels.setdefault(m.id, set()).add(m.label)
-    listed = Counter(m.id for m in rows)
-    repeated = [m for m in kept if listed[m.id] > 1]
-    differ = sum(1 for m in repeated if len(labels[m.id]) > 1)
+        labels.setdefault(m.id, []).append(m.label)
+    repeated = [labels[m.id] for m in kept if len(labels[m.id]) > 1]
+    differ = sum(1 for ids_labels in repeated if len(set(ids_labels)) > 1)
     return (f"its file lists {len(repeated)} tweet{'s' if len(repeated) > 1 else ''} more than once ({differ} with "
             f"different labels): each is scored once, with its first row's label")
 
