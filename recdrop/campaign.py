@@ -48,7 +48,7 @@ from .paths import DATA_DIR
 from .progress import bar as progress_bar
 from .progress import say
 from .store import (CorruptCheckpointError, DirtyTreeError, RunInUseError, RunStore, atomic_write_bytes,
-                    git_commit, load_checkpoint, unclean_commits)
+                    git_commit, hardware, load_checkpoint, unclean_commits)
 from .records import Record, Row
 from .runner import Job, check_jobs, run_groups, worker_threads
 from .sweep import check_seeds, fuse_groups, grid_rows, set_stored
@@ -144,12 +144,13 @@ def pending_runs(entries: Sequence[Entry], device: str, store: RunStore) -> List
     return todo
 
 
-def expected_seconds(run: Pending, store: RunStore, device: Optional[str] = None) -> Optional[float]:
+def expected_seconds(run: Pending, store: RunStore, device: Optional[str] = None,
+                     hardware: Optional[str] = None) -> Optional[float]:
     """What a pending run should take (``estimates.expected_seconds``), on the hardware of the stored runs like
-    it (with ``device``, only those that ran on that kind of device), or the part of it left where it
-    resumes from its checkpoint."""
+    it (with ``device``, only those that ran on that kind of device; with ``hardware``, those that ran on it
+    where any did), or the part of it left where it resumes from its checkpoint."""
     return estimates.expected_seconds(run.experiment, run.config, store, store.checkpoint_path(
-        run.experiment, run.run_id) if run.resumable else None, device)
+        run.experiment, run.run_id) if run.resumable else None, device, hardware=hardware)
 
 
 # --fuse: off, on, one cap, "fit", or caps per experiment (``parse_fuse``) or per experiment and scale
@@ -303,7 +304,9 @@ class _CampaignCall:
         it is not known to finish on a machine that measured its groups, None where any time will do."""
         if not self.whole_runs:
             return None
-        expected = [expected_seconds(r, self.store, self.device) for r in group]  # a CPU's runs time no GPU's
+        # a CPU's runs time no GPU's, and where this machine at this thread count has runs, theirs
+        on = hardware(self.device, self.threads)
+        expected = [expected_seconds(r, self.store, self.device, on) for r in group]
         if None in expected and self.group_times:
             expected = [estimates.group_seconds(self.group_times, group[0].experiment,
                                                 group[0].entry.precision or self.precision, len(group),
@@ -541,7 +544,7 @@ def main(argv=None) -> int:
                 return 1 if refused else 0
         entries = load_campaign(args.file)
         if args.list:
-            _print_pending(entries, args.device, store, args.file)
+            _print_pending(entries, args.device, store, args.file, hardware(args.device, worker_threads(args.jobs)))
             return 1 if refused else 0
         budget = parse_budget(args.budget or "1h")
         fuse = _fuse_option(args)
@@ -595,16 +598,19 @@ def _unpack_and_report(in_dir: Path, store: RunStore) -> List[str]:
     return refused
 
 
-def _print_pending(entries: Sequence[Entry], device: str, store: RunStore, campaign_file: Path) -> None:
-    """``--list``: the pending runs in order, each with its state and expected minutes, then their total."""
+def _print_pending(entries: Sequence[Entry], device: str, store: RunStore, campaign_file: Path,
+                   on: str) -> None:
+    """``--list``: the pending runs in order, each with its state and expected minutes (on hardware ``on``
+    where it has stored runs like it), then their total."""
     print(f"# store {store.root} (RECDROP_RUNS); list {campaign_file}; "
           f"checkpoints {store.checkpoint_dir()} (in RECDROP_CACHE)\n"
           "# new: no record; resumes: from its checkpoint; reruns: its record is of uncommitted code; "
-          "minutes: its expected time on the hardware of the stored runs like it (?: none stored)")
+          f"minutes: its expected time on {on} where runs like it are stored there, else on the hardware of "
+          "the stored runs like it (?: none stored)")
     total, unknown = 0.0, 0
     for run in pending_runs(entries, device, store):
         state = "resumes" if run.resumable else "reruns" if run.rerun else "new"
-        t = expected_seconds(run, store)
+        t = expected_seconds(run, store, hardware=on)
         total, unknown = total + (t or 0.0), unknown + (t is None)
         print(f"{state:8s} {'?' if t is None else f'{t / 60:.0f} min':>8s}  {run.label()}")
     print(f"about {total / 3600:.1f} hours of runs on the hardware of their stored runs, one at a time"

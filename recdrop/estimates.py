@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Dict, Optional, Sequence, Tuple
 
 from .config import ExperimentConfig
-from .store import CorruptCheckpointError, RunStore, load_checkpoint
+from .store import CorruptCheckpointError, RunStore, hardware_as_written_now, load_checkpoint
 
 DROPOUT_FIELDS = ("scheme", "sampling", "recurrent_dropout", "scaling", "input_dropout", "output_dropout")
 RECENT_RUNS = 4  # the estimate reads this many of the newest stored runs like it (the code gets faster)
@@ -15,16 +15,17 @@ RECENT_RUNS = 4  # the estimate reads this many of the newest stored runs like i
 
 def expected_seconds(experiment: str, config: ExperimentConfig, store: RunStore, checkpoint: Optional[Path] = None,
                      device: Optional[str] = None, alone: bool = False,
-                     also: Sequence[RunStore] = ()) -> Optional[float]:
+                     also: Sequence[RunStore] = (), hardware: Optional[str] = None) -> Optional[float]:
     """What a run of ``experiment`` with ``config`` should take: the mean wall time of the newest
     ``RECENT_RUNS`` runs (not diverged) stored in ``store`` or in ``also`` at its scale whose configs
     differ from its own only in the dropout fields and the fields added since some were stored
     (``ExperimentConfig.ADDED``: the optimiser's form) and, where some of those ran, that use recurrent
     dropout as it does (without it the layers run torch.nn's kernels, up to twice as fast on a CPU); with
-    ``device`` ("cpu", "cuda"), only the runs on that kind of device; with ``alone``, only the runs
-    trained alone (a fused group's runs shared its time). For a run that resumes from ``checkpoint``, the
-    part of it left (``checkpoint_progress``), at its own pace so far where no run like it is stored. None
-    where neither tells."""
+    ``device`` ("cpu", "cuda"), only the runs on that kind of device; with ``hardware`` (as
+    ``store.hardware`` writes it: the CPU model and threads, or the GPU), only the runs on it where any
+    are stored; with ``alone``, only the runs trained alone (a fused group's runs shared its time). For a
+    run that resumes from ``checkpoint``, the part of it left (``checkpoint_progress``), at its own pace so
+    far where no run like it is stored. None where neither tells."""
     def rest(c: Dict[str, Any]) -> Dict[str, Any]:  # nor in the fields added since (the optimiser's form)
         return {k: v for k, v in c.items() if k not in DROPOUT_FIELDS and k not in type(config).ADDED}
 
@@ -36,6 +37,8 @@ def expected_seconds(experiment: str, config: ExperimentConfig, store: RunStore,
             and not (alone and len(r.group or ()) > 1)]  # a diverged run stopped early: it says nothing
     dropout = bool(mine.get("recurrent_dropout"))
     alike = [r for r in like if bool(r.config.get("recurrent_dropout")) == dropout] or like
+    # a CPU of another kind, or the same one at another thread count, may take several times as long
+    alike = [r for r in alike if hardware_as_written_now(r.hardware) == hardware] or alike
     done, spent = checkpoint_progress(checkpoint) if checkpoint is not None else (0.0, 0.0)
     if alike:
         newest = sorted(alike, key=lambda r: r.finished)[-RECENT_RUNS:]

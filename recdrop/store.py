@@ -126,12 +126,16 @@ def load_checkpoint(path: Path) -> Dict[str, Any]:
                                      "delete it to restart that run from scratch") from e
 
 
-def hardware(device: str = "cpu") -> str:
-    """The GPU name, or the CPU model with its thread count."""
+def hardware(device: str = "cpu", threads: Optional[int] = None) -> str:
+    """The GPU name, or the CPU model with its family and model number (a name such as "AMD EPYC" covers
+    generations several times apart in speed) and thread count (torch's now, or ``threads``)."""
     if str(device).startswith("cuda") and torch.cuda.is_available():
         return torch.cuda.get_device_name(torch.device(device))
-    model = cpu_fields().get("model name") or platform.processor() or platform.machine()
-    threads = torch.get_num_threads()
+    fields = cpu_fields()
+    model = fields.get("model name") or platform.processor() or platform.machine()
+    if "cpu family" in fields:
+        model += f" family {fields['cpu family']} model {fields.get('model', '?')}"
+    threads = threads or torch.get_num_threads()
     return f"{model} ({threads} thread{'' if threads == 1 else 's'})"
 
 

@@ -35,7 +35,7 @@ from .records import Record, Row
 from .progress import bar as progress_bar, say
 from .report import stored_seeds
 from .runner import Job, check_jobs, run_groups, run_job, worker_threads
-from .store import DEFAULT_RUNS, RunStore, cache_dir, git_commit
+from .store import DEFAULT_RUNS, RunStore, cache_dir, git_commit, hardware
 from .train import add_precision_options, check_device, group_key, precision_option, set_precision
 
 
@@ -333,15 +333,17 @@ class SweepTraining:
 
 def forecast(experiment: str, scale: str, todo: Sequence[Row], device: str, jobs: int, store: RunStore) -> str:
     """Before a sweep trains ``todo``: about how long it should take, ``jobs`` at a time, by the runs like each
-    trained alone on this kind of device (``estimates.expected_seconds``; a run with a checkpoint counts what it
-    has left), stored in ``store`` and in the repository's tracked store (a scratch store has none)."""
+    trained alone on this kind of device, on this machine where it trained some (``estimates.expected_seconds``;
+    a run with a checkpoint counts what it has left), stored in ``store`` and in the repository's tracked store
+    (a scratch store has none)."""
     tracked = RunStore(DEFAULT_RUNS)
     also = [tracked] * (tracked.root.resolve() != store.root.resolve())
+    on = hardware(device, worker_threads(jobs))  # this machine's runs like them first, where it has any
 
     def expected(row: Row) -> Optional[float]:
         path = store.checkpoint_path(experiment, row.run_id)
         return expected_seconds(experiment, row.config, store, path if resumable(path, store) else None, device,
-                                alone=True, also=also)
+                                alone=True, also=also, hardware=on)
     times = [expected(r) for r in todo]
     known = [t for t in times if t is not None]
     kind = device.split(":")[0]

@@ -15,7 +15,7 @@ from recdrop import campaign, estimates, runner, sweep, train
 from recdrop.campaign import Entry, Pending, load_campaign, pack, parse_budget, pending_runs, run_campaign, unpack
 from recdrop.config import run_id
 from recdrop.experiments.temporal_order import TemporalOrderConfig, TemporalOrderTask
-from recdrop.store import DirtyTreeError, RunStore, cache_dir, load_checkpoint
+from recdrop.store import DirtyTreeError, RunStore, cache_dir, hardware, load_checkpoint
 from recdrop.sweep import grid_rows, run_grid
 from recdrop.train import BudgetExhausted, train_run
 
@@ -175,7 +175,8 @@ def test_a_spent_budget_starts_nothing(store):
 
 def test_whole_runs_start_only_where_their_expected_time_ends_within_the_budget(store, monkeypatch):
     expected = {}  # run id -> expected seconds (None: no stored run like it to time)
-    monkeypatch.setattr(campaign, "expected_seconds", lambda run, store, device=None: expected.get(run.run_id))
+    monkeypatch.setattr(campaign, "expected_seconds",
+                        lambda run, store, device=None, hardware=None: expected.get(run.run_id))
     rows = pending_runs([CI_ENTRY], "cpu", store)
     expected.update({rows[0].run_id: 1e6, rows[1].run_id: None})  # the first would not end within 600 s
     out = run_campaign([CI_ENTRY], "cpu", 1, 600.0, store, progress=False, whole_runs=True)
@@ -488,6 +489,23 @@ def test_the_estimate_reads_the_newest_runs_and_what_a_resumed_run_has_left(stor
     assert campaign.expected_seconds(resumable, store) == pytest.approx(10.0)  # unreadable: all of it
 
 
+def test_the_estimate_reads_this_machines_runs_where_it_has_any(store):
+    rows = grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)
+    rec = train_run(TemporalOrderTask, rows[0].config, store=store, progress=False)
+    store.path("temporal_order", "ci", rec.run_id).unlink()
+    for i, (on, took) in enumerate([("Slow CPU (1 threads)", 4000.0), ("Slow CPU (2 threads)", 2500.0),
+                                    ("Fast CPU (1 thread)", 1000.0)]):  # the first as records once wrote it
+        store.save({**rec.json(), "run_id": f"run{i}", "hardware": on, "wall_time_s": took,
+                    "finished": f"2100-01-0{i + 1}T00:00:00+00:00"})
+    config = rows[1].config
+    assert estimates.expected_seconds("temporal_order", config, store, hardware="Slow CPU (1 thread)") == 4000.0
+    assert estimates.expected_seconds("temporal_order", config, store, hardware="Slow CPU (2 threads)") == 2500.0
+    assert estimates.expected_seconds("temporal_order", config, store, hardware="Fast CPU (1 thread)") == 1000.0
+    # a machine with no runs of its own: all of them, as without ``hardware``
+    assert (estimates.expected_seconds("temporal_order", config, store, hardware="Other CPU (1 thread)")
+            == estimates.expected_seconds("temporal_order", config, store) == 2500.0)
+
+
 def test_a_sweep_forecasts_its_time_by_the_stored_runs_like_its_own_on_its_kind_of_device(store):
     rows = grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)
     rec = train_run(TemporalOrderTask, rows[0].config, store=store, progress=False)
@@ -687,7 +705,7 @@ def test_a_reduced_group_starts_where_its_own_scale_was_measured_to_finish(store
     """On a lease that timed Table 3's reduced groups, a reduced group starts by the time its scale's rows
     give, whatever the CPU's stored runs of it took; by the paper's rows alone it is not known to finish,
     and waits."""
-    def on_a_cpu_only(experiment, config, store, checkpoint, device=None):  # the store holds the CPU's runs
+    def on_a_cpu_only(experiment, config, store, checkpoint, device=None, hardware=None):  # the CPU's runs stored
         return None if device == "cuda" else 12_436.0
     monkeypatch.setattr(estimates, "expected_seconds", on_a_cpu_only)
     entry = Entry(experiment="char_lm", scale="reduced", why="test", precision="float32")
@@ -705,8 +723,19 @@ def test_a_reduced_group_starts_where_its_own_scale_was_measured_to_finish(store
             assert latest == pytest.approx(deadline - took)
 
 
+def test_whole_runs_go_by_this_machines_runs_at_its_workers_thread_count(store):
+    rows = pending_runs([CI_ENTRY], "cpu", store)
+    rec = train_run(TemporalOrderTask, rows[0].config, store=store, progress=False)
+    store.path("temporal_order", "ci", rec.run_id).unlink()
+    call = campaign._CampaignCall([], "cpu", 1, store, 10_000.0, True, "float32", True, None)
+    for i, (threads, took) in enumerate([(call.threads + 1, 9_000.0), (call.threads, 3_000.0)]):
+        store.save({**rec.json(), "run_id": f"run{i}", "hardware": hardware("cpu", threads), "wall_time_s": took,
+                    "finished": f"2100-01-0{i + 1}T00:00:00+00:00"})
+    assert call.start_by(rows[1:2]) == pytest.approx(10_000.0 - 3_000.0)
+
+
 def test_with_measured_group_times_a_run_not_known_to_finish_does_not_start(store, monkeypatch):
-    monkeypatch.setattr(campaign, "expected_seconds", lambda run, store, device=None: None)
+    monkeypatch.setattr(campaign, "expected_seconds", lambda run, store, device=None, hardware=None: None)
     rows = _bench_rows("word", "tf32", {1: 0.001}, 1000)  # measures the paper's word LM, not temporal order at ci
     out = run_campaign([CI_ENTRY], "cpu", 1, 600.0, store, progress=False, whole_runs=True, group_times=rows)
     assert len(out["not_started"]) == 2 and not out["finished"]

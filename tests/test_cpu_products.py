@@ -6,7 +6,7 @@ import itertools
 import pytest
 import torch
 
-from recdrop import cpu_products, fused
+from recdrop import cpu_products, fused, store
 from recdrop.layers import LSTM
 from recdrop.train import layer_paths
 
@@ -103,6 +103,16 @@ def test_the_cpu_model_tells_generations_of_one_name_apart(tmp_path):
     assert model(23, "") == "AMD EPYC family 23 model 1 avx+avx2+fma"
     assert model(25, "avx512f avx512_bf16") == "AMD EPYC family 25 model 1 avx+avx2+fma+avx512f+avx512_bf16"
     assert cpu_products.cpu_model(tmp_path / "none") == ""
+
+
+def test_a_records_hardware_tells_generations_of_one_name_apart(monkeypatch):
+    for family, model in ((23, 1), (25, 17)):
+        monkeypatch.setattr(store, "cpu_fields", lambda: {"model name": "AMD EPYC", "cpu family": str(family),
+                                                         "model": str(model)})
+        assert store.hardware("cpu", 2) == f"AMD EPYC family {family} model {model} (2 threads)"
+    assert store.hardware("cpu", 1) == "AMD EPYC family 25 model 17 (1 thread)"
+    monkeypatch.setattr(store, "cpu_fields", lambda: {})  # a system that says nothing: the platform's name
+    assert store.hardware("cpu", 1).endswith(" (1 thread)") and "family" not in store.hardware("cpu", 1)
 
 
 def test_a_shape_class_rounds_each_size_up_to_a_power_of_two():
