@@ -613,7 +613,8 @@ def _print_pending(entries: Sequence[Entry], device: str, store: RunStore, campa
         t = expected_seconds(run, store, hardware=on)
         total, unknown = total + (t or 0.0), unknown + (t is None)
         print(f"{state:8s} {'?' if t is None else f'{t / 60:.0f} min':>8s}  {run.label()}")
-    print(f"about {total / 3600:.1f} hours of runs on the hardware of their stored runs, one at a time"
+    print(f"about {total / 3600:.1f} hours of runs, one at a time, on {on} where it has runs like them, else on "
+          "the hardware of their stored runs"
           + (f", and {unknown} runs of no known cost (no stored run like them to time)" if unknown else ""))
 
 
