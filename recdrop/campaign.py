@@ -145,12 +145,12 @@ def pending_runs(entries: Sequence[Entry], device: str, store: RunStore) -> List
 
 
 def expected_seconds(run: Pending, store: RunStore, device: Optional[str] = None,
-                     hardware: Optional[str] = None) -> Optional[float]:
+                     on: Optional[str] = None) -> Optional[float]:
     """What a pending run should take (``estimates.expected_seconds``), on the hardware of the stored runs like
-    it (with ``device``, only those that ran on that kind of device; with ``hardware``, those that ran on it
-    where any did), or the part of it left where it resumes from its checkpoint."""
+    it (with ``device``, only those that ran on that kind of device; with ``on``, a ``hardware``, those that
+    ran on it where any did), or the part of it left where it resumes from its checkpoint."""
     return estimates.expected_seconds(run.experiment, run.config, store, store.checkpoint_path(
-        run.experiment, run.run_id) if run.resumable else None, device, hardware=hardware)
+        run.experiment, run.run_id) if run.resumable else None, device, hardware=on)
 
 
 # --fuse: off, on, one cap, "fit", or caps per experiment (``parse_fuse``) or per experiment and scale
@@ -275,6 +275,7 @@ class _CampaignCall:
         self.bar = progress_bar(total=len(todo), desc=f"campaign on {device}", disable=not progress, position=0,
                                 dynamic_ncols=True)
         self.threads = worker_threads(jobs)
+        self.on = hardware(device, self.threads)  # as a record of its workers will name it
 
     def settled(self, run: Pending, outcome: str, how: str) -> None:
         """File a run under its outcome, and log it unless it never started."""
@@ -305,8 +306,7 @@ class _CampaignCall:
         if not self.whole_runs:
             return None
         # a CPU's runs time no GPU's, and where this machine at this thread count has runs, theirs
-        on = hardware(self.device, self.threads)
-        expected = [expected_seconds(r, self.store, self.device, on) for r in group]
+        expected = [expected_seconds(r, self.store, self.device, self.on) for r in group]
         if None in expected and self.group_times:
             expected = [estimates.group_seconds(self.group_times, group[0].experiment,
                                                 group[0].entry.precision or self.precision, len(group),
@@ -610,7 +610,7 @@ def _print_pending(entries: Sequence[Entry], device: str, store: RunStore, campa
     total, unknown = 0.0, 0
     for run in pending_runs(entries, device, store):
         state = "resumes" if run.resumable else "reruns" if run.rerun else "new"
-        t = expected_seconds(run, store, hardware=on)
+        t = expected_seconds(run, store, on=on)
         total, unknown = total + (t or 0.0), unknown + (t is None)
         print(f"{state:8s} {'?' if t is None else f'{t / 60:.0f} min':>8s}  {run.label()}")
     print(f"about {total / 3600:.1f} hours of runs, one at a time, on {on} where it has runs like them, else on "

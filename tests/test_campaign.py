@@ -176,7 +176,7 @@ def test_a_spent_budget_starts_nothing(store):
 def test_whole_runs_start_only_where_their_expected_time_ends_within_the_budget(store, monkeypatch):
     expected = {}  # run id -> expected seconds (None: no stored run like it to time)
     monkeypatch.setattr(campaign, "expected_seconds",
-                        lambda run, store, device=None, hardware=None: expected.get(run.run_id))
+                        lambda run, store, device=None, on=None: expected.get(run.run_id))
     rows = pending_runs([CI_ENTRY], "cpu", store)
     expected.update({rows[0].run_id: 1e6, rows[1].run_id: None})  # the first would not end within 600 s
     out = run_campaign([CI_ENTRY], "cpu", 1, 600.0, store, progress=False, whole_runs=True)
@@ -735,7 +735,7 @@ def test_whole_runs_go_by_this_machines_runs_at_its_workers_thread_count(store):
 
 
 def test_with_measured_group_times_a_run_not_known_to_finish_does_not_start(store, monkeypatch):
-    monkeypatch.setattr(campaign, "expected_seconds", lambda run, store, device=None, hardware=None: None)
+    monkeypatch.setattr(campaign, "expected_seconds", lambda run, store, device=None, on=None: None)
     rows = _bench_rows("word", "tf32", {1: 0.001}, 1000)  # measures the paper's word LM, not temporal order at ci
     out = run_campaign([CI_ENTRY], "cpu", 1, 600.0, store, progress=False, whole_runs=True, group_times=rows)
     assert len(out["not_started"]) == 2 and not out["finished"]
