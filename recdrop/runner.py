@@ -40,6 +40,7 @@ class Job:
     start_by: Optional[float] = None  # a time.time() after which it does not start (it would not end by deadline)
     rerun: bool = False  # train runs whose stored records the store would not keep
     precision: str = "float32"
+    wait: bool = False  # for a run that another process trains, rather than refuse it
 
 
 def check_jobs(jobs) -> int:
@@ -68,7 +69,7 @@ def run_job(job: Job) -> List[Record]:
     records = train_group(make_task, list(job.members), device=job.device, store=RunStore(job.store_root),
                           progress=job.progress,
                           position=job.position, deadline=job.deadline, rerun=job.rerun, errors=errors,
-                          precision=job.precision)
+                          precision=job.precision, wait=job.wait)
     for message in errors.values():  # a result: its record says where
         warnings.warn(message, RuntimeWarning)
     return records

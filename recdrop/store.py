@@ -31,6 +31,7 @@ import torch
 from . import route
 from .cpu_products import cpu_fields
 from .paths import DATA_DIR, REPO_ROOT, cache_dir
+from .progress import say
 from .records import Record
 
 DEFAULT_RUNS = DATA_DIR / "runs"
@@ -234,17 +235,20 @@ class RunStore:
         return self.checkpoint_dir() / experiment / f"{rid}.pt"
 
     @contextlib.contextmanager
-    def hold_runs(self, experiment: str, rids: Sequence[str]) -> Iterator[None]:
+    def hold_runs(self, experiment: str, rids: Sequence[str], wait: bool = False) -> Iterator[None]:
         """While training ``rids``: an exclusive lock on each (``<rid>.lock`` beside its checkpoint, by
-        ``fcntl.flock``), so that no two processes train one run and write its checkpoint in turn. The
-        system frees a lock with its process, also one that is killed; the files stay, empty of meaning.
-        Where the file system has no such locks (some network ones), a warning says so and training goes on."""
+        ``fcntl.flock``), so that no two processes train one run and write its checkpoint in turn. A run
+        another process holds is a RunInUseError, or with ``wait``, is waited for (said first), so that two
+        sweeps sharing a store each get the run its first trainer finishes. The locks are taken in run id
+        order, so that two groups that share runs cannot wait on each other. The system frees a lock with
+        its process, also one that is killed; the files stay, empty of meaning. Where the file system has
+        no such locks (some network ones), a warning says so and training goes on."""
         with contextlib.ExitStack() as held:
             named = self.checkpoint_dir() / "STORE"  # which store the hashed folder is, for whoever looks
             if not named.exists():
                 named.parent.mkdir(parents=True, exist_ok=True)
                 atomic_write_bytes(named, f"{self.root.resolve()}\n".encode())
-            for rid in rids:
+            for rid in sorted(rids):
                 path = self.checkpoint_path(experiment, rid).with_suffix(".lock")
                 path.parent.mkdir(parents=True, exist_ok=True)
                 lock = held.enter_context(open(path, "a+"))
@@ -252,10 +256,12 @@ class RunStore:
                     fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
                     lock.seek(0)
-                    raise RunInUseError(f"run {experiment}/{rid} is being trained by another process "
-                                        f"({lock.read().strip()}), and the two would overwrite each other's "
-                                        f"checkpoint {path.with_suffix('.pt')}; "
-                                        "let that one end or stop it first") from None
+                    holder = f"run {experiment}/{rid} is being trained by another process ({lock.read().strip()})"
+                    if not wait:
+                        raise RunInUseError(f"{holder}, and the two would overwrite each other's checkpoint "
+                                            f"{path.with_suffix('.pt')}; let that one end or stop it first") from None
+                    say(f"{holder}: waiting for it to end")
+                    fcntl.flock(lock, fcntl.LOCK_EX)
                 except OSError as e:
                     if e.errno not in NO_LOCKS:
                         raise

@@ -320,7 +320,7 @@ class SweepTraining:
         """The ``i``-th group's job: its runs, their device and store, and its bar's line."""
         return Job(self.experiment, tuple((r.config, r.seed) for r in group), self.device, str(self.store.root),
                    self.threads, position=1 + i % self.jobs, progress=self.progress,
-                   rerun=any(r.stored is not None for r in group), precision=self.precision)
+                   rerun=any(r.stored is not None for r in group), precision=self.precision, wait=True)
 
     def ran(self, row: Row, record: Record) -> None:
         set_stored(self.store, row, record)

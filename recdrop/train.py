@@ -418,7 +418,8 @@ def train_run(make_task: Callable[..., Task], config: ExperimentConfig, seed: in
 class Options:
     """How a group trains (``train_group``'s keywords): where its records go, how it reports, how often it
     checkpoints, the callback tests stop it with, its bar's line, when its time is up, and how many steps'
-    outputs wait on their device before the host reads them (``StepOutputs``)."""
+    outputs wait on their device before the host reads them (``StepOutputs``), and whether a run another
+    process trains is waited for rather than refused."""
 
     store: RunStore
     progress: bool = True
@@ -427,6 +428,7 @@ class Options:
     position: int = 0
     deadline: Optional[float] = None
     read_every: Optional[int] = None
+    wait: bool = False
 
 
 def train_group(make_task: Callable[..., Task], members: Sequence[Tuple[ExperimentConfig, int]], *,
@@ -434,7 +436,7 @@ def train_group(make_task: Callable[..., Task], members: Sequence[Tuple[Experime
                 checkpoint_every_s: float = 180.0, callback: Optional[Callable[[str, int, int], None]] = None,
                 position: int = 0, deadline: Optional[float] = None, rerun: bool = False,
                 errors: Optional[Dict[str, str]] = None, precision: str = "float32",
-                read_every: Optional[int] = None) -> List[Record]:
+                read_every: Optional[int] = None, wait: bool = False) -> List[Record]:
     """Train the runs ``members`` ((config, seed) each) as one group, one model with a leading run
     dimension where there are several (``Task.group_stepper``), and return each one's record in order.
 
@@ -453,13 +455,15 @@ def train_group(make_task: Callable[..., Task], members: Sequence[Tuple[Experime
     ``precision`` "tf32" lets a GPU's products run in TF32, "bf16" runs each training forward under bf16
     autocast where the task allows it (``set_precision``, ``autocast``), and the records say so.
     ``read_every`` steps' outputs wait on their device before the host reads them (default: ``READ_EVERY``
-    off a CPU, every step on one); the records are the same whatever it is.
+    off a CPU, every step on one); the records are the same whatever it is. A run that another process is
+    training is a ``RunInUseError``, or with ``wait``, waited for and then loaded where it finished.
     """
     device = check_device(device)
     set_precision(precision, device)
     members = [(c, int(s)) for c, s in members]
     check_group(make_task, members, precision)
-    options = Options(store or RunStore(), progress, checkpoint_every_s, callback, position, deadline, read_every)
+    options = Options(store or RunStore(), progress, checkpoint_every_s, callback, position, deadline, read_every,
+                      wait)
     records = {} if rerun else stored(options.store, members)
     todo = [m for m in members if run_id(*m) not in records]
     if todo:
@@ -520,7 +524,8 @@ class GroupTrainer:
         store.refuse_unclean_code(self.env["commit"], f"{what} is")
         cpu_products.forget()  # the records name the libraries of this group's own products
         # one process a run; on a CPU, denormals computed as zero
-        with store.hold_runs(config.experiment, [run_id(c, s) for c, s in todo]), denormals_flushed(self.device):
+        with store.hold_runs(config.experiment, [run_id(c, s) for c, s in todo], self.options.wait), \
+                denormals_flushed(self.device):
             records = {} if rerun else stored(store, todo)  # finished by another process since the first look
             todo = [(c, s) for c, s in todo if run_id(c, s) not in records]
             self.alone = len(todo) == 1

@@ -303,16 +303,39 @@ def test_a_run_that_another_process_trains_is_not_trained_beside_it(store):
     assert record.metrics["epoch"] == 2 and store.has("temporal_order", "ci", run_id(cfg, 0))
 
 
+def test_a_sweep_waits_for_a_run_that_another_process_trains_and_loads_its_record(store, monkeypatch, capsys):
+    cell = dict(only={"length": "short", "scheme": "none"}, epochs=2)
+    (row,) = grid_rows("temporal_order", "ci", store=store, **cell)
+    other = subprocess.Popen(  # another notebook's sweep, in the middle of the same run
+        [sys.executable, "-c", "import sys, time; from recdrop.config import *; from recdrop.store import RunStore; "
+         "from recdrop.experiments.temporal_order import TemporalOrderConfig, TemporalOrderTask; "
+         "from recdrop.train import train_run; "
+         "said = []; slow = lambda e, ep, b: said or said.append(print('training', flush=True)) or time.sleep(2); "
+         f"train_run(TemporalOrderTask, {row.config!r}, store=RunStore({str(store.root)!r}), progress=False, "
+         "callback=slow)"], stdout=subprocess.PIPE, text=True, env=os.environ)
+    trained, real_run = [], train.GroupTraining.run
+    monkeypatch.setattr(train.GroupTraining, "run", lambda self: trained.append(self) or real_run(self))
+    try:
+        assert other.stdout.readline() == "training\n"
+        (done,) = run_grid("temporal_order", "ci", store=store, progress=False, **cell)
+    finally:
+        other.wait(timeout=120)
+    assert other.returncode == 0 and not trained  # the other process's run, loaded
+    assert done.record == store.load("temporal_order", "ci", row.run_id) and done.record.metrics["epoch"] == 2
+    assert f"run temporal_order/{row.run_id} is being trained by another process (pid {other.pid} on" in \
+        capsys.readouterr().out
+
+
 def test_a_run_finished_elsewhere_while_this_one_took_its_lock_is_loaded_not_trained(store, monkeypatch):
     cfg = TemporalOrderConfig.at_scale("ci", epochs=2)
     trained, real_hold, real_run = [], RunStore.hold_runs, train.GroupTraining.run
     monkeypatch.setattr(train.GroupTraining, "run", lambda self: trained.append(self) or real_run(self))
 
     @contextlib.contextmanager
-    def finished_meanwhile(self, experiment, rids):  # another process trains the run to its end, then this one locks
+    def finished_meanwhile(self, experiment, rids, wait):  # another process trains the run to its end, then this locks
         monkeypatch.setattr(RunStore, "hold_runs", real_hold)
         other = train_run(TemporalOrderTask, cfg, store=store, progress=False)
-        with real_hold(self, experiment, rids):
+        with real_hold(self, experiment, rids, wait):
             yield other
     monkeypatch.setattr(RunStore, "hold_runs", finished_meanwhile)
     record = train_run(TemporalOrderTask, cfg, store=store, progress=False)
