@@ -57,16 +57,24 @@ def cpu_fields(cpuinfo: Path = Path("/proc/cpuinfo")) -> Dict[str, str]:
     return {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in info.splitlines())}
 
 
+def cpu_name(fields: Dict[str, str], fallback: str = "") -> str:
+    """The CPU's model name in ``fields`` (``cpu_fields``; else ``fallback``), with its family and model
+    number where the system gives them: a name such as "AMD EPYC" covers generations several times apart
+    in speed."""
+    name = fields.get("model name") or fallback
+    if "cpu family" in fields:
+        name += f" family {fields['cpu family']} model {fields.get('model', '?')}"
+    return name
+
+
 def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
-    """The CPU's model as the system gives it, with its family, model number and vector extensions: a
-    name such as "AMD EPYC" covers several generations, whose products differ ("" where the system says
-    nothing)."""
+    """The CPU's name (``cpu_name``) and vector extensions, whose products differ ("" where the system
+    says nothing)."""
     fields = cpu_fields(cpuinfo)
     if not fields:
         return ""
     flags = [f for f in VECTOR_FLAGS if f in fields.get("flags", "").split()]
-    return " ".join([fields.get("model name", ""), f"family {fields.get('cpu family', '?')}",
-                     f"model {fields.get('model', '?')}", "+".join(flags)])
+    return " ".join(part for part in (cpu_name(fields), "+".join(flags)) if part)
 
 
 def shape_class(*sizes: int) -> Tuple[int, ...]:

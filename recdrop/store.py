@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from . import route
-from .cpu_products import cpu_fields
+from .cpu_products import cpu_fields, cpu_name
 from .paths import DATA_DIR, REPO_ROOT, cache_dir
 from .progress import say
 from .records import Record
@@ -132,10 +132,7 @@ def hardware(device: str = "cpu", threads: Optional[int] = None) -> str:
     generations several times apart in speed) and thread count (torch's now, or ``threads``)."""
     if str(device).startswith("cuda") and torch.cuda.is_available():
         return torch.cuda.get_device_name(torch.device(device))
-    fields = cpu_fields()
-    model = fields.get("model name") or platform.processor() or platform.machine()
-    if "cpu family" in fields:
-        model += f" family {fields['cpu family']} model {fields.get('model', '?')}"
+    model = cpu_name(cpu_fields(), platform.processor() or platform.machine())
     threads = threads or torch.get_num_threads()
     return f"{model} ({threads} thread{'' if threads == 1 else 's'})"
 

@@ -103,6 +103,8 @@ def test_the_cpu_model_tells_generations_of_one_name_apart(tmp_path):
     assert model(23, "") == "AMD EPYC family 23 model 1 avx+avx2+fma"
     assert model(25, "avx512f avx512_bf16") == "AMD EPYC family 25 model 1 avx+avx2+fma+avx512f+avx512_bf16"
     assert cpu_products.cpu_model(tmp_path / "none") == ""
+    (tmp_path / "plain").write_text("processor\t: 0\nflags\t\t: fpu avx2\n")  # no name nor family given
+    assert cpu_products.cpu_model(tmp_path / "plain") == "avx2"
 
 
 def test_a_records_hardware_tells_generations_of_one_name_apart(monkeypatch):
