@@ -271,16 +271,28 @@ def _packed_matmul_usable(w: Tensor) -> bool:
     return _onednn_usable(w) and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
 
 
-def _packed_step_faster(w: Tensor, bias: Optional[Tensor], batch: int) -> bool:
-    """Whether a per-step product ``x w^T`` of ``batch`` rows is faster through oneDNN with ``w`` packed
-    than through MKL's ``addmm`` (``cpu_products.library``, timed on zeros of the step's shape)."""
+def _packed_steps_faster(w: Tensor, bias: Optional[Tensor], batch: int, steps: int) -> bool:
+    """Whether a sequence's ``steps`` per-step products ``x w^T`` of ``batch`` rows are faster through oneDNN,
+    ``w`` packed once for them, than through MKL's ``addmm``, ``w`` made contiguous once for them
+    (``cpu_products.library``, timed on zeros of the step's shape, each way's preparation of the weight
+    included): the packing of some layouts costs as much as tens of products, which only a long
+    sequence repays."""
     def ways():  # the operands of both ways, made only where the choice is timed
-        x, w_t = w.new_zeros(batch, w.shape[1]), w.t().contiguous()
+        x = w.new_zeros(batch, w.shape[1])
         b = w.new_zeros(w.shape[0]) if bias is None else bias.contiguous()
-        packed = torch.ops.mkldnn._reorder_linear_weight(w.contiguous(), batch)
-        return (lambda: torch.addmm(b, x, w_t),
-                lambda: torch.ops.mkldnn._linear_pointwise(x, packed, b, "none", [], ""))
-    return cpu_products.library("step", (batch, w.shape[1], w.shape[0]), ways) == "onednn"
+
+        def mkl():
+            w_t = w.t().contiguous()
+            for _ in range(steps):
+                torch.addmm(b, x, w_t)
+
+        def onednn():
+            packed = torch.ops.mkldnn._reorder_linear_weight(w.contiguous(), batch)
+            for _ in range(steps):
+                torch.ops.mkldnn._linear_pointwise(x, packed, b, "none", [], "")
+        return mkl, onednn
+    sizes = (batch, w.shape[1], w.shape[0], steps)
+    return cpu_products.library("a sequence's steps, the weight prepared once", sizes, ways) == "onednn"
 
 
 # Multiply-adds of a per-step product at or below which it runs on MKL's addmm, not oneDNN's packed call:
@@ -289,11 +301,12 @@ def _packed_step_faster(w: Tensor, bias: Optional[Tensor], batch: int) -> bool:
 SMALL_PRODUCT = 2**19
 
 
-def _times_transposed(w: Tensor, batch: int, bias: Optional[Tensor] = None, dtype: Optional[torch.dtype] = None):
+def _times_transposed(w: Tensor, batch: int, steps: int, bias: Optional[Tensor] = None,
+                      dtype: Optional[torch.dtype] = None):
     """``(x, add=None, out=None) -> add + x @ w.T`` (``+ bias`` where given, without ``add``), for the
-    per-step matmuls of one sequence. On a CPU in float32 the weight is packed once per sequence for
-    oneDNN where the product is larger than ``SMALL_PRODUCT`` (faster than ``torch.mm`` there:
-    ``benchmarks/bench_matmul.py``); smaller products run on ``torch.addmm``. The results agree with
+    ``steps`` per-step matmuls of one sequence. On a CPU in float32 the weight is packed once per sequence
+    for oneDNN where the product is larger than ``SMALL_PRODUCT`` and the sequence's products, the packing
+    included, are faster so (``_packed_steps_faster``); the others run on ``torch.addmm``. The results agree with
     ``torch.mm`` to float32 rounding (another summation order). For a group of runs, ``w``
     ``(R, G, H)`` and ``x`` ``(R, B, H)``: one batched product, each run with its own weight. With a
     product ``dtype`` (``product_dtype``), ``_times_in``. ``w`` may be a transposed view (the backward's
@@ -309,7 +322,7 @@ def _times_transposed(w: Tensor, batch: int, bias: Optional[Tensor] = None, dtyp
             return torch.bmm(x, w_t) if bias is None else torch.baddbmm(bias.unsqueeze(1), x, w_t)
         return group_times
     if (_packed_matmul_usable(w) and batch * w.shape[0] * w.shape[1] > SMALL_PRODUCT  # else MKL (below)
-            and _packed_step_faster(w, bias, batch)):
+            and _packed_steps_faster(w, bias, batch, steps)):
         packed = torch.ops.mkldnn._reorder_linear_weight(w.contiguous(), batch)  # w may be a transposed view
         bias = None if bias is None else bias.contiguous()  # oneDNN reads it as dense
 
@@ -473,7 +486,7 @@ def _lstm_forward(gx, h0, c0, w_hh, gal, sem, moon, per_step, relu, reverse, use
     # tanh(x) = 2 sigmoid(2x) - 1: with g's pre-activation doubled (exactly, a power of two), one
     # sigmoid over each step's whole gates row replaces three activations on strided slices of it.
     one_sigmoid = not use_triton and not relu
-    times_w = _times_transposed(_g_rows_doubled(w_hh) if one_sigmoid else w_hh, h0.shape[-2], dtype=dtype)
+    times_w = _times_transposed(_g_rows_doubled(w_hh) if one_sigmoid else w_hh, h0.shape[-2], steps, dtype=dtype)
     gates_all = _gates_buffer(gx, h0.dtype, not use_triton, one_sigmoid)  # i, f, g, o after their activations
     minus_one = h0.new_full((), -1.0) if one_sigmoid else None
     c_all = h0.new_empty(steps + 1, *h0.shape)  # c_0 .. c_T
@@ -560,7 +573,7 @@ def _lstm_backward(d_ys, d_hn, d_cn, d_cs, w_hh, h0, gates_all, c_all, tc_all, y
         d_gates = torch.empty_like(gates_all, dtype=dtype)
     dh = torch.zeros_like(h0) if d_hn is None else d_hn
     dc = torch.zeros_like(h0) if d_cn is None else d_cn
-    times_w = _times_transposed(w_hh.transpose(-2, -1), h0.shape[-2], dtype=dtype)  # d_gates @ w_hh
+    times_w = _times_transposed(w_hh.transpose(-2, -1), h0.shape[-2], d_ys.shape[0], dtype=dtype)  # d_gates @ w_hh
     hin = hin_all if hin_all is not None else torch.cat([h0.unsqueeze(0), ys[:-1]])
     if use_triton:  # the kernel computes each step's local derivatives
         dh, dc = _lstm_backward_triton(dh, dc, d_ys, gates_all, c_all, tc_all, d_gates, times_w, gal, sem, moon,
@@ -687,7 +700,7 @@ def _gru_forward(gx, h0, w_hh, b_hh, gal, sem, moon, per_step, relu, reverse, us
     hn_all = gx.new_empty(steps, *h0.shape)  # W_hn d(h_{t-1}) + b_hn
     hin_all = gx.new_empty(steps, *h0.shape)
     h_prev_all = gx.new_empty(steps, *h0.shape)
-    times_w = _times_transposed(w_hh, h0.shape[-2], b_hh, dtype)  # hin @ w_hh.T + b_hh
+    times_w = _times_transposed(w_hh, h0.shape[-2], steps, b_hh, dtype)  # hin @ w_hh.T + b_hh
     h = h0
     for k, t in enumerate(order):
         hin = scaled(h, _at(gal, k, per_step))
@@ -718,7 +731,7 @@ def _gru_backward(d_ys, d_hn_out, h0, rzn_all, hn_all, hin_all, h_prev_all, w_hh
     d_gx_all = torch.empty_like(rzn_all)
     d_gh_all = torch.empty_like(rzn_all)
     dh = torch.zeros_like(h0) if d_hn_out is None else d_hn_out.clone()
-    times_w = _times_transposed(w_hh.transpose(-2, -1), dh.shape[-2], dtype=dtype)  # d_gh @ w_hh
+    times_w = _times_transposed(w_hh.transpose(-2, -1), dh.shape[-2], steps, dtype=dtype)  # d_gh @ w_hh
     loop = _gru_backward_triton if use_triton else _gru_backward_torch
     dh = loop(dh, d_ys, order, rzn_all, hn_all, h_prev_all, d_gx_all, d_gh_all, times_w, gal, sem, moon, per_step,
               relu)
@@ -795,7 +808,7 @@ def _rnn_forward(gx, h0, w_hh, drop_in, moon, per_step, relu, reverse, dtype):
     ys = gx.new_empty(steps, *h0.shape)
     a_all = gx.new_empty(steps, *h0.shape)  # act(pre-activation), before Moon's d(.)
     hin_all = gx.new_empty(steps, *h0.shape)
-    times_w = _times_transposed(w_hh, h0.shape[-2], dtype=dtype)  # hin @ w_hh.T
+    times_w = _times_transposed(w_hh, h0.shape[-2], steps, dtype=dtype)  # hin @ w_hh.T
     h = h0
     for k, t in enumerate(order):
         hin = scaled(h, _at(drop_in, k, per_step))
@@ -811,7 +824,7 @@ def _rnn_backward(d_ys, d_hn_out, h0, a_all, hin_all, w_hh, drop_in, moon, per_s
     order = range(steps - 1, -1, -1) if reverse else range(steps)
     d_pre_all = torch.empty_like(a_all)
     dh = torch.zeros_like(h0) if d_hn_out is None else d_hn_out.clone()
-    times_w = _times_transposed(w_hh.transpose(-2, -1), dh.shape[-2], dtype=dtype)  # d_pre @ w_hh
+    times_w = _times_transposed(w_hh.transpose(-2, -1), dh.shape[-2], steps, dtype=dtype)  # d_pre @ w_hh
     for k, t in reversed(list(enumerate(order))):
         a = a_all[t]
         d_pre = scaled(dh + d_ys[t], _at(moon, k, per_step)) * ((a > 0).to(a.dtype) if relu else 1 - a * a)

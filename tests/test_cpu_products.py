@@ -146,3 +146,27 @@ def test_a_record_path_names_the_libraries_of_a_cpu_run(monkeypatch):
     assert layer_paths(lstm) is None  # nothing ran yet
     lstm(torch.randn(5, 3, 32))
     assert layer_paths(lstm) == "fused; CPU products: mkl"
+
+
+@needs_onednn
+def test_a_sequences_products_are_timed_with_the_packing_of_their_weight(monkeypatch):
+    """oneDNN packs the weight once a sequence; a short sequence does not repay a costly packing. Costs here
+    are counted, not timed: a packing 100, a oneDNN product 1, an MKL product 2."""
+    cost, real_pack, real_linear, real_addmm = [0], torch.ops.mkldnn._reorder_linear_weight, \
+        torch.ops.mkldnn._linear_pointwise, torch.addmm
+
+    def counted(price, op):
+        return lambda *a, **k: cost.__setitem__(0, cost[0] + price) or op(*a, **k)
+    monkeypatch.setattr(torch.ops.mkldnn, "_reorder_linear_weight", counted(100, real_pack))
+    monkeypatch.setattr(torch.ops.mkldnn, "_linear_pointwise", counted(1, real_linear))
+    monkeypatch.setattr(torch, "addmm", counted(2, real_addmm))
+
+    def seconds(product):
+        cost[0] = 0
+        product()
+        return float(cost[0])
+    monkeypatch.setattr(cpu_products, "seconds", seconds)
+    w = torch.randn(64, 16)
+    assert not fused._packed_steps_faster(w, None, 4, 10)  # 100 + 10 against 20
+    assert fused._packed_steps_faster(w, None, 4, 1000)  # 100 + 1000 against 2000
+    assert fused._packed_steps_faster(w.t(), None, 4, 1000)  # a transposed view: packed from a dense copy
