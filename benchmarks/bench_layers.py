@@ -5,7 +5,7 @@ CPU) without dropout; recdrop with Semeniuta per-step dropout p=0.25 (and option
 schemes) on its default path (the fused sequence of recdrop.fused, its loops as CUDA graphs on a
 GPU); on a GPU the same without graphs (``RECDROP_CUDA_GRAPHS=0``); and the same module's plain
 per-step loop (``fused=False``). torch.nn and recdrop are timed in turn, each repeat, so that a load on
-the machine weighs on both alike. With ``--autocast bf16`` every forward, torch.nn's too, runs under
+the machine weighs on both alike; the ratio is the median of the repeats' ratios. With ``--autocast bf16`` every forward, torch.nn's too, runs under
 ``torch.autocast`` to that dtype (a mixed-precision user's model). By default the input needs no
 gradient (a first layer over fixed features), which recdrop then skips; with ``--input-grad`` it needs
 one, as over an embedding or another layer: torch.nn's fused kernels (cuDNN's, and oneDNN's LSTM on a
@@ -46,9 +46,9 @@ def fwd_bwd(module, x, device: str, autocast: Optional[torch.dtype] = None) -> N
     (y.data if isinstance(y, PackedSequence) else y).float().sum().backward()
 
 
-def time_fwd_bwd(modules, x, repeats: int, device: str, autocast: Optional[torch.dtype] = None) -> List[float]:
-    """Median seconds of one forward+backward pass of each of ``modules`` (after two warm-up passes each),
-    timed in turn each repeat, so that a load on the machine weighs on all alike."""
+def time_fwd_bwd(modules, x, repeats: int, device: str, autocast: Optional[torch.dtype] = None) -> List[List[float]]:
+    """Seconds of each repeat's forward+backward pass of each of ``modules`` (after two warm-up passes
+    each), timed in turn each repeat, so that a load on the machine weighs on all alike."""
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     for module in modules:
         for _ in range(2):
@@ -61,7 +61,12 @@ def time_fwd_bwd(modules, x, repeats: int, device: str, autocast: Optional[torch
             fwd_bwd(module, x, device, autocast)
             sync()
             kept.append(time.perf_counter() - t0)
-    return [statistics.median(t) for t in times]
+    return times
+
+
+def median_time(modules, x, repeats: int, device: str, autocast: Optional[torch.dtype] = None) -> float:
+    """The median seconds of one forward+backward pass of the one module in ``modules``."""
+    return statistics.median(time_fwd_bwd(modules, x, repeats, device, autocast)[0])
 
 
 def main(argv=None):
@@ -127,22 +132,27 @@ def main(argv=None):
                                               scheme=scheme, sampling="per-step").to(args.device)
                 fused = ours.fused
                 if ref is None:
-                    t_ref, (t_ours,) = float("nan"), time_fwd_bwd([ours], x, args.repeats, args.device, autocast)
+                    t_ref, t_ours = float("nan"), median_time([ours], x, args.repeats, args.device, autocast)
+                    ratio = float("nan")
                 else:
-                    t_ref, t_ours = time_fwd_bwd([ref, ours], x, args.repeats, args.device, autocast)
+                    refs, ourss = time_fwd_bwd([ref, ours], x, args.repeats, args.device, autocast)
+                    t_ref, t_ours = statistics.median(refs), statistics.median(ourss)
+                    # the median of each repeat's ratio: a repeat's two timings, made in turn, share the
+                    # machine's state of the moment, which drifts between repeats on a shared machine
+                    ratio = statistics.median(o / r for o, r in zip(ourss, refs))
                 path = layer_paths(ours)  # the path the timed calls took, and on a CPU its products' libraries
                 t_ungraphed = None
                 if graphed:  # the fast path without CUDA graphs (recdrop.graphs)
                     os.environ["RECDROP_CUDA_GRAPHS"] = "0"
                     try:
-                        (t_ungraphed,) = time_fwd_bwd([ours], x, args.repeats, args.device, autocast)
+                        t_ungraphed = median_time([ours], x, args.repeats, args.device, autocast)
                     finally:
                         os.environ.pop("RECDROP_CUDA_GRAPHS")
                 ours.fused = False  # the plain per-step loop, for comparison
-                t_loop = time_fwd_bwd([ours], x, args.repeats, args.device, autocast)[0] if fused else t_ours
+                t_loop = median_time([ours], x, args.repeats, args.device, autocast) if fused else t_ours
                 rows.append({"kind": kind, "hidden": hidden, "input_size": size, "seq": steps, "scheme": scheme,
                              "torch_nn_ms": round(t_ref * 1e3, 2), "recdrop_ms": round(t_ours * 1e3, 2),
-                             "loop_ms": round(t_loop * 1e3, 2), "ratio": round(t_ours / t_ref, 2),
+                             "loop_ms": round(t_loop * 1e3, 2), "ratio": round(ratio, 2),
                              "ungraphed_ms": None if t_ungraphed is None else round(t_ungraphed * 1e3, 2),
                              "loop_over_recdrop": round(t_loop / t_ours, 2), "cuda_graphs": graphed, "path": path,
                              **env})
