@@ -5,12 +5,12 @@ CPU) without dropout; recdrop with Semeniuta per-step dropout p=0.25 (and option
 schemes) on its default path (the fused sequence of recdrop.fused, its loops as CUDA graphs on a
 GPU); on a GPU the same without graphs (``RECDROP_CUDA_GRAPHS=0``); and the same module's plain
 per-step loop (``fused=False``). torch.nn and recdrop are timed in turn, each repeat, so that a load on
-the machine weighs on both alike; the ratio is the median of the repeats' ratios. With ``--autocast bf16`` every forward, torch.nn's too, runs under
-``torch.autocast`` to that dtype (a mixed-precision user's model). By default the input needs no
-gradient (a first layer over fixed features), which recdrop then skips; with ``--input-grad`` it needs
-one, as over an embedding or another layer: torch.nn's fused kernels (cuDNN's, and oneDNN's LSTM on a
-CPU) compute it either way, so there only recdrop's time grows. Prints a table and, with --out, writes
-it as CSV.
+the machine weighs on both alike; the ratio is the median of the repeats' ratios. With ``--autocast
+bf16`` every forward, torch.nn's too, runs under ``torch.autocast`` to that dtype (a mixed-precision
+user's model). By default the input needs no gradient (a first layer over fixed features), which
+recdrop then skips; with ``--input-grad`` it needs one, as over an embedding or another layer:
+torch.nn's fused kernels (cuDNN's, and oneDNN's LSTM on a CPU) compute it either way, so there only
+recdrop's time grows. Prints a table and, with --out, writes it as CSV.
 
     python benchmarks/bench_layers.py                   # CPU, 2 threads
     python benchmarks/bench_layers.py --device cuda --schemes semeniuta gal moon
