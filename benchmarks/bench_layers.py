@@ -64,9 +64,9 @@ def time_fwd_bwd(modules, x, repeats: int, device: str, autocast: Optional[torch
     return times
 
 
-def median_time(modules, x, repeats: int, device: str, autocast: Optional[torch.dtype] = None) -> float:
-    """The median seconds of one forward+backward pass of the one module in ``modules``."""
-    return statistics.median(time_fwd_bwd(modules, x, repeats, device, autocast)[0])
+def median_time(module, x, repeats: int, device: str, autocast: Optional[torch.dtype] = None) -> float:
+    """The median seconds of one forward+backward pass of ``module``."""
+    return statistics.median(time_fwd_bwd([module], x, repeats, device, autocast)[0])
 
 
 def main(argv=None):
@@ -132,7 +132,7 @@ def main(argv=None):
                                               scheme=scheme, sampling="per-step").to(args.device)
                 fused = ours.fused
                 if ref is None:
-                    t_ref, t_ours = float("nan"), median_time([ours], x, args.repeats, args.device, autocast)
+                    t_ref, t_ours = float("nan"), median_time(ours, x, args.repeats, args.device, autocast)
                     ratio = float("nan")
                 else:
                     refs, ourss = time_fwd_bwd([ref, ours], x, args.repeats, args.device, autocast)
@@ -145,11 +145,11 @@ def main(argv=None):
                 if graphed:  # the fast path without CUDA graphs (recdrop.graphs)
                     os.environ["RECDROP_CUDA_GRAPHS"] = "0"
                     try:
-                        t_ungraphed = median_time([ours], x, args.repeats, args.device, autocast)
+                        t_ungraphed = median_time(ours, x, args.repeats, args.device, autocast)
                     finally:
                         os.environ.pop("RECDROP_CUDA_GRAPHS")
                 ours.fused = False  # the plain per-step loop, for comparison
-                t_loop = median_time([ours], x, args.repeats, args.device, autocast) if fused else t_ours
+                t_loop = median_time(ours, x, args.repeats, args.device, autocast) if fused else t_ours
                 rows.append({"kind": kind, "hidden": hidden, "input_size": size, "seq": steps, "scheme": scheme,
                              "torch_nn_ms": round(t_ref * 1e3, 2), "recdrop_ms": round(t_ours * 1e3, 2),
                              "loop_ms": round(t_loop * 1e3, 2), "ratio": round(ratio, 2),

@@ -307,7 +307,7 @@ def test_a_sweep_waits_for_a_run_that_another_process_trains_and_loads_its_recor
     cell = dict(only={"length": "short", "scheme": "none"}, epochs=2)
     (row,) = grid_rows("temporal_order", "ci", store=store, **cell)
     other = subprocess.Popen(  # another notebook's sweep, in the middle of the same run
-        [sys.executable, "-c", "import sys, time; from recdrop.config import *; from recdrop.store import RunStore; "
+        [sys.executable, "-c", "import time; from recdrop.store import RunStore; "
          "from recdrop.experiments.temporal_order import TemporalOrderConfig, TemporalOrderTask; "
          "from recdrop.train import train_run; "
          "said = []; slow = lambda e, ep, b: said or said.append(print('training', flush=True)) or time.sleep(2); "
