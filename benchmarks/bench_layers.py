@@ -163,7 +163,7 @@ def main(argv=None):
                 r["peak_fraction"] = round(r["recdrop_tflops"] / peak, 4) if peak else None
                 print(f"{'Bi' if args.bidirectional else ''}{kind:4s} input {size:5d} hidden {hidden:5d} "
                       f"seq {steps:4d} {scheme:14s} torch.nn {r['torch_nn_ms']:9.2f} ms"
-                      f"   recdrop {r['recdrop_ms']:9.2f} ms ({'fused' if fused else 'loop'})"
+                      f"   recdrop {r['recdrop_ms']:9.2f} ms ({path})"
                       f"   ratio {r['ratio']:.2f}x   plain loop {r['loop_ms']:9.2f} ms"
                       + (f"   without graphs {r['ungraphed_ms']:9.2f} ms" if t_ungraphed is not None else "")
                       + f"   {r['gflop_per_step']:.3f} GFLOP/step, {r['recdrop_tflops']:.3f} TFLOP/s"

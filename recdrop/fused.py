@@ -8,7 +8,8 @@ Same numbers as the reference path (to float64's rounding), fewer kernels and no
 graph. Higher-order gradients (``create_graph=True``: double backward, gradgradcheck) replay the
 sequence through the reference steps and let autograd differentiate that, so the gradient is itself
 differentiable; first-order backward never records anything. On a CUDA device each forward and
-backward loop runs as a CUDA graph (``recdrop.graphs``).
+backward loop runs as a CUDA graph (``recdrop.graphs``), and each step's pointwise part is one Triton
+kernel (``recdrop.triton_kernels``); on a CPU an LSTM step's is one C++ kernel (``recdrop.cpu_kernels``).
 
 Under autocast (``torch.autocast`` to bfloat16 or float16, as a mixed-precision trainer runs its
 forward) the same Functions run with their products in autocast's dtype, as torch.nn's cuDNN path
@@ -18,6 +19,7 @@ and every other pointwise value stay in the state's float32 (``product_dtype``).
 """
 from __future__ import annotations
 
+from types import ModuleType
 from typing import Optional, Tuple
 
 import torch
@@ -25,7 +27,7 @@ import torch.autograd.forward_ad as fwAD
 import torch.nn.functional as F
 from torch import Tensor
 
-from . import cpu_products, triton_kernels
+from . import cpu_kernels, cpu_products, triton_kernels
 from .graphs import run_loop, step_work
 from .cells import ACTIVATIONS, gru_step, lstm_step, rnn_recurrent_factor, rnn_step, scaled
 from .masks import StepFactors
@@ -446,15 +448,15 @@ class _LSTMSequence(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, gx: Tensor, h0: Tensor, c0: Tensor, w_hh: Tensor, gal, sem, moon, per_step: bool,
-                relu: bool, reverse: bool, cells: bool = False, use_triton: bool = False,
+                relu: bool, reverse: bool, cells: bool = False, kernels: Optional[ModuleType] = None,
                 dtype: Optional[torch.dtype] = None):
         with _autocast_off(gx.device.type):
             saved = run_loop(_lstm_forward, (gx, h0, c0, w_hh, gal, sem, moon),
-                             (per_step, relu, reverse, use_triton, dtype), step_work(h0, w_hh))
+                             (per_step, relu, reverse, kernels, dtype), step_work(h0, w_hh))
         gates_all, c_all, tc_all, ys, hin_all, gsem_all = saved  # in processing order
         ctx.save_for_backward(w_hh, h0, *saved, gx, c0)  # gx and c0 for a higher-order backward (its replay)
         ctx.factors = (gal, sem, moon)
-        ctx.flags = (per_step, relu, reverse, use_triton, cells)
+        ctx.flags = (per_step, relu, reverse, kernels, cells)
         ctx.dtype = dtype
         cs = c_all[1:].clone() if cells else gx.new_empty(0)  # with ``cells``: c_t of every step, as the ys
         h, c = ys[-1].clone(), c_all[-1].clone()
@@ -463,7 +465,7 @@ class _LSTMSequence(torch.autograd.Function):
     @staticmethod
     def backward(ctx, d_ys: Tensor, d_hn: Optional[Tensor], d_cn: Optional[Tensor], d_cs: Optional[Tensor]):
         w_hh, h0, gates_all, c_all, tc_all, ys, hin_all, gsem_all, gx, c0 = ctx.saved_tensors
-        per_step, relu, reverse, use_triton, cells = ctx.flags
+        per_step, relu, reverse, kernels, cells = ctx.flags
         d_cs = d_cs if cells else None
         if _differentiable_backward_needed(d_ys, d_hn, d_cn, d_cs):
             return _replay_backward(ctx, _lstm_replay_step, (gx, h0, c0, w_hh), 2, (d_ys, d_hn, d_cn, d_cs))
@@ -471,23 +473,23 @@ class _LSTMSequence(torch.autograd.Function):
         with _autocast_off(h0.device.type):
             grads = run_loop(_lstm_backward, (d_ys, d_hn, d_cn, d_cs, w_hh, h0, gates_all, c_all, tc_all, ys,
                                               hin_all, gsem_all, *ctx.factors),
-                             (per_step, relu, reverse, use_triton, ctx.dtype, run_major), step_work(h0, w_hh))
+                             (per_step, relu, reverse, kernels, ctx.dtype, run_major), step_work(h0, w_hh))
         return (*grads, None, None, None, None, None, None, None, None, None)
 
 
-def _lstm_forward(gx, h0, c0, w_hh, gal, sem, moon, per_step, relu, reverse, use_triton, dtype):
+def _lstm_forward(gx, h0, c0, w_hh, gal, sem, moon, per_step, relu, reverse, kernels, dtype):
     """The LSTM's forward loop (``_LSTMSequence``): every buffer the backward reads, in processing order:
     the gates after their activations, c_0 .. c_T, act(c_t), h_t, d(h_{t-1}) (Gal; with a product
     ``dtype``, every step's product operand in it) and d(g_t) (Semeniuta), or None where no factor makes
-    them differ from the others."""
+    them differ from the others; with ``kernels`` each step's pointwise part in one ``lstm_forward_step``."""
     if reverse:
         gx = gx.flip(0)
     steps, hidden = gx.shape[0], h0.shape[-1]
     # tanh(x) = 2 sigmoid(2x) - 1: with g's pre-activation doubled (exactly, a power of two), one
     # sigmoid over each step's whole gates row replaces three activations on strided slices of it.
-    one_sigmoid = not use_triton and not relu
+    one_sigmoid = kernels is None and not relu
     times_w = _times_transposed(_g_rows_doubled(w_hh) if one_sigmoid else w_hh, h0.shape[-2], steps, dtype=dtype)
-    gates_all = _gates_buffer(gx, h0.dtype, not use_triton, one_sigmoid)  # i, f, g, o after their activations
+    gates_all = _gates_buffer(gx, h0.dtype, kernels is None, one_sigmoid)  # i, f, g, o after their activations
     minus_one = h0.new_full((), -1.0) if one_sigmoid else None
     c_all = h0.new_empty(steps + 1, *h0.shape)  # c_0 .. c_T
     c_all[0] = c0
@@ -495,7 +497,7 @@ def _lstm_forward(gx, h0, c0, w_hh, gal, sem, moon, per_step, relu, reverse, use
     ys = h0.new_empty(steps, *h0.shape)
     # d(h_{t-1}) entering the gates; with a product dtype, in it, for the weight's gradient too
     hin_all = h0.new_empty(steps, *h0.shape, dtype=dtype) if dtype else None if gal is None else torch.empty_like(ys)
-    gsem_all = None if sem is None or use_triton else h0.new_empty(steps, *h0.shape)  # d(g_t), for the torch backward
+    gsem_all = None if sem is None or kernels is not None else h0.new_empty(steps, *h0.shape)  # d(g_t), torch ops'
     # Per-step views made once (unbind), not indexed inside the loop: on small layers the
     # loop's Python and dispatch overhead is a good part of the time.
     gals, sems, moons = (_steps(f, steps, per_step) for f in (gal, sem, moon))
@@ -508,14 +510,14 @@ def _lstm_forward(gx, h0, c0, w_hh, gal, sem, moon, per_step, relu, reverse, use
     for k in range(steps):
         if gal is not None:
             h = torch.mul(h, gals[k], out=hin_k[k])  # Eq. 7
-        elif dtype is not None and (k == 0 or not use_triton):  # else the kernel wrote it
+        elif dtype is not None and (k == 0 or kernels is None):  # else the kernel wrote it
             h = hin_k[k].copy_(h)
         elif dtype is not None:
             h = hin_k[k]
-        if use_triton:  # the sum with gx and the rest of the step in one kernel (h_t in the products' dtype too)
+        if kernels is not None:  # the sum with gx and the step's rest in one kernel (h_t in the products' dtype too)
             low = hin_k[k + 1] if dtype is not None and gal is None and k + 1 < steps else None
-            triton_kernels.lstm_forward_step(times_w(h), c_k[k], sems[k], moons[k], gsem_k[k], c_k[k + 1], tc_k[k],
-                                             ys_k[k], relu, addend=gx_k[k], gates_out=gates_k[k], h_low_out=low)
+            kernels.lstm_forward_step(times_w(h), c_k[k], sems[k], moons[k], gsem_k[k], c_k[k + 1], tc_k[k], ys_k[k],
+                                      relu, addend=gx_k[k], gates_out=gates_k[k], h_low_out=low)
             h = ys_k[k]
             continue
         times_w(h, add=gates_k[k], out=gates_k[k])  # gx + h W_hh^T, in place
@@ -557,9 +559,10 @@ def _gates_buffer(gx: Tensor, dtype: torch.dtype, add_gx: bool, double_g: bool) 
 
 
 def _lstm_backward(d_ys, d_hn, d_cn, d_cs, w_hh, h0, gates_all, c_all, tc_all, ys, hin_all, gsem_all, gal, sem, moon,
-                   per_step, relu, reverse, use_triton, dtype, run_major=False):
+                   per_step, relu, reverse, kernels, dtype, run_major=False):
     """The LSTM's backward (``_LSTMSequence``) from the gradients of its outputs and ``_lstm_forward``'s
-    buffers: the gradients of gx, h_0, c_0 and w_hh. With a product ``dtype``, the gates' gradients are
+    buffers: the gradients of gx, h_0, c_0 and w_hh; with ``kernels`` each step's pointwise part in one call of
+    its ``lstm_backward_step`` (``_lstm_backward_kernels``). With a product ``dtype``, the gates' gradients are
     kept in it, the operand of every product after the loop as of the recurrent one in it. With
     ``run_major`` (a group's gx in its runs' order, ``group_linear``) the gates' gradients are kept so
     too: the products after the loop then read them without a copy."""
@@ -575,9 +578,9 @@ def _lstm_backward(d_ys, d_hn, d_cn, d_cs, w_hh, h0, gates_all, c_all, tc_all, y
     dc = torch.zeros_like(h0) if d_cn is None else d_cn
     times_w = _times_transposed(w_hh.transpose(-2, -1), h0.shape[-2], d_ys.shape[0], dtype=dtype)  # d_gates @ w_hh
     hin = hin_all if hin_all is not None else torch.cat([h0.unsqueeze(0), ys[:-1]])
-    if use_triton:  # the kernel computes each step's local derivatives
-        dh, dc = _lstm_backward_triton(dh, dc, d_ys, gates_all, c_all, tc_all, d_gates, times_w, gal, sem, moon,
-                                       per_step, relu)
+    if kernels is not None:  # the kernel computes each step's local derivatives
+        dh, dc = _lstm_backward_kernels(kernels, dh, dc, d_ys, gates_all, c_all, tc_all, d_gates, times_w, gal, sem,
+                                        moon, per_step, relu)
         return (d_gates.flip(0) if reverse else d_gates), dh.to(h0.dtype), dc, _weight_grad(d_gates, hin, dtype)
     # Local derivatives for all steps at once: d pre-activation = (dc or dh) * local[k].
     local = torch.addcmul(gates_all, gates_all, gates_all, value=-1.0)  # s (1 - s) for the sigmoid gates
@@ -632,32 +635,39 @@ def _lstm_backward_torch(dh, dc, d_ys, o_dtc, local, gates_all, d_gates, times_w
     return dh, dc
 
 
-def _lstm_backward_triton(dh, dc, d_ys, gates_all, c_all, tc_all, d_gates, times_w, gal, sem, moon, per_step, relu):
-    """The same loop with each step's pointwise part, its local derivatives included, in one Triton kernel."""
+def _lstm_backward_kernels(kernels, dh, dc, d_ys, gates_all, c_all, tc_all, d_gates, times_w, gal, sem, moon, per_step,
+                           relu):
+    """The same loop with each step's pointwise part, its local derivatives included, in one kernel of
+    ``kernels`` (``triton_kernels`` or ``cpu_kernels``)."""
     # The kernels read flat memory: every tensor they touch must be contiguous (a gradient of
     # h_n.sum(), or of a permuted h_n, is not).
     d_ys, dh = d_ys.contiguous(), dh.contiguous()
     dc = dc.clone(memory_format=torch.contiguous_format)  # updated in place by the kernel
     gal_next = None  # the final state's gradient enters without a Gal factor
+    d_ys_k, gates_k, c_k, tc_k, d_gates_k = (t.unbind(0) for t in (d_ys, gates_all, c_all, tc_all, d_gates))
     for k in range(d_ys.shape[0] - 1, -1, -1):
-        triton_kernels.lstm_backward_step(dh, gal_next, d_ys[k], dc, gates_all[k], c_all[k], tc_all[k],
-                                          _at(sem, k, per_step), _at(moon, k, per_step), d_gates[k], dc, relu)
-        dh = times_w(d_gates[k])
+        kernels.lstm_backward_step(dh, gal_next, d_ys_k[k], dc, gates_k[k], c_k[k], tc_k[k], _at(sem, k, per_step),
+                                   _at(moon, k, per_step), d_gates_k[k], dc, relu)
+        dh = times_w(d_gates_k[k])
         gal_next = _at(gal, k, per_step)
     return scaled(dh, gal_next), dc
 
 
+# The kernels of a step's pointwise part, by the name a layer's route gives them (``route.Route``).
+STEP_KERNELS = {"triton": triton_kernels, "cpp": cpu_kernels}
+
+
 def lstm_sequence(gx: Tensor, h0: Tensor, c0: Tensor, w_hh: Tensor, factors: StepFactors,
-                  nonlinearity: str, reverse: bool, cells: bool = False, triton: bool = False):
+                  nonlinearity: str, reverse: bool, cells: bool = False, kernels: Optional[str] = None):
     """The LSTM over all steps of ``gx = W_ih x + b_ih + b_hh`` ``(T, B, 4H)``: outputs ``(T, B, H)`` and (h_T, c_T),
-    and with ``cells`` the cell state c_t of every step ``(T, B, H)`` too; with ``triton`` (the layer's
-    ``route``: not ``cells``, ``triton_kernels.usable``) each step's pointwise part in one kernel; under
-    autocast its products in autocast's dtype (``product_dtype``).
+    and with ``cells`` the cell state c_t of every step ``(T, B, H)`` too; with ``kernels`` ("triton" or "cpp",
+    the layer's ``route``: not with ``cells``) each step's pointwise part in one kernel of ``STEP_KERNELS``;
+    under autocast its products in autocast's dtype (``product_dtype``).
 
     Computes what the reference loop over ``recdrop.cells.lstm_step`` computes."""
     ys, h, c, cs = _LSTMSequence.apply(gx, h0, c0, w_hh, factors.gal, factors.semeniuta, factors.moon,
-                                       factors.per_step, nonlinearity == "relu", reverse, cells, triton,
-                                       product_dtype(h0))
+                                       factors.per_step, nonlinearity == "relu", reverse, cells,
+                                       STEP_KERNELS[kernels] if kernels else None, product_dtype(h0))
     return (ys, (h, c), cs) if cells else (ys, (h, c))
 
 

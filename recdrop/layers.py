@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
-from . import graphs, route, triton_kernels
+from . import cpu_kernels, graphs, route, triton_kernels
 from .cells import (ACTIVATIONS, CELL_SCHEMES, NONLINEARITY, check_activation, gru_step, lstm_step, rnn_step, states_of,
                     without_generator)
 from .fused import gru_sequence, linear, lstm_sequence, plain_ops_needed, rnn_sequence, transformed
@@ -54,6 +54,7 @@ class RecurrentLayer(DropoutSettings, nn.RNNBase):
     torch_kernels = True  # where no recurrent dropout acts, torch.nn's forward; False: recdrop's own there too
     generator: Optional[torch.Generator] = None  # draws the masks; None: torch's global one (a run's own in a group)
     has_triton = True  # whether its fused sequence has Triton kernels for its pointwise parts
+    has_cpu_kernels = False  # whether it has C++ kernels for them (``recdrop.cpu_kernels``)
     last_route: Optional[Route] = None  # the path of its last call (``route``), which the trainer records
     nonlinearity = NONLINEARITY
 
@@ -119,8 +120,9 @@ class RecurrentLayer(DropoutSettings, nn.RNNBase):
         (``layer_weights``; a group's stacked ``(R, ...)``) and ``state``, recdrop's fused sequence where it can
         run (not under ``plain_ops_needed``, nor with a projection or ``fused = False``; under autocast too,
         its products in autocast's dtype), with Triton for an LSTM or GRU, one run's or a group's (not where
-        every step's cell state is wanted, ``cells``) where ``triton_kernels.usable``, and its loops as CUDA
-        graphs where ``graphs.loop_graphed``; else the reference loop. Without ``weights``, None where
+        every step's cell state is wanted, ``cells``) where ``triton_kernels.usable``, else with C++ for an
+        LSTM (not with ``cells`` either) where ``cpu_kernels.usable``, and its loops as CUDA graphs where
+        ``graphs.loop_graphed``; else the reference loop. Without ``weights``, None where
         recdrop's own code runs (each direction's route is chosen with its weights)."""
         if not own and self._torch_computes_it(x):
             return Route("torch.nn")
@@ -130,10 +132,12 @@ class RecurrentLayer(DropoutSettings, nn.RNNBase):
         runs = w_hh.shape[0] if w_hh.dim() == 3 else 1
         if not self.fused or w_hr is not None or plain_ops_needed(x, w_ih, w_hh, b_ih, b_hh, *state):
             return Route("loop", runs=runs)
-        triton = self.has_triton and not (cells and self.n_states == 2) and triton_kernels.usable(x)
+        kept_cells = cells and self.n_states == 2  # the kernels keep no c_t of every step
+        triton = self.has_triton and not kept_cells and triton_kernels.usable(x)
+        cpp = self.has_cpu_kernels and not triton and not kept_cells and cpu_kernels.usable(x)
         batch = x.shape[-2] if x.dim() > 1 else 1  # an unbatched or malformed input is checked after the route
         work = runs * batch * self.hidden_size * w_hh.shape[-2]  # a step's product (``graphs.step_work``)
-        return Route("fused", triton, graphs.loop_graphed((x,), work), runs)
+        return Route("fused", triton, graphs.loop_graphed((x,), work), runs, cpp)
 
     def extra_repr(self) -> str:
         s = f"{self.input_size}, {self.hidden_size}"
@@ -337,7 +341,7 @@ class RecurrentLayer(DropoutSettings, nn.RNNBase):
         w_ih, w_hh, b_ih, b_hh, w_hr = weights
         route = self.last_route = self.route(x, weights, state, own=True, cells=cells)
         if route.kernels == "fused":
-            out = self._sequence(x, state, w_ih, w_hh, b_ih, b_hh, factors, backwards, cells, route.triton)
+            out = self._sequence(x, state, w_ih, w_hh, b_ih, b_hh, factors, backwards, cells, route.step_kernels)
             return out if not cells else out if len(out) == 3 else (*out, None)
         gx = F.linear(x, w_ih, b_ih) if w_ih.dim() == 2 else linear(x, w_ih, b_ih)  # (T, B, G*H): one matmul
         steps = x.shape[0]
@@ -360,9 +364,10 @@ class RecurrentLayer(DropoutSettings, nn.RNNBase):
 
     def _sequence(self, x: Tensor, state: Tuple[Tensor, ...], w_ih: Tensor, w_hh: Tensor, b_ih: Optional[Tensor],
                   b_hh: Optional[Tensor], factors: StepFactors, reverse: bool, cells: bool = False,
-                  triton: bool = False):
-        """The fast path: the whole direction through ``recdrop.fused`` (its pointwise parts in Triton where
-        ``triton``: ``route``); outputs and final state (and with ``cells``, the LSTM's cell state of every step)."""
+                  kernels: Optional[str] = None):
+        """The fast path: the whole direction through ``recdrop.fused`` (its pointwise parts in the ``kernels``
+        of ``route``, "triton" or "cpp"); outputs and final state (and with ``cells``, the LSTM's cell state of
+        every step)."""
         raise NotImplementedError
 
     # -- input checks -----------------------------------------------------------------------------
@@ -469,13 +474,14 @@ class LSTM(RecurrentLayer, nn.LSTM):
 
     kind = "LSTM"
     n_states = 2
+    has_cpu_kernels = True
 
     def _step(self, gx, state, w_hh, b_hh, factors):
         return lstm_step(gx, *state, w_hh, b_hh, *factors, ACTIVATIONS[self.nonlinearity])
 
-    def _sequence(self, x, state, w_ih, w_hh, b_ih, b_hh, factors, reverse, cells=False, triton=False):
+    def _sequence(self, x, state, w_ih, w_hh, b_ih, b_hh, factors, reverse, cells=False, kernels=None):
         gx = _input_projection_with_both_biases(x, w_ih, b_ih, b_hh)
-        return lstm_sequence(gx, *state, w_hh, factors, self.nonlinearity, reverse, cells, triton)
+        return lstm_sequence(gx, *state, w_hh, factors, self.nonlinearity, reverse, cells, kernels)
 
 
 class GRU(RecurrentLayer, nn.GRU):
@@ -500,9 +506,10 @@ class GRU(RecurrentLayer, nn.GRU):
     def _step(self, gx, state, w_hh, b_hh, factors):
         return (gru_step(gx, *state, w_hh, b_hh, *factors, ACTIVATIONS[self.nonlinearity]),)
 
-    def _sequence(self, x, state, w_ih, w_hh, b_ih, b_hh, factors, reverse, cells=False, triton=False):
+    def _sequence(self, x, state, w_ih, w_hh, b_ih, b_hh, factors, reverse, cells=False, kernels=None):
         # b_hn sits inside r * (W_hn h + b_hn): b_hh stays with the recurrence
-        return gru_sequence(linear(x, w_ih, b_ih), *state, w_hh, b_hh, factors, self.nonlinearity, reverse, triton)
+        return gru_sequence(linear(x, w_ih, b_ih), *state, w_hh, b_hh, factors, self.nonlinearity, reverse,
+                            kernels == "triton")
 
 
 class RNN(RecurrentLayer, nn.RNN):
@@ -528,7 +535,7 @@ class RNN(RecurrentLayer, nn.RNN):
     def _step(self, gx, state, w_hh, b_hh, factors):
         return (rnn_step(gx, *state, w_hh, b_hh, *factors, ACTIVATIONS[self.nonlinearity]),)
 
-    def _sequence(self, x, state, w_ih, w_hh, b_ih, b_hh, factors, reverse, cells=False, triton=False):
+    def _sequence(self, x, state, w_ih, w_hh, b_ih, b_hh, factors, reverse, cells=False, kernels=None):
         gx = _input_projection_with_both_biases(x, w_ih, b_ih, b_hh)
         return rnn_sequence(gx, *state, w_hh, factors, self.nonlinearity, reverse)
 

@@ -10,7 +10,8 @@ that chooses, at each call):
   ``proj_size``; with ``module.fused = False``);
 - ``fused``: ``recdrop.fused``'s sequence Functions (under autocast too, with their products in its
   dtype), on a GPU with each step's pointwise part in one Triton kernel (``triton``) and each loop
-  captured as a CUDA graph (``graphs``) where they can run.
+  captured as a CUDA graph (``graphs``) where they can run, on a CPU with an LSTM step's pointwise part
+  in one C++ kernel (``cpp``, ``recdrop.cpu_kernels``) where it is built.
 
 Above the layer, a group of runs computes as one stacked model where ``stacks`` says so (``layers.run_group``,
 ``recdrop.stacked``), and its whole training step may be one CUDA graph
@@ -26,8 +27,8 @@ from typing import Dict
 import torch
 
 # The switches, each on unless set to "0": every CUDA graph (the loops' and a whole step's), the whole
-# step's graph alone, and the Triton kernels.
-SWITCHES = ("RECDROP_CUDA_GRAPHS", "RECDROP_STEP_GRAPH", "RECDROP_TRITON")
+# step's graph alone, the Triton kernels and the C++ kernels of the CPU.
+SWITCHES = ("RECDROP_CUDA_GRAPHS", "RECDROP_STEP_GRAPH", "RECDROP_TRITON", "RECDROP_CPU_KERNELS")
 
 
 def switched_on(name: str) -> bool:
@@ -73,13 +74,20 @@ def stacks(device) -> bool:
 @dataclasses.dataclass(frozen=True)
 class Route:
     """The path of one call: ``kernels`` ("torch.nn", "loop" or "fused"), on the fused path whether its
-    pointwise parts run in Triton and its loops as CUDA graphs, and how many runs' weights it stacks."""
+    pointwise parts run in Triton or C++ (``cpp``) and its loops as CUDA graphs, and how many runs' weights
+    it stacks."""
 
     kernels: str
     triton: bool = False
     graphs: bool = False
     runs: int = 1  # a group's runs stacked on a leading dimension (``recdrop.stacked``, ``layers.run_group``)
+    cpp: bool = False
+
+    @property
+    def step_kernels(self):
+        """The name of the kernels of a step's pointwise part ("triton", "cpp"; ``fused.STEP_KERNELS``), or None."""
+        return "triton" if self.triton else "cpp" if self.cpp else None
 
     def __str__(self) -> str:
-        path = "+".join([self.kernels] + ["triton"] * self.triton + ["graphs"] * self.graphs)
+        path = "+".join([self.kernels] + ["triton"] * self.triton + ["cpp"] * self.cpp + ["graphs"] * self.graphs)
         return path + (f", {self.runs} runs stacked" if self.runs > 1 else "")

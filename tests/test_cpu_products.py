@@ -6,7 +6,7 @@ import itertools
 import pytest
 import torch
 
-from recdrop import cpu_products, fused, store
+from recdrop import cpu_kernels, cpu_products, fused, store
 from recdrop.layers import LSTM
 from recdrop.train import layer_paths
 
@@ -144,8 +144,9 @@ def test_a_record_path_names_the_libraries_of_a_cpu_run(monkeypatch):
     monkeypatch.setenv("RECDROP_CPU_PRODUCTS", "mkl")
     lstm = LSTM(32, 32, recurrent_dropout=0.25)
     assert layer_paths(lstm) is None  # nothing ran yet
-    lstm(torch.randn(5, 3, 32))
-    assert layer_paths(lstm) == "fused; CPU products: mkl"
+    x = torch.randn(5, 3, 32)
+    lstm(x)
+    assert layer_paths(lstm) == f"fused{'+cpp' if cpu_kernels.usable(x) else ''}; CPU products: mkl"
 
 
 @needs_onednn

@@ -9,8 +9,8 @@ import recdrop
 ROOT = Path(recdrop.__file__).parent
 # From the bottom; a module may import its own layer's and those below.
 LAYERS = [
-    {"paths", "masks", "cells", "cpu_products", "fused", "triton_kernels", "graphs", "layers", "memory", "models",
-     "optim", "paper", "route", "stacked", "step_graph", "updates"},
+    {"paths", "masks", "cells", "cpu_products", "cpu_kernels", "fused", "triton_kernels", "graphs", "layers", "memory",
+     "models", "optim", "paper", "route", "stacked", "step_graph", "updates"},
     {"config", "records", "store", "estimates", "progress", "train", "report", "perf", "figure1", "demo",
      "data"},  # data: its checksums and writes
     {"experiments"},

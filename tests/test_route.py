@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import recdrop
-from recdrop import graphs, layers, route, step_graph, triton_kernels
+from recdrop import cpu_kernels, graphs, layers, route, step_graph, triton_kernels
 from recdrop.data import data_root
 from recdrop.route import Route
 from recdrop.store import RunStore, environment
@@ -17,7 +17,8 @@ def test_a_call_runs_torch_nn_where_no_dropout_acts_else_the_fused_sequence_else
     assert plain.last_route == Route("torch.nn") and str(plain.last_route) == "torch.nn"
     dropped = recdrop.LSTM(3, 4, recurrent_dropout=0.25).train()
     dropped(x)
-    assert dropped.last_route == Route("fused")  # on a CPU: no Triton, no CUDA graphs
+    # on a CPU: no Triton, no CUDA graphs; the LSTM's C++ kernels where they are built
+    assert dropped.last_route == Route("fused", cpp=cpu_kernels.usable(x))
     dropped.eval()  # inverted scaling: nothing acts at test, torch.nn's forward
     dropped(x)
     assert dropped.last_route.kernels == "torch.nn"
@@ -41,8 +42,10 @@ def test_a_call_runs_torch_nn_where_no_dropout_acts_else_the_fused_sequence_else
 def test_a_groups_route_names_its_stacked_runs_and_each_member_ran_it(monkeypatch):
     monkeypatch.setenv("RECDROP_STACK_ON_CPU", "1")
     members = [recdrop.LSTM(3, 4, recurrent_dropout=p).train() for p in (0.0, 0.25, 0.5)]
-    layers.run_group(members, torch.randn(5, 3, 2, 3), (torch.zeros(3, 2, 4),) * 2)
-    assert {str(m.last_route) for m in members} == {"fused, 3 runs stacked"}
+    x = torch.randn(5, 3, 2, 3)
+    layers.run_group(members, x, (torch.zeros(3, 2, 4),) * 2)
+    path = "fused+cpp" if cpu_kernels.usable(x) else "fused"  # the CPU's kernels, where they are built
+    assert {str(m.last_route) for m in members} == {f"{path}, 3 runs stacked"}
 
 
 def test_triton_and_graphs_enter_a_route_only_where_they_run(monkeypatch):
@@ -104,6 +107,7 @@ def test_each_record_and_each_stretch_names_the_path_its_training_took(tmp_path,
         train_group(WordLMTask, runs, store=RunStore(tmp_path / "g"), progress=False,
                     callback=stop_after_the_first_epoch)
     group = train_group(WordLMTask, runs, store=RunStore(tmp_path / "g"), progress=False)
+    path = f"fused{'+cpp' if cpu_kernels.usable(torch.zeros(1)) else ''}, 2 runs stacked; CPU products: mkl"
     for record in group:
-        assert record.path == "fused, 2 runs stacked; CPU products: mkl"
-        assert [s["path"] for s in record.segments] == ["fused, 2 runs stacked; CPU products: mkl"] * 2
+        assert record.path == path
+        assert [s["path"] for s in record.segments] == [path] * 2

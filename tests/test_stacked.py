@@ -139,6 +139,7 @@ def test_a_groups_step_dispatches_about_the_same_ops_for_26_runs_as_for_2(monkey
     from recdrop.experiments.word_lm import WordLMTask, grid
 
     monkeypatch.setenv("RECDROP_STACK_ON_CPU", "1")
+    monkeypatch.setenv("RECDROP_CPU_KERNELS", "0")  # a GPU's torch ops, not the CPU's C++ kernels
     monkeypatch.setattr("recdrop.fused.DECODER_CHUNK", 2**40)
     cells = [c for _, c in grid("ci")]
     first = [cells[0].replace(recurrent_dropout=0.25, scheme="gal+semeniuta", input_dropout=0.2, output_dropout=0.5),

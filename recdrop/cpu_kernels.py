@@ -1,0 +1,119 @@
+"""C++ kernels for the fused LSTM's pointwise work on a CPU: one call per step forward, one backward.
+
+The CPU's counterpart of :mod:`recdrop.triton_kernels`, with the same calls and equations: forward the
+gate activations, Semeniuta's d(g_t) (Eq. 9), c_t with Moon's d(.) (Eq. 8), act(c_t) and h_t (Eq. 6);
+backward the step's pre-activation gradients, with Gal's d(.) (Eq. 7) on the incoming dh. Each is one
+pass over the step's memory, vectorised with ATen's ``at::vec`` (the exp and tanh that ATen's own CPU
+kernels use) and its rows split over torch's intra-op threads, where the torch path runs about nine ops
+a step, each a pass and a dispatch of its own. The products stay with oneDNN or MKL
+(``cpu_products``).
+
+The source (``csrc/cpu_kernels.cpp``) is compiled on first use by ``torch.utils.cpp_extension.load``
+for the vector instructions ATen's kernels use on this CPU (``torch.backends.cpu.get_cpu_capability``),
+and kept in torch's extension cache (``TORCH_EXTENSIONS_DIR``) for every later process. Where it cannot
+be built (no C++ compiler or no ninja) the fused path keeps its torch ops, said once.
+``RECDROP_CPU_KERNELS=0`` turns the kernels off.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+import threading
+from pathlib import Path
+from types import ModuleType
+from typing import Optional, Tuple
+
+import torch
+from torch import Tensor
+from torch.utils import cpp_extension
+
+from . import route
+
+SOURCE = Path(__file__).with_name("csrc") / "cpu_kernels.cpp"
+
+# The compiler flags of ATen's own vectorised kernels for each capability (as Inductor builds its CPU kernels).
+ISA_FLAGS = {"AVX512": ("-mavx512f", "-mavx512dq", "-mavx512vl", "-mavx512bw", "-mfma"),
+             "AVX2": ("-mavx2", "-mfma", "-mf16c")}
+
+_log = logging.getLogger(__name__)
+_lock = threading.Lock()
+_built: dict = {}  # capability -> the compiled module, or None where it could not be built
+
+
+def _flags(capability: str) -> Tuple[str, ...]:
+    """The compiler flags of the kernels for ``capability``: ATen's vector instructions and its macro
+    (``at::vec`` selects its implementation by it), OpenMP for ``at::parallel_for``."""
+    isa = ISA_FLAGS.get(capability, ())
+    return ("-O3", "-fopenmp", *isa, *((f"-DCPU_CAPABILITY_{capability}",) if isa else ()))
+
+
+@contextlib.contextmanager
+def _scripts_on_path():
+    """PATH with this Python's scripts folder first while the kernels build: the ninja that pip installed
+    beside this Python (a virtual environment's, used without activating it) is found there."""
+    before = os.environ.get("PATH", "")
+    os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), before])
+    try:
+        yield
+    finally:
+        os.environ["PATH"] = before
+
+
+def compiled() -> Optional[ModuleType]:
+    """The compiled kernels for this CPU, built on the first call of the process (or read from torch's
+    extension cache); None where they cannot be built."""
+    capability = torch.backends.cpu.get_cpu_capability()
+    with _lock:
+        if capability not in _built:
+            try:
+                with _scripts_on_path():
+                    _built[capability] = cpp_extension.load(f"recdrop_cpu_kernels_{capability.lower()}",
+                                                            [str(SOURCE)], extra_cflags=list(_flags(capability)))
+            except Exception as e:  # no compiler, no ninja, a failed build: the torch path runs
+                _log.warning("recdrop: its CPU kernels could not be built (%s: %s); the LSTM's fused path "
+                             "runs its torch ops instead", type(e).__name__, (str(e).strip().splitlines() or [""])[-1])
+                _built[capability] = None
+        return _built[capability]
+
+
+def usable(x: Tensor) -> bool:
+    """Whether the kernels run for ``x``: not switched off (``RECDROP_CPU_KERNELS``), a float32 or float64
+    CPU tensor, outside autocast (whose products come in its dtype), and the kernels built."""
+    return (route.switched_on("RECDROP_CPU_KERNELS") and x.device.type == "cpu"
+            and x.dtype in (torch.float32, torch.float64) and not torch.is_autocast_enabled("cpu")
+            and compiled() is not None)
+
+
+def _factor(f, like: Tensor) -> Tuple[Optional[Tensor], Optional[float]]:
+    """(mask, number) of a factor of d(.) that is None, a number or a tensor of ``like``'s shape (or one that
+    broadcasts to it: a group's constants at test, ``(R, 1, 1)``)."""
+    if f is None:
+        return None, None
+    if isinstance(f, Tensor):
+        return (f if f.shape == like.shape else f.expand_as(like)).contiguous(), None
+    return None, float(f)
+
+
+def lstm_forward_step(gates: Tensor, c_prev: Tensor, sem, moon, gsem_out: Optional[Tensor], c_out: Tensor,
+                      tc_out: Tensor, h_out: Tensor, relu: bool, addend: Optional[Tensor] = None,
+                      gates_out: Optional[Tensor] = None, h_low_out: Optional[Tensor] = None) -> None:
+    """``triton_kernels.lstm_forward_step`` on a CPU: from the pre-activations ``gates`` ([R,] B, 4H) (plus
+    ``addend``, gx, whose runs may lie apart), i, f, g, o to ``gates_out`` (default: over ``gates``); d(g_t),
+    c_t, act(c_t) and h_t to the ``*_out`` buffers (``gsem_out`` may be None). No ``h_low_out``: the
+    kernels do not run under autocast."""
+    if h_low_out is not None:
+        raise ValueError("recdrop.cpu_kernels computes in the state's dtype: no h_low_out")
+    compiled().lstm_forward_step(gates, addend, gates if gates_out is None else gates_out, c_prev,
+                                 *_factor(sem, c_prev), *_factor(moon, c_prev), gsem_out, c_out, tc_out, h_out, relu)
+
+
+def lstm_backward_step(dh_in: Tensor, gal_next, d_y: Tensor, dc_in: Tensor, gates: Tensor, c_prev: Tensor,
+                       tc: Tensor, sem, moon, d_gates: Tensor, dc_out: Tensor, relu: bool) -> None:
+    """``triton_kernels.lstm_backward_step`` on a CPU: from the dh arriving at h_t before the next step's Gal
+    factor ``gal_next``, the output's ``d_y`` and the carried ``dc``, and the forward's i, f, g, o (``gates``),
+    c_{t-1} and act(c_t) (``tc``), this step's pre-activation gradients ``d_gates`` ([R,] B, 4H; its runs may
+    lie apart) and dc_{t-1} (``dc_out`` may be ``dc_in``)."""
+    compiled().lstm_backward_step(dh_in.contiguous(), *_factor(gal_next, dc_in), d_y.contiguous(), dc_in, gates,
+                                  c_prev, tc, *_factor(sem, dc_in), *_factor(moon, dc_in), d_gates, dc_out, relu)

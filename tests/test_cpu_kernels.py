@@ -1,0 +1,153 @@
+"""The C++ kernels of the CPU's fused LSTM (recdrop.cpu_kernels) equal the torch ops they replace."""
+import logging
+
+import pytest
+import torch
+
+import recdrop
+from recdrop import cpu_kernels, layers
+
+pytestmark = pytest.mark.skipif(cpu_kernels.compiled() is None, reason="no C++ compiler to build the kernels")
+
+
+def _both_ways(monkeypatch, run):
+    """``run()`` (its tensors: outputs and gradients) with the kernels and without, and the routes taken."""
+    results, routes = [], []
+    for use in ("1", "0"):
+        monkeypatch.setenv("RECDROP_CPU_KERNELS", use)
+        out, route = run()
+        results.append(out)
+        routes.append(route)
+    return results, routes
+
+
+def _assert_close(results, tol):
+    for a, b in zip(*results):
+        torch.testing.assert_close(a, b, rtol=tol, atol=tol)
+
+
+# Every scheme and sampling in training with the paper's scaling, plus test mode (the constant factors),
+# inverted scaling, relu and a reverse direction on some of them.
+SETTINGS = [(scheme, sampling, "paper", True, "tanh", False)
+            for scheme, sampling in [("semeniuta", "per-step"), ("semeniuta", "per-sequence"), ("gal", "per-step"),
+                                     ("moon", "per-step"), ("moon", "per-sequence"), ("gal+semeniuta", "per-step")]] + [
+    ("semeniuta", "per-step", "paper", False, "tanh", False),
+    ("gal+semeniuta", "per-step", "paper", False, "tanh", True),
+    ("moon", "per-sequence", "paper", False, "tanh", False),
+    ("moon", "per-step", "inverted", True, "tanh", False),
+    ("gal+semeniuta", "per-step", "inverted", True, "tanh", False),
+    ("semeniuta", "per-sequence", "paper", True, "relu", True),
+    ("gal", "per-step", "paper", True, "relu", True)]
+
+
+@pytest.mark.parametrize("scheme,sampling,scaling,training,nonlinearity,bidirectional", SETTINGS)
+def test_the_kernels_equal_the_torch_path_in_float64(scheme, sampling, scaling, training, nonlinearity, bidirectional,
+                                                     monkeypatch):
+    torch.manual_seed(0)
+    # 19 units: a vector's width and a remainder, whatever the CPU's width
+    m = recdrop.LSTM(5, 19, recurrent_dropout=0.3, scheme=scheme, sampling=sampling, scaling=scaling,
+                     nonlinearity=nonlinearity, bidirectional=bidirectional).double().train(training)
+    x = torch.randn(6, 3, 5, dtype=torch.float64)
+    h0 = torch.randn(2 if bidirectional else 1, 3, 19, dtype=torch.float64)
+    c0 = torch.randn_like(h0)
+    masks = m.draw_masks(6, 3) if training else None
+
+    def run():
+        m.zero_grad()
+        leaves = [t.clone().requires_grad_() for t in (x, h0, c0)]
+        y, (h, c) = m(leaves[0], tuple(leaves[1:]), masks=masks)
+        (y.sum() + (h * 1.5).sum() + (c * 0.5).sum()).backward()
+        return [y, h, c] + [t.grad for t in leaves] + [p.grad.clone() for p in m.parameters()], m.last_route
+    results, routes = _both_ways(monkeypatch, run)
+    assert [r.cpp for r in routes] == [True, False]
+    _assert_close(results, 1e-10)
+
+
+@pytest.mark.parametrize("batch,hidden", [(1, 3), (32, 64), (7, 100)])
+def test_the_kernels_equal_the_torch_path_in_float32_over_many_threads(batch, hidden, monkeypatch):
+    torch.manual_seed(0)
+    m = recdrop.LSTM(8, hidden, recurrent_dropout=0.25, scheme="gal+semeniuta").train()
+    x = torch.randn(9, batch, 8, requires_grad=True)
+    masks = m.draw_masks(9, batch)
+    monkeypatch.setattr(torch, "get_num_threads", torch.get_num_threads)  # restored after the test
+    torch.set_num_threads(2)  # rows split over two threads where the state is large enough
+
+    def run():
+        m.zero_grad()
+        x.grad = None
+        y, _ = m(x, masks=masks)
+        (y * torch.linspace(-1, 1, y.shape[-1])).sum().backward()
+        return [y, x.grad.clone()] + [p.grad.clone() for p in m.parameters()], m.last_route
+    try:
+        results, routes = _both_ways(monkeypatch, run)
+    finally:
+        torch.set_num_threads(1)
+    assert routes[0].cpp and not routes[1].cpp
+    _assert_close(results, 1e-5)
+
+
+def test_a_groups_stacked_runs_through_the_kernels_equal_them_without(monkeypatch):
+    """A group's gx and gate gradients keep their runs apart (run-major): the kernels read and write
+    each run's rows where they lie."""
+    monkeypatch.setenv("RECDROP_STACK_ON_CPU", "1")
+    torch.manual_seed(0)
+    ms = [recdrop.LSTM(4, 6, recurrent_dropout=p, scheme=s).double().train()
+          for p, s in ((0.25, "semeniuta"), (0.5, "gal"), (0.3, "moon"))]
+    for r, m in enumerate(ms):
+        m.generator = torch.Generator().manual_seed(r)
+    x = torch.randn(5, 3, 2, 4, dtype=torch.float64)
+    state = (torch.randn(3, 2, 6, dtype=torch.float64), torch.randn(3, 2, 6, dtype=torch.float64))
+
+    def run():
+        for r, m in enumerate(ms):
+            m.zero_grad()
+            m.generator.manual_seed(r)
+        leaves = [t.clone().requires_grad_() for t in (x, *state)]
+        y, (h, c) = layers.run_group(ms, leaves[0], tuple(leaves[1:]))
+        (y.sum() + h.sum() + (c * 2).sum()).backward()
+        return [y, h, c] + [t.grad for t in leaves] + [p.grad.clone() for m in ms for p in m.parameters()], \
+            ms[0].last_route
+    results, routes = _both_ways(monkeypatch, run)
+    assert [(r.cpp, r.runs) for r in routes] == [(True, 3), (False, 3)]
+    _assert_close(results, 1e-10)
+
+
+def test_the_kernels_run_only_where_they_can(monkeypatch):
+    x = torch.zeros(2, 3)
+    assert cpu_kernels.usable(x) and cpu_kernels.usable(x.double())  # so that each refusal below is its cause's
+    assert not cpu_kernels.usable(x.half()) and not cpu_kernels.usable(x.bfloat16())
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert not cpu_kernels.usable(x)  # autocast's products come in bfloat16
+    lstm, gru = recdrop.LSTM(3, 4, recurrent_dropout=0.25).train(), recdrop.GRU(3, 4, recurrent_dropout=0.25).train()
+    xs = torch.randn(5, 2, 3)
+    assert lstm.route(xs, lstm.layer_weights(0, False)).cpp
+    assert not lstm.route(xs, lstm.layer_weights(0, False), cells=True).cpp  # the kernels keep no c_t
+    assert not gru.route(xs, gru.layer_weights(0, False)).cpp  # it has no C++ kernels
+    monkeypatch.setenv("RECDROP_CPU_KERNELS", "0")
+    assert not cpu_kernels.usable(x)
+    assert str(lstm.route(xs, lstm.layer_weights(0, False))) == "fused"
+
+
+def test_where_the_kernels_cannot_be_built_the_torch_path_runs_and_says_so_once(monkeypatch, caplog):
+    def no_compiler(*args, **kwargs):
+        raise RuntimeError("Error building extension\nc++: command not found")
+    monkeypatch.setattr(cpu_kernels, "_built", {})
+    monkeypatch.setattr(torch.utils.cpp_extension, "load", no_compiler)
+    m = recdrop.LSTM(3, 4, recurrent_dropout=0.25).train()
+    with caplog.at_level(logging.WARNING, logger="recdrop.cpu_kernels"):
+        for _ in range(2):
+            y, _ = m(torch.randn(5, 2, 3))
+            y.sum().backward()
+    assert str(m.last_route) == "fused"
+    assert [r.getMessage() for r in caplog.records] == [
+        "recdrop: its CPU kernels could not be built (RuntimeError: c++: command not found); the LSTM's fused path "
+        "runs its torch ops instead"]
+
+
+def test_a_strided_buffer_is_refused_with_a_clear_error():
+    c = torch.zeros(2, 4)
+    gates = torch.zeros(2, 16)
+    with pytest.raises(RuntimeError, match="must be a contiguous CPU tensor of the state's dtype"):
+        cpu_kernels.lstm_forward_step(gates, c, None, None, None, torch.zeros(4, 2).t(), c.clone(), c.clone(), False)
+    with pytest.raises(RuntimeError, match="must be a contiguous CPU tensor of the state's dtype"):
+        cpu_kernels.lstm_forward_step(gates, c, None, None, None, c.double(), c.clone(), c.clone(), False)
