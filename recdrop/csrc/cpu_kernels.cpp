@@ -20,9 +20,12 @@ inline Vectorized<T> sigmoid(const Vectorized<T>& x) {
   return one / (one + x.neg().exp());
 }
 
+// tanh(x) = 2 sigmoid(2x) - 1, as the torch path computes g: one exp instead of Sleef's tanh, about
+// twice the cost.
 template <typename T>
 inline Vectorized<T> activation(const Vectorized<T>& x, bool relu) {
-  return relu ? at::vec::maximum(x, Vectorized<T>(T(0))) : x.tanh();
+  const Vectorized<T> zero(T(0)), one(T(1)), two(T(2));
+  return relu ? at::vec::maximum(x, zero) : two * sigmoid(two * x) - one;
 }
 
 template <typename T>
