@@ -580,7 +580,7 @@ def _lstm_backward(d_ys, d_hn, d_cn, d_cs, w_hh, h0, gates_all, c_all, tc_all, y
     hin = hin_all if hin_all is not None else torch.cat([h0.unsqueeze(0), ys[:-1]])
     if kernels is not None:  # the kernel computes each step's local derivatives
         dh, dc = _lstm_backward_kernels(kernels, dh, dc, d_ys, gates_all, c_all, tc_all, d_gates, times_w, gal, sem,
-                                        moon, per_step, relu)
+                                        moon, per_step, relu, d_cs)
         return (d_gates.flip(0) if reverse else d_gates), dh.to(h0.dtype), dc, _weight_grad(d_gates, hin, dtype)
     # Local derivatives for all steps at once: d pre-activation = (dc or dh) * local[k].
     local = torch.addcmul(gates_all, gates_all, gates_all, value=-1.0)  # s (1 - s) for the sigmoid gates
@@ -636,16 +636,20 @@ def _lstm_backward_torch(dh, dc, d_ys, o_dtc, local, gates_all, d_gates, times_w
 
 
 def _lstm_backward_kernels(kernels, dh, dc, d_ys, gates_all, c_all, tc_all, d_gates, times_w, gal, sem, moon, per_step,
-                           relu):
+                           relu, d_cs=None):
     """The same loop with each step's pointwise part, its local derivatives included, in one kernel of
-    ``kernels`` (``triton_kernels`` or ``cpu_kernels``)."""
+    ``kernels`` (``triton_kernels`` or ``cpu_kernels``); ``d_cs``, where given, the gradient of every step's
+    c_t, added to the carried dc before its step."""
     # The kernels read flat memory: every tensor they touch must be contiguous (a gradient of
     # h_n.sum(), or of a permuted h_n, is not).
     d_ys, dh = d_ys.contiguous(), dh.contiguous()
     dc = dc.clone(memory_format=torch.contiguous_format)  # updated in place by the kernel
     gal_next = None  # the final state's gradient enters without a Gal factor
     d_ys_k, gates_k, c_k, tc_k, d_gates_k = (t.unbind(0) for t in (d_ys, gates_all, c_all, tc_all, d_gates))
+    d_cs_k = _steps_of(d_cs, d_ys.shape[0])
     for k in range(d_ys.shape[0] - 1, -1, -1):
+        if d_cs_k[k] is not None:
+            dc.add_(d_cs_k[k])
         kernels.lstm_backward_step(dh, gal_next, d_ys_k[k], dc, gates_k[k], c_k[k], tc_k[k], _at(sem, k, per_step),
                                    _at(moon, k, per_step), d_gates_k[k], dc, relu)
         dh = times_w(d_gates_k[k])
@@ -661,7 +665,7 @@ def lstm_sequence(gx: Tensor, h0: Tensor, c0: Tensor, w_hh: Tensor, factors: Ste
                   nonlinearity: str, reverse: bool, cells: bool = False, kernels: Optional[str] = None):
     """The LSTM over all steps of ``gx = W_ih x + b_ih + b_hh`` ``(T, B, 4H)``: outputs ``(T, B, H)`` and (h_T, c_T),
     and with ``cells`` the cell state c_t of every step ``(T, B, H)`` too; with ``kernels`` ("triton" or "cpp",
-    the layer's ``route``: not with ``cells``) each step's pointwise part in one kernel of ``STEP_KERNELS``;
+    the layer's ``route``) each step's pointwise part in one kernel of ``STEP_KERNELS``;
     under autocast its products in autocast's dtype (``product_dtype``).
 
     Computes what the reference loop over ``recdrop.cells.lstm_step`` computes."""

@@ -113,16 +113,15 @@ class RecurrentLayer(DropoutSettings, nn.RNNBase):
                 and not torch.compiler.is_compiling() and not transformed(x))
 
     def route(self, x: Tensor, weights: Optional[Tuple[Optional[Tensor], ...]] = None,
-              state: Tuple[Tensor, ...] = (), own: bool = False, cells: bool = False) -> Optional[Route]:
+              state: Tuple[Tensor, ...] = (), own: bool = False) -> Optional[Route]:
         """The path a call over ``x`` runs (``recdrop.route``), chosen here and nowhere else:
         torch.nn's forward where it computes the call (``_torch_computes_it``; not where the caller runs
         recdrop's own code, ``own``: given masks, a group); else, for one direction's ``weights``
         (``layer_weights``; a group's stacked ``(R, ...)``) and ``state``, recdrop's fused sequence where it can
         run (not under ``plain_ops_needed``, nor with a projection or ``fused = False``; under autocast too,
-        its products in autocast's dtype), with Triton for an LSTM or GRU, one run's or a group's (not where
-        every step's cell state is wanted, ``cells``) where ``triton_kernels.usable``, else with C++ for an
-        LSTM (not with ``cells`` either) where ``cpu_kernels.usable``, and its loops as CUDA graphs where
-        ``graphs.loop_graphed``; else the reference loop. Without ``weights``, None where
+        its products in autocast's dtype), with Triton for an LSTM or GRU, one run's or a group's, where
+        ``triton_kernels.usable``, else with C++ for an LSTM where ``cpu_kernels.usable``, and its loops as
+        CUDA graphs where ``graphs.loop_graphed``; else the reference loop. Without ``weights``, None where
         recdrop's own code runs (each direction's route is chosen with its weights)."""
         if not own and self._torch_computes_it(x):
             return Route("torch.nn")
@@ -132,9 +131,8 @@ class RecurrentLayer(DropoutSettings, nn.RNNBase):
         runs = w_hh.shape[0] if w_hh.dim() == 3 else 1
         if not self.fused or w_hr is not None or plain_ops_needed(x, w_ih, w_hh, b_ih, b_hh, *state):
             return Route("loop", runs=runs)
-        kept_cells = cells and self.n_states == 2  # the kernels keep no c_t of every step
-        triton = self.has_triton and not kept_cells and triton_kernels.usable(x)
-        cpp = self.has_cpu_kernels and not triton and not kept_cells and cpu_kernels.usable(x)
+        triton = self.has_triton and triton_kernels.usable(x)
+        cpp = self.has_cpu_kernels and not triton and cpu_kernels.usable(x)
         batch = x.shape[-2] if x.dim() > 1 else 1  # an unbatched or malformed input is checked after the route
         work = runs * batch * self.hidden_size * w_hh.shape[-2]  # a step's product (``graphs.step_work``)
         return Route("fused", triton, graphs.loop_graphed((x,), work), runs, cpp)
@@ -339,7 +337,7 @@ class RecurrentLayer(DropoutSettings, nn.RNNBase):
         ``backwards``. The fast path where it can run, else the reference loop. Returns the outputs
         and the final state, and with ``cells`` the LSTM's cell state of every step (else None)."""
         w_ih, w_hh, b_ih, b_hh, w_hr = weights
-        route = self.last_route = self.route(x, weights, state, own=True, cells=cells)
+        route = self.last_route = self.route(x, weights, state, own=True)
         if route.kernels == "fused":
             out = self._sequence(x, state, w_ih, w_hh, b_ih, b_hh, factors, backwards, cells, route.step_kernels)
             return out if not cells else out if len(out) == 3 else (*out, None)

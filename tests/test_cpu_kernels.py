@@ -3,6 +3,7 @@ import logging
 
 import pytest
 import torch
+from torch.nn.utils.rnn import pack_sequence, pad_packed_sequence
 
 import recdrop
 from recdrop import cpu_kernels, layers
@@ -86,6 +87,27 @@ def test_the_kernels_equal_the_torch_path_in_float32_over_many_threads(batch, hi
     _assert_close(results, 1e-5)
 
 
+@pytest.mark.parametrize("scheme", ["semeniuta", "gal+semeniuta", "moon"])
+def test_a_packed_batch_through_the_kernels_equals_it_without(scheme, monkeypatch):
+    """A packed batch keeps every step's c_t (each sequence's final state is taken at its own end): its
+    gradient enters the backward at every step."""
+    torch.manual_seed(0)
+    m = recdrop.LSTM(3, 5, num_layers=2, bidirectional=True, recurrent_dropout=0.3, scheme=scheme).double().train()
+    seqs = [torch.randn(n, 3, dtype=torch.float64) for n in (4, 7, 1, 5)]
+    masks = m.draw_masks(7, 4, dtype=torch.float64)
+
+    def run():
+        m.zero_grad()
+        leaves = [s.clone().requires_grad_() for s in seqs]
+        out, (h, c) = m(pack_sequence(leaves, enforce_sorted=False), masks=masks)
+        padded, _ = pad_packed_sequence(out)
+        (padded.sum() + (h * 1.5).sum() + (c * c).sum()).backward()
+        return [padded, h, c] + [s.grad for s in leaves] + [p.grad.clone() for p in m.parameters()], m.last_route
+    results, routes = _both_ways(monkeypatch, run)
+    assert [r.cpp for r in routes] == [True, False]
+    _assert_close(results, 1e-10)
+
+
 def test_a_groups_stacked_runs_through_the_kernels_equal_them_without(monkeypatch):
     """A group's gx and gate gradients keep their runs apart (run-major): the kernels read and write
     each run's rows where they lie."""
@@ -121,7 +143,6 @@ def test_the_kernels_run_only_where_they_can(monkeypatch):
     lstm, gru = recdrop.LSTM(3, 4, recurrent_dropout=0.25).train(), recdrop.GRU(3, 4, recurrent_dropout=0.25).train()
     xs = torch.randn(5, 2, 3)
     assert lstm.route(xs, lstm.layer_weights(0, False)).cpp
-    assert not lstm.route(xs, lstm.layer_weights(0, False), cells=True).cpp  # the kernels keep no c_t
     assert not gru.route(xs, gru.layer_weights(0, False)).cpp  # it has no C++ kernels
     monkeypatch.setenv("RECDROP_CPU_KERNELS", "0")
     assert not cpu_kernels.usable(x)

@@ -56,7 +56,6 @@ def test_triton_and_graphs_enter_a_route_only_where_they_run(monkeypatch):
     assert m.route(x) is None  # without a direction's weights: recdrop's own code, its body chosen per direction
     weights = m.layer_weights(0, False)
     assert m.route(x, weights) == Route("fused", triton=True, graphs=True)
-    assert m.route(x, weights, cells=True) == Route("fused", triton=False, graphs=True)  # the kernels keep no c_t
     assert rnn.route(x, rnn.layer_weights(0, False)).triton is False  # it has no kernels
     monkeypatch.setattr(graphs, "MAX_STEP_WORK", 2 * 4 * 16 - 1)  # one step's product: batch 2 x 4 units x 16 gates
     assert m.route(x, weights).graphs is False

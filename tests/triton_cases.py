@@ -6,6 +6,7 @@ import os
 
 import pytest
 import torch
+from torch.nn.utils.rnn import pack_sequence, pad_packed_sequence
 
 import recdrop
 from recdrop import triton_kernels
@@ -101,6 +102,27 @@ def test_non_contiguous_final_state_gradients(kind, loss_kind, monkeypatch):
         extra = h_n.sum() if loss_kind.startswith("sum") else (h_n.permute(1, 0, 2).reshape(3, 14) @ w).pow(2).sum()
         return y.pow(2).sum() + extra, []
     _assert_paths_agree(m, x, None, m.draw_masks(6, 3, device=DEVICE), loss, monkeypatch)
+
+
+def test_a_packed_lstm_through_the_kernels_equals_it_without(monkeypatch):
+    """A packed batch keeps every step's c_t (each sequence's final state is taken at its own end): its
+    gradient enters the kernels' backward at every step."""
+    torch.manual_seed(0)
+    m = recdrop.LSTM(3, 5, bidirectional=True, recurrent_dropout=0.3, scheme="gal+semeniuta").double().to(DEVICE)
+    seqs = [torch.randn(n, 3, dtype=torch.float64, device=DEVICE) for n in (4, 7, 1, 5)]
+    masks = m.draw_masks(7, 4, dtype=torch.float64, device=DEVICE)
+    results = []
+    for use in (True, False):
+        monkeypatch.setenv("RECDROP_TRITON", "1" if use else "0")
+        m.zero_grad()
+        leaves = [s.clone().requires_grad_() for s in seqs]
+        out, (h, c) = m(pack_sequence(leaves, enforce_sorted=False), masks=masks)
+        assert m.last_route.triton is use
+        padded, _ = pad_packed_sequence(out)
+        (padded.sum() + (h * 1.5).sum() + (c * c).sum()).backward()
+        results.append([padded, h, c] + [s.grad for s in leaves] + [p.grad.clone() for p in m.parameters()])
+    for a, b in zip(*results):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
 
 
 GROUP = [("semeniuta", "per-step"), ("gal", "per-sequence"), ("moon", "per-step")]  # one run each
