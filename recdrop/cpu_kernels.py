@@ -3,10 +3,10 @@
 The CPU's counterpart of :mod:`recdrop.triton_kernels`, with the same calls and equations: forward the
 gate activations, Semeniuta's d(g_t) (Eq. 9), c_t with Moon's d(.) (Eq. 8), act(c_t) and h_t (Eq. 6);
 backward the step's pre-activation gradients, with Gal's d(.) (Eq. 7) on the incoming dh. Each is one
-pass over the step's memory, vectorised with ATen's ``at::vec`` (the exp and tanh that ATen's own CPU
-kernels use) and its rows split over torch's intra-op threads, where the torch path runs about nine ops
-a step, each a pass and a dispatch of its own. The products stay with oneDNN or MKL
-(``cpu_products``).
+pass over the step's memory, vectorised with ATen's ``at::vec`` (the exp of ATen's own CPU kernels; tanh
+as 2 sigmoid(2x) - 1, as the torch path computes g) and its rows split over torch's intra-op threads,
+where the torch path runs about nine ops a step, each a pass and a dispatch of its own. The products
+stay with oneDNN or MKL (``cpu_products``).
 
 The source (``csrc/cpu_kernels.cpp``) is compiled on first use by ``torch.utils.cpp_extension.load``
 for the vector instructions ATen's kernels use on this CPU (``torch.backends.cpu.get_cpu_capability``),
@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import sys
 import threading
 from pathlib import Path
@@ -69,8 +70,8 @@ def compiled() -> Optional[ModuleType]:
         if capability not in _built:
             try:
                 with _scripts_on_path():
-                    _built[capability] = cpp_extension.load(f"recdrop_cpu_kernels_{capability.lower()}",
-                                                            [str(SOURCE)], extra_cflags=list(_flags(capability)))
+                    name = "recdrop_cpu_kernels_" + re.sub(r"\W", "_", capability.lower())  # "NO AVX": no space
+                    _built[capability] = cpp_extension.load(name, [str(SOURCE)], extra_cflags=list(_flags(capability)))
             except Exception as e:  # no compiler, no ninja, a failed build: the torch path runs
                 _log.warning("recdrop: its CPU kernels could not be built (%s: %s); the LSTM's fused path "
                              "runs its torch ops instead", type(e).__name__, (str(e).strip().splitlines() or [""])[-1])
@@ -91,8 +92,8 @@ def _factor(f, like: Tensor) -> Tuple[Optional[Tensor], Optional[float]]:
     broadcasts to it: a group's constants at test, ``(R, 1, 1)``)."""
     if f is None:
         return None, None
-    if isinstance(f, Tensor):
-        return (f if f.shape == like.shape else f.expand_as(like)).contiguous(), None
+    if isinstance(f, Tensor):  # in the state's dtype, as the torch path promotes it
+        return (f if f.shape == like.shape else f.expand_as(like)).to(like.dtype).contiguous(), None
     return None, float(f)
 
 

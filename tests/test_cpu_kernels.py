@@ -64,14 +64,15 @@ def test_the_kernels_equal_the_torch_path_in_float64(scheme, sampling, scaling, 
     _assert_close(results, 1e-10)
 
 
-@pytest.mark.parametrize("batch,hidden", [(1, 3), (32, 64), (7, 100)])
-def test_the_kernels_equal_the_torch_path_in_float32_over_many_threads(batch, hidden, monkeypatch):
+# one row, a remainder of a vector, and states large enough that their rows split over two threads
+@pytest.mark.parametrize("batch,hidden", [(1, 3), (7, 100), (160, 32), (64, 128)])
+def test_the_kernels_equal_the_torch_path_in_float32_over_two_threads(batch, hidden, monkeypatch):
     torch.manual_seed(0)
     m = recdrop.LSTM(8, hidden, recurrent_dropout=0.25, scheme="gal+semeniuta").train()
     x = torch.randn(9, batch, 8, requires_grad=True)
     masks = m.draw_masks(9, batch)
-    monkeypatch.setattr(torch, "get_num_threads", torch.get_num_threads)  # restored after the test
-    torch.set_num_threads(2)  # rows split over two threads where the state is large enough
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
 
     def run():
         m.zero_grad()
@@ -82,7 +83,7 @@ def test_the_kernels_equal_the_torch_path_in_float32_over_many_threads(batch, hi
     try:
         results, routes = _both_ways(monkeypatch, run)
     finally:
-        torch.set_num_threads(1)
+        torch.set_num_threads(threads)
     assert routes[0].cpp and not routes[1].cpp
     _assert_close(results, 1e-5)
 
@@ -165,10 +166,17 @@ def test_where_the_kernels_cannot_be_built_the_torch_path_runs_and_says_so_once(
         "runs its torch ops instead"]
 
 
-def test_a_strided_buffer_is_refused_with_a_clear_error():
+def test_a_buffer_the_kernels_cannot_read_is_refused_with_a_clear_error():
     c = torch.zeros(2, 4)
     gates = torch.zeros(2, 16)
     with pytest.raises(RuntimeError, match="must be a contiguous CPU tensor of the state's dtype"):
         cpu_kernels.lstm_forward_step(gates, c, None, None, None, torch.zeros(4, 2).t(), c.clone(), c.clone(), False)
     with pytest.raises(RuntimeError, match="must be a contiguous CPU tensor of the state's dtype"):
         cpu_kernels.lstm_forward_step(gates, c, None, None, None, c.double(), c.clone(), c.clone(), False)
+    group = torch.zeros(3, 2, 4)  # a group's states, with gx of two runs only
+    with pytest.raises(RuntimeError, match="each run's rows of addend must be contiguous"):
+        cpu_kernels.lstm_forward_step(torch.zeros(3, 2, 16), group, None, None, None, group.clone(), group.clone(),
+                                      group.clone(), False, addend=torch.zeros(2, 2, 16))
+    with pytest.raises(RuntimeError, match="a mask must be a contiguous CPU tensor of the state's shape"):
+        cpu_kernels.compiled().lstm_forward_step(gates, None, gates, c, torch.ones(2, 5), None, None, None, None,
+                                                 c.clone(), c.clone(), c.clone(), False)  # past the wrapper's checks

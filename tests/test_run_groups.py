@@ -281,7 +281,8 @@ def test_a_dropout_of_one_drops_every_element_alone_between_layers_and_in_a_stac
     torch.testing.assert_close(y, second(torch.zeros(7, 3, 5, dtype=torch.float64))[0])
 
 
-def test_a_groups_input_products_and_their_gradient_are_never_copied_whole(monkeypatch):
+@pytest.mark.parametrize("cpu_kernels", ["0", "1"], ids=["torch ops", "C++ kernels"])
+def test_a_groups_input_products_and_their_gradient_are_never_copied_whole(monkeypatch, cpu_kernels):
     """The LSTM group's gx ``(T, R, B, 4H)`` stays in the batched product's run-major memory
     (``fused.group_linear``) and its gradient is kept so (``fused._lstm_backward``): a forward and backward
     copy gx at most once in all (the torch path starts the gates from it; the Triton kernels add it
@@ -292,6 +293,7 @@ def test_a_groups_input_products_and_their_gradient_are_never_copied_whole(monke
     from recdrop.layers import run_group
 
     monkeypatch.setenv("RECDROP_STACK_ON_CPU", "1")  # a GPU's stacked weights
+    monkeypatch.setenv("RECDROP_CPU_KERNELS", cpu_kernels)  # the torch path, or the kernels (which add gx too)
     T, D, Hs = 6, 3, 7
     layers = [recdrop.LSTM(D, Hs, recurrent_dropout=p).double() for p in (0.25, 0.5)]
     x = torch.randn(T, len(layers), B, D, dtype=torch.float64, requires_grad=True)

@@ -43,8 +43,9 @@ struct Factor {
 
   Factor(const c10::optional<at::Tensor>& mask, c10::optional<double> number, const at::Tensor& state) {
     if (mask.has_value()) {
-      TORCH_CHECK(mask->sizes() == state.sizes() && mask->is_contiguous() && mask->scalar_type() == state.scalar_type(),
-                  "recdrop.cpu_kernels: a mask must be contiguous, of the state's shape and dtype");
+      TORCH_CHECK(mask->device().is_cpu() && mask->sizes() == state.sizes() && mask->is_contiguous() &&
+                      mask->scalar_type() == state.scalar_type(),
+                  "recdrop.cpu_kernels: a mask must be a contiguous CPU tensor of the state's shape and dtype");
       data = mask->data_ptr<T>();
       on = true;
     } else if (number.has_value()) {
@@ -73,8 +74,8 @@ struct GateRows {
 GateRows gate_rows(const at::Tensor& t, const at::Tensor& state, const char* name) {
   const int64_t hidden = state.size(-1), batch = state.size(-2);
   TORCH_CHECK(t.device().is_cpu() && t.scalar_type() == state.scalar_type() && t.dim() == state.dim() &&
-                  t.size(-1) == 4 * hidden && t.size(-2) == batch && t.stride(-1) == 1 &&
-                  (batch == 1 || t.stride(-2) == 4 * hidden),
+                  (t.dim() == 2 || t.size(0) == state.size(0)) && t.size(-1) == 4 * hidden && t.size(-2) == batch &&
+                  t.stride(-1) == 1 && (batch == 1 || t.stride(-2) == 4 * hidden),
               "recdrop.cpu_kernels: each run's rows of ", name, " must be contiguous, ([R,] B, 4H)");
   return {batch, hidden, t.dim() == 3 ? t.stride(0) : 0};
 }
