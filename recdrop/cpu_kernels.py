@@ -1,8 +1,9 @@
-"""C++ kernels for the fused LSTM's pointwise work on a CPU: one call per step forward, one backward.
+"""C++ kernels for the fused LSTM's and GRU's pointwise work on a CPU: one call per step forward, one backward.
 
-The CPU's counterpart of :mod:`recdrop.triton_kernels`, with the same calls and equations: forward the
-gate activations, Semeniuta's d(g_t) (Eq. 9), c_t with Moon's d(.) (Eq. 8), act(c_t) and h_t (Eq. 6);
-backward the step's pre-activation gradients, with Gal's d(.) (Eq. 7) on the incoming dh. Each is one
+The CPU's counterpart of :mod:`recdrop.triton_kernels`, with the same calls and equations: for the LSTM,
+forward the gate activations, Semeniuta's d(g_t) (Eq. 9), c_t with Moon's d(.) (Eq. 8), act(c_t) and h_t
+(Eq. 6), backward the step's pre-activation gradients, with Gal's d(.) (Eq. 7) on the incoming dh; for
+the GRU the same for its gates (torch.nn's form, Eq. 13 with Gal and Moon). Each is one
 pass over the step's memory, vectorised with ATen's ``at::vec`` (the exp of ATen's own CPU kernels; tanh
 as 2 sigmoid(2x) - 1, as the torch path computes g) and its rows split over torch's intra-op threads,
 where the torch path runs about nine ops a step, each a pass and a dispatch of its own. The products
@@ -73,8 +74,8 @@ def compiled() -> Optional[ModuleType]:
                     name = "recdrop_cpu_kernels_" + re.sub(r"\W", "_", capability.lower())  # "NO AVX": no space
                     _built[capability] = cpp_extension.load(name, [str(SOURCE)], extra_cflags=list(_flags(capability)))
             except Exception as e:  # no compiler, no ninja, a failed build: the torch path runs
-                _log.warning("recdrop: its CPU kernels could not be built (%s: %s); the LSTM's fused path "
-                             "runs its torch ops instead", type(e).__name__, (str(e).strip().splitlines() or [""])[-1])
+                _log.warning("recdrop: its CPU kernels could not be built (%s: %s); the fused path runs "
+                             "its torch ops instead", type(e).__name__, (str(e).strip().splitlines() or [""])[-1])
                 _built[capability] = None
         return _built[capability]
 
@@ -118,3 +119,20 @@ def lstm_backward_step(dh_in: Tensor, gal_next, d_y: Tensor, dc_in: Tensor, gate
     lie apart) and dc_{t-1} (``dc_out`` may be ``dc_in``)."""
     compiled().lstm_backward_step(dh_in.contiguous(), *_factor(gal_next, dc_in), d_y.contiguous(), dc_in, gates,
                                   c_prev, tc, *_factor(sem, dc_in), *_factor(moon, dc_in), d_gates, dc_out, relu)
+
+
+def gru_forward_step(gx: Tensor, gh: Tensor, h_prev: Tensor, sem, moon, rzn_out: Tensor, hn_out: Tensor,
+                     h_out: Tensor, relu: bool) -> None:
+    """``triton_kernels.gru_forward_step`` on a CPU: from ``gx`` and ``gh = W_hh d(h_{t-1}) + b_hh``
+    ([R,] B, 3H), r, z and the candidate n to ``rzn_out``, W_hn h + b_hn to ``hn_out``, h_t to ``h_out``."""
+    compiled().gru_forward_step(gx, gh, h_prev, *_factor(sem, h_prev), *_factor(moon, h_prev), rzn_out, hn_out,
+                                h_out, relu)
+
+
+def gru_backward_step(dz_in: Tensor, mm: Tensor, gal_next, d_y: Tensor, moon, sem, rzn: Tensor, hn: Tensor,
+                      h_prev: Tensor, d_gx: Tensor, d_gh: Tensor, dz_out: Tensor, relu: bool) -> None:
+    """``triton_kernels.gru_backward_step`` on a CPU: the dh reaching h_t is ``dz_in`` (through the next step's
+    z * h) plus ``mm`` (the next step's d_gh @ W_hh) times its Gal factor, plus ``d_y``; writes the step's
+    ``d_gx`` and ``d_gh`` ([R,] B, 3H) and ``dz_out`` = dh * z (``dz_out`` may be ``dz_in``)."""
+    compiled().gru_backward_step(dz_in, mm, *_factor(gal_next, dz_in), d_y, *_factor(moon, dz_in),
+                                 *_factor(sem, dz_in), rzn, hn, h_prev, d_gx, d_gh, dz_out, relu)

@@ -9,7 +9,7 @@ graph. Higher-order gradients (``create_graph=True``: double backward, gradgradc
 sequence through the reference steps and let autograd differentiate that, so the gradient is itself
 differentiable; first-order backward never records anything. On a CUDA device each forward and
 backward loop runs as a CUDA graph (``recdrop.graphs``), and each step's pointwise part is one Triton
-kernel (``recdrop.triton_kernels``); on a CPU an LSTM step's is one C++ kernel (``recdrop.cpu_kernels``).
+kernel (``recdrop.triton_kernels``); on a CPU, one C++ kernel (``recdrop.cpu_kernels``).
 
 Under autocast (``torch.autocast`` to bfloat16 or float16, as a mixed-precision trainer runs its
 forward) the same Functions run with their products in autocast's dtype, as torch.nn's cuDNN path
@@ -19,6 +19,7 @@ and every other pointwise value stay in the state's float32 (``product_dtype``).
 """
 from __future__ import annotations
 
+import functools
 from types import ModuleType
 from typing import Optional, Tuple
 
@@ -681,8 +682,8 @@ class _GRUSequence(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, gx: Tensor, h0: Tensor, w_hh: Tensor, b_hh: Optional[Tensor], gal, sem, moon, per_step: bool,
-                relu: bool, reverse: bool, use_triton: bool = False, dtype: Optional[torch.dtype] = None):
-        ctx.flags = (per_step, relu, reverse, use_triton, dtype)
+                relu: bool, reverse: bool, kernels: Optional[ModuleType] = None, dtype: Optional[torch.dtype] = None):
+        ctx.flags = (per_step, relu, reverse, kernels, dtype)
         with _autocast_off(gx.device.type):
             saved = run_loop(_gru_forward, (gx, h0, w_hh, b_hh, gal, sem, moon), ctx.flags, step_work(h0, w_hh))
         ys, buffers = saved[0], saved[1:]
@@ -701,10 +702,11 @@ class _GRUSequence(torch.autograd.Function):
         return (*grads, None, None, None, None, None, None, None, None)
 
 
-def _gru_forward(gx, h0, w_hh, b_hh, gal, sem, moon, per_step, relu, reverse, use_triton, dtype):
+def _gru_forward(gx, h0, w_hh, b_hh, gal, sem, moon, per_step, relu, reverse, kernels, dtype):
     """The GRU's forward loop (``_GRUSequence``): h_t of every step, and the buffers the backward reads
     (r, z, n after their activations, n before d(.); W_hn d(h_{t-1}) + b_hn; d(h_{t-1}); h_{t-1}), in time order.
-    With a product ``dtype``, the recurrent products in it, everything else in the state's dtype."""
+    With a product ``dtype``, the recurrent products in it, everything else in the state's dtype; with
+    ``kernels`` each step's pointwise part in one ``gru_forward_step``."""
     gx = gx.to(h0.dtype)
     steps, hidden = gx.shape[0], h0.shape[-1]
     act = torch.relu if relu else torch.tanh
@@ -721,9 +723,9 @@ def _gru_forward(gx, h0, w_hh, b_hh, gal, sem, moon, per_step, relu, reverse, us
         gh = times_w(hin).to(h0.dtype)  # with a product dtype, back in the state's
         h_prev_all[t] = h
         hin_all[t] = hin
-        if use_triton:  # the rest of the step in one kernel
-            triton_kernels.gru_forward_step(gx[t].contiguous(), gh, h_prev_all[t], _at(sem, k, per_step),
-                                            _at(moon, k, per_step), rzn_all[t], hn_all[t], ys[t], relu)
+        if kernels is not None:  # the rest of the step in one kernel
+            kernels.gru_forward_step(gx[t].contiguous(), gh, h_prev_all[t], _at(sem, k, per_step),
+                                     _at(moon, k, per_step), rzn_all[t], hn_all[t], ys[t], relu)
             h = ys[t]
             continue
         rz = torch.sigmoid(gx[t, ..., :2 * hidden] + gh[..., :2 * hidden])
@@ -737,16 +739,17 @@ def _gru_forward(gx, h0, w_hh, b_hh, gal, sem, moon, per_step, relu, reverse, us
 
 
 def _gru_backward(d_ys, d_hn_out, h0, rzn_all, hn_all, hin_all, h_prev_all, w_hh, b_hh, gal, sem, moon, per_step, relu,
-                  reverse, use_triton, dtype):
+                  reverse, kernels, dtype):
     """The GRU's backward (``_GRUSequence``) from the gradients of its outputs and ``_gru_forward``'s buffers:
-    the gradients of gx, h_0, w_hh and b_hh."""
+    the gradients of gx, h_0, w_hh and b_hh; with ``kernels`` each step's pointwise part in one call
+    (``_gru_backward_kernels``)."""
     steps = rzn_all.shape[0]
     order = range(steps - 1, -1, -1) if reverse else range(steps)
     d_gx_all = torch.empty_like(rzn_all)
     d_gh_all = torch.empty_like(rzn_all)
     dh = torch.zeros_like(h0) if d_hn_out is None else d_hn_out.clone()
     times_w = _times_transposed(w_hh.transpose(-2, -1), dh.shape[-2], steps, dtype=dtype)  # d_gh @ w_hh
-    loop = _gru_backward_triton if use_triton else _gru_backward_torch
+    loop = _gru_backward_torch if kernels is None else functools.partial(_gru_backward_kernels, kernels)
     dh = loop(dh, d_ys, order, rzn_all, hn_all, h_prev_all, d_gx_all, d_gh_all, times_w, gal, sem, moon, per_step,
               relu)
     d_b_hh = None if b_hh is None else _bias_grad(d_gh_all)
@@ -774,14 +777,15 @@ def _gru_backward_torch(dh, d_ys, order, rzn_all, hn_all, h_prev_all, d_gx_all, 
     return dh
 
 
-def _gru_backward_triton(dh, d_ys, order, rzn_all, hn_all, h_prev_all, d_gx_all, d_gh_all, times_w, gal, sem, moon,
-                         per_step, relu):
-    """The same loop with each step's pointwise part in one Triton kernel."""
+def _gru_backward_kernels(kernels, dh, d_ys, order, rzn_all, hn_all, h_prev_all, d_gx_all, d_gh_all, times_w, gal,
+                          sem, moon, per_step, relu):
+    """The same loop with each step's pointwise part in one kernel of ``kernels`` (``triton_kernels`` or
+    ``cpu_kernels``)."""
     d_ys = d_ys.contiguous()  # the kernels read flat memory
     dz, mm, gal_next = dh.clone(memory_format=torch.contiguous_format), torch.zeros_like(dh), None
     for k, t in reversed(list(enumerate(order))):
-        triton_kernels.gru_backward_step(dz, mm, gal_next, d_ys[t], _at(moon, k, per_step), _at(sem, k, per_step),
-                                      rzn_all[t], hn_all[t], h_prev_all[t], d_gx_all[t], d_gh_all[t], dz, relu)
+        kernels.gru_backward_step(dz, mm, gal_next, d_ys[t], _at(moon, k, per_step), _at(sem, k, per_step),
+                                  rzn_all[t], hn_all[t], h_prev_all[t], d_gx_all[t], d_gh_all[t], dz, relu)
         mm, gal_next = times_w(d_gh_all[t]), _at(gal, k, per_step)
     return dz + scaled(mm, gal_next)
 
@@ -848,11 +852,13 @@ def _rnn_backward(d_ys, d_hn_out, h0, a_all, hin_all, w_hh, drop_in, moon, per_s
 
 
 def gru_sequence(gx: Tensor, h0: Tensor, w_hh: Tensor, b_hh: Optional[Tensor], factors: StepFactors,
-                 nonlinearity: str, reverse: bool, triton: bool = False) -> Tuple[Tensor, Tuple[Tensor]]:
+                 nonlinearity: str, reverse: bool, kernels: Optional[str] = None) -> Tuple[Tensor, Tuple[Tensor]]:
     """The GRU over all steps of ``gx = W_ih x + b_ih`` ``(T, B, 3H)``, as the loop over ``gru_step``; with
-    ``triton`` (the layer's ``route``) each step's pointwise part in one kernel."""
+    ``kernels`` ("triton" or "cpp", the layer's ``route``) each step's pointwise part in one kernel of
+    ``STEP_KERNELS``."""
     ys, h = _GRUSequence.apply(gx, h0, w_hh, b_hh, factors.gal, factors.semeniuta, factors.moon,
-                               factors.per_step, nonlinearity == "relu", reverse, triton, product_dtype(h0))
+                               factors.per_step, nonlinearity == "relu", reverse,
+                               STEP_KERNELS[kernels] if kernels else None, product_dtype(h0))
     return ys, (h,)
 
 

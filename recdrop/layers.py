@@ -54,7 +54,7 @@ class RecurrentLayer(DropoutSettings, nn.RNNBase):
     torch_kernels = True  # where no recurrent dropout acts, torch.nn's forward; False: recdrop's own there too
     generator: Optional[torch.Generator] = None  # draws the masks; None: torch's global one (a run's own in a group)
     has_triton = True  # whether its fused sequence has Triton kernels for its pointwise parts
-    has_cpu_kernels = False  # whether it has C++ kernels for them (``recdrop.cpu_kernels``)
+    has_cpu_kernels = True  # and C++ kernels (``recdrop.cpu_kernels``)
     last_route: Optional[Route] = None  # the path of its last call (``route``), which the trainer records
     nonlinearity = NONLINEARITY
 
@@ -120,7 +120,7 @@ class RecurrentLayer(DropoutSettings, nn.RNNBase):
         (``layer_weights``; a group's stacked ``(R, ...)``) and ``state``, recdrop's fused sequence where it can
         run (not under ``plain_ops_needed``, nor with a projection or ``fused = False``; under autocast too,
         its products in autocast's dtype), with Triton for an LSTM or GRU, one run's or a group's, where
-        ``triton_kernels.usable``, else with C++ for an LSTM where ``cpu_kernels.usable``, and its loops as
+        ``triton_kernels.usable``, else with C++ for an LSTM or GRU where ``cpu_kernels.usable``, and its loops as
         CUDA graphs where ``graphs.loop_graphed``; else the reference loop. Without ``weights``, None where
         recdrop's own code runs (each direction's route is chosen with its weights)."""
         if not own and self._torch_computes_it(x):
@@ -472,7 +472,6 @@ class LSTM(RecurrentLayer, nn.LSTM):
 
     kind = "LSTM"
     n_states = 2
-    has_cpu_kernels = True
 
     def _step(self, gx, state, w_hh, b_hh, factors):
         return lstm_step(gx, *state, w_hh, b_hh, *factors, ACTIVATIONS[self.nonlinearity])
@@ -506,8 +505,7 @@ class GRU(RecurrentLayer, nn.GRU):
 
     def _sequence(self, x, state, w_ih, w_hh, b_ih, b_hh, factors, reverse, cells=False, kernels=None):
         # b_hn sits inside r * (W_hn h + b_hn): b_hh stays with the recurrence
-        return gru_sequence(linear(x, w_ih, b_ih), *state, w_hh, b_hh, factors, self.nonlinearity, reverse,
-                            kernels == "triton")
+        return gru_sequence(linear(x, w_ih, b_ih), *state, w_hh, b_hh, factors, self.nonlinearity, reverse, kernels)
 
 
 class RNN(RecurrentLayer, nn.RNN):
@@ -521,7 +519,7 @@ class RNN(RecurrentLayer, nn.RNN):
     """
 
     kind = "RNN"
-    has_triton = False
+    has_triton = has_cpu_kernels = False
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, nonlinearity: str = "tanh",
                  bias: bool = True, batch_first: bool = False, dropout: float = 0.0,

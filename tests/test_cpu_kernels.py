@@ -1,4 +1,4 @@
-"""The C++ kernels of the CPU's fused LSTM (recdrop.cpu_kernels) equal the torch ops they replace."""
+"""The C++ kernels of the CPU's fused LSTM and GRU (recdrop.cpu_kernels) equal the torch ops they replace."""
 import logging
 
 import pytest
@@ -64,11 +64,41 @@ def test_the_kernels_equal_the_torch_path_in_float64(scheme, sampling, scaling, 
     _assert_close(results, 1e-10)
 
 
-# one row, a remainder of a vector, and states large enough that their rows split over two threads
-@pytest.mark.parametrize("batch,hidden", [(1, 3), (7, 100), (160, 32), (64, 128)])
-def test_the_kernels_equal_the_torch_path_in_float32_over_two_threads(batch, hidden, monkeypatch):
+GRU_SETTINGS = [("semeniuta", "per-step", "paper", True, "tanh", False),
+                ("gal", "per-sequence", "paper", True, "tanh", False),
+                ("moon", "per-step", "inverted", True, "tanh", False),
+                ("gal+semeniuta", "per-step", "paper", True, "relu", True),
+                ("gal+semeniuta", "per-step", "paper", False, "tanh", True),
+                ("moon", "per-sequence", "paper", False, "tanh", False)]
+
+
+@pytest.mark.parametrize("scheme,sampling,scaling,training,nonlinearity,bidirectional", GRU_SETTINGS)
+def test_the_gru_kernels_equal_the_torch_path_in_float64(scheme, sampling, scaling, training, nonlinearity,
+                                                         bidirectional, monkeypatch):
     torch.manual_seed(0)
-    m = recdrop.LSTM(8, hidden, recurrent_dropout=0.25, scheme="gal+semeniuta").train()
+    m = recdrop.GRU(5, 19, recurrent_dropout=0.3, scheme=scheme, sampling=sampling, scaling=scaling,
+                    nonlinearity=nonlinearity, bidirectional=bidirectional).double().train(training)
+    x = torch.randn(6, 3, 5, dtype=torch.float64)
+    h0 = torch.randn(2 if bidirectional else 1, 3, 19, dtype=torch.float64)
+    masks = m.draw_masks(6, 3) if training else None
+
+    def run():
+        m.zero_grad()
+        leaves = [t.clone().requires_grad_() for t in (x, h0)]
+        y, h = m(leaves[0], leaves[1], masks=masks)
+        (y.sum() + (h * 1.5).sum()).backward()
+        return [y, h] + [t.grad for t in leaves] + [p.grad.clone() for p in m.parameters()], m.last_route
+    results, routes = _both_ways(monkeypatch, run)
+    assert [r.cpp for r in routes] == [True, False]
+    _assert_close(results, 1e-10)
+
+
+# one row, a remainder of a vector, and states large enough that their rows split over two threads
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+@pytest.mark.parametrize("batch,hidden", [(1, 3), (7, 100), (160, 32), (64, 128)])
+def test_the_kernels_equal_the_torch_path_in_float32_over_two_threads(kind, batch, hidden, monkeypatch):
+    torch.manual_seed(0)
+    m = getattr(recdrop, kind)(8, hidden, recurrent_dropout=0.25, scheme="gal+semeniuta").train()
     x = torch.randn(9, batch, 8, requires_grad=True)
     masks = m.draw_masks(9, batch)
     threads = torch.get_num_threads()
@@ -109,26 +139,27 @@ def test_a_packed_batch_through_the_kernels_equals_it_without(scheme, monkeypatc
     _assert_close(results, 1e-10)
 
 
-def test_a_groups_stacked_runs_through_the_kernels_equal_them_without(monkeypatch):
-    """A group's gx and gate gradients keep their runs apart (run-major): the kernels read and write
-    each run's rows where they lie."""
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+def test_a_groups_stacked_runs_through_the_kernels_equal_them_without(kind, monkeypatch):
+    """A group's LSTM gx and gate gradients keep their runs apart (run-major): the kernels read and
+    write each run's rows where they lie."""
     monkeypatch.setenv("RECDROP_STACK_ON_CPU", "1")
     torch.manual_seed(0)
-    ms = [recdrop.LSTM(4, 6, recurrent_dropout=p, scheme=s).double().train()
+    ms = [getattr(recdrop, kind)(4, 6, recurrent_dropout=p, scheme=s).double().train()
           for p, s in ((0.25, "semeniuta"), (0.5, "gal"), (0.3, "moon"))]
     for r, m in enumerate(ms):
         m.generator = torch.Generator().manual_seed(r)
     x = torch.randn(5, 3, 2, 4, dtype=torch.float64)
-    state = (torch.randn(3, 2, 6, dtype=torch.float64), torch.randn(3, 2, 6, dtype=torch.float64))
+    state = tuple(torch.randn(3, 2, 6, dtype=torch.float64) for _ in range(ms[0].n_states))
 
     def run():
         for r, m in enumerate(ms):
             m.zero_grad()
             m.generator.manual_seed(r)
         leaves = [t.clone().requires_grad_() for t in (x, *state)]
-        y, (h, c) = layers.run_group(ms, leaves[0], tuple(leaves[1:]))
-        (y.sum() + h.sum() + (c * 2).sum()).backward()
-        return [y, h, c] + [t.grad for t in leaves] + [p.grad.clone() for m in ms for p in m.parameters()], \
+        y, finals = layers.run_group(ms, leaves[0], tuple(leaves[1:]))
+        (y.sum() + sum((f * (i + 1)).sum() for i, f in enumerate(finals))).backward()
+        return [y, *finals] + [t.grad for t in leaves] + [p.grad.clone() for m in ms for p in m.parameters()], \
             ms[0].last_route
     results, routes = _both_ways(monkeypatch, run)
     assert [(r.cpp, r.runs) for r in routes] == [(True, 3), (False, 3)]
@@ -141,10 +172,10 @@ def test_the_kernels_run_only_where_they_can(monkeypatch):
     assert not cpu_kernels.usable(x.half()) and not cpu_kernels.usable(x.bfloat16())
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert not cpu_kernels.usable(x)  # autocast's products come in bfloat16
-    lstm, gru = recdrop.LSTM(3, 4, recurrent_dropout=0.25).train(), recdrop.GRU(3, 4, recurrent_dropout=0.25).train()
+    lstm, rnn = recdrop.LSTM(3, 4, recurrent_dropout=0.25).train(), recdrop.RNN(3, 4, recurrent_dropout=0.25).train()
     xs = torch.randn(5, 2, 3)
     assert lstm.route(xs, lstm.layer_weights(0, False)).cpp
-    assert not gru.route(xs, gru.layer_weights(0, False)).cpp  # it has no C++ kernels
+    assert not rnn.route(xs, rnn.layer_weights(0, False)).cpp  # it has no C++ kernels
     monkeypatch.setenv("RECDROP_CPU_KERNELS", "0")
     assert not cpu_kernels.usable(x)
     assert str(lstm.route(xs, lstm.layer_weights(0, False))) == "fused"
@@ -162,8 +193,8 @@ def test_where_the_kernels_cannot_be_built_the_torch_path_runs_and_says_so_once(
             y.sum().backward()
     assert str(m.last_route) == "fused"
     assert [r.getMessage() for r in caplog.records] == [
-        "recdrop: its CPU kernels could not be built (RuntimeError: c++: command not found); the LSTM's fused path "
-        "runs its torch ops instead"]
+        "recdrop: its CPU kernels could not be built (RuntimeError: c++: command not found); the fused path runs "
+        "its torch ops instead"]
 
 
 def test_a_buffer_the_kernels_cannot_read_is_refused_with_a_clear_error():
@@ -177,6 +208,8 @@ def test_a_buffer_the_kernels_cannot_read_is_refused_with_a_clear_error():
     with pytest.raises(RuntimeError, match="each run's rows of addend must be contiguous"):
         cpu_kernels.lstm_forward_step(torch.zeros(3, 2, 16), group, None, None, None, group.clone(), group.clone(),
                                       group.clone(), False, addend=torch.zeros(2, 2, 16))
+    with pytest.raises(RuntimeError, match="a GRU's gates must be"):
+        cpu_kernels.gru_forward_step(gates, gates, c, None, None, gates, c.clone(), c.clone(), False)  # 4H, not 3H
     with pytest.raises(RuntimeError, match="a mask must be a contiguous CPU tensor of the state's shape"):
         cpu_kernels.compiled().lstm_forward_step(gates, None, gates, c, torch.ones(2, 5), None, None, None, None,
                                                  c.clone(), c.clone(), c.clone(), False)  # past the wrapper's checks

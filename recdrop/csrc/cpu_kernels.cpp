@@ -1,4 +1,5 @@
-// The fused LSTM's pointwise work on a CPU: one call a step forward, one backward (recdrop/cpu_kernels.py).
+// The fused LSTM's and GRU's pointwise work on a CPU: one call a step forward, one backward
+// (recdrop/cpu_kernels.py).
 // Vectorised with ATen's at::vec for the instructions the build was given; rows split over the intra-op
 // threads. The same equations as the Triton kernels of recdrop/triton_kernels.py.
 #include <torch/extension.h>
@@ -160,7 +161,123 @@ void lstm_backward(const at::Tensor& dh_in, const Factor<T>& gal, const at::Tens
   });
 }
 
+template <typename T>
+void gru_forward(const at::Tensor& gx, const at::Tensor& gh, const at::Tensor& h_prev, const Factor<T>& sem,
+                 const Factor<T>& moon, const at::Tensor& rzn_out, const at::Tensor& hn_out, const at::Tensor& h_out,
+                 bool relu) {
+  using V = Vectorized<T>;
+  const V one(T(1));
+  const int64_t H = h_prev.size(-1), rows = h_prev.numel() / std::max<int64_t>(H, 1);
+  const T* gxp = gx.data_ptr<T>();
+  const T* ghp = gh.data_ptr<T>();
+  const T* hpp = h_prev.data_ptr<T>();
+  T* rzn = rzn_out.data_ptr<T>();
+  T* hno = hn_out.data_ptr<T>();
+  T* ho = h_out.data_ptr<T>();
+  at::parallel_for(0, rows, std::max<int64_t>(1, GRAIN / std::max<int64_t>(H, 1)), [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) {
+      const int64_t s = row * H, g = row * 3 * H;
+      for (int64_t j = 0; j < H; j += V::size()) {
+        const int64_t n = std::min<int64_t>(V::size(), H - j);
+        const V r = sigmoid(V::loadu(gxp + g + j, n) + V::loadu(ghp + g + j, n));
+        const V z = sigmoid(V::loadu(gxp + g + H + j, n) + V::loadu(ghp + g + H + j, n));
+        const V hn = V::loadu(ghp + g + 2 * H + j, n);  // W_hn d(h_{t-1}) + b_hn
+        const V cand = activation(V::loadu(gxp + g + 2 * H + j, n) + r * hn, relu);
+        // Eq. 13 in torch.nn's form: h_t = (1 - z) d(n_t) + z h_{t-1}, Moon's d(.) outside
+        const V h = moon.apply((one - z) * sem.apply(cand, s + j, n) + z * V::loadu(hpp + s + j, n), s + j, n);
+        r.store(rzn + g + j, n);
+        z.store(rzn + g + H + j, n);
+        cand.store(rzn + g + 2 * H + j, n);
+        hn.store(hno + s + j, n);
+        h.store(ho + s + j, n);
+      }
+    }
+  });
+}
+
+template <typename T>
+void gru_backward(const at::Tensor& dz_in, const at::Tensor& mm, const Factor<T>& gal, const at::Tensor& d_y,
+                  const Factor<T>& moon, const Factor<T>& sem, const at::Tensor& rzn, const at::Tensor& hn,
+                  const at::Tensor& h_prev, const at::Tensor& d_gx, const at::Tensor& d_gh, const at::Tensor& dz_out,
+                  bool relu) {
+  using V = Vectorized<T>;
+  const V one(T(1));
+  const int64_t H = dz_in.size(-1), rows = dz_in.numel() / std::max<int64_t>(H, 1);
+  const T* dzp = dz_in.data_ptr<T>();
+  const T* mmp = mm.data_ptr<T>();
+  const T* dyp = d_y.data_ptr<T>();
+  const T* rznp = rzn.data_ptr<T>();
+  const T* hnp = hn.data_ptr<T>();
+  const T* hpp = h_prev.data_ptr<T>();
+  T* dgx = d_gx.data_ptr<T>();
+  T* dgh = d_gh.data_ptr<T>();
+  T* dzo = dz_out.data_ptr<T>();
+  at::parallel_for(0, rows, std::max<int64_t>(1, GRAIN / std::max<int64_t>(H, 1)), [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) {
+      const int64_t s = row * H, g = row * 3 * H;
+      for (int64_t j = 0; j < H; j += V::size()) {
+        const int64_t n = std::min<int64_t>(V::size(), H - j);
+        // dh reaching h_t: through z * h_t of the next step, through d(h_t) into its product (Gal), the output
+        const V dh = moon.apply(V::loadu(dzp + s + j, n) + gal.apply(V::loadu(mmp + s + j, n), s + j, n) +
+                                    V::loadu(dyp + s + j, n), s + j, n);
+        const V r = V::loadu(rznp + g + j, n), z = V::loadu(rznp + g + H + j, n);
+        const V cand = V::loadu(rznp + g + 2 * H + j, n);
+        const V d_n = sem.apply(dh * (one - z), s + j, n) * activation_slope(cand, relu);
+        const V d_z = dh * (V::loadu(hpp + s + j, n) - sem.apply(cand, s + j, n)) * z * (one - z);
+        const V d_r = d_n * V::loadu(hnp + s + j, n) * r * (one - r);
+        d_r.store(dgx + g + j, n);
+        d_z.store(dgx + g + H + j, n);
+        d_n.store(dgx + g + 2 * H + j, n);
+        d_r.store(dgh + g + j, n);
+        d_z.store(dgh + g + H + j, n);
+        (d_n * r).store(dgh + g + 2 * H + j, n);
+        (dh * z).store(dzo + s + j, n);
+      }
+    }
+  });
+}
+
+// Every tensor a GRU kernel reads or writes: the state's shape ([R,] B, H), or its gates' (3 times as many).
+void check_gru(const at::Tensor& state, std::initializer_list<const at::Tensor*> states,
+               std::initializer_list<const at::Tensor*> gates) {
+  TORCH_CHECK(state.dim() == 2 || state.dim() == 3, "recdrop.cpu_kernels: a state is (B, H) or a group's (R, B, H)");
+  for (const auto* t : states) {
+    check_dense(*t, state, "a state or its gradient");
+    TORCH_CHECK(t->sizes() == state.sizes(), "recdrop.cpu_kernels: a state's gradient must have the state's shape");
+  }
+  for (const auto* t : gates) {
+    check_dense(*t, state, "the gates");
+    TORCH_CHECK(t->dim() == state.dim() && t->size(-1) == 3 * state.size(-1) &&
+                    t->numel() == 3 * state.numel(), "recdrop.cpu_kernels: a GRU's gates must be ([R,] B, 3H)");
+  }
+}
+
 }  // namespace
+
+void gru_forward_step(const at::Tensor& gx, const at::Tensor& gh, const at::Tensor& h_prev,
+                      const c10::optional<at::Tensor>& sem, c10::optional<double> sem_number,
+                      const c10::optional<at::Tensor>& moon, c10::optional<double> moon_number,
+                      const at::Tensor& rzn_out, const at::Tensor& hn_out, const at::Tensor& h_out, bool relu) {
+  check_gru(h_prev, {&h_prev, &hn_out, &h_out}, {&gx, &gh, &rzn_out});
+  AT_DISPATCH_FLOATING_TYPES(h_prev.scalar_type(), "gru_forward_step", [&] {
+    gru_forward<scalar_t>(gx, gh, h_prev, Factor<scalar_t>(sem, sem_number, h_prev),
+                          Factor<scalar_t>(moon, moon_number, h_prev), rzn_out, hn_out, h_out, relu);
+  });
+}
+
+void gru_backward_step(const at::Tensor& dz_in, const at::Tensor& mm, const c10::optional<at::Tensor>& gal,
+                       c10::optional<double> gal_number, const at::Tensor& d_y, const c10::optional<at::Tensor>& moon,
+                       c10::optional<double> moon_number, const c10::optional<at::Tensor>& sem,
+                       c10::optional<double> sem_number, const at::Tensor& rzn, const at::Tensor& hn,
+                       const at::Tensor& h_prev, const at::Tensor& d_gx, const at::Tensor& d_gh,
+                       const at::Tensor& dz_out, bool relu) {
+  check_gru(dz_in, {&dz_in, &mm, &d_y, &hn, &h_prev, &dz_out}, {&rzn, &d_gx, &d_gh});
+  AT_DISPATCH_FLOATING_TYPES(dz_in.scalar_type(), "gru_backward_step", [&] {
+    gru_backward<scalar_t>(dz_in, mm, Factor<scalar_t>(gal, gal_number, dz_in), d_y,
+                           Factor<scalar_t>(moon, moon_number, dz_in), Factor<scalar_t>(sem, sem_number, dz_in), rzn,
+                           hn, h_prev, d_gx, d_gh, dz_out, relu);
+  });
+}
 
 void lstm_forward_step(const at::Tensor& gates, const c10::optional<at::Tensor>& addend, const at::Tensor& gates_out,
                        const at::Tensor& c_prev, const c10::optional<at::Tensor>& sem, c10::optional<double> sem_number,
@@ -210,4 +327,6 @@ void lstm_backward_step(const at::Tensor& dh_in, const c10::optional<at::Tensor>
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("lstm_forward_step", &lstm_forward_step, "One LSTM step's pointwise forward (recdrop.cpu_kernels)");
   m.def("lstm_backward_step", &lstm_backward_step, "One LSTM step's pointwise backward (recdrop.cpu_kernels)");
+  m.def("gru_forward_step", &gru_forward_step, "One GRU step's pointwise forward (recdrop.cpu_kernels)");
+  m.def("gru_backward_step", &gru_backward_step, "One GRU step's pointwise backward (recdrop.cpu_kernels)");
 }
