@@ -6,6 +6,7 @@ import torch
 from torch.nn.utils.rnn import pack_sequence, pad_packed_sequence
 
 import recdrop
+from kernel_cases import GRU_SETTINGS, LSTM_SETTINGS
 from recdrop import cpu_kernels, layers
 
 pytestmark = pytest.mark.skipif(cpu_kernels.compiled() is None, reason="no C++ compiler to build the kernels")
@@ -27,67 +28,30 @@ def _assert_close(results, tol):
         torch.testing.assert_close(a, b, rtol=tol, atol=tol)
 
 
-# Every scheme and sampling in training with the paper's scaling, plus test mode (the constant factors),
-# inverted scaling, relu and a reverse direction on some of them.
-SETTINGS = [(scheme, sampling, "paper", True, "tanh", False)
-            for scheme, sampling in [("semeniuta", "per-step"), ("semeniuta", "per-sequence"), ("gal", "per-step"),
-                                     ("moon", "per-step"), ("moon", "per-sequence"), ("gal+semeniuta", "per-step")]] + [
-    ("semeniuta", "per-step", "paper", False, "tanh", False),
-    ("gal+semeniuta", "per-step", "paper", False, "tanh", True),
-    ("moon", "per-sequence", "paper", False, "tanh", False),
-    ("moon", "per-step", "inverted", True, "tanh", False),
-    ("gal+semeniuta", "per-step", "inverted", True, "tanh", False),
-    ("semeniuta", "per-sequence", "paper", True, "relu", True),
-    ("gal", "per-step", "paper", True, "relu", True)]
+# kernel_cases' settings, and test mode with both directions and every factor a constant (and Moon's alone)
+TEST_MODE = [("gal+semeniuta", "per-step", "paper", False, "tanh", True)]
+GRU_TEST_MODE = TEST_MODE + [("moon", "per-sequence", "paper", False, "tanh", False)]
+SETTINGS = [("LSTM", *s) for s in LSTM_SETTINGS + TEST_MODE] + [("GRU", *s) for s in GRU_SETTINGS + GRU_TEST_MODE]
 
 
-@pytest.mark.parametrize("scheme,sampling,scaling,training,nonlinearity,bidirectional", SETTINGS)
-def test_the_kernels_equal_the_torch_path_in_float64(scheme, sampling, scaling, training, nonlinearity, bidirectional,
-                                                     monkeypatch):
+@pytest.mark.parametrize("kind,scheme,sampling,scaling,training,nonlinearity,bidirectional", SETTINGS)
+def test_the_kernels_equal_the_torch_path_in_float64(kind, scheme, sampling, scaling, training, nonlinearity,
+                                                     bidirectional, monkeypatch):
     torch.manual_seed(0)
     # 19 units: a vector's width and a remainder, whatever the CPU's width
-    m = recdrop.LSTM(5, 19, recurrent_dropout=0.3, scheme=scheme, sampling=sampling, scaling=scaling,
-                     nonlinearity=nonlinearity, bidirectional=bidirectional).double().train(training)
+    m = getattr(recdrop, kind)(5, 19, recurrent_dropout=0.3, scheme=scheme, sampling=sampling, scaling=scaling,
+                               nonlinearity=nonlinearity, bidirectional=bidirectional).double().train(training)
     x = torch.randn(6, 3, 5, dtype=torch.float64)
-    h0 = torch.randn(2 if bidirectional else 1, 3, 19, dtype=torch.float64)
-    c0 = torch.randn_like(h0)
+    states = [torch.randn(2 if bidirectional else 1, 3, 19, dtype=torch.float64) for _ in range(m.n_states)]
     masks = m.draw_masks(6, 3) if training else None
 
     def run():
         m.zero_grad()
-        leaves = [t.clone().requires_grad_() for t in (x, h0, c0)]
-        y, (h, c) = m(leaves[0], tuple(leaves[1:]), masks=masks)
-        (y.sum() + (h * 1.5).sum() + (c * 0.5).sum()).backward()
-        return [y, h, c] + [t.grad for t in leaves] + [p.grad.clone() for p in m.parameters()], m.last_route
-    results, routes = _both_ways(monkeypatch, run)
-    assert [r.cpp for r in routes] == [True, False]
-    _assert_close(results, 1e-10)
-
-
-GRU_SETTINGS = [("semeniuta", "per-step", "paper", True, "tanh", False),
-                ("gal", "per-sequence", "paper", True, "tanh", False),
-                ("moon", "per-step", "inverted", True, "tanh", False),
-                ("gal+semeniuta", "per-step", "paper", True, "relu", True),
-                ("gal+semeniuta", "per-step", "paper", False, "tanh", True),
-                ("moon", "per-sequence", "paper", False, "tanh", False)]
-
-
-@pytest.mark.parametrize("scheme,sampling,scaling,training,nonlinearity,bidirectional", GRU_SETTINGS)
-def test_the_gru_kernels_equal_the_torch_path_in_float64(scheme, sampling, scaling, training, nonlinearity,
-                                                         bidirectional, monkeypatch):
-    torch.manual_seed(0)
-    m = recdrop.GRU(5, 19, recurrent_dropout=0.3, scheme=scheme, sampling=sampling, scaling=scaling,
-                    nonlinearity=nonlinearity, bidirectional=bidirectional).double().train(training)
-    x = torch.randn(6, 3, 5, dtype=torch.float64)
-    h0 = torch.randn(2 if bidirectional else 1, 3, 19, dtype=torch.float64)
-    masks = m.draw_masks(6, 3) if training else None
-
-    def run():
-        m.zero_grad()
-        leaves = [t.clone().requires_grad_() for t in (x, h0)]
-        y, h = m(leaves[0], leaves[1], masks=masks)
-        (y.sum() + (h * 1.5).sum()).backward()
-        return [y, h] + [t.grad for t in leaves] + [p.grad.clone() for p in m.parameters()], m.last_route
+        leaves = [t.clone().requires_grad_() for t in (x, *states)]
+        y, finals = m(leaves[0], tuple(leaves[1:]) if m.n_states == 2 else leaves[1], masks=masks)
+        finals = finals if m.n_states == 2 else (finals,)
+        (y.sum() + sum((f * w).sum() for f, w in zip(finals, (1.5, 0.5)))).backward()
+        return [y, *finals] + [t.grad for t in leaves] + [p.grad.clone() for p in m.parameters()], m.last_route
     results, routes = _both_ways(monkeypatch, run)
     assert [r.cpp for r in routes] == [True, False]
     _assert_close(results, 1e-10)
@@ -208,7 +172,7 @@ def test_a_buffer_the_kernels_cannot_read_is_refused_with_a_clear_error():
     with pytest.raises(RuntimeError, match="each run's rows of addend must be contiguous"):
         cpu_kernels.lstm_forward_step(torch.zeros(3, 2, 16), group, None, None, None, group.clone(), group.clone(),
                                       group.clone(), False, addend=torch.zeros(2, 2, 16))
-    with pytest.raises(RuntimeError, match="a GRU's gates must be"):
+    with pytest.raises(RuntimeError, match=r"the gates must be \(\[R,\] B, 3H\)"):
         cpu_kernels.gru_forward_step(gates, gates, c, None, None, gates, c.clone(), c.clone(), False)  # 4H, not 3H
     with pytest.raises(RuntimeError, match="a mask must be a contiguous CPU tensor of the state's shape"):
         cpu_kernels.compiled().lstm_forward_step(gates, None, gates, c, torch.ones(2, 5), None, None, None, None,

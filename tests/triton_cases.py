@@ -9,15 +9,12 @@ import torch
 from torch.nn.utils.rnn import pack_sequence, pad_packed_sequence
 
 import recdrop
+from kernel_cases import GRU_SETTINGS, LSTM_SETTINGS
 from recdrop import triton_kernels
 
 INTERPRETING = os.environ.get("TRITON_INTERPRET") == "1"
 assert INTERPRETING or torch.cuda.is_available(), "run through tests/test_triton.py, or on a CUDA machine"
 DEVICE = "cpu" if INTERPRETING else "cuda"
-
-CASES = [("semeniuta", "per-step"), ("semeniuta", "per-sequence"), ("gal", "per-step"), ("moon", "per-step"),
-         ("moon", "per-sequence"), ("gal+semeniuta", "per-step")]
-
 
 def _assert_paths_agree(module, x, state, masks, loss, monkeypatch):
     """Run ``module(x, state)`` on leaf copies through the Triton kernels and without them; the
@@ -41,18 +38,8 @@ def _assert_paths_agree(module, x, state, masks, loss, monkeypatch):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
 
 
-# Every scheme and sampling in training with the paper's scaling, plus test mode, inverted
-# scaling, relu and a reverse direction on some of them (the interpreter is slow: ~1 s a case).
-SETTINGS = [(scheme, sampling, "paper", True, "tanh", False) for scheme, sampling in CASES] + [
-    ("semeniuta", "per-step", "paper", False, "tanh", False),
-    ("moon", "per-sequence", "paper", False, "tanh", False),
-    ("moon", "per-step", "inverted", True, "tanh", False),
-    ("gal+semeniuta", "per-step", "inverted", True, "tanh", False),
-    ("semeniuta", "per-sequence", "paper", True, "relu", True),
-    ("gal", "per-step", "paper", True, "relu", True)]
-
-
-@pytest.mark.parametrize("scheme,sampling,scaling,training,nonlinearity,bidirectional", SETTINGS)
+# kernel_cases' settings (the interpreter is slow: ~1 s a case)
+@pytest.mark.parametrize("scheme,sampling,scaling,training,nonlinearity,bidirectional", LSTM_SETTINGS)
 def test_triton_kernels_equal_the_torch_path(scheme, sampling, scaling, training, nonlinearity, bidirectional,
                                              monkeypatch):
     torch.manual_seed(0)
@@ -66,13 +53,6 @@ def test_triton_kernels_equal_the_torch_path(scheme, sampling, scaling, training
         h, c = state
         return y.sum() + (h * 1.5).sum() + (c * 0.5).sum(), [y, h, c]
     _assert_paths_agree(m, x, (h0, c0), m.draw_masks(6, 3, device=DEVICE) if training else None, loss, monkeypatch)
-
-
-GRU_SETTINGS = [("semeniuta", "per-step", "paper", True, "tanh", False),
-                ("gal", "per-sequence", "paper", True, "tanh", False),
-                ("moon", "per-step", "inverted", True, "tanh", False),
-                ("gal+semeniuta", "per-step", "paper", True, "relu", True),
-                ("semeniuta", "per-sequence", "paper", False, "tanh", True)]
 
 
 @pytest.mark.parametrize("scheme,sampling,scaling,training,nonlinearity,bidirectional", GRU_SETTINGS)

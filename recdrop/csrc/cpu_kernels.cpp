@@ -66,6 +66,23 @@ void check_dense(const at::Tensor& t, const at::Tensor& state, const char* name)
               "recdrop.cpu_kernels: ", name, " must be a contiguous CPU tensor of the state's dtype");
 }
 
+// Every dense tensor a step reads or writes: the state's shape ([R,] B, H), or its gates' ([R,] B, G H) with
+// G gates (the LSTM's 4, the GRU's 3).
+void check_step(const at::Tensor& state, std::initializer_list<const at::Tensor*> states,
+                std::initializer_list<const at::Tensor*> gates, int64_t n_gates) {
+  TORCH_CHECK(state.dim() == 2 || state.dim() == 3, "recdrop.cpu_kernels: a state is (B, H) or a group's (R, B, H)");
+  for (const auto* t : states) {
+    check_dense(*t, state, "a state or its gradient");
+    TORCH_CHECK(t->sizes() == state.sizes(), "recdrop.cpu_kernels: a state's gradient must have the state's shape");
+  }
+  for (const auto* t : gates) {
+    check_dense(*t, state, "the gates");
+    TORCH_CHECK(t->dim() == state.dim() && t->size(-1) == n_gates * state.size(-1) &&
+                    t->numel() == n_gates * state.numel(),
+                "recdrop.cpu_kernels: the gates must be ([R,] B, ", n_gates, "H)");
+  }
+}
+
 // Where the rows of a ([R,] B, 4H) tensor whose runs lie run_stride apart begin, for a state ([R,] B, H).
 struct GateRows {
   int64_t batch, hidden, run_stride;
@@ -237,28 +254,13 @@ void gru_backward(const at::Tensor& dz_in, const at::Tensor& mm, const Factor<T>
   });
 }
 
-// Every tensor a GRU kernel reads or writes: the state's shape ([R,] B, H), or its gates' (3 times as many).
-void check_gru(const at::Tensor& state, std::initializer_list<const at::Tensor*> states,
-               std::initializer_list<const at::Tensor*> gates) {
-  TORCH_CHECK(state.dim() == 2 || state.dim() == 3, "recdrop.cpu_kernels: a state is (B, H) or a group's (R, B, H)");
-  for (const auto* t : states) {
-    check_dense(*t, state, "a state or its gradient");
-    TORCH_CHECK(t->sizes() == state.sizes(), "recdrop.cpu_kernels: a state's gradient must have the state's shape");
-  }
-  for (const auto* t : gates) {
-    check_dense(*t, state, "the gates");
-    TORCH_CHECK(t->dim() == state.dim() && t->size(-1) == 3 * state.size(-1) &&
-                    t->numel() == 3 * state.numel(), "recdrop.cpu_kernels: a GRU's gates must be ([R,] B, 3H)");
-  }
-}
-
 }  // namespace
 
 void gru_forward_step(const at::Tensor& gx, const at::Tensor& gh, const at::Tensor& h_prev,
                       const c10::optional<at::Tensor>& sem, c10::optional<double> sem_number,
                       const c10::optional<at::Tensor>& moon, c10::optional<double> moon_number,
                       const at::Tensor& rzn_out, const at::Tensor& hn_out, const at::Tensor& h_out, bool relu) {
-  check_gru(h_prev, {&h_prev, &hn_out, &h_out}, {&gx, &gh, &rzn_out});
+  check_step(h_prev, {&h_prev, &hn_out, &h_out}, {&gx, &gh, &rzn_out}, 3);
   AT_DISPATCH_FLOATING_TYPES(h_prev.scalar_type(), "gru_forward_step", [&] {
     gru_forward<scalar_t>(gx, gh, h_prev, Factor<scalar_t>(sem, sem_number, h_prev),
                           Factor<scalar_t>(moon, moon_number, h_prev), rzn_out, hn_out, h_out, relu);
@@ -271,7 +273,7 @@ void gru_backward_step(const at::Tensor& dz_in, const at::Tensor& mm, const c10:
                        c10::optional<double> sem_number, const at::Tensor& rzn, const at::Tensor& hn,
                        const at::Tensor& h_prev, const at::Tensor& d_gx, const at::Tensor& d_gh,
                        const at::Tensor& dz_out, bool relu) {
-  check_gru(dz_in, {&dz_in, &mm, &d_y, &hn, &h_prev, &dz_out}, {&rzn, &d_gx, &d_gh});
+  check_step(dz_in, {&dz_in, &mm, &d_y, &hn, &h_prev, &dz_out}, {&rzn, &d_gx, &d_gh}, 3);
   AT_DISPATCH_FLOATING_TYPES(dz_in.scalar_type(), "gru_backward_step", [&] {
     gru_backward<scalar_t>(dz_in, mm, Factor<scalar_t>(gal, gal_number, dz_in), d_y,
                            Factor<scalar_t>(moon, moon_number, dz_in), Factor<scalar_t>(sem, sem_number, dz_in), rzn,
@@ -284,20 +286,8 @@ void lstm_forward_step(const at::Tensor& gates, const c10::optional<at::Tensor>&
                        const c10::optional<at::Tensor>& moon, c10::optional<double> moon_number,
                        const c10::optional<at::Tensor>& gsem_out, const at::Tensor& c_out, const at::Tensor& tc_out,
                        const at::Tensor& h_out, bool relu) {
-  TORCH_CHECK(c_prev.dim() == 2 || c_prev.dim() == 3, "recdrop.cpu_kernels: a state is (B, H) or a group's (R, B, H)");
-  check_dense(c_prev, c_prev, "c_prev");
-  for (const auto* t : {&gates, &gates_out}) {
-    check_dense(*t, c_prev, "the gates");
-    TORCH_CHECK(t->numel() == 4 * c_prev.numel(), "recdrop.cpu_kernels: the gates must be ([R,] B, 4H)");
-  }
-  for (const auto* t : {&c_out, &tc_out, &h_out}) {
-    check_dense(*t, c_prev, "an output");
-    TORCH_CHECK(t->sizes() == c_prev.sizes(), "recdrop.cpu_kernels: an output must have the state's shape");
-  }
-  if (gsem_out.has_value()) {
-    check_dense(*gsem_out, c_prev, "gsem_out");
-    TORCH_CHECK(gsem_out->sizes() == c_prev.sizes(), "recdrop.cpu_kernels: gsem_out must have the state's shape");
-  }
+  check_step(c_prev, {&c_prev, &c_out, &tc_out, &h_out}, {&gates, &gates_out}, 4);
+  if (gsem_out.has_value()) check_step(c_prev, {&*gsem_out}, {}, 4);
   AT_DISPATCH_FLOATING_TYPES(c_prev.scalar_type(), "lstm_forward_step", [&] {
     lstm_forward<scalar_t>(gates, addend, gates_out, c_prev, Factor<scalar_t>(sem, sem_number, c_prev),
                            Factor<scalar_t>(moon, moon_number, c_prev), gsem_out, c_out, tc_out, h_out, relu);
@@ -310,13 +300,7 @@ void lstm_backward_step(const at::Tensor& dh_in, const c10::optional<at::Tensor>
                         c10::optional<double> sem_number, const c10::optional<at::Tensor>& moon,
                         c10::optional<double> moon_number, const at::Tensor& d_gates, const at::Tensor& dc_out,
                         bool relu) {
-  TORCH_CHECK(dh_in.dim() == 2 || dh_in.dim() == 3, "recdrop.cpu_kernels: a state is (B, H) or a group's (R, B, H)");
-  for (const auto* t : {&dh_in, &d_y, &dc_in, &c_prev, &tc, &dc_out}) {
-    check_dense(*t, dh_in, "a state or its gradient");
-    TORCH_CHECK(t->sizes() == dh_in.sizes(), "recdrop.cpu_kernels: a state's gradient must have the state's shape");
-  }
-  check_dense(gates, dh_in, "the gates");
-  TORCH_CHECK(gates.numel() == 4 * dh_in.numel(), "recdrop.cpu_kernels: the gates must be ([R,] B, 4H)");
+  check_step(dh_in, {&dh_in, &d_y, &dc_in, &c_prev, &tc, &dc_out}, {&gates}, 4);
   AT_DISPATCH_FLOATING_TYPES(dh_in.scalar_type(), "lstm_backward_step", [&] {
     lstm_backward<scalar_t>(dh_in, Factor<scalar_t>(gal, gal_number, dh_in), d_y, dc_in, gates, c_prev, tc,
                             Factor<scalar_t>(sem, sem_number, dh_in), Factor<scalar_t>(moon, moon_number, dh_in),
