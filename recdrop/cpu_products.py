@@ -4,9 +4,11 @@ factor of two either way, between CPUs of one maker too (``benchmarks/bench_matm
 the products of the experiments; the Performance page shows them per machine). So each class of
 product is timed both ways the first time it is computed on a machine, as
 ``torch.backends.cudnn.benchmark`` times a convolution's algorithms, and the faster computes it from
-then on. The two are timed in turn, several rounds, and compared by the median of the rounds' ratios,
-so that a load the machine carries meanwhile (another run) weighs on both alike; within ``MARGIN`` of
-each other they are at par, and MKL, torch's own, is kept.
+then on. The two are timed in turn, ``ROUNDS`` rounds, so that a load the machine carries meanwhile
+(another run) weighs on both alike. oneDNN is the faster where it was in at least ``WINS`` of the
+rounds, a sign test: two libraries at par pass it about one time in sixteen, and a product a few
+percent faster passes it whenever the rounds' spread is smaller than that. Otherwise MKL, torch's
+own, is kept.
 
 The choice is kept in the cache folder (``paths.cache_dir``), one file per CPU model (``cpu_model``:
 its generation too), torch version, thread count, class of product and rule of choice (``RULE``), with
@@ -27,7 +29,7 @@ import os
 import statistics
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
 import torch
 
@@ -35,10 +37,10 @@ from .paths import cache_dir
 from .route import cpu_products_choice
 
 LIBRARIES = ("onednn", "mkl")
-MARGIN = 1.05  # oneDNN's time must be below MKL's by this factor to be chosen: the rounds' spread is about this
-ROUNDS = 5  # timings of each library, in turn
+ROUNDS = 7  # timings of each library, in turn
+WINS = 6  # rounds oneDNN must win to be chosen: at par, 8 chances in 128
 TIMED_S = 2e-3  # each timing repeats a product for about this long: a per-step product takes microseconds
-RULE = f"median of {ROUNDS} paired timings, margin {MARGIN}"  # a choice kept under another rule is timed again
+RULE = f"faster in {WINS} of {ROUNDS} paired timings"  # a choice kept under another rule is timed again
 
 Product = Callable[[], Any]
 _chosen: Dict[Tuple, str] = {}  # (how chosen, kind, shape class, threads) -> library, in this process
@@ -103,11 +105,13 @@ def kept(key: Tuple, ways: Callable[[], Tuple[Product, Product]]) -> str:
     path = cache_dir() / "cpu_products" / (hashlib.sha256(name.encode()).hexdigest()[:16] + ".txt")
     if not path.exists():
         with torch.no_grad():
-            ratio = onednn_over_mkl(*ways())
-        faster = "onednn" if ratio * MARGIN < 1 else "mkl"
+            ratios = onednn_over_mkl(*ways())
+        wins = sum(ratio < 1 for ratio in ratios)
+        faster = "onednn" if wins >= WINS else "mkl"
         path.parent.mkdir(parents=True, exist_ok=True)
         draft = path.with_suffix(f".{os.getpid()}.draft")
-        draft.write_text(f"{faster}\n{name}\noneDNN's time over MKL's: {ratio:.3f}\n")
+        draft.write_text(f"{faster}\n{name}\noneDNN's time over MKL's: {statistics.median(ratios):.3f} (median), "
+                         f"below 1 in {wins} of {ROUNDS} rounds\n")
         try:
             os.link(draft, path)  # whole, and only where no other process has kept one
         except FileExistsError:
@@ -120,13 +124,13 @@ def kept(key: Tuple, ways: Callable[[], Tuple[Product, Product]]) -> str:
     return chosen_there
 
 
-def onednn_over_mkl(mkl: Product, onednn: Product) -> float:
-    """oneDNN's time over MKL's for one product: the median of ``ROUNDS`` ratios of timings made in turn."""
+def onednn_over_mkl(mkl: Product, onednn: Product) -> List[float]:
+    """oneDNN's time over MKL's for one product, in each of ``ROUNDS`` rounds that time the two in turn."""
     ratios = []
     for _ in range(ROUNDS):
         mkl_s = seconds(mkl)
         ratios.append(seconds(onednn) / mkl_s)
-    return statistics.median(ratios)
+    return ratios
 
 
 def seconds(product: Product) -> float:
