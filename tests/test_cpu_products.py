@@ -1,7 +1,6 @@
 """Which library computes a CPU's float32 products (``recdrop.cpu_products``): the faster one, measured once
 per machine and class of product and kept for every later process, oneDNN only where it wins nearly every
-round; or the
-switch's; and the libraries named in a record's path."""
+round; or the switch's; and the libraries named in a record's path."""
 import itertools
 
 import pytest
@@ -51,7 +50,7 @@ def test_the_faster_library_is_chosen_once_per_class(monkeypatch, mkl_s, onednn_
 
 
 def test_paired_rounds_choose_through_a_passing_load(monkeypatch, tmp_path):
-    # oneDNN is 1.25x faster; a load slows oneDNN's timing in round 2 and MKL's in round 3 (a mean would say MKL)
+    # oneDNN is 1.25x faster; a load slows oneDNN's timing in round 2, which it loses, and MKL's in round 3
     load = itertools.chain([1, 1, 1, 3, 3, 1], itertools.repeat(1))  # mkl, onednn, mkl, ...
     monkeypatch.setattr(cpu_products, "seconds", lambda product: {"mkl": 1.0, "onednn": 0.8}[product()] * next(load))
     assert cpu_products.library("product", (64, 64, 64), fake_ways([])) == "onednn"
