@@ -16,6 +16,7 @@ INTERPRETING = os.environ.get("TRITON_INTERPRET") == "1"
 assert INTERPRETING or torch.cuda.is_available(), "run through tests/test_triton.py, or on a CUDA machine"
 DEVICE = "cpu" if INTERPRETING else "cuda"
 
+
 def _assert_paths_agree(module, x, state, masks, loss, monkeypatch):
     """Run ``module(x, state)`` on leaf copies through the Triton kernels and without them; the
     outputs, the gradients of x and of the state, and the parameters' gradients must agree.
