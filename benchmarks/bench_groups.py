@@ -1,4 +1,4 @@
-"""Runs per hour of a fused group of language models (issue 35), against the same runs one at a time.
+"""Runs per hour of a fused group of language models, against the same runs one at a time.
 
 One training step of R runs of a table's grid at the paper's shapes (word LM: vocabulary 10k, 256 +
 256 units, batch 32, 35 steps; char LM: 50 symbols, 256 + 1024 units, batch 64, 100 steps), or at
@@ -106,7 +106,7 @@ def main(argv=None):
         for n in args.sizes:
             tasks = built[:n]
             batches = tasks[0].batches(0)
-            # the trainer's steppers, made once: on a GPU each is one CUDA graph once warmed up (issue 46)
+            # the trainer's steppers, made once: on a GPU each is one CUDA graph once warmed up
             alone_steps = [] if args.group_only else [task_type.group_stepper([t]) for t in tasks]
             group_step = task_type.group_stepper(tasks)
 
@@ -119,8 +119,8 @@ def main(argv=None):
             if alone_steps:
                 per_step(alone, batches, sync, args.warmup_s)  # warm-up
             per_step(group, batches, sync, args.warmup_s)
-            # the group's path, read while its warm-up is the last Python to have run (a replayed graph runs
-            # none): read at the end, the H200's 8-run row of 1e88ffe named torch.nn, one run's alone
+            # the group's path, read while its warm-up is the last Python to have run: a replayed graph runs
+            # none, so a read after the timing would name the path of the last eager run, one run's alone
             path = layer_paths(tasks[0].model)
             if n > 1 and route.stacks(args.device) and "stacked" not in (path or ""):
                 print(f"warning: {name} R={n}: the group's layers ran {path!r}, not stacked", flush=True)

@@ -35,7 +35,7 @@ from recdrop.store import git_commit, hardware
 from recdrop.train import layer_paths
 
 AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
-SHAPES = [(256, 35), (1024, 35), (1024, 100)]  # (hidden, sequence length); issue 3 and issue 6 shapes
+SHAPES = [(256, 35), (1024, 35), (1024, 100)]  # (hidden, steps): perf.TARGET_SHAPES and one between
 
 
 def fwd_bwd(module, x, device: str, autocast: Optional[torch.dtype] = None) -> None:
@@ -78,7 +78,7 @@ def main(argv=None):
     ap.add_argument("--kinds", nargs="+", default=["LSTM", "GRU"])
     ap.add_argument("--schemes", nargs="+", default=["semeniuta"])
     ap.add_argument("--hidden", type=int, nargs="+",
-                    help="hidden sizes to sweep at --seq (instead of the issue's shapes)")
+                    help="hidden sizes to sweep at --seq (instead of SHAPES)")
     ap.add_argument("--seq", type=int, default=35)
     ap.add_argument("--packed", action="store_true",
                     help="a PackedSequence in, of lengths spread evenly from half the sequence length to all of it")

@@ -8,8 +8,7 @@ kernels; all per step. The first row, ``[step]``, is the wall time of a step whi
 
     python benchmarks/profile_group.py --device cuda --model word --runs 8 --tf32 --out profile.csv
 
-Where a lease has minutes left, this says what bounds the group's step (issue 46: 26 word LMs took 14 ms a
-step on an H200, 8 took 5.7, one alone 1.3).
+It says what bounds a group's step: the host's launches, the kernels or the copies.
 """
 from __future__ import annotations
 

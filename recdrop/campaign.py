@@ -164,8 +164,8 @@ def fitting_caps(todo: Sequence[Pending], group_times: Sequence[Dict[str, Any]],
     """``fuse="fit"``: each experiment's cap on its groups at each scale, (experiment, scale) -> cap, in the
     order of its first pending run: the largest group (at most the pending runs of that run's entry, so
     that no group runs ahead of the campaign's order, and ``MAX_GROUP``) that finishes in the time the
-    groups before it leave, by ``group_times`` (``estimates.group_seconds``, which the lease measures at
-    each scale it trains). An experiment and scale of which no group fits, or whose time is unknown, is
+    groups before it leave, by ``group_times`` (``estimates.group_seconds``, from this machine's measurements
+    at each scale it trains). An experiment and scale of which no group fits, or whose time is unknown, is
     left out: its runs go one at a time, where ``whole_runs`` lets them start."""
     caps: Dict[Tuple[str, str], int] = {}
     left = budget_s
@@ -355,8 +355,8 @@ def _tar_size(sizes: Sequence[int]) -> int:
     return -(-raw // tarfile.RECORDSIZE) * tarfile.RECORDSIZE
 
 
-# What a lent GPU's command brings back: at most 8 files of 16 MiB, 64 MiB together (the device tool's
-# limits). A pack takes 6 files of 10 MiB, leaving room for two more (a log, say) within both limits.
+# What a lent GPU's command brings back: at most 8 files of 16 MiB, 64 MiB together. A pack takes 6 files
+# of 10 MiB, leaving room for two more (a log, say) within both limits.
 PART_BYTES, MAX_PARTS = 10 * 2**20, 6
 
 

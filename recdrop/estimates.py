@@ -73,15 +73,15 @@ def resumable(path: Path, store: RunStore) -> bool:
 
 
 # A group's wall time over the steps its benchmark times: the evaluations, the warm-up and capture, the
-# checkpoints and the estimate's own error (a graphed group of 7 word LMs took 27% more than its steps).
+# checkpoints and the estimate's own error.
 GROUP_MARGIN = 1.4
 MODELS = {"word": "word_lm", "char": "char_lm"}  # bench_groups' model names
 
 
 def group_seconds(rows: Sequence[Dict[str, Any]], experiment: str, precision: str, runs: int,
                   scale: str = "paper") -> Optional[float]:
-    """What a group of ``runs`` runs of ``experiment`` at ``scale`` should take at ``precision``, from a
-    lease's own ``benchmarks/bench_groups.py`` rows (``model``, ``scale``: the paper's where a row has
+    """What a group of ``runs`` runs of ``experiment`` at ``scale`` should take at ``precision``, from this
+    machine's own ``benchmarks/bench_groups.py`` rows (``model``, ``scale``: the paper's where a row has
     none, ``runs``, ``group_s``, ``run_steps``, ``precision``): its runs' steps (``run_steps``) at the
     group step's time interpolated between the sizes measured (it grows about linearly with the runs),
     times ``GROUP_MARGIN``. None where no row of that model, scale and precision tells (or ``runs`` lies

@@ -40,22 +40,18 @@ class CharLMConfig(ExperimentConfig):
     experiment = "char_lm"
     SCALES = {
         "paper": {},
-        # The 28-run grid (Table 3's 26 and the batch-size check's 2) in about half an hour on a
-        # 2-core CPU (two runs at a time, about 2 minutes each): embedding 32 and LSTM 128 (paper
-        # 256 and 1024), the first 300k training characters (of 5.0M), 5 epochs with the decay from
-        # epoch 3, batch 32, the first 50k characters of the validation and test sets. An
-        # under-trained small model: a smoke test of the pipeline, not of the paper's claims.
+        # The 28-run grid (Table 3's 26 and the batch-size check's 2) sized for a 2-core CPU:
+        # embedding 32 and LSTM 128 (paper 256 and 1024), the first 300k training characters (of
+        # 5.0M), 5 epochs with the decay from epoch 3, batch 32, the first 50k characters of the
+        # validation and test sets. An under-trained small model: a smoke test of the pipeline, not
+        # of the paper's claims.
         "quick": dict(embedding_size=32, hidden_size=128, train_chars=300_000, valid_chars=50_000,
                       test_chars=50_000, epochs=5, decay_from_epoch=3, batch_size=32),
         # The paper's embedding, optimiser and schedule in full (Adam 1e-3, 50 epochs, the 0.97 decay
         # from epoch 10) with an LSTM of 512 (paper 1024), the first 400k of the 5.0M training
         # characters at batch 16 (250 updates an epoch, 12.5k in all), and the first 100k characters
-        # of the validation and test sets. Chosen from probes (no dropout, seed 0, 1 thread): at this
-        # size validation is lowest at epoch 22 and then rises while training bpc falls, so the
-        # model over-fits; at 256 units it only flattens. Its cost on 2 CPU cores: about 12 core-hours
-        # for Table 3's 26 cells (book/deviations.md). The first definition
-        # (LSTM 512, 500k characters at batch 64, 15 epochs: 1,185 updates in all) under-fit in its
-        # pilot, so it was replaced (book/deviations.md); its 4 records stay in the store.
+        # of the validation and test sets. At this size the model without dropout over-fits (at 256
+        # units it only flattens), and a budget of fewer updates under-fits (book/deviations.md).
         "reduced": dict(hidden_size=512, train_chars=400_000, valid_chars=100_000, test_chars=100_000,
                         batch_size=16),
         "ci": dict(embedding_size=8, hidden_size=16, seq_len=20, train_chars=4_000, valid_chars=1_000,

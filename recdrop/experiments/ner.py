@@ -33,7 +33,7 @@ class NERConfig(RMSPropConfig):
     ADDED = {**RMSPropConfig.ADDED, "tune_embeddings": False}  # every record before it kept them static
     SCALES = {
         "paper": {},
-        # The 6-run grid in about half an hour on a 2-core CPU: 256 units (paper 1024), 6 + 3
+        # The 6-run grid sized for a 2-core CPU: 256 units (paper 1024), 6 + 3
         # epochs (paper 25 + 10) on the first 5000 of the 14,041 training sentences, validation
         # and test on the first 1000 sentences of each. Smaller and shorter-trained: a smoke test.
         "quick": dict(hidden_size=256, short_epochs=6, long_epochs=3, train_sentences=5000, eval_sentences=1000),

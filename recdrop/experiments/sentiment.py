@@ -30,7 +30,7 @@ class SentimentConfig(RMSPropConfig):
     experiment = "sentiment"
     SCALES = {
         "paper": {},
-        # The 6-run grid in about half an hour on a 2-core CPU: 128 units (paper 500), 6 epochs.
+        # The 6-run grid sized for a 2-core CPU: 128 units (paper 500), 6 epochs.
         "quick": dict(hidden_size=128, epochs=6),
         "ci": dict(hidden_size=16, epochs=2, train_messages=300, eval_messages=100),
     }
