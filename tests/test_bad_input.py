@@ -177,9 +177,12 @@ def test_a_bad_proj_size_is_torch_nns_error():
 
 
 def test_packed_input_is_supported():
-    m = recdrop.LSTM(3, 4)  # tests/test_packed.py
+    m = recdrop.LSTM(3, 4, recurrent_dropout=0.25)  # recdrop's own path; tests/test_packed.py checks its values
     packed = pack_padded_sequence(torch.randn(5, 2, 3), torch.tensor([5, 3]))
-    assert isinstance(m(packed)[0], type(packed))
+    out = m(packed)[0]
+    assert m.last_route.kernels != "torch.nn"
+    assert isinstance(out, type(packed)) and torch.equal(out.batch_sizes, packed.batch_sizes)
+    assert out.data.shape == (8, 4)
 
 
 # -- experiment configs: value ranges, checked when the config is built -----------------------------

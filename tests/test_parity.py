@@ -184,3 +184,7 @@ def test_state_dict_loads_both_ways(kind):
     assert [n for n, _ in back.named_parameters()] == [n for n, _ in ref.named_parameters()]
     for (_, a), (_, b) in zip(back.named_parameters(), ref.named_parameters()):
         assert torch.equal(a, b)
+    back.torch_kernels = False  # recdrop's own forward computes with the loaded weights
+    x = torch.randn(5, 2, 3)
+    torch.testing.assert_close(back.eval()(x)[0], ref.eval()(x)[0])
+    assert back.last_route.kernels != "torch.nn"

@@ -57,6 +57,10 @@ def test_off_cuda_the_stepper_is_the_eager_group_step():
     for ta, tb in zip(a, b):
         assert all(torch.equal(p, q) for p, q in zip(ta.model.parameters(), tb.model.parameters()))
         assert all(torch.equal(s, r) for s, r in zip(ta.state, tb.state))
+    # the changed rate is followed: without it, the steps after it train otherwise
+    c = word_lm_tasks("cpu")
+    kept = train_steps(c, WordLMTask.group_stepper(c), starts, decay_at=None)
+    assert torch.equal(kept[:3], got[:3]) and not torch.equal(kept[3:], got[3:])
 
 
 def test_the_update_from_a_tensor_of_rates_is_sgds():

@@ -603,7 +603,14 @@ def test_memory_format(mi, i, path, training):
     args, kwargs = sample.forward_input.args, sample.forward_input.kwargs
     dims = {t.dim() for t in tree_flatten(args)[0] if isinstance(t, torch.Tensor)}
     assert not dims & {4, 5}, "channels_last formats would apply: extend this port"
-    input_formats = [torch.contiguous_format]
+    # No 4-D or 5-D tensors, so no channels-last formats: beside the contiguous input, the same values
+    # held with their dimensions' order in memory reversed (a transposed view's strides, as batch_first
+    # and sliced inputs bring).
+    def reversed_strides(t):
+        order = list(reversed(range(t.dim())))
+        return t.permute(order).contiguous().permute(order)
+    input_layouts = {"contiguous": lambda t: t.clone().to(memory_format=torch.contiguous_format),
+                     "reversed strides": reversed_strides}
     module_formats = [torch.preserve_format, torch.contiguous_format]
 
     def req_grad(t):
@@ -621,11 +628,12 @@ def test_memory_format(mi, i, path, training):
             ref_g_outs = tuple(torch.rand_like(t) for t in ref_outs)
             ref_g_ins = torch.autograd.grad(ref_outs, ref_ins, grad_outputs=ref_g_outs)
 
-        for in_fmt in input_formats:
-            d_args = _traverse(args, lambda t: t.clone().to(memory_format=in_fmt).detach()
-                               .requires_grad_(t.requires_grad))
-            d_kwargs = _traverse(kwargs, lambda t: t.clone().to(memory_format=in_fmt).detach()
-                                 .requires_grad_(t.requires_grad))
+        for layout, held in input_layouts.items():
+            d_args = _traverse(args, lambda t: held(t).detach().requires_grad_(t.requires_grad))
+            d_kwargs = _traverse(kwargs, lambda t: held(t).detach().requires_grad_(t.requires_grad))
+            matrices = [t for t in tree_flatten((d_args, d_kwargs))[0]
+                        if isinstance(t, torch.Tensor) and t.dim() > 1 and min(t.shape) > 1]
+            assert all(t.is_contiguous() == (layout == "contiguous") for t in matrices)
             for mod_fmt in module_formats:
                 m.to(memory_format=mod_fmt)
                 outputs = m(*d_args, **d_kwargs)
@@ -637,8 +645,9 @@ def test_memory_format(mi, i, path, training):
                     ins = tuple(t for t in tree_flatten((d_args, d_kwargs, params))[0] if req_grad(t))
                     g_ins = torch.autograd.grad(outs, ins, grad_outputs=ref_g_outs)
                     _close(g_ins, ref_g_ins)
-                    for g in g_ins:
-                        assert g.is_contiguous(), f"gradient of shape {tuple(g.shape)} is not contiguous"
+                    for g, i in zip(g_ins, ins):  # contiguous, or in its input's own layout
+                        assert g.is_contiguous() or g.stride() == i.stride(), \
+                            f"gradient of shape {tuple(g.shape)} has strides {g.stride()}, its input {i.stride()}"
 
 
 # -- test_if_train_and_eval_modes_differ --------------------------------------------------------
