@@ -107,8 +107,12 @@ def load_campaign(path: os.PathLike = CAMPAIGN) -> List[Entry]:
     except (OSError, tomllib.TOMLDecodeError) as e:
         raise ValueError(f"campaign file {path} cannot be read ({type(e).__name__}: {e})") from e
     fields = {f.name for f in dataclasses.fields(Entry)}
+    items = raw.get("entry", [])
+    if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
+        raise ValueError(f"{path}: each entry must be a table of its own, under a [[entry]] header (two "
+                         f"brackets), got entry = {str(items)[:80]}")
     entries = []
-    for i, item in enumerate(raw.get("entry", []), 1):
+    for i, item in enumerate(items, 1):
         unknown = set(item) - fields
         if unknown:
             raise ValueError(f"{path}: entry {i} has unknown keys {sorted(unknown)}; allowed: {sorted(fields)}")
@@ -222,6 +226,8 @@ def parse_budget(text: str) -> float:
     if not m or not any(m.groups()):
         raise ValueError(f"time budget {text!r} is not valid; write it like 2h30m, 9m or 45s")
     h, mins, s = (float(g) if g else 0.0 for g in m.groups())
+    if h * 3600 + mins * 60 + s <= 0:
+        raise ValueError(f"time budget {text!r} is no time: nothing could run")
     return h * 3600 + mins * 60 + s
 
 

@@ -202,6 +202,7 @@ class _CellBase(DropoutSettings, nn.RNNCellBase):
 
     def _factors(self, x: Tensor, masks) -> StepFactors:
         r, shape = self.rdrop, (x.shape[0], self.hidden_size)
+        given = masks is not None
         if masks is None and self.training and r.targets:
             if r.sampling == "per-step":
                 masks = r.draw(shape, x.device, x.dtype, self.generator)
@@ -213,7 +214,7 @@ class _CellBase(DropoutSettings, nn.RNNCellBase):
                     raise ValueError(f"input batch size {shape[0]} differs from the per-sequence mask's: "
                                      "call reset_masks() at the start of every new sequence")
         if masks is not None:
-            r.check_masks(masks, shape)
+            r.check_masks(masks, shape, given)
             masks = {t: m.to(x) for t, m in masks.items()}  # given or kept masks act in the input's dtype
         return r.factors(masks, self.training, per_step=False)
 
@@ -261,11 +262,14 @@ def without_generator(state: dict) -> dict:
 def states_of(hx, n_states: int) -> Tuple[Tensor, ...]:
     """``hx`` as a tuple of tensors: (h_0,), or (h_0, c_0) where ``n_states`` is 2 (the LSTM)."""
     states = tuple(hx) if n_states == 2 and isinstance(hx, (tuple, list)) else (hx,)
+    # a layer's masks (a list of dicts, ``draw_masks``) given in hx's place, the second positional argument
+    masks_as_hx = isinstance(hx, list) and bool(hx) and all(isinstance(m, dict) for m in hx)
+    hint = "; masks are keyword-only: forward(x, hx, masks=...)" if masks_as_hx else ""
     if len(states) != n_states:
-        raise ValueError(f"hx must be a tuple (h_0, c_0), got {len(states)} tensors")
+        raise ValueError(f"hx must be a tuple (h_0, c_0), got {len(states)} tensors{hint}")
     for name, st in zip(("h_0", "c_0"), states):
         if not isinstance(st, Tensor):
-            raise TypeError(f"hx: {name} must be a torch.Tensor, got {type(st).__name__}")
+            raise TypeError(f"hx: {name} must be a torch.Tensor, got {type(st).__name__}{hint}")
     return states
 
 

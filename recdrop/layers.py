@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
+import numbers
 import sys
 from typing import Dict, List, Optional, Tuple
 
@@ -151,9 +152,15 @@ class RecurrentLayer(DropoutSettings, nn.RNNBase):
         """Raw 0/1 masks for one forward call: a list over layers x directions (torch's order,
         ``l0, l0_reverse, l1, ...``) of dicts target -> tensor ``(T, B, H)`` or ``(B, H)`` (for
         "gal", H is ``proj_size`` where there is a projection: it drops h_{t-1})."""
-        shapes = self._mask_shapes(seq_len, batch_size)
-        return [self.rdrop.draw(shapes, device, dtype, generator)
-                for _ in range(self.num_layers * self.num_directions)]
+        for name, n in (("seq_len", seq_len), ("batch_size", batch_size)):
+            if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0:
+                raise ValueError(f"draw_masks: {name} must be an integer, 0 or more, got {n!r}")
+        return self._draw_masks(seq_len, batch_size, device, dtype, generator)
+
+    def _draw_masks(self, steps, batch, device=None, dtype=None, generator=None) -> Masks:
+        """``draw_masks`` for a forward call's own sizes (symbolic or traced under torch.compile or jit.trace)."""
+        shapes = self._mask_shapes(steps, batch)
+        return [self.rdrop.draw(shapes, device, dtype, generator) for _ in range(self.num_layers * self.num_directions)]
 
     def _mask_shapes(self, steps: int, batch: int) -> Dict[str, Tuple[int, ...]]:
         return {t: self.rdrop.mask_shape(steps, batch, self.output_size if t == "gal" else self.hidden_size)
@@ -198,12 +205,12 @@ class RecurrentLayer(DropoutSettings, nn.RNNBase):
         """The masks of a forward call over ``x`` (T, B, ...): the given ones, checked, or fresh ones
         drawn when training with recurrent dropout; None otherwise."""
         steps, batch = x.shape[0], x.shape[1]
-        if masks is None and self.training and self.rdrop.targets:
-            masks = self.draw_masks(steps, batch, x.device, x.dtype, self.generator)
         if masks is not None:
             self._check_masks(masks, steps, batch)
-            masks = [{t: m.to(x) for t, m in k.items()} for k in masks]  # given ones act in the input's dtype
-        return masks
+            return [{t: m.to(x) for t, m in k.items()} for k in masks]  # given ones act in the input's dtype
+        if self.training and self.rdrop.targets:
+            return self._draw_masks(steps, batch, x.device, x.dtype, self.generator)
+        return None
 
     def _run_layers(self, x: Tensor, hx: Tuple[Tensor, ...], masks: Optional[Masks], run_direction,
                     run_both=None):

@@ -111,6 +111,8 @@ class RecurrentDropout:
 
         A unit is kept where a uniform draw in [0, 1) falls below 1 - p: Bernoulli(1 - p), drawn
         with the vectorised uniform generator (faster on a CPU than ``torch.bernoulli``)."""
+        if generator is not None and not isinstance(generator, torch.Generator):
+            raise TypeError(f"a mask generator must be a torch.Generator or None, got {type(generator).__name__}")
         dtype = dtype or torch.get_default_dtype()
         # generator=None is left out, not passed: Dynamo refuses it with symbolic shapes (torch.compile with
         # dynamic lengths), and without it torch.rand draws from the global generator all the same
@@ -118,17 +120,25 @@ class RecurrentDropout:
         return {t: torch.rand(_shape_of(shape, t), device=device, dtype=dtype, **own).lt_(1.0 - self.p)
                 for t in self.targets}  # in place: the uniforms' own buffer becomes the 0/1 mask
 
-    def check_masks(self, masks: Dict[str, torch.Tensor], shape: Shapes) -> None:
-        """Raise ValueError unless ``masks`` has exactly this scheme's targets, each of ``shape``
-        (one for every target, or a dict target -> shape)."""
+    def check_masks(self, masks: Dict[str, torch.Tensor], shape: Shapes, given: bool = True) -> None:
+        """Raise ValueError unless ``masks`` has exactly this scheme's targets, each a tensor of ``shape``
+        (one for every target, or a dict target -> shape) and, where a caller ``given`` them, of 0s and
+        1s: d(.) scales them itself (``scaling``)."""
         if not isinstance(masks, dict) or set(masks) != set(self.targets):
             got = sorted(masks) if isinstance(masks, dict) else type(masks).__name__
             raise ValueError(f"masks must be a dict with keys {sorted(self.targets)} for scheme={self.scheme!r} "
                              f"and recurrent_dropout={self.p}, got {got}")
         for name, m in masks.items():
+            if not isinstance(m, torch.Tensor):
+                raise ValueError(f"masks[{name!r}] must be a torch.Tensor of 0s and 1s, got {type(m).__name__}")
             if tuple(m.shape) != _shape_of(shape, name):
                 raise ValueError(f"masks[{name!r}] must have shape {_shape_of(shape, name)} for "
                                  f"sampling={self.sampling!r}, got {tuple(m.shape)}")
+            # not under torch.compile, where a check of the values would break the graph
+            if given and not torch.compiler.is_compiling() and not ((m == 0) | (m == 1)).all():
+                other = m[(m != 0) & (m != 1)].flatten()[0].item()
+                raise ValueError(f"masks[{name!r}] must hold only 0s and 1s (raw masks: the layer scales them "
+                                 f"by scaling={self.scaling!r}), got {other}")
 
     def factors(self, masks: Optional[Dict[str, torch.Tensor]], training: bool,
                 per_step: bool) -> "StepFactors":

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import dataclasses
 import functools
 import inspect
 import os
@@ -163,7 +164,9 @@ def grid_rows(experiment: str, scale: str, seeds: Sequence[int] = (0,), grid: st
     _, grid_cells = experiments.get(experiment, grid)
     seeds = check_seeds(seeds)
     store = store or RunStore()
-    cells = grid_cells(scale, **overrides)
+    cells = grid_cells(scale, **overrides)  # an override's value is checked by the config here
+    if overrides:
+        _check_overrides(experiment, grid, grid_cells(scale), overrides)
     if only is not None and not isinstance(only, dict):
         raise ValueError(f"only must be a dict of label -> value (e.g. {{'scheme': 'moon'}}), got {only!r}")
     if only:
@@ -185,6 +188,19 @@ def grid_rows(experiment: str, scale: str, seeds: Sequence[int] = (0,), grid: st
             set_stored(store, row, store.find(experiment, cfg.scale, rid))
             rows.append(row)
     return rows
+
+
+def _check_overrides(experiment: str, grid: str, cells: Sequence[Tuple[Dict[str, Any], Any]],
+                     overrides: Dict[str, Any]) -> None:
+    """Refuse an override of a config field the grid sets cell by cell: every cell would train its value
+    under its own labels, and cells that differ only in it would be one run."""
+    varied = {f.name for f in dataclasses.fields(cells[0][1])
+              if len({repr(getattr(cfg, f.name)) for _, cfg in cells}) > 1}
+    clash = sorted(set(overrides) & varied)
+    if clash:
+        raise ValueError(f"{', '.join(clash)}: {experiment}'s {grid} grid sets {'it' if len(clash) == 1 else 'them'} "
+                         f"cell by cell, so an override would mislabel its runs; pick cells by their labels "
+                         f"instead (only=, the sweep's --only: {', '.join(cells[0][0])})")
 
 
 def stored_scales(experiment: str, grid: str = "table", store: Optional[RunStore] = None,
@@ -371,13 +387,14 @@ def failures_report(failures: Sequence[Tuple[Row, Exception]], of: int) -> str:
     return f"{len(failures)} of {of} runs failed (finished records are kept):\n  " + "\n  ".join(lines)
 
 
-def _parse_overrides(items: Sequence[str]) -> Dict[str, Any]:
-    """``["key=value", ...]`` as a dict, each value a Python literal where it parses as one."""
+def _parse_overrides(items: Sequence[str], option: str = "--set") -> Dict[str, Any]:
+    """``["key=value", ...]`` (the values of ``option``) as a dict, each value a Python literal where it parses
+    as one."""
     out = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep:
-            raise SystemExit(f"--set expects key=value, got {item!r}")
+            raise SystemExit(f"{option} expects {'LABEL' if option == '--only' else 'KEY'}=VALUE, got {item!r}")
         try:
             out[key] = ast.literal_eval(value)
         except (ValueError, SyntaxError):
@@ -412,7 +429,7 @@ def main(argv=None) -> int:
     try:
         rows = run_grid(args.experiment, args.scale, args.seeds, args.device, args.jobs,
                         progress=not args.no_progress, engine=args.engine,
-                        only=_parse_overrides(args.only) or None, grid=args.grid, fuse=args.fuse,
+                        only=_parse_overrides(args.only, "--only") or None, grid=args.grid, fuse=args.fuse,
                         precision=precision_option(args), **overrides)
     except (ValueError, RuntimeError, FileNotFoundError, ImportError) as e:  # (a dataset or the word vectors missing)
         print(f"error: {e}", file=sys.stderr)

@@ -160,6 +160,50 @@ def test_given_masks_checked():
         cell(torch.randn(2, 3), masks={"semeniuta": torch.ones(5, 2, 4)})
 
 
+@pytest.mark.parametrize("value", [0.5, 2.0, -1.0, float("nan")])
+def test_given_masks_hold_only_zeros_and_ones(value):
+    """Raw masks: the layer scales them itself, so a scaled or soft mask would act twice or not as a mask."""
+    m = recdrop.LSTM(3, 4, recurrent_dropout=0.5)
+    mask = torch.ones(5, 2, 4)
+    mask[2, 1, 3] = value
+    with pytest.raises(ValueError, match=rf"masks\['semeniuta'\] must hold only 0s and 1s .*got {value}"):
+        m(torch.randn(5, 2, 3), masks=[{"semeniuta": mask}])
+    cell = recdrop.GRUCell(3, 4, recurrent_dropout=0.5)
+    with pytest.raises(ValueError, match="must hold only 0s and 1s"):
+        cell(torch.randn(2, 3), masks={"semeniuta": mask[2]})
+    m(torch.randn(5, 2, 3), masks=[{"semeniuta": mask.ne(value)}])  # a bool mask is a 0/1 mask
+
+
+def test_given_masks_must_be_tensors():
+    m = recdrop.LSTM(3, 4, recurrent_dropout=0.5)
+    with pytest.raises(ValueError, match=r"masks\['semeniuta'\] must be a torch.Tensor of 0s and 1s, got ndarray"):
+        m(torch.randn(5, 2, 3), masks=[{"semeniuta": np.ones((5, 2, 4))}])
+
+
+@pytest.mark.parametrize("kind,bidirectional", [("LSTM", False), ("LSTM", True), ("GRU", False)])
+def test_masks_given_in_the_states_place_say_masks_are_keyword_only(kind, bidirectional):
+    m = getattr(recdrop, kind)(3, 4, bidirectional=bidirectional, recurrent_dropout=0.5)
+    with pytest.raises((ValueError, TypeError), match=r"masks are keyword-only: forward\(x, hx, masks=...\)"):
+        m(torch.randn(5, 2, 3), m.draw_masks(5, 2))
+
+
+@pytest.mark.parametrize("steps,batch,name", [(-1, 2, "seq_len"), (2.5, 2, "seq_len"), ("5", 2, "seq_len"),
+                                              (5, -2, "batch_size"), (5, True, "batch_size")])
+def test_draw_masks_takes_integer_sizes(steps, batch, name):
+    m = recdrop.LSTM(3, 4, recurrent_dropout=0.5)
+    with pytest.raises(ValueError, match=f"draw_masks: {name} must be an integer, 0 or more"):
+        m.draw_masks(steps, batch)
+    assert m.draw_masks(np.int64(5), 2)[0]["semeniuta"].shape == (5, 2, 4)  # any integer, as torch takes
+    assert m.draw_masks(0, 2)[0]["semeniuta"].shape == (0, 2, 4)  # an empty sequence trains, as in torch.nn
+
+
+def test_a_mask_generator_must_be_a_torch_generator():
+    m = recdrop.LSTM(3, 4, recurrent_dropout=0.5)
+    m.generator = 3
+    with pytest.raises(TypeError, match="a mask generator must be a torch.Generator or None, got int"):
+        m(torch.randn(5, 2, 3))
+
+
 def test_a_bad_proj_size_is_torch_nns_error():
     with pytest.raises(ValueError, match="proj_size should be a positive integer or zero"):
         recdrop.LSTM(3, 4, proj_size=-1)

@@ -59,7 +59,7 @@ def test_budgets(text, seconds):
     assert parse_budget(text) == seconds
 
 
-@pytest.mark.parametrize("text", ["", "abc", "10", "5d", "m"])
+@pytest.mark.parametrize("text", ["", "abc", "10", "5d", "m", "0m", "0h0m0s"])
 def test_bad_budgets_are_refused(text):
     with pytest.raises(ValueError, match="time budget"):
         parse_budget(text)
@@ -80,6 +80,8 @@ def test_the_committed_campaign_names_real_grids(store, path):
     ('[[entry]]\nexperiment="word_lm"\nscale="ci"\nwhy="x"\nseeds=[-1]\n', "seeds"),
     ('title = "nothing"\n', "no \\[\\[entry\\]\\]"),
     ('[[entry]\n', "cannot be read"),
+    ('[entry]\nexperiment="word_lm"\nscale="ci"\nwhy="x"\n', "a \\[\\[entry\\]\\] header"),  # one entry, not a list
+    ('entry = [1, 2]\n', "a table of its own"),
 ])
 def test_a_bad_campaign_file_is_a_clear_error(tmp_path, text, message):
     path = tmp_path / "campaign.toml"

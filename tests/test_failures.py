@@ -388,6 +388,25 @@ def test_the_sweep_cli_refuses_its_own_settings_as_config_fields(item, capsys):
     assert f"--set {item.split('=')[0]}: not config fields" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("experiment,field,value", [
+    ("word_lm", "scheme", "moon"), ("temporal_order", "sampling", "per-step"), ("char_lm", "batch_size", 8),
+    ("word_lm", "input_dropout", 0.2)])
+def test_an_override_of_what_the_grid_sets_cell_by_cell_is_refused(experiment, field, value, store):
+    """Every cell would train the override under its own labels, and cells that differ only there would
+    be one run; an override of a field all cells share is taken."""
+    with pytest.raises(ValueError, match=f"{field}: {experiment}'s table grid sets it cell by cell.*--only"):
+        grid_rows(experiment, "ci", store=store, **{field: value})
+    rows = grid_rows(experiment, "ci", store=store, lr=0.5)
+    assert len({r.run_id for r in rows}) == len(rows) and all(r.config.lr == 0.5 for r in rows)
+
+
+@pytest.mark.parametrize("option,word", [("--set", "KEY"), ("--only", "LABEL")])
+def test_a_sweep_option_without_its_equals_sign_names_that_option(option, word):
+    from recdrop.sweep import main
+    with pytest.raises(SystemExit, match=f"{option} expects {word}=VALUE, got 'scheme'"):
+        main(["temporal_order", "--scale", "ci", "--no-progress", option, "scheme"])
+
+
 def test_a_worker_record_from_other_code_is_trained_again(store, monkeypatch):
     from recdrop import sweep
     cfg = TemporalOrderConfig.at_scale("ci", epochs=1)
