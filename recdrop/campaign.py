@@ -607,16 +607,17 @@ def _unpack_and_report(in_dir: Path, store: RunStore) -> List[str]:
 def _print_pending(entries: Sequence[Entry], device: str, store: RunStore, campaign_file: Path,
                    on: str) -> None:
     """``--list``: the pending runs in order, each with its state and expected minutes (on hardware ``on``
-    where it has stored runs like it), then their total."""
+    where it has stored runs like it, else on the hardware of those on ``device``'s kind, as the campaign
+    plans), then their total."""
     print(f"# store {store.root} (RECDROP_RUNS); list {campaign_file}; "
           f"checkpoints {store.checkpoint_dir()} (in RECDROP_CACHE)\n"
           "# new: no record; resumes: from its checkpoint; reruns: its record is of uncommitted code; "
           f"minutes: its expected time on {on} where runs like it are stored there, else on the hardware of "
-          "the stored runs like it (?: none stored)")
+          f"the stored runs like it on a {device.split(':')[0].upper()} (?: none stored)")
     total, unknown = 0.0, 0
     for run in pending_runs(entries, device, store):
         state = "resumes" if run.resumable else "reruns" if run.rerun else "new"
-        t = expected_seconds(run, store, on=on)
+        t = expected_seconds(run, store, device, on=on)
         total, unknown = total + (t or 0.0), unknown + (t is None)
         print(f"{state:8s} {'?' if t is None else f'{t / 60:.0f} min':>8s}  {run.label()}")
     print(f"about {total / 3600:.1f} hours of runs, one at a time, on {on} where it has runs like them, else on "

@@ -570,6 +570,22 @@ def test_the_command_line_runs_and_lists_a_campaign(store, tmp_path, monkeypatch
     assert capsys.readouterr().out.splitlines()[2].startswith("about 0.0 hours")
 
 
+def test_the_list_times_a_run_by_the_stored_runs_on_its_kind_of_device(store, tmp_path, monkeypatch, capsys,
+                                                                       clean_code):
+    """As the campaign plans: a GPU's runs say nothing of a CPU's time."""
+    monkeypatch.setenv("RECDROP_RUNS", str(store.root))
+    (tmp_path / "campaign.toml").write_text(CI_TOML)
+    rows = grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)
+    rec = train_run(TemporalOrderTask, rows[0].config, store=store, progress=False)
+    store.save({**rec.json(), "device": "cuda:0", "wall_time_s": 120.0})  # the one run like the pending one: a GPU's
+    file = ["--file", str(tmp_path / "campaign.toml")]
+    for device, minutes in (("cpu", "?"), ("cuda", "2 min")):
+        assert campaign.main(["--list", "--device", device, *file]) == 0
+        head, legend, pending, total = capsys.readouterr().out.splitlines()
+        assert pending.startswith(f"{'new':8s} {minutes:>8s}  temporal_order/ci {rows[1].run_id}")
+        assert f"the stored runs like it on a {device.upper()}" in legend
+
+
 def test_the_list_refuses_a_device_that_is_not_one(store, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("RECDROP_RUNS", str(store.root))
     (tmp_path / "campaign.toml").write_text(CI_TOML)
