@@ -59,6 +59,14 @@ def check_rate(name: str, p) -> float:
     return float(p)
 
 
+def _values_readable(t: torch.Tensor) -> bool:
+    """Whether a check may read ``t``'s values: not where ops are traced or captured (torch.compile,
+    torch.jit.trace and torch.export, a CUDA graph) nor under a functorch transform, where a value read
+    would break the graph or is not defined."""
+    return not (torch.compiler.is_compiling() or torch.jit.is_tracing() or torch._C._are_functorch_transforms_active()
+                or (t.is_cuda and torch.cuda.is_current_stream_capturing()))
+
+
 def mask_shape(sampling: str, steps: int, batch: int, hidden: int) -> Tuple[int, ...]:
     """A mask's shape: ``(T, B, H)`` drawn per step, ``(B, H)`` per sequence."""
     return (steps, batch, hidden) if sampling == "per-step" else (batch, hidden)
@@ -134,8 +142,7 @@ class RecurrentDropout:
             if tuple(m.shape) != _shape_of(shape, name):
                 raise ValueError(f"masks[{name!r}] must have shape {_shape_of(shape, name)} for "
                                  f"sampling={self.sampling!r}, got {tuple(m.shape)}")
-            # not under torch.compile, where a check of the values would break the graph
-            if given and not torch.compiler.is_compiling() and not ((m == 0) | (m == 1)).all():
+            if given and _values_readable(m) and not ((m == 0) | (m == 1)).all():
                 other = m[(m != 0) & (m != 1)].flatten()[0].item()
                 raise ValueError(f"masks[{name!r}] must hold only 0s and 1s (raw masks: the layer scales them "
                                  f"by scaling={self.scaling!r}), got {other}")
