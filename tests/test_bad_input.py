@@ -174,6 +174,16 @@ def test_given_masks_hold_only_zeros_and_ones(value):
     m(torch.randn(5, 2, 3), masks=[{"semeniuta": mask.ne(value)}])  # a bool mask is a 0/1 mask
 
 
+def test_given_masks_values_are_not_read_under_a_transform():
+    """Under vmap a mask is a batched tensor whose values no Python check may read."""
+    m = recdrop.LSTM(3, 4, recurrent_dropout=0.5)
+    x = torch.randn(5, 2, 3)
+    mask = m.draw_masks(5, 2)[0]["semeniuta"]
+    out = torch.func.vmap(lambda k: m(x, masks=[{"semeniuta": k}])[0])(torch.stack([mask, 1 - mask]))
+    for got, k in zip(out, (mask, 1 - mask)):
+        torch.testing.assert_close(got, m(x, masks=[{"semeniuta": k}])[0])
+
+
 def test_given_masks_must_be_tensors():
     m = recdrop.LSTM(3, 4, recurrent_dropout=0.5)
     with pytest.raises(ValueError, match=r"masks\['semeniuta'\] must be a torch.Tensor of 0s and 1s, got ndarray"):
