@@ -645,9 +645,9 @@ def test_memory_format(mi, i, path, training):
                     ins = tuple(t for t in tree_flatten((d_args, d_kwargs, params))[0] if req_grad(t))
                     g_ins = torch.autograd.grad(outs, ins, grad_outputs=ref_g_outs)
                     _close(g_ins, ref_g_ins)
-                    for g, i in zip(g_ins, ins):  # contiguous, or in its input's own layout
-                        assert g.is_contiguous() or g.stride() == i.stride(), \
-                            f"gradient of shape {tuple(g.shape)} has strides {g.stride()}, its input {i.stride()}"
+                    for g, leaf in zip(g_ins, ins):  # contiguous, or in its input's own layout
+                        assert g.is_contiguous() or g.stride() == leaf.stride(), \
+                            f"gradient of shape {tuple(g.shape)} has strides {g.stride()}, its input {leaf.stride()}"
 
 
 # -- test_if_train_and_eval_modes_differ --------------------------------------------------------
