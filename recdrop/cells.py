@@ -262,15 +262,20 @@ def without_generator(state: dict) -> dict:
 def states_of(hx, n_states: int) -> Tuple[Tensor, ...]:
     """``hx`` as a tuple of tensors: (h_0,), or (h_0, c_0) where ``n_states`` is 2 (the LSTM)."""
     states = tuple(hx) if n_states == 2 and isinstance(hx, (tuple, list)) else (hx,)
-    # a layer's masks (a list of dicts, ``draw_masks``) given in hx's place, the second positional argument
-    masks_as_hx = isinstance(hx, list) and bool(hx) and all(isinstance(m, dict) for m in hx)
-    hint = "; masks are keyword-only: forward(x, hx, masks=...)" if masks_as_hx else ""
     if len(states) != n_states:
-        raise ValueError(f"hx must be a tuple (h_0, c_0), got {len(states)} tensors{hint}")
+        raise ValueError(f"hx must be a tuple (h_0, c_0), got {len(states)} tensors{_masks_as_hx_hint(hx)}")
     for name, st in zip(("h_0", "c_0"), states):
         if not isinstance(st, Tensor):
-            raise TypeError(f"hx: {name} must be a torch.Tensor, got {type(st).__name__}{hint}")
+            raise TypeError(f"hx: {name} must be a torch.Tensor, got {type(st).__name__}{_masks_as_hx_hint(hx)}")
     return states
+
+
+def _masks_as_hx_hint(hx) -> str:
+    """A hint for a refused ``hx`` that is a layer's masks (a list of dicts, ``draw_masks``), given as the
+    second positional argument."""
+    if isinstance(hx, list) and hx and all(isinstance(m, dict) for m in hx):
+        return "; masks are keyword-only: forward(x, hx, masks=...)"
+    return ""
 
 
 def _check_sizes(input_size: int, hidden_size: int) -> Tuple[int, int]:
