@@ -1,5 +1,12 @@
-"""The settings on which the step kernels (recdrop.triton_kernels, recdrop.cpu_kernels) are checked
-against the torch path: (scheme, sampling, scaling, training, nonlinearity, bidirectional)."""
+"""The settings on which the layers are checked: against the paper's equations and the fast path against
+the reference loop, (sampling, scaling, training); the step kernels (recdrop.triton_kernels,
+recdrop.cpu_kernels) against the torch path, (scheme, sampling, scaling, training, nonlinearity,
+bidirectional)."""
+import recdrop
+
+# Training with each sampling and scaling; at test no mask is drawn, so one sampling stands for both.
+TRAINING_AND_TEST = [(sampling, scaling, True) for sampling in recdrop.SAMPLINGS for scaling in recdrop.SCALINGS] + \
+    [("per-step", scaling, False) for scaling in recdrop.SCALINGS]
 
 # Every scheme and sampling in training with the paper's scaling, plus test mode, inverted scaling,
 # relu and a reverse direction on some of them.

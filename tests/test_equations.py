@@ -3,11 +3,11 @@
 The reference uses the paper's notation: one matrix per gate acting on [x_t, h_{t-1}] (Eqs. 4-13),
 and d(.) of Eq. 3 ("paper") or Eq. 18 ("inverted") with a fixed, known 0/1 mask.
 """
-
 import pytest
 import torch
 
 import recdrop
+from kernel_cases import TRAINING_AND_TEST
 
 T, B, D, H = 5, 3, 4, 6
 P = 0.4
@@ -89,9 +89,6 @@ REFERENCE = {"LSTM": paper_lstm, "GRU": paper_gru, "RNN": paper_rnn}
 # The vector each scheme drops, as the paper names them (Sec. 2): the masks' keys, which the reference
 # equations above read; written out here, not read from the library, so that a wrong mapping fails.
 PAPER_TARGETS = {"semeniuta": {"semeniuta"}, "gal": {"gal"}, "moon": {"moon"}, "gal+semeniuta": {"gal", "semeniuta"}}
-# Training with each sampling and scaling; at test no mask is drawn, so one sampling stands for both.
-TRAINING_AND_TEST = [(sampling, scaling, True) for sampling in recdrop.SAMPLINGS for scaling in recdrop.SCALINGS] + \
-    [("per-step", scaling, False) for scaling in recdrop.SCALINGS]
 CASES = [(kind, scheme) for kind in ("LSTM", "GRU") for scheme in recdrop.SCHEMES] + \
         [("RNN", s) for s in ("semeniuta", "gal", "moon")]
 

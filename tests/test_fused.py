@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import recdrop
+from kernel_cases import TRAINING_AND_TEST
 
 
 @pytest.fixture(autouse=True)
@@ -29,9 +30,6 @@ def initial_state(kind, shape):
     return tuple(torch.randn(shape, dtype=torch.float64, requires_grad=True) for _ in range(n))
 
 
-# Training with each sampling and scaling; at test no mask is drawn, so one sampling stands for both.
-TRAINING_AND_TEST = [(sampling, scaling, True) for sampling in recdrop.SAMPLINGS for scaling in recdrop.SCALINGS] + \
-    [("per-step", scaling, False) for scaling in recdrop.SCALINGS]
 CASES = [(k, s) for k in ("LSTM", "GRU") for s in recdrop.SCHEMES] + [("RNN", s) for s in ("semeniuta", "gal", "moon")]
 
 
