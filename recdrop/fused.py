@@ -28,7 +28,7 @@ import torch.autograd.forward_ad as fwAD
 import torch.nn.functional as F
 from torch import Tensor
 
-from . import cpu_kernels, cpu_products, triton_kernels
+from . import cpu_kernels, cpu_products, route, triton_kernels
 from .graphs import run_loop, step_work
 from .cells import ACTIVATIONS, gru_step, lstm_step, rnn_recurrent_factor, rnn_step, scaled
 from .masks import StepFactors
@@ -49,7 +49,7 @@ def plain_ops_needed(*tensors: Optional[Tensor]) -> bool:
     (which trace ops), and under functorch transforms and forward-mode AD (``transformed``), which an
     autograd.Function without those rules does not support. Autocast runs the fast path
     (``product_dtype``)."""
-    return torch.jit.is_tracing() or torch.compiler.is_compiling() or transformed(*tensors)
+    return route.ops_recorded() or transformed(*tensors)
 
 
 def product_dtype(state: Tensor) -> Optional[torch.dtype]:

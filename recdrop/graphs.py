@@ -50,7 +50,7 @@ def graphs_usable(tensors: Sequence) -> bool:
     progress, and neither torch.compile nor tracing at work."""
     if switched_off() or _SUSPENDED[0] or not _on_one_cuda_device(tensors):
         return False
-    return not (torch.cuda.is_current_stream_capturing() or torch.compiler.is_compiling() or torch.jit.is_tracing())
+    return not (torch.cuda.is_current_stream_capturing() or route.ops_recorded())
 
 
 def switched_off() -> bool:

@@ -22,6 +22,8 @@ from typing import Dict, Optional, Sequence, Tuple, Union
 
 import torch
 
+from . import route
+
 SCHEMES = ("semeniuta", "gal", "moon", "gal+semeniuta")
 SAMPLINGS = ("per-step", "per-sequence")
 SCALINGS = ("inverted", "paper")
@@ -60,10 +62,9 @@ def check_rate(name: str, p) -> float:
 
 
 def _values_readable(t: torch.Tensor) -> bool:
-    """Whether a check may read ``t``'s values: not where ops are traced or captured (torch.compile,
-    torch.jit.trace and torch.export, a CUDA graph) nor under a functorch transform, where a value read
-    would break the graph or is not defined."""
-    return not (torch.compiler.is_compiling() or torch.jit.is_tracing() or torch._C._are_functorch_transforms_active()
+    """Whether a check may read ``t``'s values: not where ops are recorded (``route.ops_recorded``) or
+    captured in a CUDA graph, nor under a functorch transform, where a value is not defined."""
+    return not (route.ops_recorded() or torch._C._are_functorch_transforms_active()
                 or (t.is_cuda and torch.cuda.is_current_stream_capturing()))
 
 

@@ -71,6 +71,12 @@ def stacks(device) -> bool:
     return torch.device(device).type != "cpu" or os.environ.get(STACK_ON_CPU) == "1"
 
 
+def ops_recorded() -> bool:
+    """Whether torch.compile, torch.export or torch.jit.trace is recording ops now: there a call runs on
+    plain ops, and reading a tensor's values would break the graph or is not defined."""
+    return torch.compiler.is_compiling() or torch.jit.is_tracing()
+
+
 @dataclasses.dataclass(frozen=True)
 class Route:
     """The path of one call: ``kernels`` ("torch.nn", "loop" or "fused"), on the fused path whether its
