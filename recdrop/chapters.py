@@ -14,7 +14,7 @@ from IPython.display import HTML, Markdown, display
 
 from . import progress
 from .config import SCALE_NAMES
-from .experiments import EXPERIMENTS, temporal_order_chapter
+from .experiments import EXPERIMENTS, char_lm_chapter, temporal_order_chapter
 from .report import (Judgement, Verdict, ablation_effects, ablation_finding, claim_verdicts, commits_of, figure_html,
                      plot_against_paper, provenance, ran_cells, side_by_side, styled, verdict_rows, where_made)
 from .store import RunStore
@@ -266,17 +266,23 @@ def show_other_scales(name: str, shown: str, store: Optional[RunStore] = None) -
             _show_ablation(e, change, grid, ablated, "####")
 
 
-def moon_vs_ours_at_largest_scale(store=None):
-    """``moon_vs_ours_per_sequence`` at the largest scale where Moon's and our per-sequence cells both
-    have runs (a new scale's first records need not include them): (the rows the table compares, for
-    its stamp: Moon's and ours per sequence, paper scaling; the table); no rows and an empty table
-    where no scale has them."""
-    for scale, rows in stored_scales("temporal_order", store=store):
-        table = temporal_order_chapter.moon_vs_ours_per_sequence(rows)
+# The schemes chapter's tables of Moon's and our per-sequence runs, by experiment: Table 1's and Table 3's
+# tasks start every sequence from a zero state with the paper's scaling, where the two train alike.
+TWINS = {"temporal_order": temporal_order_chapter.moon_vs_ours_per_sequence,
+         "char_lm": char_lm_chapter.moon_vs_ours_per_sequence}
+
+
+def moon_vs_ours_at_largest_scale(name: str, store=None):
+    """Experiment ``name``'s table of Moon's and our per-sequence runs (``TWINS``) at the largest scale
+    where both cells have runs (a new scale's first records need not include them): (the rows the table
+    compares, for its stamp; the table); no rows and an empty table where no scale has them."""
+    twins = TWINS[name]
+    for scale, rows in stored_scales(name, store=store):
+        table = twins(rows)
         if len(table):
-            return [r for r in rows if r.record and r["sampling"] == "per-sequence" and r["scaling"] == "paper"
-                    and r["scheme"] in ("moon", "semeniuta")], table
-    return [], temporal_order_chapter.moon_vs_ours_per_sequence([])
+            return [r for r in rows if r.record and r["sampling"] == "per-sequence"
+                    and r.record.config.get("scaling") == "paper" and r["scheme"] in ("moon", "semeniuta")], table
+    return [], twins([])
 
 
 def show_where_made(store: Optional[RunStore] = None) -> None:

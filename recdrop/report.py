@@ -505,6 +505,40 @@ def held_cells(t: pd.DataFrame, rows: List[Row]) -> pd.DataFrame:
     return t[held].reset_index(drop=True)
 
 
+PARTED = 1e-6  # training curves further apart than this have parted (float32 rounding is far below it)
+
+
+def _trained_as(record: Record) -> set:
+    return {(part.get("hardware"), part.get("torch"), part.get("path")) for part in record.stretches}
+
+
+def moon_vs_ours_twins(rows: List[Row], by: Sequence[str], train: str, test: str, test_label: str,
+                       test_shown: Callable[[float], float]) -> pd.DataFrame:
+    """Moon's and our per-sequence cells (paper scaling), seed by seed in each cell of the labels ``by``.
+    From a zero initial state the two train identically in exact arithmetic (the schemes chapter), so their
+    training curves (each epoch's ``train``) agree to rounding. Where the two runs were trained alike (the
+    same hardware, torch and layer path in every stretch) the rounding is the same; elsewhere, or where
+    training amplifies rounding, they part, and the first epoch they differ by more than ``PARTED`` says
+    when. Only the test metric (``test``, shown as ``test_shown`` of it), where Moon's (1 - p) compounds,
+    differs by the schemes."""
+    pick = {(*(r[k] for k in by), r["scheme"], r.seed): r.record for r in rows
+            if r.record and r["sampling"] == "per-sequence" and r.record.config.get("scaling") == "paper"}
+    apart = f"max |{train.replace('_', ' ')}, Moon - ours|"
+    parted = f"first epoch apart by > {PARTED:g}"
+    columns = [*by, "seed", "epochs", "trained alike", apart, parted, f"Moon {test_label}", f"ours {test_label}"]
+    out = []
+    for (*cell, scheme, seed), moon in sorted(pick.items()):
+        ours = pick.get((*cell, "semeniuta", seed))
+        if scheme != "moon" or ours is None:
+            continue
+        gaps = [(a["epoch"], abs(a[train] - b[train])) for a, b in zip(moon.curves, ours.curves)]
+        out.append(dict(zip(columns, [*cell, seed, len(moon.curves),
+                                      "yes" if _trained_as(moon) == _trained_as(ours) else "no",
+                                      max(g for _, g in gaps), next((e for e, g in gaps if g > PARTED), "never"),
+                                      test_shown(moon.metrics[test]), test_shown(ours.metrics[test])])))
+    return pd.DataFrame(out, columns=columns)
+
+
 def ablation_effects(comparison: Callable[[List[Row]], pd.DataFrame], rows: List[Row], ablated: List[Row],
                      metric: "Metric") -> pd.DataFrame:
     """What an ablation changes, cell by cell of a paper table (``comparison``: rows -> ``compare``'s table),

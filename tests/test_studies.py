@@ -196,35 +196,61 @@ def test_moon_vs_ours_is_shown_at_the_largest_scale_where_both_per_sequence_cell
         path = store.path("temporal_order", scale, row.run_id)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({**RECORD_DEFAULTS, "seed": seed, "curves": [{"epoch": 1, "train_loss": 0.5}],
-                                    "metrics": {"test_acc": 1.0}}))
+                                    "config": {"scale": scale, "scaling": "paper"}, "metrics": {"test_acc": 1.0}}))
 
-    assert chapters.moon_vs_ours_at_largest_scale(store)[0] == []
+    assert chapters.moon_vs_ours_at_largest_scale("temporal_order", store)[0] == []
     record("quick", "moon", "per-sequence")
     record("quick", "semeniuta", "per-sequence")
     record("reduced", "moon", "per-step")  # a larger scale's first runs, without the pair
-    shown, table = chapters.moon_vs_ours_at_largest_scale(store)
+    shown, table = chapters.moon_vs_ours_at_largest_scale("temporal_order", store)
     assert len(table) == 1 and {r.config.scale for r in shown} == {"quick"}
     record("reduced", "moon", "per-sequence")
     record("reduced", "semeniuta", "per-sequence")
     record("reduced", "gal", "per-sequence")  # not compared: not in the stamp of the runs compared
-    shown, table = chapters.moon_vs_ours_at_largest_scale(store)
+    shown, table = chapters.moon_vs_ours_at_largest_scale("temporal_order", store)
     assert len(table) == 1 and {r.config.scale for r in shown} == {"reduced"}
     assert sorted(r["scheme"] for r in shown) == ["moon", "semeniuta"]
 
 
 def test_moon_vs_ours_says_when_the_training_losses_part():
-    from recdrop.experiments.temporal_order_chapter import PARTED
+    from recdrop.report import PARTED
 
-    def one(scheme, losses, test_acc):
-        return row(length="medium", scheme=scheme, seed=0, sampling="per-sequence", scaling="paper",
+    def one(scheme, losses, test_acc, hardware="cpu", scaling="paper"):
+        return row(length="medium", scheme=scheme, seed=0, sampling="per-sequence", scaling=scaling,
                    record={"curves": [{"epoch": e + 1, "train_loss": v} for e, v in enumerate(losses)],
+                           "config": {"scale": "paper", "scaling": scaling}, "hardware": hardware,
                            "metrics": {"test_acc": test_acc}})
 
     table = temporal_order_chapter.moon_vs_ours_per_sequence(
         [one("moon", [1.0, 0.5, 0.4, 0.3], 0.2345), one("semeniuta", [1.0, 0.5 + 1e-9, 0.4 + 2 * PARTED, 0.1], 1.0)])
     t = table.iloc[0]
     assert t["first epoch apart by > 1e-06"] == 3 and abs(t["max |train loss, Moon - ours|"] - 0.2) < 1e-12
-    assert (t["Moon test acc (%)"], t["ours test acc (%)"]) == (23.4, 100.0)
+    assert (t["Moon test acc (%)"], t["ours test acc (%)"], t["trained alike"]) == (23.4, 100.0, "yes")
     same = temporal_order_chapter.moon_vs_ours_per_sequence([one("moon", [1.0, 0.5], 0.3),
                                                              one("semeniuta", [1.0, 0.5], 1.0)])
     assert same.iloc[0]["first epoch apart by > 1e-06"] == "never"
+    elsewhere = temporal_order_chapter.moon_vs_ours_per_sequence([one("moon", [1.0, 0.5], 0.3),
+                                                                  one("semeniuta", [1.0, 0.5], 1.0, hardware="gpu")])
+    assert elsewhere.iloc[0]["trained alike"] == "no"
+    inverted = temporal_order_chapter.moon_vs_ours_per_sequence([one("moon", [1.0], 0.3, scaling="inverted"),
+                                                                 one("semeniuta", [1.0], 1.0)])
+    assert inverted.empty  # Moon's inverted scaling trains otherwise: not a twin
+
+
+def test_table3_moon_vs_ours_pairs_each_forward_and_rate_seed_by_seed():
+    from recdrop.experiments import char_lm_chapter
+
+    def one(scheme, forward, rate, seed, bpcs, test_bpc, batch="default"):
+        return row(forward=forward, scheme=scheme, rate=rate, sampling="per-sequence", batch=batch, seed=seed,
+                   record={"curves": [{"epoch": e + 1, "train_bpc": v} for e, v in enumerate(bpcs)],
+                           "config": {"scale": "reduced", "scaling": "paper"}, "metrics": {"test_bpc": test_bpc}})
+
+    rows = [one("moon", "with", 0.25, 0, [3.0, 2.0], 1.93149), one("semeniuta", "with", 0.25, 0, [3.0, 2.0], 1.9031),
+            one("moon", "with", 0.5, 0, [3.0, 2.1], 2.2), one("semeniuta", "with", 0.25, 1, [3.0, 2.0], 1.9),
+            one("moon", "with", 0.25, 0, [9.0], 9.0, batch="half"),  # the batch-size check: not Table 3's
+            one("semeniuta", "with", 0.25, 0, [9.5], 9.0, batch="half")]
+    table = char_lm_chapter.moon_vs_ours_per_sequence(rows)
+    assert table[["forward", "rate", "seed"]].values.tolist() == [["with", 0.25, 0]]  # only whole pairs
+    t = table.iloc[0]
+    assert (t["max |train bpc, Moon - ours|"], t["first epoch apart by > 1e-06"]) == (0.0, "never")
+    assert (t["Moon test bpc"], t["ours test bpc"]) == (1.931, 1.903)

@@ -6,7 +6,8 @@ import math
 
 import pandas as pd
 
-from ..report import Claim, Metric, check_claims, claim_verdict, fmt_mean_sd, seed_values, summarize
+from ..report import (Claim, Metric, check_claims, claim_verdict, fmt_mean_sd, moon_vs_ours_twins, seed_values,
+                      summarize)
 from .char_lm import table_rows
 from .lm_tables import (FORWARD, all_cells, best, block, fit_table, lm_table, lm_table_wide, paper_values, pilot_table,
                         plot_learning_curves, plot_run_curves, seed_cell_values)
@@ -85,6 +86,13 @@ def batch_check(rows) -> "pd.DataFrame":
         row["same order as at the default batch"] = claim_verdict(SAME_ORDER, by_seed) if judged else math.nan
         out.append(row)
     return pd.DataFrame(out)
+
+
+def moon_vs_ours_per_sequence(rows) -> "pd.DataFrame":
+    """Moon's and our per-sequence cells of Table 3 per forward dropout, rate and seed
+    (``report.moon_vs_ours_twins``): the training bpc, and the test bpc where Moon's (1 - p) compounds."""
+    return moon_vs_ours_twins(table_rows(rows), ["forward", "rate"], "train_bpc", "test_bpc", "test bpc",
+                              lambda bpc: round(bpc, METRIC.digits))
 
 
 def plot_curves(rows):

@@ -9,7 +9,7 @@ import pandas as pd
 
 from ..paper import paper_results
 from ..report import (Claim, Judgement, Metric, Verdict, claim_outcomes, claim_verdict, compare, curves_frame,
-                      seed_values)
+                      moon_vs_ours_twins, seed_values)
 from .temporal_order import CELL_KEYS, LENGTHS, PAPER_GROUP, grid
 
 # -- Table 1 and its figures ----------------------------------------------------------------------
@@ -204,27 +204,8 @@ def _at_length(by_seed, length: str, claim: Claim) -> Judgement:
     return claim_verdict(claim, by_seed)
 
 
-PARTED = 1e-6  # training losses further apart than this (float32 rounding is about 1e-9 here) have parted
-
-
 def moon_vs_ours_per_sequence(rows) -> "pd.DataFrame":
-    """Moon's and our per-sequence cells (paper scaling) side by side: with a zero initial state
-    they train identically in exact arithmetic (see the schemes chapter), so their training losses
-    agree to rounding; where training amplifies rounding (a chaotic run), they part, and the first
-    epoch they differ by more than ``PARTED`` says when. Only the test accuracy, where Moon's (1-p)
-    compounds, differs by the schemes."""
-    pick = {(r["length"], r["scheme"], r.seed): r.record for r in rows
-            if r.record and r["sampling"] == "per-sequence" and r["scaling"] == "paper"}
-    out = []
-    for (length, scheme, seed), moon in sorted(pick.items()):
-        ours = pick.get((length, "semeniuta", seed))
-        if scheme != "moon" or ours is None:
-            continue
-        gaps = [(a["epoch"], abs(a["train_loss"] - b["train_loss"])) for a, b in zip(moon.curves, ours.curves)]
-        out.append({"length": length, "seed": seed, "epochs": len(moon.curves),
-                    "max |train loss, Moon - ours|": max(g for _, g in gaps),
-                    f"first epoch apart by > {PARTED:g}": next((e for e, g in gaps if g > PARTED), "never"),
-                    "Moon test acc (%)": round(100 * moon.metrics["test_acc"], 1),
-                    "ours test acc (%)": round(100 * ours.metrics["test_acc"], 1)})
-    return pd.DataFrame(out, columns=["length", "seed", "epochs", "max |train loss, Moon - ours|",
-                                      f"first epoch apart by > {PARTED:g}", "Moon test acc (%)", "ours test acc (%)"])
+    """Moon's and our per-sequence cells per length and seed (``report.moon_vs_ours_twins``): the training
+    losses, and the test accuracies where Moon's (1 - p) compounds."""
+    return moon_vs_ours_twins(rows, ["length"], "train_loss", "test_acc", "test acc (%)",
+                              lambda acc: round(100 * acc, 1))
