@@ -15,7 +15,7 @@ from IPython.display import HTML, Markdown, display
 from . import progress
 from .config import SCALE_NAMES
 from .experiments import EXPERIMENTS, char_lm_chapter, temporal_order_chapter
-from .report import (Judgement, Verdict, ablation_effects, ablation_finding, claim_verdicts, commits_of, figure_html,
+from .report import (Judgement, ablation_effects, ablation_finding, claim_verdicts, commits_of, figure_html,
                      plot_against_paper, provenance, ran_cells, side_by_side, styled, verdict_rows, where_made)
 from .store import RunStore
 from .sweep import run_grid, stored_rows, stored_scales
@@ -88,6 +88,20 @@ def largest_verdicts(by_scale: List[Tuple[str, Dict[str, Judgement]]], against_n
     return judged
 
 
+def leading_verdicts(by_scale: List[Tuple[str, Dict[str, Judgement]]]) -> Dict[str, tuple]:
+    """Each claim -> (scale, its verdict) as the landing page gives it: at the largest scale where it has run
+    (``largest_verdicts``), unless that verdict rests on too few seeds to judge against the seed noise and a
+    smaller scale than that, above ``quick`` (which under-fits), judged it against the noise: then that
+    smaller scale's verdict, noted with what the larger found."""
+    judged = largest_verdicts(by_scale)
+    against_noise = largest_verdicts(by_scale, against_noise=True)
+    for claim, (scale, verdict) in judged.items():
+        if not verdict.against_noise and claim in against_noise and against_noise[claim][0] != "quick":
+            below, judged_below = against_noise[claim]
+            judged[claim] = (below, judged_below.noted(f"at {scale} scale: {verdict.detail or verdict}"))
+    return judged
+
+
 def judged_claims(name: str, store: Optional[RunStore] = None, up_to: Optional[str] = None) -> Dict[str, tuple]:
     """Each claim of experiment ``name`` -> (scale, its verdict on our runs) at the largest scale (``up_to``
     at most) where it has a verdict (``largest_verdicts``). Empty where no scale has runs. The landing
@@ -105,7 +119,7 @@ def claims_judged_below(name: str, shown: str, store: Optional[RunStore] = None)
                                if SCALE_NAMES.index(scale) <= SCALE_NAMES.index(shown)])
     waiting = [(scale, v) for scale, v in judged.values() if scale != shown or not v.ran]
     below = [scale for scale, v in waiting if scale != shown and v.ran]
-    above = [scale for scale, v in largest_verdicts(by_scale).values()
+    above = [scale for scale, v in leading_verdicts(by_scale).values()
              if SCALE_NAMES.index(scale) > SCALE_NAMES.index(shown) and v.ran]
 
     def at(scales) -> str:  # "3 at `paper` and 1 at `reduced`", largest first
@@ -160,7 +174,7 @@ def figure_at_largest_scale(name: str, figure, rows, shown: Optional[str], store
             continue
         if found is None:
             found = scale, stored, row
-            if row["judged"].against_noise or row["judged"].verdict is Verdict.NOT_JUDGED:
+            if not row["judged"].too_few_seeds:
                 break
         elif row["judged"].against_noise:
             found[2]["ours"] += f"; at {scale} scale, judged against seed noise: {row['ours']}"

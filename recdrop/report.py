@@ -208,13 +208,14 @@ class Verdict(str, Enum):
 
 _LOOK = {  # symbol, colour, what it means
     Verdict.REPRODUCED: ("✔", "#1a7f37", "a cell within the table's tolerance of the paper's number; a claim "
-                         f"that holds (with {MIN_SEEDS_TO_JUDGE} seeds or more: on the mean and in every seed)"),
+                         f"that holds on the mean and in every one of {MIN_SEEDS_TO_JUDGE} seeds or more"),
     Verdict.WITHIN_NOISE: ("≈", "#b35900", "a cell outside the tolerance by less than two standard errors of our "
                            "mean; a claim the seeds disagree on, or a difference within the seed noise"),
-    Verdict.NOT_REPRODUCED: ("✘", "#c62828", "a cell further out than that; a claim that fails (with "
-                             f"{MIN_SEEDS_TO_JUDGE} seeds or more: on the mean and in every seed)"),
-    Verdict.NOT_JUDGED: ("·", "#6e7781", "not yet run, a run it needs diverged, or a scale whose level is not the "
-                                         "paper's to match"),
+    Verdict.NOT_REPRODUCED: ("✘", "#c62828", "a cell further out than that; a claim that fails on the mean and "
+                             f"in every one of {MIN_SEEDS_TO_JUDGE} seeds or more"),
+    Verdict.NOT_JUDGED: ("·", "#6e7781", "not yet run, a run it needs diverged, a claim run on fewer than "
+                                         f"{MIN_SEEDS_TO_JUDGE} seeds (it says whether it holds on them), or a "
+                                         "scale whose level is not the paper's to match"),
 }
 
 
@@ -239,6 +240,11 @@ class Judgement:
 
     def __hash__(self) -> int:
         return hash(str(self))
+
+    @property
+    def too_few_seeds(self) -> bool:
+        """Run, on fewer seeds than a claim is judged on against the seed noise."""
+        return 0 < self.seeds < MIN_SEEDS_TO_JUDGE
 
     @property
     def against_noise(self) -> bool:
@@ -313,15 +319,16 @@ def claim_outcomes(claim: Claim, by_seed: Dict[int, Dict[Any, float]]) -> Tuple[
 def claim_verdict(claim: Claim, by_seed: Dict[int, Dict[Any, float]]) -> Judgement:
     """``claim`` judged on our runs. Each seed that has every cell it names is a replication of it:
 
-    - *reproduced*: it holds on the means over those seeds and, with ``MIN_SEEDS_TO_JUDGE`` seeds or
-      more, in each of them;
-    - *not reproduced*: it fails on the means and, with that many seeds, in each of them;
-    - *within seed noise*: the seeds disagree (it says how many hold, and whether it holds on the means);
-    - *not judged at this scale*: no seed has every cell it names, or a run of one of them diverged
-      (``SeedValues.diverged``).
+    - *reproduced*: with ``MIN_SEEDS_TO_JUDGE`` seeds or more, it holds on the means over those seeds
+      and in each of them;
+    - *not reproduced*: with that many seeds, it fails on the means and in each of them;
+    - *within seed noise*: with that many seeds, the seeds disagree (it says how many hold, and whether it
+      holds on the means);
+    - *not judged at this scale*: fewer seeds than that, which cannot be judged against the seed noise
+      (it says whether the claim holds on their means); or no seed has every cell it names, or a run of
+      one of them diverged (``SeedValues.diverged``).
 
-    The number of seeds is said beside the verdict, and with fewer than ``MIN_SEEDS_TO_JUDGE`` that it
-    is not judged against the seed noise. The means are over the seeds that count, so that they and the
+    The number of seeds is said beside the verdict. The means are over the seeds that count, so that they and the
     seed count agree; it says how many more seeds ran some of its cells but not all and were left out
     (a table's means over every seed of each cell can then read otherwise)."""
     cells = set(claim.cells)
@@ -332,9 +339,11 @@ def claim_verdict(claim: Claim, by_seed: Dict[int, Dict[Any, float]]) -> Judgeme
     n = len(outcomes)
     partial = sum(1 for v in by_seed.values() if v.keys() & cells and not cells <= v.keys())
     note = f"; {partial} more seed{'s lack' if partial > 1 else ' lacks'} a cell it needs" if partial else ""
-    verdict = Verdict.REPRODUCED if on_means else Verdict.NOT_REPRODUCED
     if n < MIN_SEEDS_TO_JUDGE:
-        return Judgement(verdict, f"{n} seed{'' if n == 1 else 's'}, too few to judge against seed noise{note}", n)
+        on = "1 seed" if n == 1 else f"the means of {n} seeds"
+        return Judgement(Verdict.NOT_JUDGED, f"{'holds' if on_means else 'fails'} on {on}, too few to judge against "
+                                             f"seed noise{note}", n)
+    verdict = Verdict.REPRODUCED if on_means else Verdict.NOT_REPRODUCED
     if all(outcomes) if on_means else not any(outcomes):
         return Judgement(verdict, f"{n} of {n} seeds{note}", n)
     return Judgement(Verdict.WITHIN_NOISE, f"holds in {sum(outcomes)} of {n} seeds, "

@@ -13,8 +13,7 @@ import pandas as pd
 
 from .book import chapter_scale, chapter_seeds
 from .chapters import (best_cell, claims_by_scale, conjecture_runs, figure_at_largest_scale, judged_claims,
-                       largest_verdicts, paper_comparison)
-from .config import SCALE_NAMES
+                       largest_verdicts, leading_verdicts, paper_comparison)
 from .experiments import EXPERIMENTS, conjecture, memory_loss_chapter
 from .experiments import seeds as seeds_study
 from .report import (NOT_RUN, Judgement, Verdict, ablation_effects, ablation_finding, claim_verdicts, held_cells,
@@ -31,9 +30,9 @@ NOT_ON_PAPER = "the paper's own numbers do not bear it out"
 def landing_claims(store: Optional[RunStore] = None) -> pd.DataFrame:
     """Every claim the paper makes on its tables, judged on our runs (``report.claim_verdict``: against
     the seed noise where 3 seeds ran) at the largest scale where it has a verdict, that scale named on
-    its row. A claim without one anywhere (a cell it needs has not run) is *not yet run* at the largest
-    scale with runs of its table, or at none. A verdict on too few seeds to judge against the seed noise
-    also gives the verdict at the largest scale where it is judged against it, if any. A verdict at
+    its row (``chapters.leading_verdicts``: where that verdict rests on too few seeds and a smaller scale's
+    is judged against the seed noise, the smaller scale's). A claim without one anywhere (a cell it needs
+    has not run) is *not yet run* at the largest scale with runs of its table, or at none. A verdict at
     ``quick`` says that scale cannot test it; a claim that does not hold on the paper's own numbers (its
     chapter's claims table) says so."""
     store = store or RunStore()
@@ -44,15 +43,9 @@ def landing_claims(store: Optional[RunStore] = None) -> pd.DataFrame:
         table = e.claims(run_grid(e.name, "quick", train=False, store=store))  # its claims, and the paper's verdicts
         on_paper = dict(zip(table.iloc[:, 0], table.get(PAPER_COLUMN, pd.Series("holds", index=table.index))))
         by_scale = claims_by_scale(e.name, store)
-        judged = largest_verdicts(by_scale) or {
+        judged = leading_verdicts(by_scale) or {
             claim: ("none stored", verdict) for claim, verdict in claim_verdicts(table).items()}
-        against_noise = largest_verdicts(by_scale, against_noise=True)
         for claim, (scale, verdict) in judged.items():
-            if not verdict.against_noise and claim in against_noise:
-                below, judged_below = against_noise[claim]
-                assert SCALE_NAMES.index(below) < SCALE_NAMES.index(scale), (claim, below, scale)
-                if below != "quick":  # quick under-fits: no test of the claim
-                    verdict = verdict.noted(f"at {below} scale, judged against seed noise: {judged_below}")
             if scale == "quick" and verdict.ran:
                 verdict = verdict.not_judged(QUICK)
             shown = claim if on_paper.get(claim, "holds") == "holds" else f"{claim} ({NOT_ON_PAPER})"

@@ -372,9 +372,10 @@ def test_a_figures_landing_row_is_judged_at_the_largest_scale_where_its_cells_ra
     assert book.chapter_scale("word_lm") == "reduced"
     figure = landing_table(store).set_index("what").loc["Figure 2: learning curves, word-level PTB"]
     assert figure["scale"] == "paper"
-    assert figure["ours"] == ("train 33.0 vs 26.0, valid 108.0 vs 142.0 (seed 0): reproduced (1 seed, too few to "
+    assert figure["ours"] == ("train 33.0 vs 26.0, valid 108.0 vs 142.0 (seed 0): not judged at this scale "
+                              "(holds on 1 seed, too few to "
                               "judge against seed noise)")
-    assert "✔ reproduced (1 seed, too few to judge against seed noise)" in figure["cells"]
+    assert "· not judged at this scale (holds on 1 seed, too few to judge against seed noise)" in figure["cells"]
     stamps = landing_stamps(store).set_index("table")
     assert stamps.loc["Figure 2", "scale"] == "paper"  # stamped apart: the two runs it draws, not the table's
     assert "runs: 2 shown" in stamps.loc["Figure 2", "where the numbers came from"]
@@ -397,10 +398,12 @@ def test_a_figures_landing_row_is_judged_at_the_largest_scale_where_its_cells_ra
             stored(store, "word_lm", r, metrics=ppl(r, "reduced"))
     figure = landing_table(store).set_index("what").loc["Figure 2: learning curves, word-level PTB"]
     assert figure["scale"] == "paper" and figure["ours"] == (
-        "train 33.0 vs 26.0, valid 108.0 vs 142.0 (seed 0): reproduced (1 seed, too few to judge against seed noise); "
+        "train 33.0 vs 26.0, valid 108.0 vs 142.0 (seed 0): not judged at this scale (holds on 1 seed, too few to "
+        "judge against seed noise); "
         "at reduced scale, judged against seed noise: train 108.0 vs 142.0, valid 33.0 vs 26.0 (mean of 3 seeds): "
         "not reproduced (3 of 3 seeds)")
-    assert ("reproduced (1 seed, too few to judge against seed noise; at reduced scale: not reproduced (3 of 3 seeds))"
+    assert ("not judged at this scale (holds on 1 seed, too few to judge against seed noise; "
+            "at reduced scale: not reproduced (3 of 3 seeds))"
             in figure["cells"])  # the verdict says so too, not only the numbers
 
 

@@ -123,12 +123,13 @@ def test_batch_check_gives_each_batch_size_its_cells_gap_and_order():
     assert list(table["ours − none (bpc)"]) == ["-0.100", "+0.100"]
     order = table["same order as at the default batch"]
     assert math.isnan(order["default"])
-    assert order["half"] == "not reproduced (2 seeds, too few to judge against seed noise)"
-    assert "<td>—</td>" in _book_html(table) and "✘ not reproduced" in _book_html(table)  # as the chapter shows it
+    assert order["half"] == ("not judged at this scale (fails on the means of 2 seeds, too few to judge against "
+                             "seed noise)")
+    assert "<td>—</td>" in _book_html(table) and "· not judged" in _book_html(table)  # as the chapter shows it
     store("semeniuta", "half", 1.55)
     table = char_lm_chapter.batch_check(rows).set_index("batch")
     assert table.loc["half", "same order as at the default batch"] == (
-        "reproduced (2 seeds, too few to judge against seed noise)")
+        "not judged at this scale (holds on the means of 2 seeds, too few to judge against seed noise)")
 
 
 def test_batch_check_judges_the_order_seed_by_seed_on_the_seeds_that_ran_all_four_cells():

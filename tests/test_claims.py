@@ -24,8 +24,9 @@ a_beats_b = Claim("a beats b", ("a", "b"), lambda v: v["a"] < v["b"])
     # fails on the means (3 > 2.67) though it holds in seed 0
     ({0: {"a": 1, "b": 2}, 1: {"a": 4, "b": 3}, 2: {"a": 4, "b": 3}},
      "within seed noise (holds in 1 of 3 seeds, fails on the means)"),
-    ({0: {"a": 1, "b": 2}, 1: {"a": 1, "b": 2}}, "reproduced (2 seeds, too few to judge against seed noise)"),
-    ({0: {"a": 3, "b": 2}}, "not reproduced (1 seed, too few to judge against seed noise)"),
+    ({0: {"a": 1, "b": 2}, 1: {"a": 1, "b": 2}},
+     "not judged at this scale (holds on the means of 2 seeds, too few to judge against seed noise)"),
+    ({0: {"a": 3, "b": 2}}, "not judged at this scale (fails on 1 seed, too few to judge against seed noise)"),
     ({0: {"a": 1}, 1: {"a": 1}}, NOT_RUN),
     ({}, NOT_RUN),
 ])
@@ -38,9 +39,10 @@ def test_a_seed_without_every_cell_of_a_claim_does_not_count():
     # seed 3 lacks b, and its a is left out: the verdict says so
     assert claim_verdict(a_beats_b, by_seed) == "reproduced (3 of 3 seeds; 1 more seed lacks a cell it needs)"
     assert claim_verdict(a_beats_b, {0: {"a": 1, "b": 2}, 1: {"b": 2}, 2: {"a": 1}}) == (
-        "reproduced (1 seed, too few to judge against seed noise; 2 more seeds lack a cell it needs)")
+        "not judged at this scale (holds on 1 seed, too few to judge against seed noise; 2 more seeds lack a cell "
+        "it needs)")
     assert claim_verdict(a_beats_b, {0: {"a": 1, "b": 2}, 1: {"c": 2}}) == (  # seed 1 ran none of its cells
-        "reproduced (1 seed, too few to judge against seed noise)")
+        "not judged at this scale (holds on 1 seed, too few to judge against seed noise)")
     assert claim_verdict(a_beats_b, {0: {"a": 1}, 1: {"b": 2}}) == NOT_RUN  # no seed has both cells
 
 
@@ -52,7 +54,8 @@ def test_a_seed_counts_only_with_every_cell_its_claim_names_whatever_its_outcome
     # that no seed is chosen by its outcome (one that fails early), which would lean the verdict
     by_seed = {0: {"a": 1, "b": 2, "c": 3}, 1: {"a": 5, "b": 2}, 2: {"a": 5, "b": 2}}
     assert claim_verdict(a_beats_b_and_c, by_seed) == (
-        "reproduced (1 seed, too few to judge against seed noise; 2 more seeds lack a cell it needs)")
+        "not judged at this scale (holds on 1 seed, too few to judge against seed noise; 2 more seeds lack a cell "
+        "it needs)")
     by_seed[1]["c"] = by_seed[2]["c"] = 3.0  # every cell run: all three count, and they disagree
     assert claim_verdict(a_beats_b_and_c, by_seed) == "within seed noise (holds in 1 of 3 seeds, fails on the means)"
 
@@ -105,7 +108,7 @@ def test_table1_claims_against_seed_noise():
     assert claims_of(table1_rows(seed2_differs))[claim] == (
         "within seed noise (holds in 2 of 3 seeds, fails on the means)")
     assert claims_of(table1_rows(paper_like, seeds=(0,)))[claim] == (
-        "reproduced (1 seed, too few to judge against seed noise)")
+        "not judged at this scale (holds on 1 seed, too few to judge against seed noise)")
 
 
 def test_moon_per_step_must_solve_the_short_length_later_than_the_lstm_without_dropout():
@@ -209,7 +212,7 @@ def test_landing_claims_show_each_claim_at_the_largest_scale_where_it_ran(tmp_pa
     sentiment = landing_claims(store).set_index("claim")
     assert tuple(sentiment.loc["recurrent dropout lowers the vanilla RNN's F1 (mean over the test sets)",
                                ["scale", "on ours"]]) == (
-        "paper", "reproduced (1 seed, too few to judge against seed noise)")
+        "paper", "not judged at this scale (holds on 1 seed, too few to judge against seed noise)")
 
 
 def test_figure2_row_judges_the_curves_against_seed_noise():
@@ -229,7 +232,8 @@ def test_figure2_row_judges_the_curves_against_seed_noise():
     assert row["judged"] == "within seed noise (holds in 2 of 3 seeds, holds on the means)"  # not in every seed
     one = [r for r in picked if r.seed == 1]
     assert word_lm_chapter.figure2_row(one, "quick")["ours"] == (
-        "train 120.0 vs 100.0, valid 140.0 vs 150.0 (seed 1): reproduced (1 seed, too few to judge against seed noise)")
+        "train 120.0 vs 100.0, valid 140.0 vs 150.0 (seed 1): not judged at this scale (holds on 1 seed, too few to "
+        "judge against seed noise)")
     assert word_lm_chapter.figure2_row(one, "quick")["judged"].against_noise is False
     for r in picked:
         r.stored = record(metrics={"train_ppl": 120.0 if r["scheme"] == "semeniuta" else 100.0,
@@ -279,11 +283,12 @@ def test_a_claim_that_needs_a_diverged_run_cannot_be_judged():
     assert verdict([one("a", 0, 1.0), one("b", 0)]) == NOT_RUN  # b not run: nothing diverged
     # a seed that has both cells is judged; the diverged seed is left out, as a seed not yet run is
     assert verdict([one("a", 0, 1.0), one("b", 0, 2.0), one("a", 1, 1.0), one("b", 1, diverged=True)]) == (
-        "reproduced (1 seed, too few to judge against seed noise; 1 more seed lacks a cell it needs)")
+        "not judged at this scale (holds on 1 seed, too few to judge against seed noise; 1 more seed lacks a cell "
+        "it needs)")
     # a diverged run of a cell this claim does not read changes nothing
     by_seed = seed_values([one("a", 0, 1.0), one("b", 0, diverged=True)], lambda r, m: {r["cell"]: m.get("m")})
     assert claim_verdict(Claim("a below 2", ("a",), lambda v: v["a"] < 2), by_seed) == (
-        "reproduced (1 seed, too few to judge against seed noise)")
+        "not judged at this scale (holds on 1 seed, too few to judge against seed noise)")
 
 
 def test_table1_claims_whose_lstm_without_dropout_diverged_cannot_be_judged():

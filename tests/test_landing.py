@@ -22,17 +22,20 @@ def test_every_verdict_is_one_of_four_with_its_seeds_beside_it():
             claim_verdict(claim("a", lambda a: a < 0), {0: by_seed[0]}),
             claim_verdict(claim("c", lambda c: c > 0), by_seed)]
     assert [verdict_of(v) for v in made] == [Verdict.REPRODUCED, Verdict.NOT_REPRODUCED, Verdict.WITHIN_NOISE,
-                                             Verdict.REPRODUCED, Verdict.NOT_REPRODUCED, Verdict.NOT_JUDGED]
+                                             Verdict.NOT_JUDGED, Verdict.NOT_JUDGED, Verdict.NOT_JUDGED]
     assert [v.seeds for v in made] == [3, 3, 3, 1, 1, 0]
     assert [v.against_noise for v in made] == [True, True, True, False, False, False]
-    assert str(made[3]) == "reproduced (1 seed, too few to judge against seed noise)"
+    assert [v.too_few_seeds for v in made] == [False, False, False, True, True, False]
+    # one seed neither confirms nor refutes a claim: it says what the seed showed
+    assert str(made[3]) == "not judged at this scale (holds on 1 seed, too few to judge against seed noise)"
+    assert str(made[4]) == "not judged at this scale (fails on 1 seed, too few to judge against seed noise)"
     # the conjecture's verdicts are the same four
     from recdrop.experiments.conjecture import _beats
     assert verdict_of(_beats(0.5, noise=1.0)) is Verdict.WITHIN_NOISE
     assert verdict_of(_beats(-5.0, noise=1.0)) is Verdict.REPRODUCED
     assert verdict_of(_beats(5.0, noise=1.0)) is Verdict.NOT_REPRODUCED
-    assert verdict_tally(made + made[:1]) == ("3 ✔ reproduced, 1 ≈ within seed noise, 2 ✘ not reproduced, "
-                                              "1 · not judged at this scale")
+    assert verdict_tally(made + made[:1]) == ("2 ✔ reproduced, 1 ≈ within seed noise, 1 ✘ not reproduced, "
+                                              "3 · not judged at this scale")
     assert len(Verdict) == 4 and len({v.symbol for v in Verdict}) == len({v.colour for v in Verdict}) == 4
 
 
@@ -132,3 +135,22 @@ def test_the_finding_on_longer_sequences_is_said_from_the_runs(tmp_path):
         "On Temporal Order sequences of 60 steps, 4 times as long as those trained on, the accuracy of each per-step "
         "scheme: ours per-step 79.0%, Moon per-step 82.0%, Gal per-step 66.0% (at <code>quick</code>, 1 seed); "
         "on the means, Moon per-step is more accurate than ours.")
+
+
+def test_the_landing_page_leads_with_a_verdict_judged_against_the_noise_over_one_on_too_few_seeds():
+    from recdrop.chapters import leading_verdicts
+
+    one_seed = Judgement(Verdict.NOT_JUDGED, "holds on 1 seed, too few to judge against seed noise", 1)
+    by_scale = [("paper", {"judged below": one_seed, "judged here": Judgement(Verdict.REPRODUCED, "3 of 3 seeds", 3),
+                           "only quick below": one_seed, "run below only": NOT_RUN}),
+                ("reduced", {"judged below": Judgement(Verdict.WITHIN_NOISE, "holds in 1 of 3 seeds", 3),
+                             "judged here": Judgement(Verdict.NOT_REPRODUCED, "3 of 3 seeds", 3),
+                             "only quick below": one_seed, "run below only": one_seed}),
+                ("quick", {"only quick below": Judgement(Verdict.REPRODUCED, "3 of 3 seeds", 3)})]
+    led = {claim: (scale, str(v)) for claim, (scale, v) in leading_verdicts(by_scale).items()}
+    assert led == {
+        "judged below": ("reduced", "within seed noise (holds in 1 of 3 seeds; at paper scale: holds on 1 seed, "
+                                    "too few to judge against seed noise)"),
+        "judged here": ("paper", "reproduced (3 of 3 seeds)"),
+        "only quick below": ("paper", str(one_seed)),  # quick under-fits: it tests no claim
+        "run below only": ("reduced", str(one_seed))}

@@ -118,9 +118,9 @@ def orderings(experiment: str, rows) -> "pd.DataFrame":
         elif all(better(y, x) for x in va for y in vb):
             verdict = Judgement(Verdict.NOT_REPRODUCED, REVERSED, n)
         elif better(sum(va) / len(va), sum(vb) / len(vb)):
-            verdict = Judgement(Verdict.WITHIN_NOISE, "holds on the means only", n)
+            verdict = Judgement(Verdict.WITHIN_NOISE, HELD_ON_MEANS, n)
         else:
-            verdict = Judgement(Verdict.WITHIN_NOISE, "reversed on the means only", n)
+            verdict = Judgement(Verdict.WITHIN_NOISE, REVERSED_ON_MEANS, n)
         out.append({s.block: a[idx], "the paper: ahead": _label(s, ahead), "behind": _label(s, behind),
                     "paper values": f"{paper[ahead]:.{s.digits}f} vs {paper[behind]:.{s.digits}f}",
                     "seeds (ahead, behind)": f"{len(va)}, {len(vb)}", "ours": verdict})
@@ -128,6 +128,7 @@ def orderings(experiment: str, rows) -> "pd.DataFrame":
 
 
 SURVIVES, REVERSED = "every seed in the paper's order", "every seed in the reverse order"
+HELD_ON_MEANS, REVERSED_ON_MEANS = "holds on the means only", "reversed on the means only"
 
 
 def orderings_verdict(table: "pd.DataFrame") -> Judgement:
@@ -145,8 +146,11 @@ def orderings_verdict(table: "pd.DataFrame") -> Judgement:
     survive, reversed_ = count[Verdict.REPRODUCED], count[Verdict.NOT_REPRODUCED]
     verdict = (Verdict.REPRODUCED if survive == len(judged) else
                Verdict.NOT_REPRODUCED if reversed_ else Verdict.WITHIN_NOISE)
+    on_means = Counter(j.detail for j in judged if j.verdict is Verdict.WITHIN_NOISE)
+    held = on_means[HELD_ON_MEANS]
     detail = (f"{survive} of {len(judged)} orderings survive in every seed, {reversed_} reversed in every seed, "
-              f"{count[Verdict.WITHIN_NOISE]} only on the means")
+              f"{held} hold{'s' * (held == 1)} on the means only, {on_means[REVERSED_ON_MEANS]} reversed on the "
+              f"means only")
     return Judgement(verdict, detail + (f"; {waiting} of the paper's {len(table)} orderings wait for "
                                         f"{MIN_SEEDS_TO_JUDGE} seeds" if waiting else ""),
                      min(j.seeds for j in judged))
