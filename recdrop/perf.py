@@ -89,6 +89,8 @@ def provenance(df: pd.DataFrame) -> pd.DataFrame:
     none). Whether the machine was idle is not recorded in any row."""
     cols = [c for c in PROVENANCE if c in df]
     out = df.groupby("file", sort=True)[cols].first().reset_index()
+    for count in {"batch", "threads"} & set(out):  # whole numbers, where a file without the column made them float
+        out[count] = out[count].astype("Int64")
     dates = df.groupby("file", sort=True)["date"].first() if "date" in df else pd.Series(dtype=object)
     out["date"] = [dates.get(f) if isinstance(dates.get(f), str) else _after_commit(str(c))
                    for f, c in zip(out["file"], out.get("commit", pd.Series("", index=out.index)))]

@@ -61,7 +61,8 @@ def stamp(rows: Iterable[Row]) -> str:
     return (f"Scale: {scales} | runs: {len(recs)} shown{f', {diverged} diverged' if diverged else ''} | settings: "
             f"{len(ran)} of {len(seeds_per_cell)} run, {seeds} seed{'' if seeds == '1' else 's'} each | seeds: "
             f"{', '.join(map(str, sorted({r.seed for r in rows if r.record})))} | hardware: {values('hardware')} | "
-            f"torch {values('torch')} | commit: {values('commit')} | runs finished {dates[0]} to {dates[-1]}"
+            f"torch {values('torch')} | commit: {values('commit')} | runs finished "
+            f"{dates[0] if dates[0] == dates[-1] else f'{dates[0]} to {dates[-1]}'}"
             + precision)
 
 

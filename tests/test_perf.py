@@ -212,6 +212,13 @@ def test_provenance_dates_each_file_by_its_rows_or_its_commit(tmp_path):
     assert dates["a.csv"] == "2026-11-26" and dates["b.csv"].startswith("on or after 20")
 
 
+def test_provenance_gives_a_batch_size_as_a_whole_number_where_a_file_has_none(tmp_path):
+    pd.DataFrame([{"hardware": "cpu", "commit": "abc", "batch": 32}]).to_csv(tmp_path / "a.csv", index=False)
+    pd.DataFrame([{"hardware": "cpu", "commit": "abc"}]).to_csv(tmp_path / "b.csv", index=False)
+    batch = perf.provenance(perf.load_benchmarks(tmp_path)).set_index("file")["batch"]
+    assert batch["a.csv"] == 32 and str(batch["a.csv"]) == "32" and pd.isna(batch["b.csv"])
+
+
 def test_a_commit_that_reads_as_a_number_stays_the_commit(tmp_path):
     """A short hash of digits around one "e" (8543e07767) is a float to pandas unless told otherwise."""
     pd.DataFrame([{"hardware": "cpu", "commit": "8543e07767"}, {"hardware": "cpu", "commit": "0012345678"}]

@@ -158,6 +158,7 @@ def test_stamp_counts_cells_and_their_seeds():
     assert "Scale: reduced | runs: 4 shown | settings: 2 of 3 run, 1–3 seeds each | seeds: 0, 1, 2 |" in s
     assert s.endswith("runs finished 2026-11-20 to 2026-11-22 | float32 throughout")  # said, not left to absence
     assert "settings: 1 of 2 run, 1 seed each | seeds: 0 |" in stamp(rows[3:])
+    assert "runs finished 2026-11-20 | float32" in stamp(rows[3:])  # one day: said once, not "a to a"
     assert stamp(rows[4:6]).startswith("No stored runs")
     rows[0] = one("a", 0, True, segments=[{"hardware": "gpu", "torch": "2.13", "commit": "def"},
                                           {"hardware": "cpu", "torch": "2.13", "commit": "abc"}])
