@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 import math
+import re
 from collections import Counter
 from dataclasses import dataclass
 from enum import Enum
@@ -732,7 +733,8 @@ def figure_html(fig, caption: str):
     plt.close(fig)
     _FIGURES[0] += 1
     png = base64.b64encode(buffer.getvalue()).decode()
-    shown = HTML(f'<figure class="captioned"><img src="data:image/png;base64,{png}" alt="{html.escape(caption)}" '
+    alt = html.escape(re.sub(r"<[^>]+>", "", caption))  # the caption's words, without its markup
+    shown = HTML(f'<figure class="captioned"><img src="data:image/png;base64,{png}" alt="{alt}" '
                  f'style="max-width: 100%"/><figcaption><b>Fig. {_FIGURES[0]}.</b> {caption}</figcaption></figure>')
     shown.figure = fig
     return shown
@@ -755,10 +757,11 @@ def plain_label(value: Any) -> Any:
 
 
 def config_table(config):
-    """A run's config as a chapter shows it: the settings where it differs from the paper's
-    (``type(config).at_scale("paper")``), setting | at this scale | the paper's, a value that stands for
-    something else shown as what it stands for (``SHOWN_AS``: 0 training sentences is "all"); where
-    none differs, a line that says so."""
+    """A run's config as a chapter shows it: the settings where it differs from the ``paper`` scale
+    (``type(config).at_scale("paper")``: the paper's settings, or where the paper gives none, the authors'
+    code's or ours), setting | at this scale | at paper, a value that stands for something else shown as
+    what it stands for (``SHOWN_AS``: 0 training sentences is "all"); where none differs, a line that
+    says so."""
     from IPython.display import Markdown
 
     ours, paper = config.to_dict(), type(config).at_scale("paper").to_dict()
@@ -766,12 +769,15 @@ def config_table(config):
 
     def shown(k, v):
         return shown_as.get(k, {}).get(v, plain_label(v)) if isinstance(v, (int, float, str)) else plain_label(v)
-    rows = [{"setting": k, f"at {ours['scale']}": shown(k, v), "the paper's": shown(k, paper[k])}
+    rows = [{"setting": k, f"at {ours['scale']}": shown(k, v), "at paper": shown(k, paper[k])}
             for k, v in ours.items() if k != "scale" and v != paper[k]]
     if not rows:
-        return Markdown("Every setting is the paper's (the Known deviations below list what the paper's setup has "
-                        "beyond them).")
-    return pd.DataFrame(rows).style.hide()
+        return Markdown("Every setting is as at `paper` scale (the Known deviations below say which of them the "
+                        "paper gives, and what its setup has beyond them).")
+    return pd.DataFrame(rows).style.hide().set_caption(
+        f"The settings where <code>{ours['scale']}</code> scale differs from <code>paper</code> scale. At "
+        "<code>paper</code> scale each setting is the paper's, or where the paper gives none, the authors' code's "
+        "or ours: the Known deviations below say which.")
 
 
 def styled(table: pd.DataFrame, digits: int = 2):

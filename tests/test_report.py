@@ -388,3 +388,16 @@ def test_where_made_counts_each_run_under_every_machine_and_precision_that_ran_a
     assert commits.loc["old", "runs"] == 2 and commits.loc["new", "runs"] == 1
     assert list(commits.index) == ["new", "old"]  # the newest first
     assert where_made([]).empty and commits_of([]).empty
+
+
+def test_a_figure_alt_text_is_its_caption_without_markup():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from recdrop.report import figure_html
+
+    fig, _ = plt.subplots()
+    shown = figure_html(fig, "Curves at <code>paper</code> scale & below")
+    assert 'alt="Curves at paper scale &amp; below"' in shown.data
+    assert "<figcaption><b>Fig. " in shown.data and "<code>paper</code> scale" in shown.data  # the caption keeps it
