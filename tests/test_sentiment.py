@@ -96,3 +96,13 @@ def test_claims_are_not_yet_run_without_records():
     rows = [Row(label, 0, run_id(cfg, 0), cfg) for label, cfg in grid("ci")]
     out = sentiment_chapter.claims(rows)
     assert set(out["on ours"]) == {NOT_RUN} and set(out["on the paper's numbers"]) == {"holds"}
+
+
+def test_the_chapter_says_where_the_papers_own_table_has_another_cell_best():
+    """The paper names Twitter2015 as "the only exception" to its GRU with dropout being best; its own
+    Table 5 (data/paper_results.csv) has two more, which the chapter names from the numbers."""
+    best = sentiment_chapter.best_cells(sentiment_chapter.paper_f1())
+    others = {t: cr for t, cr in best.items() if cr != ("GRU", 0.25)}
+    assert others["Twitter15"] == ("LSTM", 0.25) and len(others) == 3
+    note = sentiment_chapter.paper_best_note()
+    assert "another cell is best on 3 of the 6 test sets" in note and "Twitter15: LSTM 0.25" in note

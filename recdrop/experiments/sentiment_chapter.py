@@ -57,6 +57,22 @@ def table5_wide(rows):
     return wide.style.format("{:.2f}", na_rep="not run").format_index(plain_label)
 
 
+def best_cells(f: Dict[Tuple[str, float, str], float]) -> Dict[str, Tuple[str, float]]:
+    """Each test set -> the (cell, rate) with the highest F1 in ``f`` ((cell, rate, test set) -> F1)."""
+    return {t: max(CELLS_RATES, key=lambda cr: f[(*cr, t)]) for t in TEST_SETS}
+
+
+def paper_best_note() -> str:
+    """What the paper's own Table 5 says of its claim that the GRU with recurrent dropout is best "over
+    most of the datasets", with Twitter2015 "the only exception": on which test sets its own numbers
+    have another cell best, which is why the claim is judged as "at least half"."""
+    others = {t: cr for t, cr in best_cells(paper_f1()).items() if cr != ("GRU", 0.25)}
+    listed = "; ".join(f"{t}: {c} {r:g}" for t, (c, r) in others.items())
+    return (f"The paper calls the GRU with recurrent dropout best \"over most of the datasets\", with Twitter2015 "
+            f"\"the only exception\". On its own Table 5 another cell is best on {len(others)} of the "
+            f"{len(TEST_SETS)} test sets ({listed}), so the claim below is judged as \"at least half\".")
+
+
 def claims(rows) -> "pd.DataFrame":
     """The observations of Sec. 4.5 on the paper's Table 5 and on ours (final model)."""
     ours = seed_values(rows, lambda r, m: {(r["cell"], r["rate"], t): m.get(f"test_f1:{t}") for t in TEST_SETS})
@@ -65,7 +81,7 @@ def claims(rows) -> "pd.DataFrame":
         return sum(f[(cell, 0.25, t)] - f[(cell, 0.0, t)] for t in TEST_SETS) / len(TEST_SETS)
 
     def best_is_gru_with_dropout(f):
-        wins = sum(max(CELLS_RATES, key=lambda cr: f[(*cr, t)]) == ("GRU", 0.25) for t in TEST_SETS)
+        wins = sum(cr == ("GRU", 0.25) for cr in best_cells(f).values())
         return wins >= len(TEST_SETS) / 2
 
     def cells(*names):
@@ -76,7 +92,7 @@ def claims(rows) -> "pd.DataFrame":
                     lambda f: mean_gain(f, "RNN") < 0),
               Claim("recurrent dropout raises the LSTM's and the GRU's F1 (mean over the test sets)",
                     cells("LSTM", "GRU"), lambda f: mean_gain(f, "LSTM") > 0 and mean_gain(f, "GRU") > 0),
-              # The paper says "on most"; its own table has it best on 3 of the 6 sets.
+              # The paper says "on most"; its own table has it best on fewer (``paper_best_note``).
               Claim("the GRU with recurrent dropout is best on at least half of the test sets", cells(*CELLS),
                     best_is_gru_with_dropout)]
     return check_claims(checks, paper_f1(), ours, "4.5")
