@@ -16,7 +16,8 @@ from . import progress
 from .config import SCALE_NAMES
 from .experiments import EXPERIMENTS, char_lm_chapter, temporal_order_chapter
 from .report import (Judgement, ablation_effects, ablation_finding, claim_verdicts, commits_of, figure_html,
-                     plot_against_paper, provenance, ran_cells, side_by_side, styled, verdict_rows, where_made)
+                     plot_against_paper, provenance, ran_cells, side_by_side, styled, trained_on, verdict_rows,
+                     where_made)
 from .store import RunStore
 from .sweep import run_grid, stored_rows, stored_scales
 
@@ -154,10 +155,10 @@ def show_paper_so_far(name: str, shown: str, store: Optional[RunStore] = None) -
     if not len(ran):
         return
     display(Markdown(f"## {e.short_title} at the paper's scale: {len(ran)} of {len(t)} cells run\n\n"
-                     f"Ours at the paper's settings beside the paper's numbers, each cell not yet run there marked so; "
-                     f"the tables after this one are at `{shown}` scale, where every cell has run.\n\n"
-                     f"{provenance(e.table_rows(rows))}"))
-    display(styled(t, e.metric.digits))
+                     f"Ours at the paper's settings beside the paper's numbers, each cell not yet run there marked so, "
+                     f"and where each cell's runs trained (its hardware and precision); the tables after this one are "
+                     f"at `{shown}` scale, where every cell has run.\n\n{provenance(e.table_rows(rows))}"))
+    display(styled(t.assign(**{"trained on": trained_on(t, e.table_rows(rows))}), e.metric.digits))
 
 
 def figure_at_largest_scale(name: str, figure, rows, shown: Optional[str], store: Optional[RunStore] = None) -> tuple:

@@ -511,9 +511,27 @@ def held_cells(t: pd.DataFrame, rows: List[Row]) -> pd.DataFrame:
     "paper", that the rows have)."""
     if not rows:
         return t
-    keys = [k for k in t.columns[:list(t.columns).index("paper")] if k in rows[0].labels]
+    keys = _label_columns(t, rows)
     held = [any(all(r[k] == cell[k] for k in keys) for r in rows) for _, cell in t.iterrows()]
     return t[held].reset_index(drop=True)
+
+
+def _label_columns(t: pd.DataFrame, rows: List[Row]) -> List[str]:
+    """The label columns of comparison ``t`` (those before "paper") that ``rows`` have as labels."""
+    return [k for k in t.columns[:list(t.columns).index("paper")] if k in rows[0].labels]
+
+
+def trained_on(t: pd.DataFrame, rows: List[Row]) -> List[str]:
+    """Where the runs of each cell of comparison ``t`` trained: each hardware and precision of their
+    stretches ("NVIDIA H200, TF32 products"), "not yet run" where none has. A cell's runs are the rows
+    with its labels (``t``'s label columns that the rows have)."""
+    keys = _label_columns(t, rows) if rows else []
+    out = []
+    for _, cell in t.iterrows():
+        parts = _stretches(r.record for r in rows if r.record and all(r[k] == cell[k] for k in keys))
+        out.append("; ".join(dict.fromkeys(f"{h}, {p}" for h, p in zip(parts["hardware"], parts["precision"])))
+                   or "not yet run")
+    return out
 
 
 PARTED = 1e-6  # training curves further apart than this have parted (float32 rounding is far below it)

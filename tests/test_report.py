@@ -401,3 +401,17 @@ def test_a_figure_alt_text_is_its_caption_without_markup():
     shown = figure_html(fig, "Curves at <code>paper</code> scale & below")
     assert 'alt="Curves at paper scale &amp; below"' in shown.data
     assert "<figcaption><b>Fig. " in shown.data and "<code>paper</code> scale" in shown.data  # the caption keeps it
+
+
+def test_each_cell_says_where_its_runs_trained():
+    from recdrop.report import trained_on
+
+    t = pd.DataFrame({"cell": ["a", "b", "c"], "paper": [1.0, 2.0, 3.0]})
+    rows = [row(cell="a", record={"hardware": "NVIDIA H200", "device": "cuda", "precision": "tf32"}),
+            row(cell="a", seed=1, record={"hardware": "NVIDIA H200", "device": "cuda", "precision": "tf32"}),
+            row(cell="b", record={"hardware": "NVIDIA H100", "device": "cuda",
+                                  "config": {"scale": "paper", "recurrent_dropout": 0.5},
+                                  "segments": [{"hardware": "NVIDIA H100", "device": "cuda", "precision": "bf16"}]}),
+            row(cell="c")]
+    assert trained_on(t, rows) == ["NVIDIA H200, TF32 products", "NVIDIA H100, float32; NVIDIA H100, bf16 autocast",
+                                   "not yet run"]
