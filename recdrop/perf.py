@@ -292,9 +292,11 @@ def panel_names(df: pd.DataFrame, what: str) -> pd.Series:
 
 def group_setting(df: pd.DataFrame) -> pd.Series:
     """How a benchmark's group steps ran: the whole step as one CUDA graph or eagerly (rows without a
-    ``step`` column ran eagerly), its products' precision, and "stacked" where its largest group's layers
+    ``step`` column ran eagerly), its products' precision, "stacked" where its largest group's layers
     ran stacked (``recdrop.stacked``; a row's ``path`` is the one its first run's layers took last, which
-    at one run is not the group's, nor, in an older benchmark file, at 8 runs either)."""
+    at one run is not the group's, nor, in an older benchmark file, at 8 runs either), and "per-step loop"
+    where they ran the reference loop (``route``'s "loop"), not the fused path: one run at a time is then
+    far slower, and so a group's speed-up over it far larger, than on the fused path."""
     step = df["step"].fillna("eager") if "step" in df else pd.Series("eager", index=df.index)
     setting = step + ", " + _precision(df).map(PRECISION_NAMES)
     if "path" not in df:
@@ -302,8 +304,9 @@ def group_setting(df: pd.DataFrame) -> pd.Series:
     keyed = df.assign(_setting=setting, _path=df["path"].fillna("").astype(str))
     keys = [k for k in ("file", "hardware", "commit", "model", "_setting") if k in keyed]
     largest = keyed.sort_values("runs", kind="stable").groupby(keys, dropna=False)["_path"].transform("last")
-    stacked = largest.reindex(df.index).fillna("").str.contains("stacked")
-    return setting + stacked.map({True: ", stacked", False: ""})
+    path = largest.reindex(df.index).fillna("")
+    return (setting + path.str.contains("stacked").map({True: ", stacked", False: ""})
+            + path.str.startswith("loop").map({True: ", per-step loop", False: ""}))
 
 
 # A benchmark's precision as a table names it.

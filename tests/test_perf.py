@@ -193,6 +193,10 @@ def test_a_stacked_benchmark_is_one_row_whatever_path_each_size_recorded(tmp_pat
     assert table.loc[("cuda-graph, TF32, stacked", "2026-11-29", "word"), "R = 26"] == 2.5
     assert table.loc[("cuda-graph, TF32", "2026-11-20", "word"), "R = 26"] == 1.78
     assert table.loc[("cuda-graph, TF32", "2026-11-20", "char"), "R = 1"] == 0.99
+    pd.DataFrame([{**rows[2], "date": "2026-11-30", "path": "loop, 26 runs stacked"}]).to_csv(tmp_path / "loop.csv",
+                                                                                            index=False)
+    table = perf.group_table(perf.load_benchmarks(tmp_path)).set_index(["step", "measured", "model"])
+    assert ("cuda-graph, TF32, stacked, per-step loop", "2026-11-30", "word") in table.index  # not the fused path
 
 
 def test_a_bidirectional_row_with_its_own_input_size_is_a_row_of_its_own(tmp_path):
