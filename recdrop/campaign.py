@@ -15,8 +15,9 @@ devices (the paper-scale language models to ``cuda``); a run with a checkpoint m
 and its record's ``segments`` say which stretch ran where.
 
 A lent GPU returns only a few files from each command, so ``--pack DIR`` writes the records this
-call finished and as many unfinished checkpoints as fit (campaign order) into at most 6 parts of
-10 MiB (a lent GPU returns at most 64 MiB), with a manifest of SHA-256 sums; ``--unpack DIR`` checks them and puts
+call finished and as many checkpoints of its unfinished runs as fit (in campaign order, the most valuable
+first) into at most 6 parts of 10 MiB (a lent GPU returns at most 64 MiB), with a manifest of SHA-256 sums; a
+call whose records alone do not fit is an error. ``--unpack DIR`` checks them and puts
 checkpoints in the cache and records in the store (which refuses records from unclean code: those
 are reported, and the call exits non-zero). A local checkpoint further on than the pack's, or one
 of a run with a clean record, is kept.
@@ -41,7 +42,6 @@ import time
 import tomllib
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
-
 
 from . import estimates, experiments
 from .paths import DATA_DIR
@@ -76,18 +76,19 @@ class Entry:
 @dataclasses.dataclass(kw_only=True)
 class Pending(Row):
     """A run the campaign has still to do: a row of the entry's grid (``sweep.grid_rows``), with the entry
-    it comes from, whether a checkpoint resumes it and whether a stored record of it is to be replaced;
-    once it has run, its record (``stored``) or what stopped it (``error``)."""
+    it comes from, its place in the campaign's order, whether a checkpoint resumes it and whether a stored
+    record of it is to be replaced; once it has run, its record (``stored``) or what stopped it (``error``)."""
 
     entry: Entry
     resumable: bool = False
     rerun: bool = False
+    place: int = 0  # among the pending runs (``pending_runs``): the campaign's order, the most valuable first
     error: str = ""
 
     @classmethod
-    def of(cls, row: Row, entry: Entry, resumable: bool, rerun: bool) -> "Pending":
+    def of(cls, row: Row, entry: Entry, resumable: bool, rerun: bool, place: int = 0) -> "Pending":
         return cls(**{f.name: getattr(row, f.name) for f in dataclasses.fields(Row)}, entry=entry,
-                   resumable=resumable, rerun=rerun)
+                   resumable=resumable, rerun=rerun, place=place)
 
     @property
     def experiment(self) -> str:
@@ -144,7 +145,7 @@ def pending_runs(entries: Sequence[Entry], device: str, store: RunStore) -> List
             resumable = estimates.resumable(store.checkpoint_path(entry.experiment, row.run_id), store)
             if kind in entry.devices or resumable:
                 rerun = store.has(entry.experiment, row.config.scale, row.run_id)
-                todo.append(Pending.of(row, entry, resumable, rerun))
+                todo.append(Pending.of(row, entry, resumable, rerun, place=len(todo)))
     return todo
 
 
@@ -240,13 +241,13 @@ def run_campaign(entries: Sequence[Entry], device: str = "cpu", jobs: int = 1, b
     each experiment's cap, ``{"char_lm": 6}``: the others one run at a time) the runs of an experiment that can
     share one model train as one group (``sweep.fuse_groups``), groups in the order of their first run. Each
     run trains at its entry's precision, else at ``precision``. Returns the rows by outcome: ``finished`` and
-    ``diverged`` (recorded as such) with their stored record (``stored``); ``stopped`` (checkpoint saved),
-    ``failed`` and ``not_started``, with their ``error``. Its log (``log``, with or without bars) says what is
-    pending, then each run as it settles. With ``whole_runs`` a group starts only where its expected time
-    (``expected_seconds``, its members' summed; where a member's is unknown, the group's step as
-    ``group_times`` measured it on this machine, ``estimates.group_seconds``; unknown: any, but none where
-    ``group_times`` are given) ends within the budget: for a machine whose checkpoints do not outlive it, where
-    a run stopped midway is lost."""
+    ``diverged`` (recorded as such) with their stored record (``stored``); ``stopped`` (checkpoint saved in this
+    call), ``failed`` and ``not_started`` (none saved in this call: one it would resume is as it was), with their
+    ``error``. Its log (``log``, with or without bars) says what is pending, then each run as it settles. With
+    ``whole_runs`` a group starts only where its expected time (``expected_seconds``, its members' summed; where
+    a member's is unknown, the group's step as ``group_times`` measured it on this machine,
+    ``estimates.group_seconds``; unknown: any, but none where ``group_times`` are given) ends within the budget:
+    for a machine whose checkpoints do not outlive it, where a run stopped midway is lost."""
     device = check_device(device)
     check_jobs(jobs)
     set_precision(precision, device)
@@ -282,6 +283,7 @@ class _CampaignCall:
                                 dynamic_ncols=True)
         self.threads = worker_threads(jobs)
         self.on = hardware(device, self.threads)  # as a record of its workers will name it
+        self.checkpoints_before = {(r.experiment, r.run_id): self.checkpoint_file(r) for r in todo}
 
     def settled(self, run: Pending, outcome: str, how: str) -> None:
         """File a run under its outcome, and log it unless it never started."""
@@ -300,11 +302,25 @@ class _CampaignCall:
         """A run that ended without a record: stopped at the budget (or never started), or failed."""
         if isinstance(error, BudgetExhausted):
             run.error = str(error)
-            started = self.store.checkpoint_path(run.experiment, run.run_id).exists()
-            self.settled(run, "stopped" if started else "not_started", f": {run.error}")
+            self.settled(run, "stopped" if self.saved_checkpoint(run) else "not_started", f": {run.error}")
         else:  # keep going: the other runs are worth having
             run.error = f"{type(error).__name__}: {error}"
             self.settled(run, "failed", f": {run.error}")
+
+    def checkpoint_file(self, run: Pending) -> Optional[Tuple[int, int]]:
+        """Which file the run's checkpoint is, (inode, modification time); None where it has none."""
+        try:
+            stat = self.store.checkpoint_path(run.experiment, run.run_id).stat()
+        except FileNotFoundError:
+            return None
+        return stat.st_ino, stat.st_mtime_ns
+
+    def saved_checkpoint(self, run: Pending) -> bool:
+        """Whether the run saved a checkpoint in this call. ``BudgetExhausted`` also stops a run refused before it
+        started (``Job.start_by``, a deadline passed) or left waiting for its group to catch up: its checkpoint is
+        the file it was, as saving renames a new file in place (``store.save_checkpoints``)."""
+        now = self.checkpoint_file(run)
+        return now is not None and now != self.checkpoints_before.get((run.experiment, run.run_id))
 
     def start_by(self, group: List[Pending]) -> Optional[float]:
         """The latest time a group may start and still end within the budget (``whole_runs`` only); 0.0 where
@@ -334,22 +350,32 @@ def log(line: str) -> None:
     say(f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} campaign: {line}")
 
 
+def group_caps(fuse: Fuse, todo: Sequence[Pending]) -> Dict[Tuple[str, str], Union[bool, int]]:
+    """Each (experiment, scale) of ``todo`` -> the cap on its groups (``sweep.fuse_groups``' ``fuse``; False:
+    one run at a time), from any ``fuse`` but "fit" (``fitting_caps`` gives its caps by experiment and scale):
+    one cap for all, or caps by experiment or by experiment and scale (the others, one run at a time). An
+    experiment whose runs cannot share a model runs them one at a time."""
+    caps = {}
+    for e, scale in dict.fromkeys((r.experiment, r.config.scale) for r in todo):
+        cap = fuse.get((e, scale), fuse.get(e, False)) if isinstance(fuse, dict) else fuse
+        caps[e, scale] = cap if experiments.EXPERIMENTS[e].task.FUSABLE_FIELDS else False
+    return caps
+
+
 def campaign_groups(todo: Sequence[Pending], fuse: Fuse, device: str) -> List[List[Pending]]:
     """The pending runs as the groups that train together (``sweep.fuse_groups`` per experiment, precision
-    and scale; each alone without ``fuse``, and those of an experiment whose runs cannot share a model):
-    the runs that resume a checkpoint first within an experiment (so that they train together rather than
-    each beside a run that must first catch up with it), the groups that resume first, then in the order
-    of each group's first run."""
+    and scale, capped by ``group_caps``): the runs that resume a checkpoint first within an experiment (so
+    that they train together rather than each beside a run that must first catch up with it), the groups
+    that resume first, then in the order of each group's first run."""
+    caps = group_caps(fuse, todo)
     experiments_in_order = list(dict.fromkeys(r.experiment for r in todo))
     groups = []
     for e in experiments_in_order:
         mine = sorted((r for r in todo if r.experiment == e), key=lambda r: not r.resumable)  # stable
         # a group trains at one precision and scale
         for precision, scale in dict.fromkeys((r.entry.precision, r.config.scale) for r in mine):
-            cap = fuse.get((e, scale), fuse.get(e, False)) if isinstance(fuse, dict) else fuse
             these = [r for r in mine if (r.entry.precision, r.config.scale) == (precision, scale)]
-            groups += fuse_groups(e, these, cap if experiments.EXPERIMENTS[e].task.FUSABLE_FIELDS else False,
-                                  device)  # or one at a time
+            groups += fuse_groups(e, these, caps[e, scale], device)
     order = {id(r): i for i, r in enumerate(todo)}
     return sorted(groups, key=lambda g: (not any(r.resumable for r in g), order[id(g[0])]))
 
@@ -361,6 +387,12 @@ def _tar_size(sizes: Sequence[int]) -> int:
     return -(-raw // tarfile.RECORDSIZE) * tarfile.RECORDSIZE
 
 
+def _pack_size(sizes: Sequence[int]) -> int:
+    """Bytes of a pack of files of these sizes: their tar, with the manifest that lists them."""
+    manifest_bytes = 200 * len(sizes)  # per file listed, more than a name and a hex digest take
+    return _tar_size([*sizes, manifest_bytes])
+
+
 # What a lent GPU's command brings back: at most 8 files of 16 MiB, 64 MiB together. A pack takes 6 files
 # of 10 MiB, leaving room for two more (a log, say) within both limits.
 PART_BYTES, MAX_PARTS = 10 * 2**20, 6
@@ -369,17 +401,18 @@ PART_BYTES, MAX_PARTS = 10 * 2**20, 6
 def pack(out_dir: os.PathLike, runs: Sequence[Pending], records: Sequence[Record],
          store: RunStore, part_bytes: int = PART_BYTES, max_parts: int = MAX_PARTS) -> List[Path]:
     """Write ``records`` and the checkpoints of ``runs`` (in order, as many as fit) into a tar split
-    into at most ``max_parts`` files of ``part_bytes``, with a manifest of SHA-256 sums."""
+    into at most ``max_parts`` files of ``part_bytes``, with a manifest of SHA-256 sums. A ValueError,
+    and nothing written, where the records alone do not fit."""
     room = part_bytes * max_parts
-    files, skipped = {}, []
-    manifest_bytes = 200  # per file listed in the manifest, more than a name and a hex digest take
-    for rec in records:
-        files[_member_name(rec)] = store.path(rec.experiment, rec.scale, rec.run_id).read_bytes()
+    files = {_member_name(rec): store.path(rec.experiment, rec.scale, rec.run_id).read_bytes() for rec in records}
+    if _pack_size([len(d) for d in files.values()]) > room:
+        raise ValueError(f"pack: the {len(records)} records take more than {max_parts} parts of "
+                         f"{part_bytes / 2**20:g} MiB; nothing is packed")
+    skipped = []
     for run in runs:
         path = store.checkpoint_path(run.experiment, run.run_id)
         if path.exists():
-            sizes = [len(d) for d in files.values()] + [path.stat().st_size]
-            if _tar_size(sizes + [manifest_bytes * len(sizes)]) <= room:
+            if _pack_size([len(d) for d in files.values()] + [path.stat().st_size]) <= room:
                 files[f"checkpoints/{run.experiment}/{run.run_id}.pt"] = path.read_bytes()
             else:
                 skipped.append(path)
@@ -563,7 +596,8 @@ def main(argv=None) -> int:
         return 1
     _print_outcomes(out, started)
     if args.pack:
-        pack(args.pack, out["stopped"] + out["failed"], [r.stored for r in out["finished"] + out["diverged"]], store)
+        unfinished = sorted(out["stopped"] + out["failed"], key=lambda r: r.place)  # the most valuable first
+        pack(args.pack, unfinished, [r.stored for r in out["finished"] + out["diverged"]], store)
     return 1 if out["failed"] or refused else 0
 
 

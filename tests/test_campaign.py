@@ -214,6 +214,40 @@ def test_the_budget_stops_a_run_midway_and_the_next_call_resumes_it(store, clean
         assert not store.checkpoint_path("temporal_order", row.run_id).exists()
 
 
+@pytest.mark.parametrize("refused_by", ["a deadline passed", "start_by"])
+def test_a_run_with_a_checkpoint_refused_before_it_starts_is_not_started(store, monkeypatch, stop_after, refused_by):
+    """Its checkpoint is the one it came with: the call neither trained nor saved it."""
+    rows = pending_runs([CI_ENTRY], "cpu", store)
+    with pytest.raises(BudgetExhausted):
+        train_run(TemporalOrderTask, rows[0].config, store=store, progress=False, deadline=1.0,
+                  callback=stop_after("batch", 0, 1))
+    monkeypatch.setattr(train, "time", time)
+    ckpt = store.checkpoint_path("temporal_order", rows[0].run_id)
+    came_with = ckpt.read_bytes()
+    if refused_by == "start_by":  # whole runs: neither would end within the budget
+        monkeypatch.setattr(campaign, "expected_seconds", lambda run, store, device=None, on=None: 1e6)
+        out = run_campaign([CI_ENTRY], "cpu", 1, 600.0, store, progress=False, whole_runs=True)
+    else:
+        out = run_campaign([CI_ENTRY], "cpu", 1, 0.0, store, progress=False)
+    assert [r.run_id for r in out["not_started"]] == [r.run_id for r in rows]  # the one that resumes first
+    assert not out["stopped"] + out["finished"] + out["failed"]
+    assert ckpt.read_bytes() == came_with
+
+
+def test_a_run_that_resumes_and_stops_again_is_stopped(store, monkeypatch, stop_after):
+    rows = pending_runs([CI_ENTRY], "cpu", store)
+    with pytest.raises(BudgetExhausted):
+        train_run(TemporalOrderTask, rows[0].config, store=store, progress=False, deadline=1.0,
+                  callback=stop_after("batch", 0, 1))
+    calls = itertools.count()  # the trainer's clock: before the deadline at its start and first batch, then past it
+    monkeypatch.setattr(train, "time", types.SimpleNamespace(perf_counter=time.perf_counter, monotonic=time.monotonic,
+                                                             time=lambda: 0.0 if next(calls) < 2 else float("inf")))
+    out = run_campaign([CI_ENTRY], "cpu", 1, 600.0, store, progress=False)
+    assert [r.run_id for r in out["stopped"]] == [rows[0].run_id]  # after its 3rd and 4th batches
+    assert [r.run_id for r in out["not_started"]] == [rows[1].run_id]
+    assert load_checkpoint(store.checkpoint_path("temporal_order", rows[0].run_id))["batch"] == 4
+
+
 def test_records_from_unclean_code_are_refused_where_they_can_be_committed(tmp_path, store):
     rec = train_run(TemporalOrderTask, ci_config(epochs=1), store=store, progress=False)
     (tmp_path / "repo" / ".git").mkdir(parents=True)
@@ -325,6 +359,31 @@ def test_pack_splits_into_parts_and_leaves_behind_what_does_not_fit(store, tmp_p
     assert f"{rows[1].run_id}.pt did not fit" in capsys.readouterr().err
     there = RunStore(tmp_path / "runs2")
     assert unpack(tmp_path / "out", there)["checkpoints"] == 1
+
+
+def test_pack_refuses_records_that_alone_do_not_fit(store, tmp_path):
+    rows = pending_runs([CI_ENTRY], "cpu", store)
+    records = [train_run(TemporalOrderTask, r.config, store=store, progress=False) for r in rows]
+    sizes = [store.path("temporal_order", "ci", r.run_id).stat().st_size for r in records]
+    part_bytes, max_parts = 4096, 2  # less than a tar of them takes, by whole 10 KiB records
+    assert campaign._tar_size(sizes + [400]) > max_parts * part_bytes
+    with pytest.raises(ValueError, match=f"the 2 records take more than {max_parts} parts"):
+        pack(tmp_path / "out", [], records, store, part_bytes=part_bytes, max_parts=max_parts)
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_pack_takes_the_unfinished_runs_in_campaign_order(store, tmp_path, monkeypatch, clean_code):
+    """The most valuable checkpoints first, whatever stopped them: a failed run ahead of a stopped one."""
+    first, second = pending_runs([CI_ENTRY], "cpu", store)
+    monkeypatch.setattr(campaign, "run_campaign", lambda *args, **kwargs: {
+        "finished": [], "diverged": [], "stopped": [second], "failed": [first], "not_started": []})
+    packed = []
+    monkeypatch.setattr(campaign, "pack", lambda out_dir, runs, records, store: packed.extend(runs))
+    monkeypatch.setenv("RECDROP_RUNS", str(store.root))
+    (tmp_path / "campaign.toml").write_text(CI_TOML)
+    campaign.main(["--for", "1m", "--no-progress", "--pack", str(tmp_path / "out"),
+                   "--file", str(tmp_path / "campaign.toml")])
+    assert packed == [first, second]
 
 
 def test_unpack_keeps_a_further_checkpoint_and_none_for_a_run_with_a_record(store, tmp_path, stop_after, clean_code):
@@ -691,6 +750,18 @@ def test_fit_sizes_a_reduced_scales_groups_by_that_scales_own_step_times():
                                         (["word_lm=2", "char_lm=6"], {"word_lm": 2, "char_lm": 6})])
 def test_fuse_takes_a_cap_each_experiments_cap_or_fit(words, fuse):
     assert campaign.parse_fuse(words) == fuse
+
+
+@pytest.mark.parametrize("fuse,caps", [
+    (False, [False, False, False]), (True, [True, True, False]), (3, [3, 3, False]),
+    ({"word_lm": 2}, [2, 2, False]), ({("word_lm", "ci"): 2, "word_lm": 4}, [2, 4, False]),
+    ({("char_lm", "ci"): 2}, [False, False, False])])
+def test_each_form_of_fuse_gives_a_cap_to_each_experiment_and_scale(fuse, caps):
+    """Caps by experiment and scale before those by experiment; temporal order's runs cannot share a model."""
+    todo = [types.SimpleNamespace(experiment=e, config=types.SimpleNamespace(scale=s))
+            for e, s in (("word_lm", "ci"), ("word_lm", "paper"), ("temporal_order", "ci"))]
+    assert campaign.group_caps(fuse, todo) == {("word_lm", "ci"): caps[0], ("word_lm", "paper"): caps[1],
+                                               ("temporal_order", "ci"): caps[2]}
 
 
 @pytest.mark.parametrize("words", [["word_lm=0"], ["words=2"], ["word_lm"], ["2", "3"]])
