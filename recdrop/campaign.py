@@ -39,9 +39,13 @@ import re
 import sys
 import tarfile
 import time
-import tomllib
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # the same parser, before it joined the standard library
+    import tomli as tomllib
 
 from . import estimates, experiments
 from .paths import DATA_DIR
