@@ -4,9 +4,10 @@ Subclasses of ``torch.nn.LSTM`` / ``GRU`` / ``RNN``: the same constructor argume
 signature, shapes, return values and parameter names; the keyword-only arguments
 ``recurrent_dropout``, ``scheme``, ``sampling`` and ``scaling`` add the paper's recurrent dropout
 (see ``recdrop.masks``). Every layer and direction draws its own masks. Where no recurrent dropout
-acts (``recurrent_dropout=0``, or ``eval()`` with inverted scaling), forward is torch.nn's own, unless
-the nonlinearity is one torch.nn lacks or torch.compile or a functorch transform is at work
-(``_torch_computes_it``).
+acts (``recurrent_dropout=0``, or ``eval()`` with inverted scaling), forward is torch.nn's own, with
+the exceptions ``_torch_computes_it`` lists (a nonlinearity torch.nn lacks, torch.compile, a functorch
+transform, dropout between layers drawn from the layer's ``generator``, ``torch_kernels = False``) and a
+call given masks.
 
 Speed: the input projections W_ih x_t of all time steps are one matmul before the time loop (as
 cuDNN does); only the recurrent matmul and the elementwise gate math run per step.
@@ -45,9 +46,9 @@ class RecurrentLayer(DropoutSettings, nn.RNNBase):
     """The layers' shared body. Each layer is a subclass of its torch.nn twin (``isinstance(m,
     nn.LSTM)``), built by torch.nn's own constructor: the same parameters, names, init, attributes
     (``mode``, ``_flat_weights``, ``all_weights``) and checks. Where no recurrent dropout acts
-    (``recurrent_dropout=0``, or ``eval()`` with inverted scaling) and the nonlinearity is one
-    torch.nn has, ``forward`` is torch.nn's own (cuDNN, oneDNN). Otherwise each subclass says how
-    one direction runs (``_step`` on the reference path, ``_sequence`` on the fast path)."""
+    (``recurrent_dropout=0``, or ``eval()`` with inverted scaling), ``forward`` is torch.nn's own (cuDNN,
+    oneDNN), but for the exceptions ``_torch_computes_it`` lists and a call given masks. Otherwise each
+    subclass says how one direction runs (``_step`` on the reference path, ``_sequence`` on the fast path)."""
 
     kind = ""
     n_states = 1  # h_t; the LSTM carries (h_t, c_t)
@@ -103,10 +104,10 @@ class RecurrentLayer(DropoutSettings, nn.RNNBase):
         super().__setstate__(state)
 
     def _torch_computes_it(self, x: Tensor) -> bool:
-        """Whether this call runs torch.nn's forward: no recurrent dropout acts, the nonlinearity is
-        one torch.nn has (its LSTM and GRU have only tanh), and neither torch.compile (where AOTAutograd
-        fails on torch.nn's LSTM in eval) nor a functorch transform (torch.nn's LSTM has no vmap rule)
-        is at work: there recdrop's plain ops run. Nor where the dropout between stacked layers acts and
+        """Whether this call runs torch.nn's forward: ``torch_kernels`` is on, no recurrent dropout acts,
+        the nonlinearity is one torch.nn has (its LSTM and GRU have only tanh), and neither torch.compile
+        (where AOTAutograd fails on torch.nn's LSTM in eval) nor a functorch transform (torch.nn's LSTM has
+        no vmap rule) is at work: there recdrop's plain ops run. Nor where the dropout between stacked layers acts and
         is to be drawn from the layer's ``generator``, which torch.nn's forward cannot take."""
         own_between = self.generator is not None and self.dropout > 0 and self.training and self.num_layers > 1
         return (self.torch_kernels and not self.rdrop.acts(self.training) and not own_between

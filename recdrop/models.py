@@ -87,8 +87,9 @@ def generators(model: torch.nn.Module) -> list:
 
 
 class Linear(torch.nn.Linear):
-    """``torch.nn.Linear`` (the same parameters, state_dict and hooks) whose product runs on oneDNN on a
-    CPU in float32 (``fused.linear``): a language model's decoder is most of its training step."""
+    """``torch.nn.Linear`` (the same parameters, state_dict and hooks) whose product runs on the faster of
+    oneDNN and MKL on a CPU in float32 (``fused.linear``, ``recdrop.cpu_products``): a language model's
+    decoder is most of its training step."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return linear(x, self.weight, self.bias)
@@ -162,7 +163,8 @@ class SequenceClassifier(torch.nn.Module):
         self.out = torch.nn.Linear(hidden_size, n_classes)
 
     def forward(self, x: torch.Tensor, lengths: Optional[torch.Tensor] = None, return_state: bool = False):
-        """The logits; with ``return_state``, also the recurrent layer's final state (h_n, c_n)."""
+        """The logits; with ``return_state``, also the recurrent layer's final state (h_n, or (h_n, c_n) for
+        an LSTM)."""
         if hasattr(self, "embed"):
             x = self.embed(x)
         y, state = self.rnn(self.input_drop(x))

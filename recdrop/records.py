@@ -1,6 +1,7 @@
 """The two types the machinery above the trainer reads: a run's stored ``Record``, and a grid's ``Row``.
 
-A ``Record`` is made in one place, ``RunStore.read``, from the JSON the trainer wrote; a ``Row`` is
+A ``Record`` is made from the JSON the trainer wrote by ``Record.from_json``, which checks its fields
+(``RunStore.read`` reads the store's files so; the campaign's ``--unpack`` reads a pack's); a ``Row`` is
 made by ``sweep.grid_rows`` (the campaign's ``Pending`` extends one it gives). Everything above (the
 runner, reports, chapters, the book) reads their attributes.
 """
