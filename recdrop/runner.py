@@ -38,7 +38,7 @@ class Job:
     progress: bool = False
     deadline: Optional[float] = None  # a time.time() at which its runs checkpoint and stop
     start_by: Optional[float] = None  # a time.time() after which it does not start (it would not end by deadline)
-    rerun: bool = False  # train runs whose stored records the store would not keep
+    rerun: bool = False  # train again a stored record made by other code (another commit), even one the store keeps
     precision: str = "float32"
     wait: bool = False  # for a run that another process trains, rather than refuse it
 

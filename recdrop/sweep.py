@@ -102,12 +102,9 @@ def free_memory(device: str) -> Optional[int]:
 def _run_remote(experiment: str, config, seed: int, device: str, threads: int) -> Record:
     """A Ray or submitit task: train into a store kept on the worker (so a finished run survives a driver that
     dies before saving it, and a resubmitted run is loaded, not retrained) and return the record. A record
-    there from other code than the worker's is trained again, not handed back."""
+    there from other code than the worker's is trained again (``rerun``), not handed back."""
     store = RunStore(cache_dir() / "worker-runs")
-    rid = run_id(config, seed)
-    stored = store.find(experiment, config.scale, rid)
-    stale = stored is not None and stored.commit != git_commit()
-    return run_job(Job(experiment, ((config, seed),), device, str(store.root), threads, rerun=stale))[0]
+    return run_job(Job(experiment, ((config, seed),), device, str(store.root), threads, rerun=True))[0]
 
 
 def _ray_results(todo: Sequence[Row], experiment: str, device: str, jobs: int) -> Iterator[Tuple[Row, Callable]]:
@@ -335,8 +332,8 @@ class SweepTraining:
     def job(self, i: int, group: Sequence[Row]) -> Job:
         """The ``i``-th group's job: its runs, their device and store, and its bar's line."""
         return Job(self.experiment, tuple((r.config, r.seed) for r in group), self.device, str(self.store.root),
-                   self.threads, position=1 + i % self.jobs, progress=self.progress,
-                   rerun=any(r.stored is not None for r in group), precision=self.precision, wait=True)
+                   self.threads, position=1 + i % self.jobs, progress=self.progress, precision=self.precision,
+                   wait=True)
 
     def ran(self, row: Row, record: Record) -> None:
         set_stored(self.store, row, record)

@@ -2,16 +2,17 @@
 
 An experiment supplies a ``Task`` (its model, optimiser, batches, one training step, an
 evaluation); ``train_group`` trains a group of runs (a run alone is a group of one): it checks the
-group, loads the runs already finished, and ``GroupTrainer`` starts the others and trains them in step
+group, loads the runs that are done, and ``GroupTrainer`` starts the others and trains them in step
 through ``GroupTraining``, the loop (``run``: for each epoch ``train_epoch``, for each batch
 ``train_batch``; then ``end_epoch`` and a checkpoint). A checkpoint (model, optimiser, task state, RNG states,
 position, curves) is written atomically after every epoch and every ``checkpoint_every_s``
-seconds inside one, so ``resume`` continues an interrupted run and ends with the same metrics as an
-uninterrupted one (same seed, CPU). The finished record is written last.
+seconds inside one, so a later call resumes an interrupted run, which ends with the same metrics as
+an uninterrupted one (same seed, CPU). The finished record is written last.
 """
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import random
 import time
@@ -69,7 +70,7 @@ def layer_paths(model: torch.nn.Module) -> Optional[str]:
 
 
 def add_precision_options(parser) -> None:
-    """The command lines' ``--precision`` (and ``--tf32``, its older spelling for TF32)."""
+    """The command lines' ``--precision`` (and ``--tf32``, another spelling of ``--precision tf32``)."""
     parser.add_argument("--precision", choices=PRECISIONS, default=None,
                         help="float32 (default); tf32: a GPU's products in TF32; bf16: each training forward under "
                              "bfloat16 autocast (the language models); recorded in each record")
@@ -101,10 +102,9 @@ def flushing_denormals() -> bool:
 def denormals_flushed(device: str):
     """On a CPU, denormal floats computed as zero while training (FTZ and DAZ, as a GPU's fast math
     does), and the former mode restored afterwards. The carried cell state of a unit dropped for a
-    whole sequence decays geometrically into them, and on Intel CPUs each product with one takes a
-    microcode assist, which made a word-LM step with per-sequence masks much slower than one with
-    per-step masks. A value below 1.2e-38 changes no float32 sum of values of the sizes a network
-    computes."""
+    whole sequence (a per-sequence mask) decays geometrically into them, and a CPU may take a slow
+    microcode assist for each product with one. A value below 1.2e-38 changes no float32 sum of values
+    of the sizes a network computes."""
     if not str(device).startswith("cpu"):
         yield
         return
@@ -311,7 +311,7 @@ def _set_rng_state(state: Dict[str, Any]) -> None:
     if isinstance(n, dict):
         np.random.set_state(("MT19937", n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"],
                              n["cached_gaussian"]))
-    else:  # a checkpoint of recdrop before weights_only checkpoints: NumPy's own tuple
+    else:  # NumPy's own state tuple, its keys an array (``store.LEGACY_CHECKPOINT_GLOBALS`` loads one)
         np.random.set_state(n)
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():  # the GPUs this machine has (a run may move to one with fewer)
@@ -350,7 +350,7 @@ class Run:
     alone is a group of one; each run of a group checkpoints and records as it would alone."""
 
     def __init__(self, make_task: Callable[..., Task], config: ExperimentConfig, seed: int, device: str,
-                 store: RunStore, resume: bool, env: Dict[str, str]):
+                 store: RunStore, env: Dict[str, str]):
         self.config, self.seed, self.store = config, seed, store
         self.rid = run_id(config, seed)
         self.name = config.experiment
@@ -363,7 +363,7 @@ class Run:
         set_generator(self.task.model, self.generator)
         self.epoch, self.batch, self.curves, self.sums, self.elapsed, self.segments = 0, 0, [], {}, 0.0, []
         self.rng: Optional[Dict[str, Any]] = None  # the global RNG state its checkpoint holds
-        ck = load_checkpoint(self.ckpt_path) if resume and self.ckpt_path.exists() else None
+        ck = load_checkpoint(self.ckpt_path) if self.ckpt_path.exists() else None
         if ck is not None and not store.accepts_checkpoint(ck):
             warnings.warn(f"checkpoint {self.ckpt_path} holds training by uncommitted code, whose record {store.root} "
                           f"would refuse: run {self.name}/{self.rid} starts from scratch, and its new checkpoints "
@@ -376,7 +376,7 @@ class Run:
             kind = torch.device(device).type
             if "generator" in ck and ck.get("generator_device", "cpu") == kind:
                 self.generator.set_state(ck["generator"])
-            else:  # before per-run generators, or trained on another kind of device: its state does not fit
+            else:  # no generator state in the checkpoint, or one of another kind of device: none fits
                 self.generator.manual_seed(MASK_SEED_OFFSET + seed
                                            + 1_000_003 * (1 + ck["epoch"] * 100_003 + ck["batch"]))
                 if "generator" in ck:
@@ -403,10 +403,10 @@ def group_key(make_task: Callable[..., Task], config: ExperimentConfig, seed: in
 
 
 def train_run(make_task: Callable[..., Task], config: ExperimentConfig, seed: int = 0, **options) -> Record:
-    """Train one run of ``config`` with ``seed`` (or load its record if it is finished): a group of one
-    (``train_group``, whose keyword ``options`` it takes). A run whose training loss stops being finite is
-    recorded as diverged, and ``NonFiniteLossError`` says where; a later call loads that record (its
-    ``diverged`` says where) and raises nothing."""
+    """Train one run of ``config`` with ``seed`` (or load its record where it is done,
+    ``GroupTrainer.done``): a group of one (``train_group``, whose keyword ``options`` it takes). A run
+    whose training loss stops being finite is recorded as diverged, and ``NonFiniteLossError`` says
+    where; a later call loads that record (its ``diverged`` says where) and raises nothing."""
     errors: Dict[str, str] = {}
     (record,) = train_group(make_task, [(config, seed)], errors=errors, **options)
     if errors:
@@ -416,10 +416,10 @@ def train_run(make_task: Callable[..., Task], config: ExperimentConfig, seed: in
 
 @dataclass(frozen=True)
 class Options:
-    """How a group trains (``train_group``'s keywords): where its records go, how it reports, how often it
-    checkpoints, the callback tests stop it with, its bar's line, when its time is up, and how many steps'
-    outputs wait on their device before the host reads them (``StepOutputs``), and whether a run another
-    process trains is waited for rather than refused."""
+    """How a group trains (``train_group``'s keywords, whose defaults are these): where its records go,
+    how it reports, how often it checkpoints, the callback tests stop it with, its bar's line, when its
+    time is up, how many steps' outputs wait on their device before the host reads them
+    (``StepOutputs``), and whether a run another process trains is waited for rather than refused."""
 
     store: RunStore
     progress: bool = True
@@ -432,25 +432,28 @@ class Options:
 
 
 def train_group(make_task: Callable[..., Task], members: Sequence[Tuple[ExperimentConfig, int]], *,
-                device: str = "cpu", store: Optional[RunStore] = None, resume: bool = True, progress: bool = True,
-                checkpoint_every_s: float = 180.0, callback: Optional[Callable[[str, int, int], None]] = None,
-                position: int = 0, deadline: Optional[float] = None, rerun: bool = False,
+                device: str = "cpu", store: Optional[RunStore] = None, progress: bool = Options.progress,
+                checkpoint_every_s: float = Options.checkpoint_every_s,
+                callback: Optional[Callable[[str, int, int], None]] = Options.callback,
+                position: int = Options.position, deadline: Optional[float] = Options.deadline, rerun: bool = False,
                 errors: Optional[Dict[str, str]] = None, precision: str = "float32",
-                read_every: Optional[int] = None, wait: bool = False) -> List[Record]:
+                read_every: Optional[int] = Options.read_every, wait: bool = Options.wait) -> List[Record]:
     """Train the runs ``members`` ((config, seed) each) as one group, one model with a leading run
     dimension where there are several (``Task.group_stepper``), and return each one's record in order.
 
     Each run keeps everything its own: initialisation and masks from its own seed, optimiser,
     schedule, clipping, checkpoint and record (the same run id and format as alone, plus ``group``,
-    the run ids it trained beside). Finished runs are loaded; a run that diverges is recorded as it
-    would be alone and leaves the group, and the others go on. Where the runs' checkpoints stand at
-    different places, the runs behind train until they reach the next ones, then on together.
+    the run ids it trained beside). Runs that are done are loaded (``GroupTrainer.done``); a run that
+    diverges is recorded as it would be alone and leaves the group, and the others go on. Where the
+    runs' checkpoints stand at different places, the runs behind train until they reach the next ones,
+    then on together.
 
     ``callback(event, epoch, batch)`` is called after every batch ("batch") and epoch ("epoch"); tests
     use it to interrupt a run. At ``deadline`` (a ``time.time()`` value) every run saves its
     checkpoint and ``BudgetExhausted`` is raised; the next call resumes them. A run resumed on other
-    hardware or code lists each stretch in its record's ``segments``. With ``rerun``, stored records
-    (from uncommitted code, say) are trained again and replaced when the new ones are finished.
+    hardware or code lists each stretch in its record's ``segments``. With ``rerun``, a stored record
+    made by other code than this (another commit) is trained again, even one the store keeps, and
+    replaced when the new one is finished.
     ``errors``, where given, gets run id -> message for each run that diverged in this call.
     ``precision`` "tf32" lets a GPU's products run in TF32, "bf16" runs each training forward under bf16
     autocast where the task allows it (``set_precision``, ``autocast``), and the records say so.
@@ -464,12 +467,12 @@ def train_group(make_task: Callable[..., Task], members: Sequence[Tuple[Experime
     check_group(make_task, members, precision)
     options = Options(store or RunStore(), progress, checkpoint_every_s, callback, position, deadline, read_every,
                       wait)
-    records = {} if rerun else stored(options.store, members)
+    trainer = GroupTrainer(make_task, device, precision, options, rerun)
+    records = trainer.done(members)
     todo = [m for m in members if run_id(*m) not in records]
     if todo:
-        trainer = GroupTrainer(make_task, device, precision, resume, options)
         try:
-            records.update(trainer.train(todo, rerun))
+            records.update(trainer.train(todo))
         finally:
             if errors is not None:
                 errors.update(trainer.diverged)
@@ -495,26 +498,38 @@ def check_group(make_task: Callable[..., Task], members: Sequence[Tuple[Experime
                             "seed that orders their batches"))
 
 
-def stored(store: RunStore, members: Sequence[Tuple[ExperimentConfig, int]]) -> Dict[str, Record]:
-    """Run id -> stored record, for each of ``members`` that has one."""
-    found = {run_id(c, s): store.find(c.experiment, c.scale, run_id(c, s)) for c, s in members}
-    return {rid: record for rid, record in found.items() if record is not None}
-
-
 class GroupTrainer:
-    """Trains the runs of one group that have no record yet: holds them against other processes, starts
-    each (from its checkpoint where it has one), and trains them in step (``catch_up``)."""
+    """Trains the runs of one group that are not done (``done``): holds them against other processes,
+    starts each (from its checkpoint where it has one), and trains them in step (``catch_up``). With
+    ``rerun``, a record made by other code than this (another commit) does not count as done."""
 
-    def __init__(self, make_task: Callable[..., Task], device: str, precision: str, resume: bool, options: Options):
-        self.make_task, self.device, self.resume, self.options = make_task, device, resume, options
-        self.env = environment(device)  # taken at the start: the commit of the code that runs
-        if precision != "float32":
-            self.env["precision"] = precision
+    def __init__(self, make_task: Callable[..., Task], device: str, precision: str, options: Options,
+                 rerun: bool = False):
+        self.make_task, self.device, self.precision = make_task, device, precision
+        self.options, self.rerun = options, rerun
         self.diverged: Dict[str, str] = {}  # run id -> message, for each run that diverged
         self.failed: Dict[str, str] = {}  # run id -> why it could not start
         self.alone = False  # whether the group is one run: its errors are its own
 
-    def train(self, todo: List[Tuple[ExperimentConfig, int]], rerun: bool) -> Dict[str, Record]:
+    @functools.cached_property
+    def env(self) -> Dict[str, Any]:
+        """What each record says of how its run trained: hardware, versions, the commit of the code that
+        runs, and the precision where not float32. Taken once, where first asked for: not where every run
+        is loaded (naming a GPU starts CUDA)."""
+        env = environment(self.device)
+        if self.precision != "float32":
+            env["precision"] = self.precision
+        return env
+
+    def done(self, members: Sequence[Tuple[ExperimentConfig, int]]) -> Dict[str, Record]:
+        """Run id -> stored record, for each of ``members`` whose record finishes it: one the store keeps
+        (``RunStore.finished``), and with ``rerun``, one made by this code."""
+        store = self.options.store
+        found = {run_id(c, s): store.finished(c.experiment, c.scale, run_id(c, s)) for c, s in members}
+        return {rid: record for rid, record in found.items()
+                if record is not None and (not self.rerun or record.commit == self.env["commit"])}
+
+    def train(self, todo: List[Tuple[ExperimentConfig, int]]) -> Dict[str, Record]:
         """Train ``todo`` to their end; run id -> record. A run another process finished meanwhile is loaded."""
         store, (config, seed) = self.options.store, todo[0]
         what = f"run {config.experiment}/{run_id(config, seed)}"
@@ -526,10 +541,10 @@ class GroupTrainer:
         # one process a run; on a CPU, denormals computed as zero
         with store.hold_runs(config.experiment, [run_id(c, s) for c, s in todo], self.options.wait), \
                 denormals_flushed(self.device):
-            records = {} if rerun else stored(store, todo)  # finished by another process since the first look
+            records = self.done(todo)  # finished by another process since the first look
             todo = [(c, s) for c, s in todo if run_id(c, s) not in records]
             self.alone = len(todo) == 1
-            runs = [r for r in (self.start(c, s, self.resume) for c, s in todo) if r is not None]
+            runs = [r for r in (self.start(c, s) for c, s in todo) if r is not None]
             for r in runs:
                 if self.options.progress and r.position != (0, 0):  # said, not left to a bar that starts part-way
                     say(f"{r.name} {r.rid}: resumes at epoch {r.epoch + 1} of {r.config.epochs}, batch "
@@ -543,11 +558,11 @@ class GroupTrainer:
                                    + "\n".join(f"  {rid}: {why}" for rid, why in self.failed.items()))
         return records
 
-    def start(self, config: ExperimentConfig, seed: int, from_checkpoint: bool) -> Optional[Run]:
-        """The run of ``config`` and ``seed``, from its checkpoint where ``from_checkpoint`` and it has one.
+    def start(self, config: ExperimentConfig, seed: int) -> Optional[Run]:
+        """The run of ``config`` and ``seed``, from its checkpoint where it has one.
         A corrupt checkpoint is the run's fault, not the group's: the others go on (a run alone raises)."""
         try:
-            return Run(self.make_task, config, seed, self.device, self.options.store, from_checkpoint, self.env)
+            return Run(self.make_task, config, seed, self.device, self.options.store, self.env)
         except CorruptCheckpointError as e:
             if self.alone:
                 raise
@@ -565,7 +580,7 @@ class GroupTrainer:
             ahead = [r.position for r in runs if r.position != first]
             for record in GroupTraining(behind, self.options, min(ahead) if ahead else None, self.diverged).run():
                 records[record.run_id] = record
-            caught_up = [self.start(r.config, r.seed, True) for r in behind if r.rid not in records]
+            caught_up = [self.start(r.config, r.seed) for r in behind if r.rid not in records]
             runs = sorted([r for r in runs if r not in behind] + [r for r in caught_up if r is not None],
                           key=lambda r: order.index(r.rid))  # the members' order, as given
         return records
