@@ -135,7 +135,7 @@ class RecurrentLayer(DropoutSettings, nn.RNNBase):
             return Route("loop", runs=runs)
         triton = self.has_triton and triton_kernels.usable(x)
         cpp = self.has_cpu_kernels and not triton and cpu_kernels.usable(x)
-        batch = x.shape[-2] if x.dim() > 1 else 1  # an unbatched or malformed input is checked after the route
+        batch = x.shape[-2]  # x is (T, [runs,] B, I): every caller with weights has checked the input
         work = runs * batch * self.hidden_size * w_hh.shape[-2]  # a step's product (``graphs.step_work``)
         return Route("fused", triton, graphs.loop_graphed((x,), work), runs, cpp)
 

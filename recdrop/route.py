@@ -80,8 +80,9 @@ def ops_recorded() -> bool:
 @dataclasses.dataclass(frozen=True)
 class Route:
     """The path of one call: ``kernels`` ("torch.nn", "loop" or "fused"), on the fused path whether its
-    pointwise parts run in Triton or C++ (``cpp``) and its loops as CUDA graphs, and how many runs' weights
-    it stacks."""
+    pointwise parts run in Triton or C++ (``cpp``) and whether its loops are to run as CUDA graphs
+    (``graphs.loop_graphed``; ``graphs.run_loop`` runs a loop's first calls plainly before it captures it,
+    and plainly for good where a capture fails), and how many runs' weights it stacks."""
 
     kernels: str
     triton: bool = False
