@@ -246,13 +246,13 @@ class RecurrentLayer(DropoutSettings, nn.RNNBase):
                         for w, w_reverse in zip(self.layer_weights(layer, False), self.layer_weights(layer, True)))
         both = torch.stack([x, x.flip(0)], 1)  # (T, 2, B, I)
         state = tuple(torch.stack(s) for s in zip(*states))  # (2, B, H) each
-        route = self.route(both, weights, state, own=True)
-        if route.kernels != "fused":
+        chosen = self.route(both, weights, state, own=True)
+        if chosen.body != "fused":
             return None
         per_step = self.rdrop.sampling == "per-step"
         factors = [self.rdrop.factors(m, self.training, per_step=per_step) for m in masks]
         ys, final = self.run_weights(both, state, weights, stack_directions(factors), False)
-        self.last_route = dataclasses.replace(route, runs=1)  # one run: its two directions stacked
+        self.last_route = dataclasses.replace(chosen, runs=1)  # one run: its two directions stacked
         return [(ys[:, 0], tuple(f[0] for f in final)), (ys[:, 1].flip(0), tuple(f[1] for f in final))]
 
     # -- packed sequences -------------------------------------------------------------------------
@@ -345,9 +345,9 @@ class RecurrentLayer(DropoutSettings, nn.RNNBase):
         ``backwards``. The fast path where it can run, else the reference loop. Returns the outputs
         and the final state, and with ``cells`` the LSTM's cell state of every step (else None)."""
         w_ih, w_hh, b_ih, b_hh, w_hr = weights
-        route = self.last_route = self.route(x, weights, state, own=True)
-        if route.kernels == "fused":
-            out = self._sequence(x, state, w_ih, w_hh, b_ih, b_hh, factors, backwards, cells, route.step_kernels)
+        chosen = self.last_route = self.route(x, weights, state, own=True)
+        if chosen.body == "fused":
+            out = self._sequence(x, state, w_ih, w_hh, b_ih, b_hh, factors, backwards, cells, chosen.step_kernels)
             return out if not cells else out if len(out) == 3 else (*out, None)
         gx = F.linear(x, w_ih, b_ih) if w_ih.dim() == 2 else linear(x, w_ih, b_ih)  # (T, B, G*H): one matmul
         steps = x.shape[0]

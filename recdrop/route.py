@@ -79,12 +79,12 @@ def ops_recorded() -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class Route:
-    """The path of one call: ``kernels`` ("torch.nn", "loop" or "fused"), on the fused path whether its
+    """The path of one call: its ``body`` ("torch.nn", "loop" or "fused"), on the fused path whether its
     pointwise parts run in Triton or C++ (``cpp``) and whether its loops are to run as CUDA graphs
     (``graphs.loop_graphed``; ``graphs.run_loop`` runs a loop's first calls plainly before it captures it,
     and plainly for good where a capture fails), and how many runs' weights it stacks."""
 
-    kernels: str
+    body: str
     triton: bool = False
     graphs: bool = False
     runs: int = 1  # a group's runs stacked on a leading dimension (``recdrop.stacked``, ``layers.run_group``)
@@ -96,5 +96,5 @@ class Route:
         return "triton" if self.triton else "cpp" if self.cpp else None
 
     def __str__(self) -> str:
-        path = "+".join([self.kernels] + ["triton"] * self.triton + ["cpp"] * self.cpp + ["graphs"] * self.graphs)
+        path = "+".join([self.body] + ["triton"] * self.triton + ["cpp"] * self.cpp + ["graphs"] * self.graphs)
         return path + (f", {self.runs} runs stacked" if self.runs > 1 else "")

@@ -60,7 +60,7 @@ def test_layer_parity(dtype, kind, num_layers, batch_first, bidirectional, with_
         hx = (torch.randn(shape, dtype=dtype), torch.randn(shape, dtype=dtype)) if kind == "LSTM" \
             else torch.randn(shape, dtype=dtype)
     run_both(ref, ours, x, hx, TOL[dtype])
-    assert ours.last_route.kernels == ("fused" if fused else "loop")
+    assert ours.last_route.body == ("fused" if fused else "loop")
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
@@ -118,7 +118,7 @@ def test_eval_with_inverted_dropout_matches_torch(kind, scheme, torch_kernels):
     ref.eval(), ours.eval()
     x = torch.randn(5, 3, 4, dtype=torch.float64)
     assert_close(ref(x)[0], ours(x)[0], 1e-10)
-    assert (ours.last_route.kernels == "torch.nn") == torch_kernels  # torch.nn's hand-over, or our own code
+    assert (ours.last_route.body == "torch.nn") == torch_kernels  # torch.nn's hand-over, or our own code
     ours.train()  # and in training the dropout does change the output
     assert (ref(x)[0] - ours(x)[0]).abs().max() > 1e-3
 
@@ -187,4 +187,4 @@ def test_state_dict_loads_both_ways(kind):
     back.torch_kernels = False  # recdrop's own forward computes with the loaded weights
     x = torch.randn(5, 2, 3)
     torch.testing.assert_close(back.eval()(x)[0], ref.eval()(x)[0])
-    assert back.last_route.kernels != "torch.nn"
+    assert back.last_route.body != "torch.nn"

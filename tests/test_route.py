@@ -21,22 +21,22 @@ def test_a_call_runs_torch_nn_where_no_dropout_acts_else_the_fused_sequence_else
     assert dropped.last_route == Route("fused", cpp=cpu_kernels.usable(x))
     dropped.eval()  # inverted scaling: nothing acts at test, torch.nn's forward
     dropped(x)
-    assert dropped.last_route.kernels == "torch.nn"
+    assert dropped.last_route.body == "torch.nn"
     dropped.train()
     dropped.fused = False
     dropped(x)
     assert dropped.last_route == Route("loop")
     projected = recdrop.LSTM(3, 4, proj_size=2, recurrent_dropout=0.25).train()
     projected(x)
-    assert projected.last_route.kernels == "loop"
+    assert projected.last_route.body == "loop"
     autocast = recdrop.GRU(3, 4, recurrent_dropout=0.25).train()
     with torch.autocast("cpu", dtype=torch.bfloat16):
         autocast(x)
-    assert autocast.last_route.kernels == "fused"  # its products in bf16, as torch.nn's under autocast
+    assert autocast.last_route.body == "fused"  # its products in bf16, as torch.nn's under autocast
     given = recdrop.LSTM(3, 4, recurrent_dropout=0.25).eval()  # given masks take recdrop's own code, even at test
     with pytest.warns(UserWarning, match="masks given in eval mode are not applied"):
         given(x, masks=given.draw_masks(5, 2))
-    assert given.last_route.kernels == "fused"
+    assert given.last_route.body == "fused"
 
 
 def test_a_groups_route_names_its_stacked_runs_and_each_member_ran_it(monkeypatch):

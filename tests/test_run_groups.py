@@ -312,7 +312,7 @@ def test_a_groups_input_products_and_their_gradient_are_never_copied_whole(monke
     with Copies() as mode:
         y, _ = run_group(layers, x, states)
         y.sum().backward()
-    assert layers[0].last_route.kernels == "fused" and layers[0].last_route.runs == len(layers)
+    assert layers[0].last_route.body == "fused" and layers[0].last_route.runs == len(layers)
     assert any(n == T * len(layers) * B * D for _, n in mode.found)  # the input's own copy is seen
     gx, step = T * len(layers) * B * 4 * Hs, len(layers) * B * 4 * Hs
     assert sum(n for _, n in mode.found if n in (gx, step)) <= gx, mode.found

@@ -77,7 +77,7 @@ def test_the_nonlinearity_is_settable_checked_and_torch_nns_mode_follows_it():
     assert rnn.mode == "RNN_RELU" and "nonlinearity='relu'" in repr(rnn)
     x = torch.randn(5, 2, 3)
     torch_path = rnn(x)[0]
-    assert rnn.last_route.kernels == "torch.nn"
+    assert rnn.last_route.body == "torch.nn"
     rnn.torch_kernels = False
     torch.testing.assert_close(rnn(x)[0], torch_path)
     assert (torch_path >= 0).all()  # relu's, not tanh's

@@ -285,7 +285,7 @@ def _assert_ran_along(m, path):
     recurrent dropout acts), recdrop's own otherwise; the comparison with torch.nn is a test of the
     hand-over on the first and of recdrop's code on the others. (A cell keeps no route.)"""
     if getattr(m, "last_route", None) is not None:
-        assert (m.last_route.kernels == "torch.nn") == (path == "default"), (path, m.last_route)
+        assert (m.last_route.body == "torch.nn") == (path == "default"), (path, m.last_route)
 
 
 # -- test_forward -------------------------------------------------------------------------------

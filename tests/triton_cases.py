@@ -141,7 +141,7 @@ def test_a_groups_stacked_runs_through_the_kernels_equal_them_without(kind, runs
     """The kernels index a stack's flat memory ``(R, B, H)``; at test a group's constant factors (Eq. 3,
     ``(R, 1, 1)``) broadcast to it."""
     routes, (through, without) = _group_through_both_paths(kind, runs, training, monkeypatch)
-    assert [(r.kernels, r.triton, r.runs) for r in routes] == [("fused", True, runs), ("fused", False, runs)]
+    assert [(r.body, r.triton, r.runs) for r in routes] == [("fused", True, runs), ("fused", False, runs)]
     for a, b in zip(through, without):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
 
@@ -153,7 +153,7 @@ def test_under_autocast_the_kernels_take_bf16_products_and_equal_the_torch_path(
     in bf16 and the states in float32; the kernels read them as the torch path does. They differ by
     the rounding of h_t to bf16 for the next product (Triton's interpreter truncates, a GPU rounds)."""
     routes, (through, without) = _group_through_both_paths(kind, runs, True, monkeypatch, torch.float32, True)
-    assert [(r.kernels, r.triton) for r in routes] == [("fused", True), ("fused", False)]
+    assert [(r.body, r.triton) for r in routes] == [("fused", True), ("fused", False)]
     assert through[1].dtype == torch.float32  # h_n: the state stays float32
     for a, b in zip(through, without):
         torch.testing.assert_close(a, b, rtol=0.05, atol=0.02)
