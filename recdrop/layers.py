@@ -94,7 +94,8 @@ class RecurrentLayer(DropoutSettings, nn.RNNBase):
         return state
 
     def __setstate__(self, state):
-        """Modules pickled by recdrop before it subclassed torch.nn lack torch.nn's bookkeeping."""
+        """A pickled state without torch.nn's bookkeeping (``_all_weights``, ``mode``, ``_flat_weights``), as a
+        layer that was not a torch.nn subclass pickled it, gets it rebuilt from its weights' names."""
         if "_all_weights" not in state:
             per = (4 if state["bias"] else 2) + (1 if state.get("proj_size") else 0)
             names = state["_flat_weights_names"]
