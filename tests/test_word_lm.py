@@ -12,7 +12,7 @@ from recdrop.experiments import word_lm_chapter
 from recdrop.experiments.word_lm import WordLMConfig, WordLMTask, grid
 from recdrop.experiments.lm_tables import FORWARD
 from recdrop.store import RunStore
-from recdrop.report import NOT_RUN, Verdict
+from recdrop.report import NOT_RUN
 
 pytestmark = pytest.mark.skipif(not (data_root() / "ptb").exists(), reason="PTB not available")
 
@@ -176,6 +176,6 @@ def test_claim_i_is_judged_in_each_block_apart():
             for c in all_cells() if c[0] == without]
     verdicts = dict(word_lm_chapter.claims(rows).iloc[:, [0, 2]].itertuples(index=False))
     judged = verdicts[f"(i) ours (Semeniuta) beats Moon and Gal: best cell of each scheme, {without}"]
-    assert judged.verdict is Verdict.REPRODUCED
+    assert judged.ran and judged == "not judged at this scale (holds on 1 seed, too few to judge against seed noise)"
     assert verdicts["(i) ours (Semeniuta) beats Moon and Gal: best cell of each scheme, with forward dropout"] == (
         NOT_RUN)
