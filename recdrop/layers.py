@@ -290,23 +290,35 @@ class RecurrentLayer(DropoutSettings, nn.RNNBase):
     def _run_packed_direction(self, x: Tensor, state: Tuple[Tensor, ...], layer: int, reverse: bool,
                               masks: Optional[Dict[str, Tensor]], *, lengths: Tensor, sizes: Tensor):
         """One direction over sequences sorted longest first: ``x`` is reversed within each sequence for
-        the reverse direction (so that every sequence starts at its own end), then run in one call over
-        the padded batch; a sequence's outputs are kept up to its end and its final state is
-        taken there (h_t from the outputs, the LSTM's c_t from every step's). The steps past an end
-        compute on padding and take no part: nothing of them reaches an output, a final state or a
-        gradient. Where the nonlinearity is unbounded (relu) they could overflow, so there it runs in
-        stretches of steps over which the same sequences go on."""
+        the reverse direction (so that every sequence starts at its own end), then run over the padded
+        batch, each sequence's outputs kept up to its end and its final state taken there. The steps past
+        an end compute on padding and take no part: nothing of them reaches an output, a final state or a
+        gradient. A bounded nonlinearity (tanh) runs in one call (``_run_to_each_end``); an unbounded one
+        (relu), whose padding steps could overflow, in stretches of steps over which the same sequences go
+        on (``_run_in_stretches``)."""
         if reverse:
             x = _reverse_within(x, lengths)
-        if self.nonlinearity == "tanh":
-            out, _, cs = self._run_direction(x, state, layer, reverse, masks, in_order=True, cells=True)
-            ends = (lengths.to(x.device) - 1).view(1, -1, 1)
-            final = tuple(s.gather(0, ends.expand(1, -1, s.shape[-1]))[0]
-                          for s in (out, cs)[:self.n_states])
-            steps = torch.arange(x.shape[0], device=x.device).view(-1, 1, 1)
-            out = torch.where(steps < ends + 1, out, out.new_zeros(()))  # padding stays padding
-            return (_reverse_within(out, lengths) if reverse else out), final
-        steps, batch, sizes = x.shape[0], x.shape[1], sizes.tolist()  # the pack's batch sizes, on the host
+        run = self._run_to_each_end if self.nonlinearity == "tanh" else self._run_in_stretches
+        out, final = run(x, state, layer, reverse, masks, lengths, sizes)
+        return (_reverse_within(out, lengths) if reverse else out), final
+
+    def _run_to_each_end(self, x: Tensor, state: Tuple[Tensor, ...], layer: int, reverse: bool,
+                         masks: Optional[Dict[str, Tensor]], lengths: Tensor, sizes: Tensor):
+        """``_run_packed_direction``'s one call over the padded batch: the outputs, padding zeroed past each
+        sequence's end, and the final state at each end (h_t from the outputs, the LSTM's c_t from every
+        step's)."""
+        out, _, cs = self._run_direction(x, state, layer, reverse, masks, in_order=True, cells=True)
+        ends = (lengths.to(x.device) - 1).view(1, -1, 1)
+        final = tuple(s.gather(0, ends.expand(1, -1, s.shape[-1]))[0] for s in (out, cs)[:self.n_states])
+        steps = torch.arange(x.shape[0], device=x.device).view(-1, 1, 1)
+        return torch.where(steps < ends + 1, out, out.new_zeros(())), final  # padding stays padding
+
+    def _run_in_stretches(self, x: Tensor, state: Tuple[Tensor, ...], layer: int, reverse: bool,
+                          masks: Optional[Dict[str, Tensor]], lengths: Tensor, sizes: Tensor):
+        """``_run_packed_direction`` in stretches of steps over which the pack's batch size stays the same
+        (``sizes``, read on the host): each stretch runs only the sequences still going, and those that end
+        with it leave their final state."""
+        steps, batch, sizes = x.shape[0], x.shape[1], sizes.tolist()
         pieces, ends, k0 = [], [], 0
         while k0 < steps:
             n = sizes[k0]
@@ -319,9 +331,8 @@ class RecurrentLayer(DropoutSettings, nn.RNNBase):
             ends.append(tuple(s[n_next:n] for s in new))  # the sequences that end here
             state = tuple(s[:n_next] for s in new)
             k0 = k1
-        out = torch.cat(pieces)
         final = tuple(torch.cat([e[i] for e in reversed(ends)]) for i in range(self.n_states))
-        return (_reverse_within(out, lengths) if reverse else out), final
+        return torch.cat(pieces), final
 
     def _run_direction(self, x: Tensor, state: Tuple[Tensor, ...], layer: int, reverse: bool,
                        masks: Optional[Dict[str, Tensor]], in_order: bool = False, cells: bool = False):
