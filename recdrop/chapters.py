@@ -97,17 +97,16 @@ def leading_verdicts(by_scale: List[Tuple[str, Dict[str, Judgement]]]) -> Dict[s
     judged = largest_verdicts(by_scale)
     against_noise = largest_verdicts(by_scale, against_noise=True)
     for claim, (scale, verdict) in judged.items():
-        if not verdict.against_noise and claim in against_noise and against_noise[claim][0] != "quick":
+        if verdict.too_few_seeds and claim in against_noise and against_noise[claim][0] != "quick":
             below, judged_below = against_noise[claim]
             judged[claim] = (below, judged_below.noted(f"at {scale} scale: {verdict.detail or verdict}"))
     return judged
 
 
 def judged_claims(name: str, store: Optional[RunStore] = None, up_to: Optional[str] = None) -> Dict[str, tuple]:
-    """Each claim of experiment ``name`` -> (scale, its verdict on our runs) at the largest scale (``up_to``
-    at most) where it has a verdict (``largest_verdicts``). Empty where no scale has runs. The landing
-    page and the chapters judge claims through this."""
-    return largest_verdicts(claims_by_scale(name, store, up_to))
+    """Each claim of experiment ``name`` -> (scale, its verdict on our runs) as the landing page gives it
+    (``leading_verdicts``), over the scales up to ``up_to``. Empty where no scale has runs."""
+    return leading_verdicts(claims_by_scale(name, store, up_to))
 
 
 def claims_judged_below(name: str, shown: str, store: Optional[RunStore] = None) -> str:
@@ -163,11 +162,11 @@ def show_paper_so_far(name: str, shown: str, store: Optional[RunStore] = None) -
 
 def figure_at_largest_scale(name: str, figure, rows, shown: Optional[str], store: Optional[RunStore] = None) -> tuple:
     """(scale, rows, its landing row) of a paper's figure drawn from experiment ``name``'s runs (``figure``,
-    one of ``Experiment.figures``) at the largest scale where the runs it draws have run, as a claim is
-    judged (``judged_claims``); where they have run at no scale, at ``shown`` (the chapter's scale) on
-    ``rows``. The landing page and the chapter show the figure there. As for a claim on the landing page,
-    where that scale has too few seeds to judge against the seed noise, the row's ``ours`` and ``verdict``
-    also give what the largest smaller scale that has enough found."""
+    one of ``Experiment.figures``), judged as a claim is on the landing page (``leading_verdicts``): at the
+    largest scale where the runs it draws have run, unless that scale has too few seeds to judge against the
+    seed noise and a smaller one above ``quick`` has enough; then at that smaller scale, the row's ``ours``
+    and verdict noted with what the larger found. Where its runs have run at no scale, at ``shown`` (the
+    chapter's scale) on ``rows``. The landing page and the chapter show the figure there."""
     found = None
     for scale, stored in stored_scales(name, store=store):
         row = figure(stored, scale)
@@ -177,9 +176,11 @@ def figure_at_largest_scale(name: str, figure, rows, shown: Optional[str], store
             found = scale, stored, row
             if not row["judged"].too_few_seeds:
                 break
-        elif row["judged"].against_noise:
-            found[2]["ours"] += f"; at {scale} scale, judged against seed noise: {row['ours']}"
-            found[2]["judged"] = found[2]["judged"].noted(f"at {scale} scale: {row['judged']}")
+        elif row["judged"].against_noise and scale != "quick":
+            larger, _, above = found
+            row["ours"] += f"; at {larger} scale: {above['ours']}"
+            row["judged"] = row["judged"].noted(f"at {larger} scale: {above['judged'].detail or above['judged']}")
+            found = scale, stored, row
             break
     return found or (shown, rows, figure(rows, shown))
 
@@ -189,8 +190,11 @@ def show_figure(name: str, figure, draw, rows, shown: str, store: Optional[RunSt
     scale the landing page judges it (``figure_at_largest_scale``), named above it with what it found and
     the stamp of the runs it draws (``report.stamp``: their hardware and precision can differ from the table's)."""
     scale, rows, row = figure_at_largest_scale(name, figure, rows, shown, store)
-    where = f"`{scale}` scale" + (" (larger than this page's: the largest where its runs have run)" if scale != shown
-                                  else "")
+    where = f"`{scale}` scale" + (
+        "" if scale == shown else " (larger than this page's: the largest where its runs have run)"
+        if SCALE_NAMES.index(scale) > SCALE_NAMES.index(shown) else
+        " (smaller than this page's: the largest where its runs have run on enough seeds to judge against the seed "
+        "noise)")
     runs = f"\n\n{provenance(row['runs'], 'How its numbers were made')}" if any(r.record for r in row["runs"]) else ""
     display(Markdown(f"At {where}: {row['ours']}.{runs}"))
     shows = row["the paper's best cell"]  # what the paper's figure shows

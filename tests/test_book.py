@@ -391,20 +391,24 @@ def test_a_figures_landing_row_is_judged_at_the_largest_scale_where_its_cells_ra
     assert figure_stamp.startswith("<details")  # folded: for the reader who asks
     assert {r.config.scale for r in drawn[0]} == {"paper"}
 
-    # with 3 seeds of the two cells at reduced, where the figure fails in each: its row at paper (1 seed) also
-    # says what reduced found against the seed noise, as a claim's does
+    # with 3 seeds of the two cells at reduced, where the figure fails in each: as a claim's, its row leads
+    # with what reduced found against the seed noise, and says what paper found on 1 seed
     for r in grid_rows("word_lm", "reduced", [1, 2], store=store):
         if r["forward"] == "without forward dropout" and r["scheme"] in ("none", "semeniuta") and r["rate"] != 0.5:
             stored(store, "word_lm", r, metrics=ppl(r, "reduced"))
     figure = landing_table(store).set_index("what").loc["Figure 2: learning curves, word-level PTB"]
-    assert figure["scale"] == "paper" and figure["ours"] == (
-        "train 33.0 vs 26.0, valid 108.0 vs 142.0 (seed 0): not judged at this scale (holds on 1 seed, too few to "
-        "judge against seed noise); "
-        "at reduced scale, judged against seed noise: train 108.0 vs 142.0, valid 33.0 vs 26.0 (mean of 3 seeds): "
-        "not reproduced (3 of 3 seeds)")
-    assert ("not judged at this scale (holds on 1 seed, too few to judge against seed noise; "
-            "at reduced scale: not reproduced (3 of 3 seeds))"
+    assert figure["scale"] == "reduced" and figure["ours"] == (
+        "train 108.0 vs 142.0, valid 33.0 vs 26.0 (mean of 3 seeds): not reproduced (3 of 3 seeds); "
+        "at paper scale: train 33.0 vs 26.0, valid 108.0 vs 142.0 (seed 0): not judged at this scale (holds on 1 "
+        "seed, too few to judge against seed noise)")
+    assert ("not reproduced (3 of 3 seeds; at paper scale: holds on 1 seed, too few to judge against seed noise)"
             in figure["cells"])  # the verdict says so too, not only the numbers
+    shown.clear()  # and the chapter draws it at reduced, its page's own scale
+    drawn.clear()
+    chapters.show_figure("word_lm", word_lm_chapter.figure2_row, lambda rows: drawn.append(rows) or plt.figure(), [],
+                         "reduced", store)
+    assert shown[0].data.startswith("At `reduced` scale: train 108.0") and {r.config.scale for r in drawn[0]} == {
+        "reduced"}
 
 
 def test_a_figure_whose_runs_ran_nowhere_is_shown_at_the_chapters_scale_on_its_rows(tmp_path, monkeypatch):

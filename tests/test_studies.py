@@ -122,7 +122,7 @@ def test_conjecture_table_compares_the_combination_with_its_parts():
                             (WO, "moon", 0.25, "per-step"): [120], (WO, "gal", 0.5, "per-step"): [100]})
     combo = fake_rows({(WO, COMBINED, 0.25, "per-step"): [104]})
     t = conjecture.conjecture_table("word_lm", table_rows, combo).set_index(["forward", "rate", "sampling"])
-    assert t.loc[at, "beats gal and ours"] == "reproduced (no seed noise yet)"
+    assert t.loc[at, "beats gal and ours"] == "not judged at this scale (no seed noise yet: the combination better)"
     assert t.loc[at, [COMBINED, "moon", "gal", "semeniuta"]].tolist() == ["104.0", "120.0", "110.0", "105.0"]
     noise = fake_rows({(WO, "moon", 0.5, "per-sequence"): [100, 102, None]})  # sd 1.4: 104 vs 105 is within
     t = conjecture.conjecture_table("word_lm", table_rows, combo, noise).set_index(["forward", "rate", "sampling"])
@@ -149,8 +149,8 @@ def test_conjecture_table_compares_the_combination_with_its_parts():
     # each number to the metric's digits (ppl: 1), never a whole number beside a decimal one
     assert s.loc[WO, ["single's test ppl", "combination's test ppl", "combination − single", "seed sd (pooled)"]
                  ].tolist() == ["100.0 (n=1)", "104.0 (n=1)", "+4.0", "—"]  # each with its seeds
-    assert s.loc[WO, "verdict"] == ("not reproduced (the best single scheme is better; one seed a cell: no seed "
-                                    "noise to judge against)")
+    assert s.loc[WO, "verdict"] == ("not judged at this scale (the best single scheme better by 4.0 ppl; one seed a "
+                                    "cell: no seed noise to judge against)")
     noisy = fake_rows({(WO, "moon", 0.25, "per-step"): [100, 103, 97], (WO, "none", 0.0, "-"): [120, 140, 100],
                        (W, "none", 0.0, "-"): [120, 130, 110]})
     s = conjecture.conjecture_summary("word_lm", table_rows, combo, noisy).set_index("forward")
@@ -165,13 +165,20 @@ def test_conjecture_table_compares_the_combination_with_its_parts():
     assert sd[WO] == pytest.approx(((2 * 1 + 1 * 16) / 3) ** 0.5, rel=1e-6) and W not in sd
     s = conjecture.conjecture_summary("word_lm", table_rows, combo).set_index("forward")
     assert s.loc[WO, "best combination cell"] == "0.5 per-step" and s.loc[WO, "seed sd (pooled)"] == "1.0"
-    assert s.loc[WO, "verdict"] == "reproduced (the combination is better)"  # 90 against 100, more than 2 x 1 apart
+    assert s.loc[WO, "verdict"] == ("not judged at this scale (the combination better by 10.0 ppl; 1 seed of the "
+                                    "cells compared, too few to judge against seed noise)")  # 90 against 100: 1 seed
+    # the two cells compared on 3 seeds each: judged, 90 against 100 more than 2 x the pooled sd apart
+    table3 = fake_rows({**singles, (WO, "gal", 0.5, "per-step"): [100, 100, 100]})
+    combo3 = fake_rows({**combos, (WO, COMBINED, 0.25, "per-step"): [103, 104, 105],
+                        (WO, COMBINED, 0.5, "per-step"): [90, 90, 90]})
+    s = conjecture.conjecture_summary("word_lm", table3, combo3).set_index("forward")
+    assert s.loc[WO, "verdict"] == "reproduced (the combination is better)"
     # a run of a cell compared whose validation still falls over its last epochs: the verdict is provisional
     moving = fake_rows({**combos, (WO, COMBINED, 0.25, "per-step"): [103, 104, 105],
-                        (WO, COMBINED, 0.5, "per-step"): [90, None, None]},
+                        (WO, COMBINED, 0.5, "per-step"): [90, 90, 90]},
                        falling={((WO, COMBINED, 0.5, "per-step"), 0)})
-    s = conjecture.conjecture_summary("word_lm", table_rows, moving).set_index("forward")
-    assert s.loc[WO, "verdict"] == ("reproduced (the combination is better; provisional: 1 of the 2 runs compared "
+    s = conjecture.conjecture_summary("word_lm", table3, moving).set_index("forward")
+    assert s.loc[WO, "verdict"] == ("reproduced (the combination is better; provisional: 1 of the 6 runs compared "
                                     "still moving at their last epoch)")
     assert conjecture.pooled_seed_sd([], "test_ppl") == {}
 

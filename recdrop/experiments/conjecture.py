@@ -9,7 +9,7 @@ from typing import Dict, List, Optional
 
 import pandas as pd
 
-from ..report import NOT_RUN, Judgement, Verdict, summarize
+from ..report import MIN_SEEDS_TO_JUDGE, NOT_RUN, Judgement, Verdict, summarize
 from .char_lm import table_rows  # char_lm's batch-size check aside
 from .lm_tables import CELL_KEYS, COMBINED, FORWARD, RATES, SAMPLINGS, SCHEMES, cell_seeds, cell_values, fit_table
 
@@ -55,11 +55,13 @@ def _within_noise(delta: float, noise: Optional[float]) -> bool:
 
 
 def _beats(delta: float, noise: Optional[float]) -> Judgement:
-    """The verdict on ``delta`` (the combination minus the better part; lower is better)."""
+    """The verdict on ``delta`` (the combination minus the better part; lower is better); not judged, but
+    saying which way it leans, where no seed noise is known to judge it against."""
+    if noise is None:
+        return Judgement(Verdict.NOT_JUDGED, f"no seed noise yet: the combination {'better' if delta < 0 else 'worse'}")
     if _within_noise(delta, noise):
         return Judgement(Verdict.WITHIN_NOISE)
-    return Judgement(Verdict.REPRODUCED if delta < 0 else Verdict.NOT_REPRODUCED,
-                     "no seed noise yet" if noise is None else "")
+    return Judgement(Verdict.REPRODUCED if delta < 0 else Verdict.NOT_REPRODUCED)
 
 
 def pooled_seed_sd(runs, metric: str) -> Dict[str, float]:
@@ -128,9 +130,14 @@ def conjecture_summary(experiment: str, table_runs, conjecture_runs, seed_runs: 
         elif _within_noise(delta, noise):
             verdict = Judgement(Verdict.WITHIN_NOISE, f"{better} better by {abs(delta):.{digits}f} "
                                                       f"{metric.split('_')[1]}", seeds)
+        elif noise is None or seeds < MIN_SEEDS_TO_JUDGE:  # as for every claim (report.claim_verdict)
+            why = ("one seed a cell: no seed noise to judge against" if noise is None else
+                   f"{seeds} seed{'s' * (seeds != 1)} of the cells compared, too few to judge against seed noise")
+            verdict = Judgement(Verdict.NOT_JUDGED, f"{better} better by {abs(delta):.{digits}f} "
+                                                    f"{metric.split('_')[1]}; {why}", seeds)
         else:
-            verdict = Judgement(Verdict.REPRODUCED if delta < 0 else Verdict.NOT_REPRODUCED, f"{better} is better" + (
-                "; one seed a cell: no seed noise to judge against" if noise is None else ""), seeds)
+            verdict = Judgement(Verdict.REPRODUCED if delta < 0 else Verdict.NOT_REPRODUCED, f"{better} is better",
+                                seeds)
         if verdict.verdict is not Verdict.NOT_JUDGED:
             moving, compared = _unsettled(fit, {b_single, b_combo})
             if moving:
