@@ -85,7 +85,7 @@ class Pending(Row):
 
     entry: Entry
     resumable: bool = False
-    rerun: bool = False
+    rerun: bool = False  # its stored record is of uncommitted code (for ``--list``: the trainer retrains it anyway)
     place: int = 0  # among the pending runs (``pending_runs``): the campaign's order, the most valuable first
     error: str = ""
 
@@ -345,7 +345,7 @@ class _CampaignCall:
         """The worker's job for the ``i``-th group: its runs, at the group's precision, under the deadline."""
         return Job(group[0].experiment, tuple((r.config, r.seed) for r in group), self.device, str(self.store.root),
                    self.threads, position=1 + i % self.jobs, progress=self.progress, deadline=self.deadline,
-                   start_by=self.start_by(group), rerun=any(r.rerun for r in group),
+                   start_by=self.start_by(group),
                    precision=group[0].entry.precision or self.precision)
 
 
@@ -601,7 +601,11 @@ def main(argv=None) -> int:
     _print_outcomes(out, started)
     if args.pack:
         unfinished = sorted(out["stopped"] + out["failed"], key=lambda r: r.place)  # the most valuable first
-        pack(args.pack, unfinished, [r.stored for r in out["finished"] + out["diverged"]], store)
+        try:
+            pack(args.pack, unfinished, [r.stored for r in out["finished"] + out["diverged"]], store)
+        except ValueError as e:  # the records are in the store still
+            print(f"error: {e}", file=sys.stderr)
+            return 1
     return 1 if out["failed"] or refused else 0
 
 

@@ -386,6 +386,20 @@ def test_the_pack_takes_the_unfinished_runs_in_campaign_order(store, tmp_path, m
     assert packed == [first, second]
 
 
+def test_a_pack_that_cannot_be_made_is_a_clear_error(store, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(campaign, "run_campaign", lambda *args, **kwargs: {
+        "finished": [], "diverged": [], "stopped": [], "failed": [], "not_started": []})
+
+    def too_big(*args):
+        raise ValueError("pack: the 9 records take more than 6 parts of 10 MiB; nothing is packed")
+    monkeypatch.setattr(campaign, "pack", too_big)
+    monkeypatch.setenv("RECDROP_RUNS", str(store.root))
+    (tmp_path / "campaign.toml").write_text(CI_TOML)
+    assert campaign.main(["--for", "1m", "--no-progress", "--pack", str(tmp_path / "out"),
+                          "--file", str(tmp_path / "campaign.toml")]) == 1
+    assert "error: pack: the 9 records take more than 6 parts" in capsys.readouterr().err  # no traceback
+
+
 def test_unpack_keeps_a_further_checkpoint_and_none_for_a_run_with_a_record(store, tmp_path, stop_after, clean_code):
     rows = [Pending.of(r, CI_ENTRY, False, False)
             for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
