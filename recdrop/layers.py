@@ -136,7 +136,7 @@ class RecurrentLayer(DropoutSettings, nn.RNNBase):
             return Route("loop", runs=runs)
         triton = self.has_triton and triton_kernels.usable(x)
         cpp = self.has_cpu_kernels and not triton and cpu_kernels.usable(x)
-        batch = x.shape[-2]  # x is (T, [runs,] B, I): every caller with weights has checked the input
+        batch = x.shape[-2] if x.dim() > 1 else 1  # (T, [runs,] B, I) from the layer's calls; else one sequence
         work = runs * batch * self.hidden_size * w_hh.shape[-2]  # a step's product (``graphs.step_work``)
         return Route("fused", triton, graphs.loop_graphed((x,), work), runs, cpp)
 

@@ -306,7 +306,7 @@ def group_setting(df: pd.DataFrame) -> pd.Series:
     largest = keyed.sort_values("runs", kind="stable").groupby(keys, dropna=False)["_path"].transform("last")
     path = largest.reindex(df.index).fillna("")
     return (setting + path.str.contains("stacked").map({True: ", stacked", False: ""})
-            + path.str.startswith("loop").map({True: ", per-step loop", False: ""}))
+            + path.str.contains(r"(?:^|; )loop\b").map({True: ", per-step loop", False: ""}))  # any layer's
 
 
 # A benchmark's precision as a table names it.

@@ -197,6 +197,10 @@ def test_a_stacked_benchmark_is_one_row_whatever_path_each_size_recorded(tmp_pat
                                                                                             index=False)
     table = perf.group_table(perf.load_benchmarks(tmp_path)).set_index(["step", "measured", "model"])
     assert ("cuda-graph, TF32, stacked, per-step loop", "2026-11-30", "word") in table.index  # not the fused path
+    pd.DataFrame([{**rows[2], "date": "2026-12-01", "path": "fused+cpp; loop, 26 runs stacked"}]).to_csv(
+        tmp_path / "mixed.csv", index=False)  # layers that took two bodies: one of them the loop
+    table = perf.group_table(perf.load_benchmarks(tmp_path)).set_index(["step", "measured", "model"])
+    assert ("cuda-graph, TF32, stacked, per-step loop", "2026-12-01", "word") in table.index
 
 
 def test_a_bidirectional_row_with_its_own_input_size_is_a_row_of_its_own(tmp_path):

@@ -106,3 +106,4 @@ def test_the_chapter_says_where_the_papers_own_table_has_another_cell_best():
     assert others["Twitter15"] == ("LSTM", 0.25) and len(others) == 3
     note = sentiment_chapter.paper_best_note()
     assert "another cell is best on 3 of the 6 test sets" in note and "Twitter15: LSTM 0.25" in note
+    assert "SMS13: GRU without recurrent dropout" in note
