@@ -165,8 +165,9 @@ def figure_at_largest_scale(name: str, figure, rows, shown: Optional[str], store
     one of ``Experiment.figures``), judged as a claim is on the landing page (``leading_verdicts``): at the
     largest scale where the runs it draws have run, unless that scale has too few seeds to judge against the
     seed noise and a smaller one above ``quick`` has enough; then at that smaller scale, the row's ``ours``
-    and verdict noted with what the larger found. Where its runs have run at no scale, at ``shown`` (the
-    chapter's scale) on ``rows``. The landing page and the chapter show the figure there."""
+    and verdict noted with what the larger found, and the larger scale and its rows under ``larger``. Where
+    its runs have run at no scale, at ``shown`` (the chapter's scale) on ``rows``. The landing page and the
+    chapter show the figure there."""
     found = None
     for scale, stored in stored_scales(name, store=store):
         row = figure(stored, scale)
@@ -177,9 +178,10 @@ def figure_at_largest_scale(name: str, figure, rows, shown: Optional[str], store
             if not row["judged"].too_few_seeds:
                 break
         elif row["judged"].against_noise and scale != "quick":
-            larger, _, above = found
+            larger, larger_rows, above = found
             row["ours"] += f"; at {larger} scale: {above['ours']}"
             row["judged"] = row["judged"].noted(f"at {larger} scale: {above['judged'].detail or above['judged']}")
+            row["larger"] = larger, larger_rows  # drawn too, beneath (``show_figure``)
             found = scale, stored, row
             break
     return found or (shown, rows, figure(rows, shown))
@@ -188,7 +190,8 @@ def figure_at_largest_scale(name: str, figure, rows, shown: Optional[str], store
 def show_figure(name: str, figure, draw, rows, shown: str, store: Optional[RunStore] = None) -> None:
     """In a chapter rendered at ``shown``: a paper's figure, ``draw`` (rows -> a matplotlib figure), at the
     scale the landing page judges it (``figure_at_largest_scale``), named above it with what it found and
-    the stamp of the runs it draws (``report.stamp``: their hardware and precision can differ from the table's)."""
+    the stamp of the runs it draws (``report.stamp``: their hardware and precision can differ from the table's);
+    where a larger scale has its runs on too few seeds to judge, drawn there too, beneath."""
     scale, rows, row = figure_at_largest_scale(name, figure, rows, shown, store)
     where = f"`{scale}` scale" + (
         "" if scale == shown else " (larger than this page's: the largest where its runs have run)"
@@ -199,6 +202,10 @@ def show_figure(name: str, figure, draw, rows, shown: str, store: Optional[RunSt
     display(Markdown(f"At {where}: {row['ours']}.{runs}"))
     shows = row["the paper's best cell"]  # what the paper's figure shows
     display(figure_html(draw(rows), f"{row['what']}, at <code>{scale}</code> scale: {shows}."))
+    if "larger" in row:  # its runs at a larger scale too, on too few seeds to judge: nearer the paper's figure
+        larger, larger_rows = row["larger"]
+        display(figure_html(draw(larger_rows), f"{row['what']}, at <code>{larger}</code> scale, on too few seeds to "
+                                               f"judge against the seed noise: {shows}."))
 
 
 CONJECTURE_GRIDS = ("table", "conjecture")  # the grids ``conjecture_runs`` trains where runs are missing
