@@ -181,7 +181,7 @@ def figure_at_largest_scale(name: str, figure, rows, shown: Optional[str], store
             larger, larger_rows, above = found
             row["ours"] += f"; at {larger} scale: {above['ours']}"
             row["judged"] = row["judged"].noted(f"at {larger} scale: {above['judged'].detail or above['judged']}")
-            row["larger"] = larger, larger_rows  # drawn too, beneath (``show_figure``)
+            row["larger"] = {"scale": larger, "rows": larger_rows, "runs": above["runs"]}  # drawn too (``show_figure``)
             found = scale, stored, row
             break
     return found or (shown, rows, figure(rows, shown))
@@ -203,9 +203,10 @@ def show_figure(name: str, figure, draw, rows, shown: str, store: Optional[RunSt
     shows = row["the paper's best cell"]  # what the paper's figure shows
     display(figure_html(draw(rows), f"{row['what']}, at <code>{scale}</code> scale: {shows}."))
     if "larger" in row:  # its runs at a larger scale too, on too few seeds to judge: nearer the paper's figure
-        larger, larger_rows = row["larger"]
-        display(figure_html(draw(larger_rows), f"{row['what']}, at <code>{larger}</code> scale, on too few seeds to "
-                                               f"judge against the seed noise: {shows}."))
+        larger = row["larger"]
+        display(HTML(provenance(larger["runs"], f"How the numbers at {larger['scale']} scale were made")))
+        display(figure_html(draw(larger["rows"]), f"{row['what']}, at <code>{larger['scale']}</code> scale, on too "
+                                                  f"few seeds to judge against the seed noise: {shows}."))
 
 
 CONJECTURE_GRIDS = ("table", "conjecture")  # the grids ``conjecture_runs`` trains where runs are missing

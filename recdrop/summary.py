@@ -214,9 +214,13 @@ def landing_stamps(store: Optional[RunStore] = None, shown: Optional[List[Shown]
                 out.append({"table": e.short_title, "scale": scale,
                             "where the numbers came from": stamp(e.table_rows(rows)), "chapter": e.name})
         for row in mine[0].figures:  # a paper's figure drawn from its runs: those runs' own stamp, as its chapter's
-            if any(r.record for r in row["runs"]):
-                out.append({"table": row["what"].split(":")[0], "scale": row["scale"],
-                            "where the numbers came from": stamp(row["runs"]), "chapter": e.name})
+            drawn = [(row["scale"], row["runs"])]
+            if "larger" in row:  # what it found at a larger scale, on fewer seeds, is on its row too
+                drawn.append((row["larger"]["scale"], row["larger"]["runs"]))
+            for scale, runs in drawn:
+                if any(r.record for r in runs):
+                    out.append({"table": row["what"].split(":")[0], "scale": scale,
+                                "where the numbers came from": stamp(runs), "chapter": e.name})
         for s in mine[1:]:  # its ablations' rows, once they have run, stamped as the chapter stamps them
             if any(r.record for r in s.rows):
                 out.append({"table": f"{e.short_title}; ablation: {s.what.split('; ablation: ')[1]}",

@@ -410,7 +410,10 @@ def test_a_figures_landing_row_is_judged_at_the_largest_scale_where_its_cells_ra
     assert shown[0].data.startswith("At `reduced` scale: train 108.0") and {r.config.scale for r in drawn[0]} == {
         "reduced"}
     assert {r.config.scale for r in drawn[1]} == {"paper"}  # and at paper too, beneath, nearer the paper's figure
-    assert "at <code>paper</code> scale, on too few seeds to judge" in shown[2].data
+    assert "How the numbers at paper scale were made" in shown[2].data and "runs: 2 shown" in shown[2].data
+    assert "at <code>paper</code> scale, on too few seeds to judge" in shown[3].data
+    stamps = landing_stamps(store)  # the landing page stamps the runs of both scales its row gives
+    assert sorted(stamps[stamps["table"] == "Figure 2"]["scale"]) == ["paper", "reduced"]
 
 
 def test_a_figure_whose_runs_ran_nowhere_is_shown_at_the_chapters_scale_on_its_rows(tmp_path, monkeypatch):
