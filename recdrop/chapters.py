@@ -193,11 +193,11 @@ def show_figure(name: str, figure, draw, rows, shown: str, store: Optional[RunSt
     the stamp of the runs it draws (``report.stamp``: their hardware and precision can differ from the table's);
     where a larger scale has its runs on too few seeds to judge, drawn there too, beneath."""
     scale, rows, row = figure_at_largest_scale(name, figure, rows, shown, store)
-    where = f"`{scale}` scale" + (
-        "" if scale == shown else " (larger than this page's: the largest where its runs have run)"
-        if SCALE_NAMES.index(scale) > SCALE_NAMES.index(shown) else
-        " (smaller than this page's: the largest where its runs have run on enough seeds to judge against the seed "
-        "noise)")
+    largest = ("the largest where its runs have run on enough seeds to judge against the seed noise" if "larger" in row
+               else "the largest where its runs have run")
+    where = f"`{scale}` scale" + ("" if scale == shown else f" (larger than this page's: {largest})"
+                                  if SCALE_NAMES.index(scale) > SCALE_NAMES.index(shown) else
+                                  f" (smaller than this page's: {largest})")
     runs = f"\n\n{provenance(row['runs'], 'How its numbers were made')}" if any(r.record for r in row["runs"]) else ""
     display(Markdown(f"At {where}: {row['ours']}.{runs}"))
     shows = row["the paper's best cell"]  # what the paper's figure shows
