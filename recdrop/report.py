@@ -545,10 +545,10 @@ def moon_vs_ours_twins(rows: List[Row], by: Sequence[str], train: str, test: str
                        test_shown: Callable[[float], float]) -> pd.DataFrame:
     """Moon's and our per-sequence cells (paper scaling), seed by seed in each cell of the labels ``by``.
     From a zero initial state the two train identically in exact arithmetic (the schemes chapter), so their
-    training curves (each epoch's ``train``) agree to rounding. Where the two runs were trained alike (the
-    same hardware, torch and layer path in every stretch) the rounding is the same; elsewhere, or where
-    training amplifies rounding, they part, and the first epoch they differ by more than ``PARTED`` says
-    when. Only the test metric (``test``, shown as ``test_shown`` of it), where Moon's (1 - p) compounds,
+    training curves (each epoch's ``train``) agree to rounding: the schemes' own, and where the two runs were
+    not trained alike (the same hardware, torch and layer path in every stretch), the machines' and paths'.
+    A training that amplifies rounding parts them, and the first epoch they differ by more than ``PARTED``
+    says when. Only the test metric (``test``, shown as ``test_shown`` of it), where Moon's (1 - p) compounds,
     differs by the schemes."""
     pick = {(*(r[k] for k in by), r["scheme"], r.seed): r.record for r in rows
             if r.record and r["sampling"] == "per-sequence" and r.record.config.get("scaling") == "paper"}
