@@ -664,7 +664,8 @@ def _print_pending(entries: Sequence[Entry], device: str, store: RunStore, campa
         print(f"{state:8s} {'?' if t is None else f'{t / 60:.0f} min':>8s}  {run.label()}")
     print(f"about {total / 3600:.1f} hours of runs, one at a time, on {on} where it has runs like them, else on "
           "the hardware of their stored runs"
-          + (f", and {unknown} runs of no known cost (no stored run like them to time)" if unknown else ""))
+          + (f", and {unknown} run{'s' * (unknown > 1)} of no known cost (no stored run like "
+             f"{'them' if unknown > 1 else 'it'} to time)" if unknown else ""))
 
 
 def _fuse_option(args: argparse.Namespace) -> Fuse:
