@@ -35,6 +35,7 @@ from recdrop.store import git_commit, hardware
 from recdrop.train import layer_paths
 
 AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
+TIMING = "in turn"  # each repeat times torch.nn and recdrop one after the other (``time_fwd_bwd``)
 SHAPES = [(256, 35), (1024, 35), (1024, 100)]  # (hidden, steps): perf.TARGET_SHAPES and one between
 
 
@@ -108,7 +109,7 @@ def main(argv=None):
     env = {"hardware": hardware(args.device), "device": args.device, "threads": torch.get_num_threads(),
            "torch": torch.__version__, "commit": git_commit(), "batch": args.batch, "tf32": args.tf32,
            "packed": args.packed, "bidirectional": args.bidirectional, "input_grad": args.input_grad,
-           "autocast": args.autocast}
+           "autocast": args.autocast, "timing": TIMING}
     peak = peak_tflops(env["hardware"], args.tf32)
     shapes = [(h, args.seq) for h in args.hidden] if args.hidden else SHAPES
     for kind in args.kinds:

@@ -61,7 +61,7 @@ def peak_tflops(hardware: str, tf32: bool) -> Optional[float]:
     return None
 
 
-PROVENANCE = ["hardware", "device", "threads", "torch", "commit", "batch", "tf32", "packed", "input_grad"]
+PROVENANCE = ["hardware", "device", "threads", "torch", "commit", "batch", "tf32", "packed", "input_grad", "timing"]
 # The fast path's targets on a GPU, at the language models' two shapes (hidden, sequence length).
 TARGET_SHAPES = [(256, 35), (1024, 100)]
 TARGET_RATIO = 1.5  # recdrop with dropout / torch.nn (cuDNN) without, at most
@@ -142,14 +142,21 @@ def _layer_cells(df: pd.DataFrame) -> pd.DataFrame:
     """``bench_layers.py``'s rows with what names their cell: ``input`` (``_input_names``), ``kind`` (Bi-
     for both directions), ``shape`` (hidden x steps, with the input size where it is not the hidden
     size), ``setting`` (the products' precision: TF32, or an autocast dtype), when it was ``measured``
-    (``provenance``'s date) and that date's ``day``."""
+    (``provenance``'s date), that date's ``day``, and how torch.nn and recdrop were ``timed`` (``TIMED``)."""
     size = _input_size(df)
     shape = df["hidden"].astype(str) + " x " + df["seq"].astype(str)
     shape = shape.where(size == df["hidden"], shape + ", input " + size.astype(int).astype(str))
     measured = _measured(df)
+    timing = df["timing"] if "timing" in df else pd.Series(None, index=df.index, dtype=object)
     return df.assign(shape=shape, input=_input_names(df), setting=_setting(df), measured=measured,
-                     day=measured.map(_day),
+                     day=measured.map(_day), timed=timing.map(TIMED).fillna("not recorded"),
                      kind=_flag(df, "bidirectional").map({True: "Bi", False: ""}) + df["kind"])
+
+
+# How a ``bench_layers.py`` file timed torch.nn and recdrop (its ``timing`` column), as the tables say it: in
+# turn each repeat, so that a load on the machine weighs on both alike; or each in a block of its own,
+# torch.nn's first, which on a busy CPU reads torch.nn's time higher and so the ratio lower.
+TIMED = {"in turn": "in turn", "each in a block": "each in a block, torch.nn's first"}
 
 
 def superseded_layers(df: pd.DataFrame) -> pd.Series:
@@ -166,16 +173,16 @@ def ratio_table(df: pd.DataFrame, value: str = "ratio") -> pd.DataFrame:
     """recdrop's fast path with dropout 0.25 over torch.nn without dropout (forward + backward, same
     machine, same run), or another column ``value`` of the rows: one row per machine, input (a padded
     tensor or a PackedSequence, and whether its gradient was asked for), cell (Bi- for both directions),
-    shape (with the input size where it is not the hidden size), setting (float32, TF32 or an autocast)
-    and when it was measured, one column per scheme."""
+    shape (with the input size where it is not the hidden size), setting (float32, TF32 or an autocast),
+    when it was measured and how it was timed (``TIMED``), one column per scheme."""
     if df.empty:
         return pd.DataFrame()
     t = _layer_cells(df)
-    keys = ["hardware", "input", "kind", "hidden", "seq", "shape", "setting", "measured"]
+    keys = ["hardware", "input", "kind", "hidden", "seq", "shape", "setting", "measured", "timed"]
     out = t.pivot_table(index=keys, columns="scheme", values=value, aggfunc="first").reset_index()
     out = out.rename(columns={"shape": "hidden x steps"})
     schemes = [c for c in ("semeniuta", "gal", "moon") if c in out]
-    return out[["hardware", "input", "kind", "hidden x steps", "setting", *schemes, "measured"]].rename_axis(
+    return out[["hardware", "input", "kind", "hidden x steps", "setting", *schemes, "measured", "timed"]].rename_axis(
         columns=None)
 
 
@@ -193,18 +200,20 @@ def answer_table(df: pd.DataFrame) -> pd.DataFrame:
     ``torch.nn``'s without dropout (its time over theirs, forward + backward, in the same run, in
     float32), per machine, input (a padded tensor or a ``PackedSequence``, and whether its gradient was
     asked for) and day of measurement (two machines may share a name): the range over the shapes timed,
-    how many, and when. Superseded rows (``before_graphs``, ``superseded_layers``) are left out."""
+    how many, when, and how they were timed (``TIMED``). Superseded rows (``before_graphs``,
+    ``superseded_layers``) are left out."""
     t = _layer_cells(df[(df["scheme"] == "semeniuta") & ~before_graphs(df) & ~superseded_layers(df)])
     t = t[t["setting"] == "float32"].assign(_packed=_flag(t, "packed"), _grad=_flag(t, "input_grad"))
     if t.empty:
         return pd.DataFrame()
     t = t.sort_values(["device", "hardware", "_packed", "_grad"], ascending=[False, True, True, True],
                       kind="stable")  # GPUs first; per machine padded, padded with the input's gradient, packed
-    out = t.groupby(["hardware", "input", "kind", "measured"], sort=False).agg(  # a measurement a row
+    out = t.groupby(["hardware", "input", "kind", "measured", "timed"], sort=False).agg(  # a measurement a row
         low=("ratio", "min"), high=("ratio", "max"), shapes=("ratio", "size"))
     out["recdrop's time / torch.nn's"] = [f"{lo:.2f}" if lo == hi else f"{lo:.2f}–{hi:.2f}"
                                           for lo, hi in zip(out["low"], out["high"])]
-    return out.reset_index()[["hardware", "input", "kind", "recdrop's time / torch.nn's", "shapes", "measured"]]
+    return out.reset_index()[["hardware", "input", "kind", "recdrop's time / torch.nn's", "shapes", "measured",
+                              "timed"]]
 
 
 def graph_speedups(df: pd.DataFrame) -> pd.DataFrame:

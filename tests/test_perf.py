@@ -34,15 +34,29 @@ def test_ratio_table_has_a_column_per_scheme_and_the_provenance_once(tmp_path):
     bench = perf.load_benchmarks(tmp_path)
     table = perf.ratio_table(bench)
     assert list(table.columns) == ["hardware", "input", "kind", "hidden x steps", "setting", "semeniuta", "gal",
-                                   "measured"]
+                                   "measured", "timed"]
     assert table.to_dict("records")[0] == {"hardware": "cpu", "input": "padded", "kind": "LSTM",
                                            "hidden x steps": "256 x 35", "setting": "float32", "semeniuta": 1.5,
-                                           "gal": 1.25, "measured": "—"}
+                                           "gal": 1.25, "measured": "—", "timed": "not recorded"}
     assert table.loc[1, "hidden x steps"] == "1024 x 100" and table.loc[1, "semeniuta"] == 1.1
     prov = perf.provenance(bench)
     assert len(prov) == 1 and prov.loc[0, "commit"] == "abc" and prov.loc[0, "file"] == "m.csv"
     assert (perf.load_benchmarks(tmp_path / "empty").empty
             and perf.ratio_table(perf.load_benchmarks(tmp_path / "e")).empty)
+
+
+def test_each_measurement_says_how_torch_nn_and_recdrop_were_timed(tmp_path):
+    pd.DataFrame([bench_row(timing="in turn")]).to_csv(tmp_path / "a.csv", index=False)
+    pd.DataFrame([bench_row(timing="each in a block", hardware="cpu2", date="2026-11-20")]).to_csv(tmp_path / "b.csv",
+                                                                                              index=False)
+    bench = perf.load_benchmarks(tmp_path)
+    assert sorted(perf.ratio_table(bench)["timed"]) == ["each in a block, torch.nn's first", "in turn"]
+    assert sorted(perf.answer_table(bench)["timed"]) == ["each in a block, torch.nn's first", "in turn"]
+    assert perf.provenance(bench).set_index("file").loc["b.csv", "timing"] == "each in a block"
+    import sys
+    sys.path.insert(0, str(perf.DATA_DIR.parent / "benchmarks"))
+    import bench_layers
+    assert bench_layers.TIMING in perf.TIMED  # what the benchmark writes, the page can name
 
 
 def test_graph_speedups_are_the_time_without_graphs_over_the_time_with_them(tmp_path):
@@ -52,7 +66,7 @@ def test_graph_speedups_are_the_time_without_graphs_over_the_time_with_them(tmp_
     table = perf.graph_speedups(perf.load_benchmarks(tmp_path))
     assert table.to_dict("records") == [{"hardware": "H200", "input": "padded", "kind": "LSTM",
                                          "hidden x steps": "256 x 35", "setting": "float32", "semeniuta": 4.0,
-                                         "moon": 1.25, "measured": "—"}]
+                                         "moon": 1.25, "measured": "—", "timed": "not recorded"}]
     pd.DataFrame([bench_row()]).to_csv(tmp_path / "m.csv", index=False)
     assert perf.graph_speedups(perf.load_benchmarks(tmp_path)).empty
 
@@ -308,3 +322,8 @@ def test_the_product_table_names_the_cpus_whose_layers_were_timed_but_not_their_
     assert perf.cpus_without_products(matmuls, layers) == ["Intel(R) Xeon(R) Processor"]
     assert perf.cpus_without_products(pd.DataFrame(), layers) == ["AMD EPYC", "Intel(R) Xeon(R) Processor"]
     assert perf.cpus_without_products(matmuls, pd.DataFrame()) == []
+
+
+def test_every_stored_layer_benchmark_says_how_it_was_timed():
+    stored = perf.load_benchmarks()
+    assert not stored.empty and stored["timing"].isin(list(perf.TIMED)).all()
