@@ -15,7 +15,7 @@ from IPython.display import HTML, Markdown, display
 from . import progress
 from .config import SCALE_NAMES
 from .experiments import EXPERIMENTS, char_lm_chapter, temporal_order_chapter
-from .report import (Judgement, ablation_effects, ablation_finding, claim_verdicts, commits_of, figure_html,
+from .report import (Judgement, ablation_effects, ablation_finding, claim_verdicts, commits_of, figure_html, is_twin,
                      plot_against_paper, provenance, ran_cells, side_by_side, styled, trained_on, verdict_rows,
                      where_made)
 from .store import RunStore
@@ -307,8 +307,7 @@ def moon_vs_ours_at_largest_scale(name: str, store=None):
     for scale, rows in stored_scales(name, store=store):
         table = twins(rows)
         if len(table):
-            return [r for r in rows if r.record and r["sampling"] == "per-sequence"
-                    and r.record.config.get("scaling") == "paper" and r["scheme"] in ("moon", "semeniuta")], table
+            return [r for r in rows if is_twin(r)], table
     return [], twins([])
 
 

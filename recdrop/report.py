@@ -541,6 +541,13 @@ def _trained_as(record: Record) -> set:
     return {(part.get("hardware"), part.get("torch"), part.get("path")) for part in record.stretches}
 
 
+def is_twin(row: Row) -> bool:
+    """Whether ``row`` ran Moon's or our per-sequence cell with the paper's scaling: one of the twins
+    ``moon_vs_ours_twins`` compares."""
+    return (row.record is not None and row["sampling"] == "per-sequence" and row["scheme"] in ("moon", "semeniuta")
+            and row.record.config.get("scaling") == "paper")
+
+
 def moon_vs_ours_twins(rows: List[Row], by: Sequence[str], train: str, test: str, test_label: str,
                        test_shown: Callable[[float], float]) -> pd.DataFrame:
     """Moon's and our per-sequence cells (paper scaling), seed by seed in each cell of the labels ``by``.
@@ -550,8 +557,7 @@ def moon_vs_ours_twins(rows: List[Row], by: Sequence[str], train: str, test: str
     A training that amplifies rounding parts them, and the first epoch they differ by more than ``PARTED``
     says when. Only the test metric (``test``, shown as ``test_shown`` of it), where Moon's (1 - p) compounds,
     differs by the schemes."""
-    pick = {(*(r[k] for k in by), r["scheme"], r.seed): r.record for r in rows
-            if r.record and r["sampling"] == "per-sequence" and r.record.config.get("scaling") == "paper"}
+    pick = {(*(r[k] for k in by), r["scheme"], r.seed): r.record for r in rows if is_twin(r)}
     apart = f"max |{train.replace('_', ' ')}, Moon - ours|"
     parted = f"first epoch apart by > {PARTED:g}"
     columns = [*by, "seed", "epochs", "trained alike", apart, parted, f"Moon {test_label}", f"ours {test_label}"]
