@@ -89,17 +89,39 @@ def largest_verdicts(by_scale: List[Tuple[str, Dict[str, Judgement]]], against_n
     return judged
 
 
+def leading(judged: List[Tuple[str, Judgement]]) -> Tuple[int, Optional[int]]:
+    """Of one claim's (or figure's) verdicts by scale, largest first: the index of the one that leads, and of the
+    larger one noted beside it (or None). The largest scale where it has run leads, unless its verdict rests
+    on too few seeds to judge against the seed noise and a smaller scale than that, above ``quick`` (which
+    under-fits), judged it against the noise: then the largest such smaller scale leads, with the larger
+    noted. Where it has run nowhere, the largest scale leads (its verdict: not yet run)."""
+    ran = [i for i, (_, verdict) in enumerate(judged) if verdict.ran]
+    if not ran:
+        return 0, None
+    top = ran[0]
+    if judged[top][1].too_few_seeds:
+        for i in ran[1:]:
+            scale, verdict = judged[i]
+            if verdict.against_noise and scale != "quick":
+                return i, top
+    return top, None
+
+
 def leading_verdicts(by_scale: List[Tuple[str, Dict[str, Judgement]]]) -> Dict[str, tuple]:
-    """Each claim -> (scale, its verdict) as the landing page gives it: at the largest scale where it has run
-    (``largest_verdicts``), unless that verdict rests on too few seeds to judge against the seed noise and a
-    smaller scale than that, above ``quick`` (which under-fits), judged it against the noise: then that
-    smaller scale's verdict, noted with what the larger found."""
-    judged = largest_verdicts(by_scale)
-    against_noise = largest_verdicts(by_scale, against_noise=True)
-    for claim, (scale, verdict) in judged.items():
-        if verdict.too_few_seeds and claim in against_noise and against_noise[claim][0] != "quick":
-            below, judged_below = against_noise[claim]
-            judged[claim] = (below, judged_below.noted(f"at {scale} scale: {verdict.detail or verdict}"))
+    """Each claim -> (scale, its verdict) as the landing page gives it (``leading``), the verdict noted with
+    what a larger scale found on too few seeds."""
+    per_claim: Dict[str, List[Tuple[str, Judgement]]] = {}
+    for scale, verdicts in by_scale:
+        for claim, verdict in verdicts.items():
+            per_claim.setdefault(claim, []).append((scale, verdict))
+    judged = {}
+    for claim, scales in per_claim.items():
+        lead, larger = leading(scales)
+        scale, verdict = scales[lead]
+        if larger is not None:
+            above_scale, above = scales[larger]
+            verdict = verdict.noted(f"at {above_scale} scale: {above.detail or above}")
+        judged[claim] = (scale, verdict)
     return judged
 
 
@@ -162,29 +184,23 @@ def show_paper_so_far(name: str, shown: str, store: Optional[RunStore] = None) -
 
 def figure_at_largest_scale(name: str, figure, rows, shown: Optional[str], store: Optional[RunStore] = None) -> tuple:
     """(scale, rows, its landing row) of a paper's figure drawn from experiment ``name``'s runs (``figure``,
-    one of ``Experiment.figures``), judged as a claim is on the landing page (``leading_verdicts``): at the
-    largest scale where the runs it draws have run, unless that scale has too few seeds to judge against the
-    seed noise and a smaller one above ``quick`` has enough; then at that smaller scale, the row's ``ours``
-    and verdict noted with what the larger found, and the larger scale and its rows under ``larger``. Where
-    its runs have run at no scale, at ``shown`` (the chapter's scale) on ``rows``. The landing page and the
-    chapter show the figure there."""
-    found = None
-    for scale, stored in stored_scales(name, store=store):
-        row = figure(stored, scale)
-        if not row["judged"].ran:
-            continue
-        if found is None:
-            found = scale, stored, row
-            if not row["judged"].too_few_seeds:
-                break
-        elif row["judged"].against_noise and scale != "quick":
-            larger, larger_rows, above = found
-            row["ours"] += f"; at {larger} scale: {above['ours']}"
-            row["judged"] = row["judged"].noted(f"at {larger} scale: {above['judged'].detail or above['judged']}")
-            row["larger"] = {"scale": larger, "rows": larger_rows, "runs": above["runs"]}  # drawn too (``show_figure``)
-            found = scale, stored, row
-            break
-    return found or (shown, rows, figure(rows, shown))
+    one of ``Experiment.figures``), at the scale where it is judged as a claim is (``leading``); where a
+    larger scale ran it on too few seeds, the row's ``ours`` and verdict are noted with what that scale found,
+    and the larger scale and its rows are under ``larger``. Where its runs have run at no scale, at ``shown``
+    (the chapter's scale) on ``rows``. The landing page and the chapter show the figure there."""
+    drawn = [(scale, stored, figure(stored, scale)) for scale, stored in stored_scales(name, store=store)]
+    if not drawn:
+        return shown, rows, figure(rows, shown)
+    lead, larger = leading([(scale, row["judged"]) for scale, _, row in drawn])
+    scale, stored, row = drawn[lead]
+    if not row["judged"].ran:
+        return shown, rows, figure(rows, shown)
+    if larger is not None:
+        above_scale, above_rows, above = drawn[larger]
+        row["ours"] += f"; at {above_scale} scale: {above['ours']}"
+        row["judged"] = row["judged"].noted(f"at {above_scale} scale: {above['judged'].detail or above['judged']}")
+        row["larger"] = {"scale": above_scale, "rows": above_rows, "runs": above["runs"]}  # drawn too (``show_figure``)
+    return scale, stored, row
 
 
 def show_figure(name: str, figure, draw, rows, shown: str, store: Optional[RunStore] = None) -> None:

@@ -143,11 +143,13 @@ def test_the_landing_page_leads_with_a_verdict_judged_against_the_noise_over_one
     one_seed = Judgement(Verdict.NOT_JUDGED, "holds on 1 seed, too few to judge against seed noise", 1)
     by_scale = [("paper", {"judged below": one_seed, "judged here": Judgement(Verdict.REPRODUCED, "3 of 3 seeds", 3),
                            "only quick below": one_seed, "run below only": NOT_RUN,
-                           "diverged here": Judgement(Verdict.NOT_JUDGED, "a run it needs diverged")}),
+                           "diverged here": Judgement(Verdict.NOT_JUDGED, "a run it needs diverged"),
+                           "run nowhere": NOT_RUN}),
                 ("reduced", {"judged below": Judgement(Verdict.WITHIN_NOISE, "holds in 1 of 3 seeds", 3),
                              "judged here": Judgement(Verdict.NOT_REPRODUCED, "3 of 3 seeds", 3),
                              "only quick below": one_seed, "run below only": one_seed,
-                             "diverged here": Judgement(Verdict.REPRODUCED, "3 of 3 seeds", 3)}),
+                             "diverged here": Judgement(Verdict.REPRODUCED, "3 of 3 seeds", 3),
+                             "run nowhere": NOT_RUN}),
                 ("quick", {"only quick below": Judgement(Verdict.REPRODUCED, "3 of 3 seeds", 3)})]
     led = {claim: (scale, str(v)) for claim, (scale, v) in leading_verdicts(by_scale).items()}
     assert led == {
@@ -156,4 +158,5 @@ def test_the_landing_page_leads_with_a_verdict_judged_against_the_noise_over_one
         "judged here": ("paper", "reproduced (3 of 3 seeds)"),
         "only quick below": ("paper", str(one_seed)),  # quick under-fits: it tests no claim
         "run below only": ("reduced", str(one_seed)),
-        "diverged here": ("paper", "not judged at this scale (a run it needs diverged)")}  # not for lack of seeds
+        "diverged here": ("paper", "not judged at this scale (a run it needs diverged)"),  # not for lack of seeds
+        "run nowhere": ("paper", str(NOT_RUN))}
