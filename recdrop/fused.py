@@ -19,6 +19,8 @@ and every other pointwise value stay in the state's float32 (``product_dtype``).
 """
 from __future__ import annotations
 
+import contextlib
+
 import functools
 from types import ModuleType
 from typing import Optional, Tuple
@@ -52,12 +54,17 @@ def plain_ops_needed(*tensors: Optional[Tensor]) -> bool:
     return route.ops_recorded() or transformed(*tensors)
 
 
+def autocast_on(device_type: str) -> bool:
+    """Whether autocast is on for ``device_type``; never for one autocast does not know ("meta")."""
+    return torch.amp.is_autocast_available(device_type) and torch.is_autocast_enabled(device_type)
+
+
 def product_dtype(state: Tensor) -> Optional[torch.dtype]:
     """The dtype of the fast path's products: autocast's (bfloat16 or float16) where autocast is on for
     the ``state``'s device and would cast it (float32, or already autocast's dtype, as for a bfloat16
     input), else None (the products in the state's own dtype). The state keeps its own dtype."""
     kind = state.device.type
-    if not torch.is_autocast_enabled(kind):
+    if not autocast_on(kind):
         return None
     dtype = torch.get_autocast_dtype(kind)
     return dtype if state.dtype in (torch.float32, dtype) else None
@@ -66,6 +73,8 @@ def product_dtype(state: Tensor) -> Optional[torch.dtype]:
 def _autocast_off(device_type: str):
     """A block in which autocast casts nothing on ``device_type``: the sequence Functions cast their
     operands themselves, and their ``out=`` buffers keep the state's dtype."""
+    if not torch.amp.is_autocast_available(device_type):  # "meta": nothing to turn off
+        return contextlib.nullcontext()
     return torch.autocast(device_type, enabled=False)
 
 
@@ -141,7 +150,7 @@ def group_linear(x: Tensor, w: Tensor, b: Optional[Tensor] = None) -> Tensor:
         return torch.stack([linear(x[:, r], w[r], None if b is None else b[r]) for r in range(runs)], 1)
     xr = x.transpose(0, 1).reshape(runs, steps * batch, x.shape[-1])
     y = _GroupLinearOnCPU.apply(xr, w, b) if on_cpu else _runs_linear(xr, w, b)
-    return y.view(runs, steps, batch, -1).transpose(0, 1)
+    return y.view(runs, steps, batch, w.shape[1]).transpose(0, 1)  # a batch of 0 has no size to infer
 
 
 def _runs_linear(xr: Tensor, w: Tensor, b: Optional[Tensor]) -> Tensor:

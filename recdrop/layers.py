@@ -19,6 +19,7 @@ import functools
 import itertools
 import numbers
 import sys
+import warnings
 from typing import Dict, List, Optional, Tuple
 
 import torch
@@ -29,7 +30,7 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_
 from . import cpu_kernels, graphs, route, triton_kernels
 from .cells import (ACTIVATIONS, CELL_SCHEMES, NONLINEARITY, check_activation, gru_step, lstm_step, rnn_step, states_of,
                     without_generator)
-from .fused import gru_sequence, linear, lstm_sequence, plain_ops_needed, rnn_sequence, transformed
+from .fused import autocast_on, gru_sequence, linear, lstm_sequence, plain_ops_needed, rnn_sequence, transformed
 from .masks import DropoutSettings, GroupDropout, RecurrentDropout, StepFactors, stack_directions
 from .route import Route
 
@@ -189,9 +190,21 @@ class RecurrentLayer(DropoutSettings, nn.RNNBase):
         if not isinstance(input, (Tensor, PackedSequence)):
             raise TypeError(f"input must be a torch.Tensor or a PackedSequence, got {type(input).__name__}")
         data = input.data if isinstance(input, PackedSequence) else input
+        # what recdrop's own code checks, checked before torch.nn's forward too: one bad input, one error,
+        # whether or not recurrent dropout acts (torch.nn's kernels fail on these deep inside, or not at all)
+        if isinstance(input, PackedSequence):
+            self.check_input(data, input.batch_sizes)  # torch.nn's check, which its packed forward skips
+        if hx is not None:
+            self._check_states(states_of(hx, self.n_states), data, None)
         if self.route(data, own=masks is not None) is not None:  # torch.nn's
             self.last_route = Route("torch.nn")
             return super(RecurrentLayer, self).forward(input, hx)  # torch.nn's forward: cuDNN, oneDNN
+        if torch.jit.is_tracing():  # torch.nn's forward traces as one op; recdrop's own loop as its steps
+            steps = (input.batch_sizes.numel() if isinstance(input, PackedSequence)
+                     else data.shape[-2] if self.batch_first else data.shape[0])
+            warnings.warn(f"recdrop.{type(self).__name__}: a trace of its own forward (as where recurrent dropout "
+                          f"acts) unrolls the loop over the traced input's {steps} steps; the traced module runs "
+                          "inputs of that length only", torch.jit.TracerWarning, stacklevel=3)
         if isinstance(input, PackedSequence):
             return self._forward_packed(input, hx, masks)
         x, hx, batched = self._check_input(input, hx)
@@ -398,9 +411,11 @@ class RecurrentLayer(DropoutSettings, nn.RNNBase):
         x = input if batched else input.unsqueeze(0 if self.batch_first else 1)
         states = None if hx is None else states_of(hx, self.n_states)
         if states is not None and any(s.dim() != input.dim() for s in states):
-            got = ", ".join(f"{s.dim()}-D" for s in states)
-            raise RuntimeError(f"For {'batched 3-D' if batched else 'unbatched 2-D'} input, hx should also be "
-                               f"{input.dim()}-D but got ({got}) tensors")
+            got = (f"({states[0].dim()}-D, {states[1].dim()}-D) tensors" if self.n_states == 2  # torch.nn's words
+                   else f"{states[0].dim()}-D tensor")
+            states_named = "hx and cx" if self.n_states == 2 else "hx"
+            raise RuntimeError(f"For {'batched 3-D' if batched else 'unbatched 2-D'} input, {states_named} should also "
+                               f"be {input.dim()}-D but got {got}")
         if states is not None and not batched:
             states = tuple(s.unsqueeze(1) for s in states)
         if states is None:
@@ -421,7 +436,7 @@ class RecurrentLayer(DropoutSettings, nn.RNNBase):
                                    f"{x.device} and hidden tensor at {s.device}")
             if shapes is not None and tuple(s.shape) != shapes[i]:
                 raise RuntimeError(f"Expected hidden size {shapes[i]}, got {list(s.shape)}")
-            if s.dtype != x.dtype and not torch.is_autocast_enabled(x.device.type):  # autocast casts them
+            if s.dtype != x.dtype and not autocast_on(x.device.type):  # autocast casts them
                 raise RuntimeError(f"hx must have the input's dtype, {x.dtype}; got {s.dtype}")
 
     def _check_masks(self, masks: Masks, steps: int, batch: int) -> None:
@@ -488,6 +503,8 @@ class LSTM(RecurrentLayer, nn.LSTM):
     ``proj_size`` units); such a layer runs the reference loop, not the fast path. The masks are drawn
     from ``layer.generator`` where one is set (a ``torch.Generator`` on the input's device), else from
     torch's global generator; ``forward(..., masks=...)`` takes given 0/1 masks (``draw_masks``).
+    ``torch.utils.checkpoint`` restores the global generator's state for its recomputation, not a
+    layer's own: under it, leave ``generator`` unset or pass the masks.
     """
 
     kind = "LSTM"
@@ -515,10 +532,12 @@ class GRU(RecurrentLayer, nn.GRU):
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
-                 device=None, dtype=None, **kwargs):
+                 device=None, dtype=None, *, nonlinearity: str = "tanh", recurrent_dropout: float = 0.0,
+                 scheme: str = "semeniuta", sampling: str = "per-step", scaling: str = "inverted", **kwargs):
         _no_projection(kwargs)
         super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional,
-                         0, device, dtype, **kwargs)
+                         0, device, dtype, nonlinearity=nonlinearity, recurrent_dropout=recurrent_dropout,
+                         scheme=scheme, sampling=sampling, scaling=scaling, **kwargs)
 
     def _step(self, gx, state, w_hh, b_hh, factors):
         return (gru_step(gx, *state, w_hh, b_hh, *factors, ACTIVATIONS[self.nonlinearity]),)
@@ -543,10 +562,12 @@ class RNN(RecurrentLayer, nn.RNN):
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, nonlinearity: str = "tanh",
                  bias: bool = True, batch_first: bool = False, dropout: float = 0.0,
-                 bidirectional: bool = False, device=None, dtype=None, **kwargs):
+                 bidirectional: bool = False, device=None, dtype=None, *, recurrent_dropout: float = 0.0,
+                 scheme: str = "semeniuta", sampling: str = "per-step", scaling: str = "inverted", **kwargs):
         _no_projection(kwargs)
         super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional,
-                         0, device, dtype, nonlinearity=nonlinearity, **kwargs)
+                         0, device, dtype, nonlinearity=nonlinearity, recurrent_dropout=recurrent_dropout,
+                         scheme=scheme, sampling=sampling, scaling=scaling, **kwargs)
 
     def _step(self, gx, state, w_hh, b_hh, factors):
         return (rnn_step(gx, *state, w_hh, b_hh, *factors, ACTIVATIONS[self.nonlinearity]),)

@@ -326,6 +326,12 @@ class DropoutSettings:
         if hasattr(self, "reset_masks"):  # a cell's per-sequence mask was drawn under the old settings
             self.reset_masks()
 
+    def __prepare_scriptable__(self):
+        """``torch.jit.script`` asks every submodule of a model for this first: recdrop's layers and cells are
+        not TorchScript, and say so by name (torch's own error would name a type annotation deep inside)."""
+        raise NotImplementedError(f"recdrop.{type(self).__name__} does not support TorchScript (torch.jit.script); "
+                                  "use torch.jit.trace, torch.export or torch.compile")
+
     recurrent_dropout = _setting("p")
     scheme = _setting("scheme")
     sampling = _setting("sampling")

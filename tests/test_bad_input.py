@@ -59,8 +59,9 @@ def test_wrong_input_rank_and_features_are_torch_nns_errors(cls, rate):
         m(torch.randn(2, 5, 3, 1))
     with pytest.raises(ValueError, match="Expected input to be 2D or 3D, got 1D"):
         m(torch.randn(3))
-    with pytest.raises(RuntimeError, match="input.size\\(-1\\) must be equal to input_size. Expected 3, got 4"):
-        m(torch.randn(5, 2, 4))
+    for x in (torch.randn(5, 2, 4), pack_sequence([torch.randn(3, 4)])):  # torch.nn's packed forward: a matmul's
+        with pytest.raises(RuntimeError, match="input.size\\(-1\\) must be equal to input_size. Expected 3, got 4"):
+            m(x)
     with pytest.raises(ValueError, match="input dtype \\(torch.float64\\) does not match weight dtype"):
         m(torch.randn(5, 2, 3, dtype=torch.float64))
     with pytest.raises(TypeError, match="input must be a torch.Tensor or a PackedSequence, got list"):
@@ -96,19 +97,27 @@ def test_an_unsorted_packs_initial_state_of_another_batch_is_refused_before_the_
 
 
 @pytest.mark.parametrize("cls", LAYERS)
-def test_an_initial_state_of_another_dtype_is_refused_by_name(cls):
-    """Not a matmul's "mat1 and mat2 must have the same dtype" from deep inside recdrop's forward."""
-    m = cls(3, 4, recurrent_dropout=0.25)
+@pytest.mark.parametrize("rate", [0.0, 0.25], ids=["torch.nn's forward", "recdrop's"])
+def test_an_initial_state_of_another_dtype_is_refused_by_name(cls, rate):
+    """Not a matmul's "mat1 and mat2 must have the same dtype" from deep inside recdrop's forward, nor
+    oneDNN's "unsupported data type" from torch.nn's: one error, whether or not recurrent dropout acts."""
+    m = cls(3, 4, recurrent_dropout=rate)
     bad = torch.zeros(1, 2, 4, dtype=torch.float64)
     for x in (torch.randn(5, 2, 3), pack_padded_sequence(torch.randn(5, 2, 3), torch.tensor([5, 3]))):
         with pytest.raises(RuntimeError, match="hx must have the input's dtype, torch.float32; got torch.float64"):
             m(x, (bad, bad) if cls is recdrop.LSTM else bad)
 
 
-def test_an_initial_state_of_the_wrong_rank_names_each_ones_rank():
-    m = recdrop.LSTM(3, 4, recurrent_dropout=0.25)
-    with pytest.raises(RuntimeError, match=r"hx should also be 3-D but got \(2-D, 2-D\) tensors"):
-        m(torch.randn(5, 2, 3), (torch.zeros(2, 4), torch.zeros(2, 4)))
+@pytest.mark.parametrize("cls", LAYERS)
+@pytest.mark.parametrize("batched", [True, False])
+def test_an_initial_state_of_the_wrong_rank_is_torch_nns_error(cls, batched):
+    x = torch.randn(5, 2, 3) if batched else torch.randn(5, 3)
+    h = torch.zeros(2, 4) if batched else torch.zeros(1, 2, 4)
+    hx = (h, h) if cls is recdrop.LSTM else h
+    with pytest.raises(RuntimeError) as theirs:
+        getattr(torch.nn, cls.__name__)(3, 4)(x, hx)
+    with pytest.raises(RuntimeError, match=re.escape(str(theirs.value))):
+        cls(3, 4, recurrent_dropout=0.25)(x, hx)
 
 
 @pytest.mark.parametrize("cls", [recdrop.GRU, recdrop.RNN])
@@ -124,8 +133,9 @@ def test_a_numpy_rate_is_a_rate_as_for_torch_nns_dropout(cls):
     assert type(cls(3, 4, recurrent_dropout=np.float64(0.5)).rdrop.p) is float
 
 
-def test_lstm_hx_must_be_a_pair():
-    m = recdrop.LSTM(3, 4, recurrent_dropout=0.25)
+@pytest.mark.parametrize("rate", [0.0, 0.25], ids=["torch.nn's forward", "recdrop's"])
+def test_lstm_hx_must_be_a_pair(rate):
+    m = recdrop.LSTM(3, 4, recurrent_dropout=rate)  # torch.nn's own: an IndexError
     with pytest.raises(ValueError, match=r"hx must be a tuple \(h_0, c_0\)"):
         m(torch.randn(5, 2, 3), (torch.zeros(1, 2, 4),))
 
@@ -349,3 +359,12 @@ def test_given_masks_of_another_dtype_act_in_the_inputs_dtype(proj_size):
     assert out.dtype == torch.bfloat16
     cast = [{t: v.to(torch.bfloat16) for t, v in k.items()} for k in masks]
     torch.testing.assert_close(out, m(x, masks=cast)[0], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("cls", LAYERS)
+def test_a_layer_on_the_meta_device_gives_shapes_with_dropout_as_torch_nn_does(cls):
+    """A model built on "meta" (to size it without memory) runs its training forward: autocast knows no
+    such device, and the fast path must not ask it."""
+    m = cls(3, 4, bidirectional=True, recurrent_dropout=0.3, device="meta")
+    out, _ = m(torch.randn(5, 2, 3, device="meta"))
+    assert out.shape == (5, 2, 8) and out.device.type == "meta"

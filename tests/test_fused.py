@@ -240,11 +240,12 @@ def test_a_gru_with_a_strided_bias_equals_its_reference_loop():
 
 @pytest.mark.parametrize("kind", ["LSTM", "GRU", "RNN"])
 @pytest.mark.parametrize("shape", [(6, 0, 5), (0, 3, 5)])
-def test_an_empty_batch_or_sequence_trains_as_torch_nn_does(kind, shape):
-    m = getattr(recdrop, kind)(5, 8, recurrent_dropout=0.25)
+@pytest.mark.parametrize("bidirectional", [False, True], ids=["one direction", "both"])
+def test_an_empty_batch_or_sequence_trains_as_torch_nn_does(kind, shape, bidirectional):
+    m = getattr(recdrop, kind)(5, 8, recurrent_dropout=0.25, bidirectional=bidirectional)
     x = torch.randn(*shape, requires_grad=True)
     try:
-        torch_out = getattr(torch.nn, kind)(5, 8)(x)[0]
+        torch_out = getattr(torch.nn, kind)(5, 8, bidirectional=bidirectional)(x)[0]
     except RuntimeError as refused:  # an empty sequence: ours refuses it too, with torch.nn's error
         for mode in (m.train(), m.eval()):
             with pytest.raises(RuntimeError, match=re.escape(str(refused))):

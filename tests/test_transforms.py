@@ -51,6 +51,29 @@ def test_trace_matches_eager(kind, training):
     assert m.weight_hh_l0.grad is not None
 
 
+@pytest.mark.parametrize("batch_first", [False, True])
+def test_a_trace_of_recdrops_own_loop_warns_that_it_runs_the_traced_length_only(batch_first):
+    m = recdrop.LSTM(3, 4, batch_first=batch_first, recurrent_dropout=0.3)
+    x = torch.randn(2, 5, 3) if batch_first else torch.randn(5, 2, 3)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.jit.trace(m, (x,), check_trace=False)
+    assert any(issubclass(w.category, torch.jit.TracerWarning) and "over the traced input's 5 steps" in str(w.message)
+               for w in caught), [str(w.message) for w in caught]
+    with warnings.catch_warnings(record=True) as caught:  # torch.nn's forward traces as one op: it generalises
+        warnings.simplefilter("always")
+        torch.jit.trace(m.eval(), (x,), check_trace=False)
+    assert not any("traced input's" in str(w.message) for w in caught)
+
+
+@pytest.mark.parametrize("make", [lambda: recdrop.GRU(3, 4), lambda: recdrop.LSTMCell(3, 4),
+                                  lambda: torch.nn.Sequential(torch.nn.Linear(3, 3), recdrop.RNN(3, 4))],
+                         ids=["layer", "cell", "inside a model"])
+def test_torchscript_is_refused_by_name(make):
+    with pytest.raises(NotImplementedError, match=r"recdrop\.\w+ does not support TorchScript"):
+        torch.jit.script(make())
+
+
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("training", [False, True], ids=["eval", "train"])
 def test_export_matches_eager_and_trains(kind, training):
