@@ -240,15 +240,6 @@ def test_a_bad_proj_size_is_torch_nns_error():
         m(torch.randn(7, 5, 3), masks=[{"gal": torch.ones(7, 5, 4)}])
 
 
-def test_packed_input_is_supported():
-    m = recdrop.LSTM(3, 4, recurrent_dropout=0.25)  # recdrop's own path; tests/test_packed.py checks its values
-    packed = pack_padded_sequence(torch.randn(5, 2, 3), torch.tensor([5, 3]))
-    out = m(packed)[0]
-    assert m.last_route.body != "torch.nn"
-    assert isinstance(out, type(packed)) and torch.equal(out.batch_sizes, packed.batch_sizes)
-    assert out.data.shape == (8, 4)
-
-
 # -- experiment configs: value ranges, checked when the config is built -----------------------------
 # (config class, field, a bad value, the allowed range as the message words it), at the `ci` scale:
 # word_lm batch 32, bptt 35; char_lm batch 8, seq_len 20.
@@ -359,6 +350,36 @@ def test_given_masks_of_another_dtype_act_in_the_inputs_dtype(proj_size):
     assert out.dtype == torch.bfloat16
     cast = [{t: v.to(torch.bfloat16) for t, v in k.items()} for k in masks]
     torch.testing.assert_close(out, m(x, masks=cast)[0], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("cls", CELLS)
+def test_a_cells_given_or_kept_masks_act_in_the_inputs_dtype(cls):
+    """As a layer's: float32 masks given to a bfloat16 cell, and a per-sequence mask kept from before the
+    cell moved to bfloat16 (``.to``), act in bfloat16 and give what the masks cast by hand give."""
+    torch.manual_seed(0)
+    m = cls(3, 4, recurrent_dropout=0.5).to(torch.bfloat16).train()
+    x = torch.randn(2, 3, dtype=torch.bfloat16)
+    given = {m.scheme: torch.bernoulli(torch.full((2, 4), 0.5))}
+    out = m(x, masks=given)
+    assert all(o.dtype == torch.bfloat16 for o in (out if isinstance(out, tuple) else (out,)))
+    by_hand = m(x, masks={t: v.to(torch.bfloat16) for t, v in given.items()})
+    torch.testing.assert_close(out, by_hand, rtol=0, atol=0)
+    kept = cls(3, 4, recurrent_dropout=0.5, sampling="per-sequence").train()
+    kept(x.float())  # draws its float32 mask and keeps it for the sequence
+    kept.to(torch.bfloat16)
+    out = kept(x)
+    assert all(o.dtype == torch.bfloat16 for o in (out if isinstance(out, tuple) else (out,)))
+
+
+def test_under_autocast_an_initial_state_of_the_layers_own_dtype_is_taken_as_torch_nn_takes_it():
+    """Autocast hands the layer its input in bfloat16 (a Linear before it) and the state in float32: not
+    the wrong dtype, but autocast's mixing, which torch.nn accepts and recdrop must too."""
+    proj, x, h0 = torch.nn.Linear(3, 3), torch.randn(5, 2, 3), torch.zeros(1, 2, 4)
+    for rate in (0.0, 0.25):
+        m = recdrop.LSTM(3, 4, recurrent_dropout=rate).train()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y, _ = m(proj(x), (h0, h0))
+        assert y.shape == (5, 2, 4)
 
 
 @pytest.mark.parametrize("cls", LAYERS)

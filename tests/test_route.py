@@ -39,6 +39,26 @@ def test_a_call_runs_torch_nn_where_no_dropout_acts_else_the_fused_sequence_else
     assert given.last_route.body == "fused"
 
 
+@pytest.mark.parametrize("make", [lambda: recdrop.LSTM(3, 4, nonlinearity="relu"),
+                                  lambda: recdrop.GRU(3, 4, nonlinearity="relu", recurrent_dropout=0.3).eval(),
+                                  lambda: recdrop.LSTMCell(3, 4, nonlinearity="relu"),
+                                  lambda: recdrop.GRUCell(3, 4, nonlinearity="relu", recurrent_dropout=0.3).eval()],
+                         ids=["LSTM", "GRU in eval", "LSTMCell", "GRUCell in eval"])
+def test_a_relu_lstm_or_gru_never_hands_over_to_torch_nn_which_has_only_tanh(make):
+    """With no dropout acting, a relu LSTM or GRU (the NER and sentiment taggers') computes relu: torch.nn's
+    forward would silently compute tanh."""
+    torch.manual_seed(0)
+    m = make()
+    x = torch.randn(5, 2, 3) if isinstance(m, layers.RecurrentLayer) else torch.randn(2, 3)
+    first = lambda out: out[0] if isinstance(out, tuple) else out  # noqa: E731
+    handed = first(m(x))
+    m.torch_kernels = False  # recdrop's own code, relu
+    own = first(m(x))
+    m.nonlinearity = "tanh"
+    assert not torch.allclose(first(m(x)), own)  # the test can tell the two apart
+    torch.testing.assert_close(handed, own)
+
+
 def test_a_groups_route_names_its_stacked_runs_and_each_member_ran_it(monkeypatch):
     monkeypatch.setenv("RECDROP_STACK_ON_CPU", "1")
     members = [recdrop.LSTM(3, 4, recurrent_dropout=p).train() for p in (0.0, 0.25, 0.5)]
