@@ -18,6 +18,7 @@ be built (no C++ compiler or no ninja) the fused path keeps its torch ops, said 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import os
 import re
@@ -63,6 +64,14 @@ def _scripts_on_path():
         os.environ["PATH"] = before
 
 
+def _in_cache(name: str) -> bool:
+    """Whether torch's extension cache holds a build of ``name`` (where torch's layout of it is as known)."""
+    try:
+        return any(Path(cpp_extension._get_build_directory(name, verbose=False)).glob("*.so"))
+    except Exception:  # a private helper of torch's: a torch without it builds as before, unannounced
+        return True
+
+
 def compiled() -> Optional[ModuleType]:
     """The compiled kernels for this CPU, built on the first call of the process (or read from torch's
     extension cache); None where they cannot be built."""
@@ -71,8 +80,15 @@ def compiled() -> Optional[ModuleType]:
         if capability not in _built:
             try:
                 with _scripts_on_path():
-                    name = "recdrop_cpu_kernels_" + re.sub(r"\W", "_", capability.lower())  # "NO AVX": no space
-                    _built[capability] = cpp_extension.load(name, [str(SOURCE)], extra_cflags=list(_flags(capability)))
+                    flags = _flags(capability)
+                    # named by its source and flags: two checkouts of other sources each keep their own build
+                    # (under one name, each would rebuild it over the other's at every process start)
+                    digest = hashlib.sha256(SOURCE.read_bytes() + " ".join(flags).encode()).hexdigest()[:12]
+                    name = "recdrop_cpu_kernels_" + re.sub(r"\W", "_", capability.lower()) + "_" + digest  # "NO AVX"
+                    if not _in_cache(name):  # a pause of half a minute, said
+                        print(f"recdrop: compiling its CPU kernels for {capability}, once for this machine "
+                              "(about 30 s)", file=sys.stderr, flush=True)
+                    _built[capability] = cpp_extension.load(name, [str(SOURCE)], extra_cflags=list(flags))
             except Exception as e:  # no compiler, no ninja, a failed build: the torch path runs
                 _log.warning("recdrop: its CPU kernels could not be built (%s: %s); the fused path runs "
                              "its torch ops instead", type(e).__name__, (str(e).strip().splitlines() or [""])[-1])

@@ -23,7 +23,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from . import cpu_products, graphs, updates
+from . import cpu_kernels, cpu_products, graphs, route, updates
 from .config import ExperimentConfig, run_id
 from .layers import RecurrentLayer
 from .models import set_generator
@@ -277,6 +277,9 @@ def check_device(device: str, available: bool = True) -> str:
                "https://download.pytorch.org/whl/cu130, the CUDA version the driver takes; README, 'Rerunning a "
                "notebook with papermill')" if torch.version.cuda is None else "no CUDA device is available here")
         raise ValueError(f"device={device!r} was asked for but {why}; or use device='cpu'")
+    if available and kind == "cuda" and index and int(index) >= torch.cuda.device_count():
+        raise ValueError(f"device={device!r} was asked for but this machine has {torch.cuda.device_count()} CUDA "
+                         f"device(s), cuda:0 to cuda:{torch.cuda.device_count() - 1}")
     return str(device)
 
 
@@ -538,6 +541,8 @@ class GroupTrainer:
                                   + ": the time budget ended before it started")
         store.refuse_unclean_code(self.env["commit"], f"{what} is")
         cpu_products.forget()  # the records name the libraries of this group's own products
+        if torch.device(self.device).type == "cpu" and route.switched_on("RECDROP_CPU_KERNELS"):
+            cpu_kernels.compiled()  # built (once a machine) before any run's clock starts: not training time
         # one process a run; on a CPU, denormals computed as zero
         with store.hold_runs(config.experiment, [run_id(c, s) for c, s in todo], self.options.wait), \
                 denormals_flushed(self.device):
