@@ -8,6 +8,7 @@ sweep inherit the setting.
 from __future__ import annotations
 
 import os
+import sys
 
 from tqdm.auto import tqdm as _auto
 from tqdm.std import tqdm as _text
@@ -20,12 +21,25 @@ def use_text() -> None:
     os.environ["RECDROP_PROGRESS"] = "text"
 
 
+class _Lines:
+    """stderr for text bars: each redraw a whole line (tqdm's carriage return made a newline), so that the bars
+    of a sweep's worker processes, writing to one log, interleave by lines and never within one."""
+
+    def write(self, text: str) -> None:
+        line = text.replace("\r", "").rstrip()
+        if line:
+            sys.stderr.write(line + "\n")
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
 def bar(**kwargs):
     """A tqdm bar: text where ``RECDROP_PROGRESS=text``, else tqdm's choice (``tqdm.auto``). As text, each
-    redraw is a line of a log: every bar on the first line (another ``position`` moves the cursor) and
-    none wiped at its end (``leave``)."""
+    redraw is a line of a log (``_Lines``): every bar on the first line (another ``position`` moves the
+    cursor) and none wiped at its end (``leave``)."""
     if os.environ.get("RECDROP_PROGRESS") == "text":
-        return _text(mininterval=TEXT_EVERY_S, **{**kwargs, "position": 0, "leave": True})
+        return _text(mininterval=TEXT_EVERY_S, **{**kwargs, "position": 0, "leave": True, "file": _Lines()})
     return _auto(**kwargs)
 
 

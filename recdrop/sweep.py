@@ -41,14 +41,16 @@ from .train import add_precision_options, check_device, group_key, precision_opt
 
 
 def check_seeds(seeds) -> List[int]:
-    """``seeds`` as a list: a non-negative int, or a non-empty list of distinct ones; else a ValueError (a seed
-    twice would train one run twice, and two workers would race for it)."""
+    """``seeds`` as a list: a non-empty list of distinct non-negative ints; else a ValueError (a seed twice
+    would train one run twice, and two workers would race for it). A bare int is refused: ``seeds=3`` reads as
+    three seeds but would be seed 3 alone."""
     if isinstance(seeds, int) and not isinstance(seeds, bool):
-        seeds = [seeds]
+        raise ValueError(f"seeds is a list of seeds, got the int {seeds}: for seed {seeds} alone give [{seeds}], for "
+                         f"{seeds} seeds {list(range(seeds))} (papermill: -y 'seeds: {list(range(seeds)) or [0]}')")
     if not isinstance(seeds, (list, tuple)) or not seeds or not all(
             isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds):
         hint = " (papermill's -p gives a string: give a list with -y 'seeds: [0, 1]')" if isinstance(seeds, str) else ""
-        raise ValueError(f"seeds must be a non-negative int or a non-empty list of them, got {seeds!r}{hint}")
+        raise ValueError(f"seeds must be a non-empty list of non-negative ints, got {seeds!r}{hint}")
     twice = sorted({s for s in seeds if list(seeds).count(s) > 1})
     if twice:
         raise ValueError(f"seeds must be distinct, got {list(seeds)!r}: {', '.join(map(str, twice))} more than once")
@@ -324,6 +326,11 @@ class SweepTraining:
                         self.failed(row, e)
                     else:
                         self.ran(row, record)
+        except KeyboardInterrupt:  # said where the notebook stops: its later cells run on nothing new
+            done = sum(bool(r.done) for r in todo)
+            say(f"sweep {self.experiment}: interrupted with {done} of {len(todo)} runs finished and stored; the "
+                "same call again trains the others, each with a checkpoint from it")
+            raise
         finally:
             self.bar.close()
         if self.failures:
@@ -360,7 +367,9 @@ def forecast(experiment: str, scale: str, todo: Sequence[Row], device: str, jobs
     times = [expected(r) for r in todo]
     known = [t for t in times if t is not None]
     kind = device.split(":")[0]
-    head = f"sweep {experiment} ({scale}): {len(todo)} run{'s' * (len(todo) != 1)} to train"
+    epochs = sorted({r.config.epochs for r in todo if isinstance(getattr(r.config, "epochs", None), int)})
+    each = "" if not epochs else f" of {epochs[0]}" + (f" to {epochs[-1]}" if len(epochs) > 1 else "") + " epochs"
+    head = f"sweep {experiment} ({scale}): {len(todo)} run{'s' * (len(todo) != 1)}{each} to train"
     if not known:
         return f"{head}; no stored run like them trained alone on {kind} to say how long they take"
     at_once = min(jobs, len(todo))
@@ -416,6 +425,8 @@ def main(argv=None) -> int:
                     help="train the runs that can share one model as one, at most N to a group")
     add_precision_options(ap)
     ap.add_argument("--no-progress", action="store_true")
+    ap.add_argument("--forecast", action="store_true",
+                    help="say how many runs are missing and about how long they take, and train nothing")
     args = ap.parse_args(argv)
     overrides = _parse_overrides(args.set)
     taken = sorted(set(overrides) & set(inspect.signature(run_grid).parameters))
@@ -424,6 +435,15 @@ def main(argv=None) -> int:
               "(see --help)", file=sys.stderr)
         return 1
     try:
+        if args.forecast:
+            device = check_device(args.device, available=False)  # a time for another machine's device too
+            rows = run_grid(args.experiment, args.scale, args.seeds, device, args.jobs, train=False,
+                            only=_parse_overrides(args.only, "--only") or None, grid=args.grid, **overrides)
+            todo = [r for r in rows if not r.done]
+            print(forecast(args.experiment, args.scale, todo, device, args.jobs, RunStore()) if todo else
+                  f"sweep {args.experiment} ({args.scale}): all {len(rows)} runs are in {RunStore().root}; "
+                  "nothing to train")
+            return 0
         rows = run_grid(args.experiment, args.scale, args.seeds, args.device, args.jobs,
                         progress=not args.no_progress, engine=args.engine,
                         only=_parse_overrides(args.only, "--only") or None, grid=args.grid, fuse=args.fuse,

@@ -602,7 +602,8 @@ def test_a_sweep_forecasts_its_time_by_the_stored_runs_like_its_own_on_its_kind_
     assert estimates.expected_seconds("temporal_order", config, store) == pytest.approx((3 * 3600.0 + 60.0) / 4)
     todo = rows[:2]  # (forecast times whatever it is given)
     assert sweep.forecast("temporal_order", "ci", todo, "cpu", 1, store) == (
-        "sweep temporal_order (ci): 2 runs to train, about 2.0 h running 1 at a time, going by the stored runs like "
+        "sweep temporal_order (ci): 2 runs of 2 epochs to train, about 2.0 h running 1 at a time, going by the stored "
+        "runs like "
         "them trained alone on cpu; another machine differs")
     assert "about 60 min running 2 at a time" in sweep.forecast("temporal_order", "ci", todo, "cpu", 2, store)
     assert "about 1 min running 2 at a time" in sweep.forecast("temporal_order", "ci", todo, "cuda", 4, store)  # 2 runs
@@ -615,12 +616,26 @@ def test_a_sweep_forecasts_its_time_by_the_stored_runs_like_its_own_on_its_kind_
     assert sweep.forecast("temporal_order", "ci", bigger + todo, "cpu", 1, store).endswith(
         "; 1 of them have none like them, not counted")
     assert sweep.forecast("temporal_order", "ci", bigger, "cpu", 1, store) == (
-        "sweep temporal_order (ci): 1 run to train; no stored run like them trained alone on cpu to say how long they "
-        "take")
+        "sweep temporal_order (ci): 1 run of 2 epochs to train; no stored run like them trained alone on cpu to say "
+        "how long they take")
     scratch = RunStore(store.root.parent / "scratch")  # a scratch store's forecast reads the tracked store's runs
-    assert "26 runs to train, about" in sweep.forecast("word_lm", "reduced",
+    assert "26 runs of 20 epochs to train, about" in sweep.forecast("word_lm", "reduced",
                                                       grid_rows("word_lm", "reduced", [9], store=scratch),
                                                       "cpu", 1, scratch)
+
+
+def test_the_sweeps_forecast_trains_nothing_and_says_what_is_missing(store, monkeypatch, capsys):
+    monkeypatch.setenv("RECDROP_RUNS", str(store.root))
+    only = ["--only", *(f"{k}={v}" for k, v in CI_ENTRY.only.items())]
+    rows = grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)
+    assert sweep.main(["temporal_order", "--scale", "ci", "--forecast", *only]) == 0
+    assert capsys.readouterr().out.startswith(f"sweep temporal_order (ci): {len(rows)} runs of 2 epochs to train")
+    assert not store.records("temporal_order", "ci")
+    for r in rows:
+        train_run(TemporalOrderTask, r.config, store=store, progress=False)
+    assert sweep.main(["temporal_order", "--scale", "ci", "--forecast", *only]) == 0
+    assert capsys.readouterr().out == (f"sweep temporal_order (ci): all {len(rows)} runs are in {store.root}; nothing "
+                                       "to train\n")
 
 
 def test_the_command_line_runs_and_lists_a_campaign(store, tmp_path, monkeypatch, capsys, clean_code):

@@ -167,6 +167,7 @@ BAD_RUN_GRID = [
     ({"device": "cpu:1"}, "device='cpu:1' is not valid"),
     ({"device": "cuda:x"}, "device='cuda:x' is not valid"),
     ({"seeds": [-1]}, "seeds must be"),
+    ({"seeds": 3}, r"seeds is a list of seeds, got the int 3: for seed 3 alone give \[3\], for 3 seeds \[0, 1, 2\]"),
     ({"seeds": "[0,1]"}, "seeds must be .* got '\\[0,1\\]' \\(papermill's -p gives a string: give a list with -y"),
     ({"seeds": []}, "seeds must be"),
     ({"seeds": [0.5]}, "seeds must be"),
@@ -229,6 +230,19 @@ def test_a_cuda_device_on_a_cpu_only_torch_names_the_build_not_the_machine(monke
     monkeypatch.setattr(torch.version, "cuda", "13.0")
     with pytest.raises(ValueError, match="no CUDA device is available here"):
         check_device("cuda")
+
+
+def test_a_cuda_device_past_the_machines_last_is_refused_before_any_run_starts(monkeypatch):
+    import torch
+
+    from recdrop.train import check_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert check_device("cuda:1") == "cuda:1" and check_device("cuda") == "cuda"
+    with pytest.raises(ValueError, match=r"device='cuda:2' was asked for but this machine has 2 CUDA device\(s\), "
+                                         r"cuda:0 to cuda:1"):
+        check_device("cuda:2")
 
 
 # -- uncommitted code and a store whose records are committed ---------------------------------------
@@ -445,3 +459,20 @@ def test_a_sweeps_failures_give_each_error_once_with_the_runs_it_stopped(store):
     assert f"2 of them: DatasetError: ptb: /data/ptb/ptb.train.txt is missing\n    runs {rows[0].run_id}, " \
            f"{rows[1].run_id}" in report
     assert f"1 of them: ValueError: odd\n    run {rows[2].run_id} {rows[2].config}" in report
+
+
+def test_an_interrupted_sweep_says_what_it_kept_and_how_to_go_on(store, monkeypatch, capsys):
+    """Ctrl-C in a notebook stops its sweep where the later cells would render without the runs: the sweep
+    says so, and how to go on."""
+    from recdrop import sweep
+
+    def interrupted(groups, jobs, job_of, store, took, failed):
+        took(groups[0][0], train_run(TemporalOrderTask, groups[0][0].config, store=store, progress=False))
+        raise KeyboardInterrupt
+    monkeypatch.setattr(sweep, "run_groups", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run_grid("temporal_order", "ci", train=True, store=store, progress=False,
+                 only={"length": "short", "scheme": "moon"}, epochs=1)
+    said = capsys.readouterr()
+    assert ("sweep temporal_order: interrupted with 1 of 4 runs finished and stored; the same call again trains "
+            "the others, each with a checkpoint from it") in said.out + said.err

@@ -37,3 +37,16 @@ def test_every_notebook_checks_its_parameters_right_after_papermill_injects_them
     at = [i for i, c in enumerate(cells) if "parameters" in c["metadata"].get("tags", [])]
     assert len(at) == 1 and "".join(cells[at[0]]["source"]).startswith("# Parameters:")  # chapters.OURS
     assert "check_parameters()" in "".join(cells[at[0] + 1]["source"])
+
+
+def test_text_bars_draw_whole_lines_that_workers_sharing_a_log_cannot_split(monkeypatch, capsys):
+    monkeypatch.setenv("RECDROP_PROGRESS", "text")
+    bars = [progress.bar(total=2, desc=name, disable=False) for name in ("first", "second")]
+    for b in bars:
+        b.update(1)
+        b.refresh()
+    for b in bars:
+        b.close()
+    drawn = capsys.readouterr().err
+    assert "\r" not in drawn and drawn.endswith("\n")
+    assert all(line.startswith(("first:", "second:")) for line in drawn.splitlines())
