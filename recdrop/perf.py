@@ -195,14 +195,19 @@ def before_graphs(df: pd.DataFrame) -> pd.Series:
     return gpu & ~df.groupby("file")["ungraphed_ms"].transform(lambda t: t.notna().any())
 
 
+def earlier_layers(df: pd.DataFrame) -> pd.Series:
+    """Per row of ``bench_layers.py``: superseded, kept as history (``before_graphs``, ``superseded_layers``).
+    The page's answers and targets read the other rows alone."""
+    return before_graphs(df) | superseded_layers(df)
+
+
 def answer_table(df: pd.DataFrame) -> pd.DataFrame:
     """For a library user: ``recdrop.LSTM`` and ``GRU`` with our recurrent dropout 0.25 against
     ``torch.nn``'s without dropout (its time over theirs, forward + backward, in the same run, in
     float32), per machine, input (a padded tensor or a ``PackedSequence``, and whether its gradient was
     asked for) and day of measurement (two machines may share a name): the range over the shapes timed,
-    how many, when, and how they were timed (``TIMED``). Superseded rows (``before_graphs``,
-    ``superseded_layers``) are left out."""
-    t = _layer_cells(df[(df["scheme"] == "semeniuta") & ~before_graphs(df) & ~superseded_layers(df)])
+    how many, when, and how they were timed (``TIMED``). Superseded rows (``earlier_layers``) are left out."""
+    t = _layer_cells(df[(df["scheme"] == "semeniuta") & ~earlier_layers(df)])
     t = t[t["setting"] == "float32"].assign(_packed=_flag(t, "packed"), _grad=_flag(t, "input_grad"))
     if t.empty:
         return pd.DataFrame()
@@ -218,9 +223,11 @@ def answer_table(df: pd.DataFrame) -> pd.DataFrame:
 
 def graph_speedups(df: pd.DataFrame) -> pd.DataFrame:
     """What CUDA graphs gain (``recdrop.graphs``): the fast path's time without them over its time with
-    them, in the same run, as ``ratio_table`` lays it out; only the rows timed both ways."""
+    them, in the same run, as ``ratio_table`` lays it out; only the current rows (``earlier_layers``) timed
+    both ways."""
     if df.empty or "ungraphed_ms" not in df:
         return pd.DataFrame()
+    df = df[~earlier_layers(df)]
     timed = df.assign(graphs=df["ungraphed_ms"] / df["recdrop_ms"]).dropna(subset=["graphs"])
     return ratio_table(timed, value="graphs")
 
@@ -228,9 +235,10 @@ def graph_speedups(df: pd.DataFrame) -> pd.DataFrame:
 def gpu_targets(df: pd.DataFrame) -> pd.DataFrame:
     """The fast path's targets (``TARGET_RATIO``, ``TARGET_LOOP_SPEEDUP``) on each GPU measured: the worst
     ratio to cuDNN and the worst speed-up over the plain loop at the target shapes, over cells and schemes,
-    in the targets' case (``_targets_case``), and whether each target is met ("yes" / "no")."""
+    in the targets' case (``_targets_case``), and whether each target is met ("yes" / "no"); on the current
+    rows alone (``earlier_layers``)."""
     rows = []
-    gpu = df[df.get("device", pd.Series(dtype=str)).astype(str).str.startswith("cuda")] if not df.empty else df
+    gpu = df[df["device"].astype(str).str.startswith("cuda") & ~earlier_layers(df)] if not df.empty else df
     gpu = gpu[_targets_case(gpu)]
     for hardware, g in gpu.groupby("hardware"):
         at = g[[tuple(x) in TARGET_SHAPES for x in g[["hidden", "seq"]].itertuples(index=False)]]

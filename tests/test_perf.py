@@ -83,15 +83,19 @@ def test_rows_from_uncommitted_code_are_refused(tmp_path):
         perf.load_benchmarks(tmp_path)
 
 
-def test_gpu_targets_take_the_worst_cell_at_the_target_shapes(tmp_path):
-    rows = [bench_row(device="cuda", hardware="H100", ratio=1.4, loop_over_recdrop=6.0),
-            bench_row(device="cuda", hardware="H100", hidden=1024, seq=100, ratio=1.2, loop_over_recdrop=5.5),
-            bench_row(device="cuda", hardware="H100", hidden=1024, seq=35, ratio=9.0, loop_over_recdrop=1.0),
+def test_gpu_targets_take_the_worst_current_cell_at_the_target_shapes(tmp_path):
+    gpu = dict(device="cuda", hardware="H100", ungraphed_ms=2.0)  # a file of the CUDA graphs' time
+    rows = [bench_row(**gpu, ratio=1.4, loop_over_recdrop=6.0),
+            bench_row(**gpu, hidden=1024, seq=100, ratio=1.2, loop_over_recdrop=5.5),
+            bench_row(**gpu, hidden=1024, seq=35, ratio=9.0, loop_over_recdrop=1.0),
             bench_row()]  # a CPU row and an off-target shape do not count
     pd.DataFrame(rows).to_csv(tmp_path / "m.csv", index=False)
+    # nor a file from before the CUDA graphs (superseded: ``earlier_layers``)
+    pd.DataFrame([bench_row(device="cuda", hardware="H100", ratio=5.0, loop_over_recdrop=1.5)]).to_csv(
+        tmp_path / "old.csv", index=False)
     t = perf.gpu_targets(perf.load_benchmarks(tmp_path))
     assert t["measured (worst cell)"].tolist() == ["1.40x", "5.50x"] and t["met"].tolist() == ["yes", "yes"]
-    pd.DataFrame(rows + [bench_row(device="cuda", hardware="H100", scheme="moon", ratio=1.6, loop_over_recdrop=4.0)]
+    pd.DataFrame(rows + [bench_row(**gpu, scheme="moon", ratio=1.6, loop_over_recdrop=4.0)]
                  ).to_csv(tmp_path / "m.csv", index=False)
     assert perf.gpu_targets(perf.load_benchmarks(tmp_path))["met"].tolist() == ["no", "no"]
 
