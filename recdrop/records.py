@@ -15,6 +15,12 @@ from typing import Any, Dict, List, Optional, Tuple
 CUDNN_TF32_UNTIL = "2026-11-25T20:03:39"
 
 
+def hardware_as_written_now(stored: str) -> str:
+    """A stored ``hardware`` as ``store.hardware`` writes it now: records and benchmarks of one thread made
+    before the singular say "(1 threads)"."""
+    return str(stored).replace("(1 threads)", "(1 thread)")
+
+
 @dataclasses.dataclass(frozen=True)
 class Record:
     """A finished (or diverged) run as the store holds it, its fields those of the JSON file.
@@ -51,9 +57,10 @@ class Record:
 
     @property
     def stretches(self) -> Tuple[Dict[str, Any], ...]:
-        """The record itself, then each stretch of its training: where hardware, torch, commit and
-        precision are read, so that a resumed run counts each."""
-        return (self.json(), *(self.segments or ()))
+        """The record itself, then each stretch of its training: where hardware (as written now,
+        ``hardware_as_written_now``), torch, commit and precision are read, so that a resumed run counts each."""
+        return tuple({**part, "hardware": hardware_as_written_now(part["hardware"])} if "hardware" in part else part
+                     for part in (self.json(), *(self.segments or ())))
 
     @property
     def precisions(self) -> Tuple[str, ...]:

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from .records import Record, Row
-from .store import RunStore, hardware_as_written_now
+from .store import RunStore
 
 
 def stored_seeds(experiment: str, scale: str, store: Optional[RunStore] = None) -> List[int]:
@@ -46,8 +46,7 @@ def stamp(rows: Iterable[Row]) -> str:
                 else "No stored runs: every cell of this table is not yet run at this scale.")
 
     def values(key):
-        return ", ".join(sorted({hardware_as_written_now(part[key])
-                                 for r in recs for part in r.stretches if key in part}))
+        return ", ".join(sorted({str(part[key]) for r in recs for part in r.stretches if key in part}))
     scales = ", ".join(sorted({r.scale for r in recs}))
     dates = sorted(r.finished[:10] for r in recs)
     seeds_per_cell: Dict[Any, int] = {}
@@ -78,7 +77,7 @@ def _stretches(records: Iterable[Record]) -> pd.DataFrame:
     """One row per stretch of training of ``records`` (a resumed run has several: ``Record.stretches``):
     where and how it ran, and the run, seed and day it finished."""
     return pd.DataFrame([
-        {"experiment": r.experiment, "scale": r.scale, "hardware": hardware_as_written_now(part.get("hardware", "")),
+        {"experiment": r.experiment, "scale": r.scale, "hardware": part.get("hardware", ""),
          "torch": part.get("torch", ""), "precision": PRECISION_NAMES[precision], "commit": part.get("commit", ""),
          "run": r.run_id, "seed": r.seed, "day": r.finished[:10]}
         for r in records for part, precision in zip(r.stretches, r.precisions)],
@@ -115,16 +114,16 @@ def commits_of(records: Iterable[Record]) -> pd.DataFrame:
 def summarize(rows: List[Row], keys: List[str], metrics: List[str]) -> pd.DataFrame:
     """Mean, standard deviation and count over seeds of each metric, per cell (``keys``).
 
+    n counts the seeds with a value of every metric (a record without one counts in no mean, nor here).
     Cells without a record keep a row with n = 0 and NaN values (shown as "not yet run")."""
     flat = []
     for r in rows:
-        flat.append({**{k: r[k] for k in keys}, **{name: r.metrics.get(name, np.nan) for name in metrics},
-                     "_ran": bool(r.record)})
+        flat.append({**{k: r[k] for k in keys}, **{name: r.metrics.get(name, np.nan) for name in metrics}})
     df = pd.DataFrame(flat)
     g = df.groupby(keys, sort=False)
     out = g[metrics].agg(["mean", "std"])
     out.columns = [f"{m}_{s}" for m, s in out.columns]
-    out["n"] = g["_ran"].sum()
+    out["n"] = g[metrics].count().min(axis=1)  # pandas counts the values that are not NaN
     return out.reset_index()
 
 
@@ -458,12 +457,12 @@ def compare(rows: List[Row], cells: Iterable[Tuple[Dict[str, Any], Optional[floa
         paper = float("nan") if paper is None else float(paper)
         delta = metric.delta(mean, paper) if n and not math.isnan(paper) else None
         ours, verdict = fmt_mean_sd(mean, sd, n, metric.digits), metric.verdict(values, paper)
-        below = sorted({r.record.scale for r in mine if r.record} - {"paper"})
-        if below and verdict is not None and verdict.ran:  # a smaller model or corpus: its level is not the paper's
-            verdict = Judgement(Verdict.NOT_JUDGED, f"{below[0]} scale", n)
         if diverged:  # a run whose training loss became NaN or infinite: a result, not a gap
             ours = f"{ours}; {diverged} diverged" if n else f"diverged ({diverged} run{'s' * (diverged > 1)})"
             verdict = verdict if n or math.isnan(paper) else Judgement(Verdict.NOT_REPRODUCED, "diverged")
+        below = sorted({r.stored.scale for r in mine if r.stored is not None} - {"paper"})  # diverged ones too
+        if below and verdict is not None and verdict.ran:  # a smaller model or corpus: its level is not the paper's
+            verdict = Judgement(Verdict.NOT_JUDGED, f"{below[0]} scale", n)
         row = {**labels, "paper": paper, "ours": ours,
                "delta": None if delta is None else round(delta, 1 if metric.relative else metric.digits),
                "verdict": verdict}

@@ -32,7 +32,7 @@ from . import route
 from .cpu_products import cpu_fields, cpu_name
 from .paths import DATA_DIR, REPO_ROOT, cache_dir
 from .progress import say
-from .records import Record
+from .records import Record, hardware_as_written_now  # noqa: F401 (the benchmarks' too)
 
 DEFAULT_RUNS = DATA_DIR / "runs"
 
@@ -135,12 +135,6 @@ def hardware(device: str = "cpu", threads: Optional[int] = None) -> str:
     model = cpu_name(cpu_fields(), platform.processor() or platform.machine())
     threads = threads or torch.get_num_threads()
     return f"{model} ({threads} thread{'' if threads == 1 else 's'})"
-
-
-def hardware_as_written_now(stored: str) -> str:
-    """A stored ``hardware`` as ``hardware`` writes it now: records and benchmarks of one thread made
-    before the singular say "(1 threads)"."""
-    return str(stored).replace("(1 threads)", "(1 thread)")
 
 
 @functools.lru_cache(maxsize=None)

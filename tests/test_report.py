@@ -3,7 +3,8 @@ import pandas as pd
 import pytest
 
 from made import record, row
-from recdrop.report import NOT_RUN, Metric, Verdict, commits_of, compare, stamp, styled, verdict_of, where_made
+from recdrop.report import (NOT_RUN, Metric, Verdict, commits_of, compare, moon_vs_ours_twins, stamp, styled, summarize,
+                            verdict_of, where_made)
 
 
 def _runs(values, key="test_acc", **labels):
@@ -49,6 +50,17 @@ def test_compare_says_where_runs_diverged():
     assert t["ours"].tolist() == ["90.0; 1 diverged", "diverged (2 runs)", "not yet run", "diverged (2 runs)"]
     assert t["verdict"].tolist() == ["reproduced", "not reproduced (diverged)", NOT_RUN, None]
     assert t["n"].tolist() == [1, 0, 0, 0]
+    quick = [row(cell="b", record={"config": {"scale": "quick"}, "diverged": where})]  # below the paper's scale
+    assert compare(quick, cells[1:2], ["cell"], m, factor=100)["verdict"].tolist() == [
+        "not judged at this scale (quick scale)"]  # as its finished runs would be: a smaller model's result
+
+
+def test_summarize_counts_the_seeds_with_a_value_as_compare_does():
+    """A record without the metric counts in no mean, and so not in n: the seed noise's degrees of freedom."""
+    m = Metric("%", digits=1, tolerance=10.0)
+    rows = [row(cell="a", seed=s, record={"metrics": {"test_acc": 0.8 + s / 100} if s else {}}) for s in range(3)]
+    assert summarize(rows, ["cell"], ["test_acc"])["n"].tolist() == [2]
+    assert compare(rows, [({"cell": "a"}, 80.0, "test_acc")], ["cell"], m, factor=100)["n"].tolist() == [2]
 
 
 def test_compare_shows_extras_where_a_cell_has_them():
@@ -357,10 +369,17 @@ def test_below_the_papers_scale_a_cell_is_not_judged_as_the_landing_page_says():
     assert t["delta"].tolist()[:2] == [-10.0, -70.0] and pd.isna(t["delta"][2])  # the difference is still shown
 
 
-def test_the_stamp_says_one_thread_in_the_singular():
+def test_one_thread_is_said_in_the_singular_and_its_two_spellings_are_one_machine():
     rows = [row(run_id="a", config="c", record={"config": {"scale": "ci"}, "hardware": "AMD EPYC (1 threads)",
                                                 "torch": "2.13", "commit": "abc", "finished": "2026-11-26T00:00"})]
     assert "hardware: AMD EPYC (1 thread) |" in stamp(rows)
+    made = dict(config={"scale": "quick", "scaling": "paper"}, curves=[{"epoch": 1, "train_loss": 1.0}],
+                metrics={"test_acc": 0.9}, hardware="AMD EPYC (1 threads)", path="fused")
+    twins = [row(scheme="moon", sampling="per-sequence", length=10, record=made),
+             row(scheme="semeniuta", sampling="per-sequence", length=10,
+                 record={**made, "hardware": "AMD EPYC (1 thread)"})]
+    assert moon_vs_ours_twins(twins, ["length"], "train_loss", "test_acc", "acc", lambda v: v)[
+        "trained alike"].tolist() == ["yes"]
 
 
 def test_a_verdict_that_is_the_same_in_every_row_is_said_once():
