@@ -44,7 +44,7 @@ class Record:
     python: str
     diverged: Optional[Dict[str, Any]] = None  # where the loss stopped being finite: epoch, batch, loss
     segments: Optional[Tuple[Dict[str, Any], ...]] = None  # each stretch of a resumed run: hardware, commit, epochs
-    resumed_from_commit: Optional[str] = None  # in records older than ``segments``
+    resumed_from_commit: Optional[str] = None  # a resumed run's: the commit of its checkpoint (``segments`` has each)
     group: Optional[List[str]] = None  # the run ids it trained with as one group
     precision: Optional[str] = None  # "tf32" or "bf16" where not float32
     step: Optional[str] = None  # "cuda-graph" where the whole step was one CUDA graph

@@ -128,8 +128,8 @@ def summarize(rows: List[Row], keys: List[str], metrics: List[str]) -> pd.DataFr
 
 
 def fmt_mean_sd(mean: float, sd: float, n: int, digits: int = 1) -> str:
-    """"m ± s (n)" for n > 1 ("m (n, identical)" where s is 0, "m ± <0.05 (n)" where it rounds to 0), "m" for
-    n = 1, "not yet run" for n = 0."""
+    """"m ± s (n=3)" for n > 1 ("m (n=3, identical)" where s is 0, "m ± <0.05 (n=3)" where it rounds to 0),
+    "m" for n = 1, "not yet run" for n = 0."""
     if not n or pd.isna(mean):
         return "not yet run"
     if n == 1 or pd.isna(sd):

@@ -87,7 +87,7 @@ def run_groups(groups: Sequence[Sequence[Row]], jobs: int, job_of: Callable[[int
             records = result()
         except Exception as e:  # at a budget, or a failure: the group's finished members keep their records
             for row, (config, seed) in zip(group, job.members):
-                record = store.finished(job.experiment, config.scale, run_id(config, seed))
+                record = store.done_record(job.experiment, config.scale, run_id(config, seed))
                 if record is not None:
                     took(row, record)
                 else:

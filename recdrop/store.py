@@ -280,12 +280,13 @@ class RunStore:
 
     def is_done(self, record: Optional[Record]) -> bool:
         """Whether a stored ``record`` (None: no record) finishes its run: it is one this store would keep
-        now. A store whose records are committed keeps only records of clean code, so a run with a
-        record of uncommitted code is done again; a scratch store keeps what any code made."""
+        now. A store whose records are committed keeps only records of clean code, so a run whose record
+        came from uncommitted code is not done (it trains again); a scratch store keeps what any code made."""
         return record is not None and not (inside_git_tree(self.root) and unclean_commits(record))
 
-    def finished(self, experiment: str, scale: str, rid: str) -> Optional[Record]:
-        """The stored record of run ``rid`` where it finishes the run (``is_done``), else None."""
+    def done_record(self, experiment: str, scale: str, rid: str) -> Optional[Record]:
+        """The stored record of run ``rid`` where it finishes the run (``is_done``: a diverged run's too),
+        else None."""
         record = self.find(experiment, scale, rid)
         return record if self.is_done(record) else None
 
@@ -338,7 +339,8 @@ class RunStore:
         return path
 
     def records(self, experiment: str, scale: Optional[str] = None) -> List[Record]:
-        """All finished records of ``experiment`` (at ``scale`` if given)."""
+        """Every stored record of ``experiment`` (at ``scale`` if given): diverged runs' too, and in a store
+        whose records are committed, any of uncommitted code (``is_done`` tells those)."""
         folder = self.root / experiment
         pattern = f"{scale}/*.json" if scale else "*/*.json"
         return [self.read(p) for p in sorted(folder.glob(pattern))]

@@ -23,6 +23,11 @@ from .store import RunStore
 from .sweep import run_grid, stored_scales
 
 QUICK = "at quick, a smoke test whose models under-fit"  # no test of a claim (see Deviations)
+
+
+def as_landed(scale: Optional[str], verdict: Judgement) -> Judgement:
+    """A claim's verdict as the landing page gives it: one at ``quick`` is not judged (``QUICK``)."""
+    return verdict.not_judged(QUICK) if scale == "quick" and verdict.ran else verdict
 PAPER_COLUMN = "on the paper's numbers"  # a claims table's verdict on the paper's own table
 NOT_ON_PAPER = "the paper's own numbers do not bear it out"
 
@@ -46,8 +51,7 @@ def landing_claims(store: Optional[RunStore] = None) -> pd.DataFrame:
         judged = leading_verdicts(by_scale) or {
             claim: ("none stored", verdict) for claim, verdict in claim_verdicts(table).items()}
         for claim, (scale, verdict) in judged.items():
-            if scale == "quick" and verdict.ran:
-                verdict = verdict.not_judged(QUICK)
+            verdict = as_landed(scale, verdict)
             shown = claim if on_paper.get(claim, "holds") == "holds" else f"{claim} ({NOT_ON_PAPER})"
             out.append({"table": e.short_title, "claim": shown, "scale": scale, "on ours": verdict,
                         "chapter": e.name})
@@ -68,9 +72,7 @@ def study_claims(store: Optional[RunStore] = None) -> list:
     out = []
 
     def row(chapter: str, claim: str, scale: Optional[str], verdict: Judgement) -> dict:
-        verdict = verdict if scale else NOT_RUN
-        if scale == "quick" and verdict.ran:
-            verdict = verdict.not_judged(QUICK)
+        verdict = as_landed(scale, verdict if scale else NOT_RUN)
         return {"table": f"{BEYOND}: {chapter.replace('_', ' ')}", "claim": claim, "scale": scale or "none stored",
                 "on ours": verdict, "chapter": chapter}
 
@@ -91,7 +93,8 @@ def study_claims(store: Optional[RunStore] = None) -> list:
     for experiment, table in (("temporal_order", "Table 1"), *STUDIED):
         verdict = NOT_RUN
         if scale:
-            rows = run_grid(experiment, scale, [0, 1, 2], train=False, store=store, grid="headline")
+            rows = run_grid(experiment, scale, chapter_seeds("seeds", scale, store), train=False, store=store,
+                            grid="headline")  # the runs the chapter shows
             verdict = seeds_study.orderings_verdict(seeds_study.orderings(experiment, rows))
         out.append(row("seeds", f"{table}: the paper's orderings of its best cells survive the seed noise", scale,
                        verdict))
@@ -251,7 +254,7 @@ def _tolerance(m) -> str:
 
 
 def _seeds(judged) -> str:
-    """"1 seed", "3 seeds", "1–3 seeds": the seeds ``judged`` (``Judgement``s or a comparison's ``n``) rest on."""
+    """"1 seed", "3 seeds", "1–3 seeds": the seed counts ``judged`` (a comparison's ``n``) rest on."""
     n = [int(x) for x in judged if x]
     if not n:
         return "no seed"

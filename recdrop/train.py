@@ -528,7 +528,7 @@ class GroupTrainer:
         """Run id -> stored record, for each of ``members`` whose record finishes it: one the store keeps
         (``RunStore.finished``), and with ``rerun``, one made by this code."""
         store = self.options.store
-        found = {run_id(c, s): store.finished(c.experiment, c.scale, run_id(c, s)) for c, s in members}
+        found = {run_id(c, s): store.done_record(c.experiment, c.scale, run_id(c, s)) for c, s in members}
         return {rid: record for rid, record in found.items()
                 if record is not None and (not self.rerun or record.commit == self.env["commit"])}
 
