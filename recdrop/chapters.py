@@ -15,7 +15,8 @@ from IPython.display import HTML, Markdown, display
 from . import progress
 from .config import SCALE_NAMES
 from .experiments import EXPERIMENTS, char_lm_chapter, temporal_order_chapter
-from .report import (Judgement, ablation_effects, ablation_finding, claim_verdicts, commits_of, figure_html, is_twin,
+from .report import (Judgement, ablation_effects, ablation_finding, claim_verdicts, commits_of, figure_html, folded,
+                     is_twin,
                      plot_against_paper, provenance, ran_cells, side_by_side, styled, trained_on, verdict_rows,
                      where_made)
 from .store import RunStore
@@ -335,6 +336,6 @@ def show_where_made(store: Optional[RunStore] = None) -> None:
     titles = {name: e.short_title for name, e in EXPERIMENTS.items()}
     display(where_made(records).assign(experiment=lambda t: t["experiment"].map(titles)).style.hide())
     commits = commits_of(records).assign(experiment=lambda t: t["experiment"].map(titles))
-    display(HTML(f"<details><summary>Each commit of the code that ran them ({commits['commit'].nunique()})</summary>"
-                 f"{commits.style.hide().to_html()}</details>"))
+    display(HTML(folded(f"Each commit of the code that ran them ({commits['commit'].nunique()})",
+                        commits.style.hide().to_html())))
 

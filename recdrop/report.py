@@ -66,11 +66,16 @@ def stamp(rows: Iterable[Row]) -> str:
             + precision)
 
 
+def folded(summary: str, body: str, css_class: str = "") -> str:
+    """``body`` (HTML) folded under the line ``summary`` (plain text, escaped here): what a page keeps for the
+    reader who asks (stamps, commits, earlier measurements), out of the way of the one who reads the results."""
+    opened = f'<details class="{css_class}">' if css_class else "<details>"
+    return f"{opened}<summary>{html.escape(summary)}</summary>{body}</details>"
+
+
 def provenance(rows: Iterable[Row], what: str = "How these numbers were made") -> str:
-    """``stamp`` of ``rows`` as a page shows it: folded under ``what`` (HTML), so that commits and dates
-    are there for the reader who asks, and out of the way of the one who reads the results."""
-    return (f'<details class="provenance"><summary>{html.escape(what)}</summary>'
-            f'<p>{html.escape(stamp(rows), quote=False)}</p></details>')
+    """``stamp`` of ``rows`` as a page shows it, ``folded`` under ``what``."""
+    return folded(what, f"<p>{html.escape(stamp(rows), quote=False)}</p>", "provenance")
 
 
 def _stretches(records: Iterable[Record]) -> pd.DataFrame:
