@@ -437,6 +437,9 @@ class Metric:
                 f"is *within seed noise*")
 
 
+BEHIND_OURS = ("mean", "sd", "n", "diverged")  # ``compare``'s columns of what its ``ours`` says, for code to read
+
+
 def compare(rows: List[Row], cells: Iterable[Tuple[Dict[str, Any], Optional[float], str]],
             cell_keys: Sequence[str], metric: Metric, factor: float = 1.0,
             extras: Sequence[Tuple[str, Callable[[Dict[str, Any]], Optional[str]]]] = ()) -> pd.DataFrame:
@@ -449,7 +452,7 @@ def compare(rows: List[Row], cells: Iterable[Tuple[Dict[str, Any], Optional[floa
     None; "not recorded" where the cell's runs lack it). Columns: the labels, paper,
     ours (mean ± sd, n), delta (ours - paper, in ``metric.delta_unit``), verdict (``Metric.verdict`` at
     the paper's scale; *not judged at this scale* below it; None where the paper has no number), the extras,
-    and the numbers behind ``ours``: mean, sd, n."""
+    and the numbers behind ``ours`` (``BEHIND_OURS``): mean, sd, n and how many of its runs diverged."""
     out = []
     for labels, paper, key in cells:
         mine = [r for r in rows if all(r[k] == labels[k] for k in cell_keys)]
@@ -483,7 +486,7 @@ def compare(rows: List[Row], cells: Iterable[Tuple[Dict[str, Any], Optional[floa
             row[column] = fmt_mean_sd(float(np.mean(ev)) if ev else float("nan"),
                                       float(np.std(ev, ddof=1)) if len(ev) > 1 else float("nan"), len(ev),
                                       metric.digits)
-        out.append({**row, "mean": mean, "sd": sd, "n": n})
+        out.append({**row, "mean": mean, "sd": sd, "n": n, "diverged": diverged})
     return pd.DataFrame(out)
 
 
@@ -613,7 +616,7 @@ def ablation_effects(comparison: Callable[[List[Row]], pd.DataFrame], rows: List
         better = (change > 0) == metric.higher_is_better
         return f"{'better' if better else 'worse'} {'beyond' if abs(change) > max(noise, resolution) else 'within'}"
     out["outcome"] = [outcome(c, e) for c, e in zip(out["change"], out["noise"])]
-    out["diverged"] = abl["ours"].str.contains("diverged").to_numpy()
+    out["diverged"] = (abl["diverged"] > 0).to_numpy()
     at_paper = ~base["verdict"].map(_below_paper).to_numpy()  # below it the level is not the paper's
     for name in ("table", "ablation"):
         out[f"{name}_distance"] = (out[f"{name}_mean"] - out["paper"]).abs().where(at_paper)
@@ -810,9 +813,9 @@ def config_table(config):
 
 def styled(table: pd.DataFrame, digits: int = 2):
     """A comparison (``compare``'s output) as the book shows it: without the row index and without
-    the numbers behind ``ours`` (mean, sd, n), the paper's number and the delta to ``digits`` decimals,
+    the numbers behind ``ours`` (``BEHIND_OURS``), the paper's number and the delta to ``digits`` decimals,
     each verdict with its symbol; a verdict column that says the same of every row is said once, above."""
-    shown = table.drop(columns=[c for c in ("mean", "sd", "n") if c in table])
+    shown = table.drop(columns=[c for c in BEHIND_OURS if c in table])
     judged = _judged_columns(shown)
     same = [c for c in judged if len(shown) > 1 and shown[c].map(str).nunique() == 1]
     shown = shown.drop(columns=same)

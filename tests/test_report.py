@@ -33,7 +33,7 @@ def test_compare_builds_one_row_per_cell_with_the_same_columns():
     cells = [({"cell": "a"}, 100.0, "test_acc"), ({"cell": "b"}, 100.0, "test_acc"), ({"cell": "c"}, 50.0, "test_acc"),
              ({"cell": "a"}, None, "test_acc")]
     t = compare(rows, cells, ["cell"], m, factor=100)
-    assert list(t.columns) == ["cell", "paper", "ours", "delta", "verdict", "mean", "sd", "n"]
+    assert list(t.columns) == ["cell", "paper", "ours", "delta", "verdict", "mean", "sd", "n", "diverged"]
     assert t["ours"].tolist() == ["95.0 ± 7.1 (n=2)", "30.0", "not yet run", "95.0 ± 7.1 (n=2)"]
     assert t["delta"].tolist()[:2] == [-5.0, -70.0] and pd.isna(t["delta"][2])
     assert t["verdict"].tolist() == ["reproduced", "not reproduced", NOT_RUN, None]  # None: not in the paper
@@ -49,7 +49,7 @@ def test_compare_says_where_runs_diverged():
     t = compare(rows, cells, ["cell"], m, factor=100)
     assert t["ours"].tolist() == ["90.0; 1 diverged", "diverged (2 runs)", "not yet run", "diverged (2 runs)"]
     assert t["verdict"].tolist() == ["reproduced", "not reproduced (diverged)", NOT_RUN, None]
-    assert t["n"].tolist() == [1, 0, 0, 0]
+    assert t["n"].tolist() == [1, 0, 0, 0] and t["diverged"].tolist() == [1, 2, 0, 2]
     quick = [row(cell="b", record={"config": {"scale": "quick"}, "diverged": where})]  # below the paper's scale
     assert compare(quick, cells[1:2], ["cell"], m, factor=100)["verdict"].tolist() == [
         "not judged at this scale (quick scale)"]  # as its finished runs would be: a smaller model's result
