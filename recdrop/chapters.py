@@ -15,12 +15,11 @@ from IPython.display import HTML, Markdown, display
 from . import progress
 from .config import SCALE_NAMES
 from .experiments import EXPERIMENTS, char_lm_chapter, temporal_order_chapter
-from .report import (Judgement, ablation_effects, ablation_finding, claim_verdicts, commits_of, figure_html, folded,
-                     is_twin,
-                     plot_against_paper, provenance, ran_cells, side_by_side, styled, trained_on, verdict_rows,
-                     where_made)
+from .report import (ablation_effects, ablation_finding, commits_of, figure_html, folded, is_twin, plot_against_paper,
+                     provenance, ran_cells, side_by_side, styled, trained_on, verdict_rows, where_made)
 from .store import RunStore
 from .sweep import run_grid, stored_rows, stored_scales
+from .verdicts import Judgement, claim_verdicts
 
 
 OURS, PAPERMILLS = re.compile(r"# Parameters:"), re.compile(r"# Parameters\s*\n")  # the cells' first lines
@@ -69,7 +68,7 @@ def paper_comparison(e, grid: str = "table", store: Optional[RunStore] = None) -
 def claims_by_scale(name: str, store: Optional[RunStore] = None,
                     up_to: Optional[str] = None) -> List[Tuple[str, Dict[str, str]]]:
     """Each scale with runs of experiment ``name`` (``up_to`` at most), largest first, with each claim's
-    verdict on its runs there (``report.claim_verdicts``)."""
+    verdict on its runs there (``verdicts.claim_verdicts``)."""
     return [(scale, claim_verdicts(EXPERIMENTS[name].claims(rows)))
             for scale, rows in stored_scales(name, store=store, up_to=up_to)
             if any(r.record for r in rows)]  # else nothing of this table here (a scale since redefined)

@@ -16,11 +16,11 @@ from .chapters import (best_cell, claims_by_scale, conjecture_runs, figure_at_la
                        largest_verdicts, leading_verdicts, paper_comparison)
 from .experiments import EXPERIMENTS, conjecture, memory_loss_chapter
 from .experiments import seeds as seeds_study
-from .report import (NOT_RUN, Judgement, Verdict, ablation_effects, ablation_finding, claim_verdicts, held_cells,
-                     ran_cells, stamp, verdict_html, verdict_of, verdict_rows, verdict_tally)
+from .report import ablation_effects, ablation_finding, held_cells, ran_cells, stamp, verdict_rows
 from .records import Row
 from .store import RunStore
 from .sweep import run_grid, stored_scales
+from .verdicts import Judgement, NOT_RUN, Verdict, claim_verdicts, verdict_html, verdict_of, verdict_tally
 
 QUICK = "at quick, a smoke test whose models under-fit"  # no test of a claim (see Deviations)
 
@@ -33,7 +33,7 @@ NOT_ON_PAPER = "the paper's own numbers do not bear it out"
 
 
 def landing_claims(store: Optional[RunStore] = None) -> pd.DataFrame:
-    """Every claim the paper makes on its tables, judged on our runs (``report.claim_verdict``: against
+    """Every claim the paper makes on its tables, judged on our runs (``verdicts.claim_verdict``: against
     the seed noise where 3 seeds ran) at the largest scale where it has a verdict, that scale named on
     its row (``chapters.leading_verdicts``: where that verdict rests on too few seeds and a smaller scale's
     is judged against the seed noise, the smaller scale's). A claim without one anywhere (a cell it needs
@@ -238,7 +238,7 @@ def sentences_html(sentences: List[str]) -> str:
 
 def landing_html(table: pd.DataFrame, classes: str = "landing") -> str:
     """The landing table (or the claims table) as HTML, each row's first cell linking to its chapter's page;
-    a claims table's verdicts ("on ours") with their symbol and colour (``report.verdict_html``)."""
+    a claims table's verdicts ("on ours") with their symbol and colour (``verdicts.verdict_html``)."""
     t = table.copy()
     first = t.columns[0]
     t[first] = [f'<a href="{page}.html">{what}</a>' for what, page in zip(t[first], t["chapter"])]

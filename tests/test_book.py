@@ -6,10 +6,10 @@ import pytest
 
 from made import RECORD_DEFAULTS
 from recdrop import book, chapters
-from recdrop.report import NOT_RUN, verdict_html
 from recdrop.store import RunStore
 from recdrop.summary import landing_stamps, landing_table
 from recdrop.sweep import grid_rows
+from recdrop.verdicts import NOT_RUN, verdict_html
 
 
 def fake_record(store, experiment, scale, name="r1", seed=0):
@@ -295,7 +295,7 @@ def test_stored_scales_walks_the_scales_with_records_largest_first(tmp_path):
 
 
 def test_every_claims_table_names_its_claims_first_and_our_verdicts_in_on_ours(tmp_path):
-    from recdrop.report import claim_verdicts
+    from recdrop.verdicts import claim_verdicts
     assert sum(e.claims is not None for e in book.EXPERIMENTS.values()) >= 5  # every table's claims, at least
     for name, e in book.EXPERIMENTS.items():
         if e.claims is not None:

@@ -10,7 +10,8 @@ from recdrop.data import data_root
 from recdrop.experiments import char_lm, char_lm_chapter
 from recdrop.experiments.char_lm import CharLMConfig, CharLMTask, grid, sequences
 from recdrop.records import Row
-from recdrop.report import NOT_RUN, _book_html
+from recdrop.report import _book_html
+from recdrop.verdicts import NOT_RUN
 
 needs_data = pytest.mark.skipif(not (data_root() / "ptb_char").exists(), reason="PTB (characters) not available")
 

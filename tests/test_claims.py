@@ -1,4 +1,4 @@
-"""Claims judged against seed noise (report.claim_verdict), Table 1's claims, and the landing page's
+"""Claims judged against seed noise (verdicts.claim_verdict), Table 1's claims, and the landing page's
 list of claims, each at the largest scale where it ran."""
 
 import pandas as pd
@@ -6,10 +6,11 @@ import pytest
 
 from made import record, row, stored
 from recdrop.experiments import temporal_order_chapter
-from recdrop.report import NOT_RUN, Claim, Verdict, claim_verdict, seed_values, stored_seeds, verdict_of
+from recdrop.report import seed_values, stored_seeds
 from recdrop.store import RunStore
 from recdrop.summary import BEYOND, QUICK, landing_claims, study_claims
 from recdrop.sweep import grid_rows
+from recdrop.verdicts import Claim, NOT_RUN, Verdict, claim_verdict, verdict_of
 
 
 a_beats_b = Claim("a beats b", ("a", "b"), lambda v: v["a"] < v["b"])

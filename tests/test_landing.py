@@ -7,9 +7,9 @@ import pytest
 
 from recdrop.book import thin_page
 from recdrop.experiments.word_lm import WordLMConfig
-from recdrop.report import (NOT_RUN, Claim, Judgement, Verdict, claim_verdict, config_table, fmt_mean_sd, verdict_html,
-                            verdict_of, verdict_tally)
+from recdrop.report import config_table, fmt_mean_sd
 from recdrop.summary import BEYOND, _claims_sentence, beyond_sentences, landing_html, verdict_key
+from recdrop.verdicts import Claim, Judgement, NOT_RUN, Verdict, claim_verdict, verdict_html, verdict_of, verdict_tally
 
 
 def test_every_verdict_is_one_of_four_with_its_seeds_beside_it():

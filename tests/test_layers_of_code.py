@@ -11,7 +11,7 @@ ROOT = Path(recdrop.__file__).parent
 LAYERS = [
     {"paths", "masks", "cells", "cpu_products", "cpu_kernels", "fused", "triton_kernels", "graphs", "layers", "memory",
      "models", "optim", "paper", "route", "stacked", "step_graph", "updates"},
-    {"config", "records", "store", "estimates", "progress", "train", "report", "perf", "figure1", "demo",
+    {"config", "records", "store", "estimates", "progress", "train", "verdicts", "report", "perf", "figure1", "demo",
      "data"},  # data: its checksums and writes
     {"experiments"},
     {"runner", "sweep", "campaign"},

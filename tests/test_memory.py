@@ -5,7 +5,7 @@ import torch
 
 import recdrop
 from recdrop.memory import cell_states, memory_trace, predicted_trace
-from recdrop.report import NOT_RUN
+from recdrop.verdicts import NOT_RUN
 
 H, T, B, P = 8, 12, 5, 0.25
 

@@ -9,7 +9,7 @@ from recdrop.data.conll2003 import Sentence
 from recdrop.experiments import ner, ner_chapter
 from recdrop.experiments.ner import CAPS, NERConfig, caps_feature, epoch_chunks, gather, grid, make_split
 from recdrop.records import Row
-from recdrop.report import NOT_RUN
+from recdrop.verdicts import NOT_RUN
 
 needs_conll = pytest.mark.skipif(not (data_root() / "conll2003").exists(), reason="CoNLL-2003 not available")
 

@@ -3,8 +3,8 @@ import pandas as pd
 import pytest
 
 from made import record, row
-from recdrop.report import (NOT_RUN, Metric, Verdict, commits_of, compare, moon_vs_ours_twins, stamp, styled, summarize,
-                            verdict_of, where_made)
+from recdrop.report import Metric, commits_of, compare, moon_vs_ours_twins, stamp, styled, summarize, where_made
+from recdrop.verdicts import NOT_RUN, Verdict, verdict_of
 
 
 def _runs(values, key="test_acc", **labels):

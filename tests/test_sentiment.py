@@ -8,7 +8,7 @@ from recdrop.data import data_root
 from recdrop.experiments import sentiment, sentiment_chapter
 from recdrop.experiments.sentiment import SentimentConfig, classifier, encode, grid, read_pretrain_corpus
 from recdrop.records import Row
-from recdrop.report import NOT_RUN
+from recdrop.verdicts import NOT_RUN
 
 needs_semeval = pytest.mark.skipif(not (data_root() / "semeval").exists(), reason="SemEval data not available")
 

@@ -5,7 +5,7 @@ from made import RECORD_DEFAULTS, row
 from recdrop import chapters, experiments
 from recdrop.experiments import conjecture, seeds, temporal_order, word_lm, temporal_order_chapter
 from recdrop.experiments.lm_tables import COMBINED, FORWARD, conjecture_cells, headline_cells
-from recdrop.report import NOT_RUN
+from recdrop.verdicts import NOT_RUN
 
 WO, W = FORWARD
 

@@ -12,7 +12,7 @@ from recdrop.experiments import word_lm_chapter
 from recdrop.experiments.word_lm import WordLMConfig, WordLMTask, grid
 from recdrop.experiments.lm_tables import FORWARD
 from recdrop.store import RunStore
-from recdrop.report import NOT_RUN
+from recdrop.verdicts import NOT_RUN
 
 pytestmark = pytest.mark.skipif(not (data_root() / "ptb").exists(), reason="PTB not available")
 

@@ -35,7 +35,7 @@ class Experiment:
     curves: Optional[Callable] = None  # rows -> a figure of the learning curves of whatever ran
     checks: tuple = ()  # rows -> a table that tests the scale itself (over-fit, converged, pilot, batch size)
     figures: tuple = ()  # (rows, scale) -> the landing page's row of a paper's figure drawn from these runs, with
-    # the rows of the cells it draws under "runs" and its claim's verdict (report.claim_verdict) under "judged"
+    # the rows of the cells it draws under "runs" and its claim's verdict (verdicts.claim_verdict) under "judged"
     paper_scale_lacks: str = ""  # what its `paper` scale still lacks of the paper's setup (deviations page)
     ablations: tuple = ()  # (grid, what it changes): runs kept beside the table, in its chapter and on the landing page
     # rows -> the rows of the paper's table itself, without a check's its grid also holds (Table 3's batch size)

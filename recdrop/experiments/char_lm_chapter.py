@@ -6,8 +6,8 @@ import math
 
 import pandas as pd
 
-from ..report import (Claim, Metric, check_claims, claim_verdict, fmt_mean_sd, moon_vs_ours_twins, seed_values,
-                      summarize)
+from ..report import Metric, fmt_mean_sd, moon_vs_ours_twins, seed_values, summarize
+from ..verdicts import Claim, check_claims, claim_verdict
 from .char_lm import table_rows
 from .lm_tables import (FORWARD, all_cells, best, block, fit_table, lm_table, lm_table_wide, paper_values, pilot_table,
                         plot_learning_curves, plot_run_curves, seed_cell_values)

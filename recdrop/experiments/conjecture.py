@@ -9,7 +9,8 @@ from typing import Dict, List, Optional
 
 import pandas as pd
 
-from ..report import MIN_SEEDS_TO_JUDGE, NOT_RUN, Judgement, Verdict, summarize
+from ..report import summarize
+from ..verdicts import Judgement, MIN_SEEDS_TO_JUDGE, NOT_RUN, Verdict
 from .char_lm import table_rows  # char_lm's batch-size check aside
 from .lm_tables import CELL_KEYS, COMBINED, FORWARD, RATES, SAMPLINGS, SCHEMES, cell_seeds, cell_values, fit_table
 
@@ -130,7 +131,7 @@ def conjecture_summary(experiment: str, table_runs, conjecture_runs, seed_runs: 
         elif _within_noise(delta, noise):
             verdict = Judgement(Verdict.WITHIN_NOISE, f"{better} better by {abs(delta):.{digits}f} "
                                                       f"{metric.split('_')[1]}", seeds)
-        elif noise is None or seeds < MIN_SEEDS_TO_JUDGE:  # as for every claim (report.claim_verdict)
+        elif noise is None or seeds < MIN_SEEDS_TO_JUDGE:  # as for every claim (verdicts.claim_verdict)
             why = ("one seed a cell: no seed noise to judge against" if noise is None else
                    f"{seeds} seed{'s' * (seeds != 1)} of the cells compared, too few to judge against seed noise")
             verdict = Judgement(Verdict.NOT_JUDGED, f"{better} better by {abs(delta):.{digits}f} "

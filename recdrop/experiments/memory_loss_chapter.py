@@ -5,7 +5,8 @@ from __future__ import annotations
 import pandas as pd
 
 from ..memory import predicted_trace
-from ..report import Claim, claim_verdict, seed_values
+from ..report import seed_values
+from ..verdicts import Claim, claim_verdict
 from .memory_loss import KEYS, MemoryLossConfig
 
 
@@ -122,7 +123,7 @@ def accuracy_by_length(rows) -> "pd.DataFrame":
 
 def claims(rows) -> "pd.DataFrame":
     """Sec. 3's predictions, each judged on the measured traces against the seed noise
-    (``report.claim_verdict``), at the training length L or at the probe's last step T. With
+    (``verdicts.claim_verdict``), at the training length L or at the probe's last step T. With
     per-step masks in training a unit's memory is lost whenever it is dropped, so the growth the note
     after Eq. 18 predicts is checked on per-sequence masks, where the kept units keep theirs."""
     def traces(r, _):

@@ -9,7 +9,8 @@ import pandas as pd
 
 from ..data.conll2003 import load_conll2003
 from ..paper import paper_results
-from ..report import Claim, Metric, check_claims, compare, plain_label, seed_values
+from ..report import Metric, compare, plain_label, seed_values
+from ..verdicts import Claim, check_claims
 from .cell_grid import CELLS, RATES
 
 # -- Table 4 and the claims of Sec. 4.4 --------------------------------------------------------------

@@ -5,8 +5,8 @@ An ordering of two cells (the paper's test numbers differ) *survives* when every
 the paper puts ahead beats every seed of the other, and is *reversed* when every seed of the other
 beats every seed of it; where the seeds overlap, it *holds on the means only* or is *reversed on the
 means only*, as the means agree with the paper or not. Each cell
-needs as many seeds as a claim does to be judged (``report.MIN_SEEDS_TO_JUDGE``). This is stricter
-than ``report.claim_verdict``, which pairs the cells' seeds: here every seed of one cell is set
+needs as many seeds as a claim does to be judged (``verdicts.MIN_SEEDS_TO_JUDGE``). This is stricter
+than ``verdicts.claim_verdict``, which pairs the cells' seeds: here every seed of one cell is set
 against every seed of the other.
 """
 from __future__ import annotations
@@ -18,7 +18,8 @@ from typing import Any, Callable, Dict, List, Tuple
 
 import pandas as pd
 
-from ..report import MIN_SEEDS_TO_JUDGE, Judgement, Verdict, fmt_mean_sd
+from ..report import fmt_mean_sd
+from ..verdicts import Judgement, MIN_SEEDS_TO_JUDGE, Verdict
 from .lm_tables import CELL_KEYS as LM_KEYS
 from .lm_tables import cell_name, paper_values
 from .temporal_order import CELL_KEYS as TO_KEYS
@@ -111,7 +112,7 @@ def orderings(experiment: str, rows) -> "pd.DataFrame":
         ahead, behind = (a, b) if better(paper[a], paper[b]) else (b, a)
         va, vb = values[ahead], values[behind]
         n = min(len(va), len(vb))
-        if n < MIN_SEEDS_TO_JUDGE:  # as for every claim (report.claim_verdict)
+        if n < MIN_SEEDS_TO_JUDGE:  # as for every claim (verdicts.claim_verdict)
             verdict = Judgement(Verdict.NOT_JUDGED, f"fewer than {MIN_SEEDS_TO_JUDGE} seeds", n)
         elif all(better(x, y) for x in va for y in vb):
             verdict = Judgement(Verdict.REPRODUCED, SURVIVES, n)

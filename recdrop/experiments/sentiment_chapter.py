@@ -9,7 +9,8 @@ import pandas as pd
 
 from ..data.semeval import LABELS, TEST_SETS, notes_on_test_sets
 from ..paper import paper_results
-from ..report import Claim, Metric, check_claims, compare, plain_label, seed_values
+from ..report import Metric, compare, plain_label, seed_values
+from ..verdicts import Claim, check_claims
 from .cell_grid import CELLS, RATES
 
 # -- Table 5 and the claims of Sec. 4.5 --------------------------------------------------------------

@@ -8,8 +8,8 @@ from typing import Optional
 import pandas as pd
 
 from ..paper import paper_results
-from ..report import (Claim, Judgement, Metric, Verdict, claim_outcomes, claim_verdict, compare, curves_frame,
-                      moon_vs_ours_twins, seed_values)
+from ..report import Metric, compare, curves_frame, moon_vs_ours_twins, seed_values
+from ..verdicts import Claim, Judgement, Verdict, claim_outcomes, claim_verdict
 from .temporal_order import CELL_KEYS, LENGTHS, PAPER_GROUP, grid
 
 # -- Table 1 and its figures ----------------------------------------------------------------------
@@ -118,7 +118,7 @@ def solved_epochs(rows) -> "pd.DataFrame":
 
 def claims(rows) -> "pd.DataFrame":
     """The claims of Sec. 4.1 (and Sec. 3's closing discussion), per length, each judged on our runs
-    against the seed noise (``report.claim_verdict``), or *not judged at this scale* where the LSTM
+    against the seed noise (``verdicts.claim_verdict``), or *not judged at this scale* where the LSTM
     without dropout does not solve that length in every seed at this scale either, until it has run
     there, or where a run it needs diverged. Accuracies within
     SOLVED_MARGIN_PP of 100% count as solved, within it of 25% (chance) or below as failed. "Later than"

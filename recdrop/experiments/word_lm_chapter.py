@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..report import NOT_RUN, Claim, Metric, check_claims, claim_verdict, means_over, seed_values
+from ..report import Metric, seed_values
+from ..verdicts import Claim, NOT_RUN, check_claims, claim_verdict, means_over
 from .lm_tables import (CELL_KEYS, FORWARD, RATES, SCHEMES, best, block, fit_table, lm_table, lm_table_wide,
                         paper_values, pilot_table, plot_learning_curves, plot_run_curves, seed_cell_values)
 
@@ -89,7 +90,7 @@ def plot_runs(rows):
 def figure2_row(rows, scale):
     """Figure 2's row of the landing page, from the runs at ``scale``: with 0.25 per-step dropout (ours),
     the final training perplexity is higher and the validation perplexity lower than without (judged
-    against the seed noise, ``report.claim_verdict``, in ``judged``);
+    against the seed noise, ``verdicts.claim_verdict``, in ``judged``);
     ``runs``, the rows of the two cells the figure draws (for their stamp: hardware and precision)."""
     wo = next(iter(FORWARD))
     none, ours = (wo, "none", 0.0, "-"), (wo, "semeniuta", 0.25, "per-step")

@@ -17,8 +17,8 @@ import pytest
 import yaml
 
 from recdrop.experiments import EXPERIMENTS
-from recdrop.report import Verdict
 from recdrop.summary import landing_claims, landing_stamps
+from recdrop.verdicts import Verdict
 
 ROOT = Path(__file__).resolve().parents[2]
 HTML = ROOT / "_build" / "html"
