@@ -200,6 +200,11 @@ class Metric:
     def delta_unit(self) -> str:
         return "points" if self.points else "%" if self.relative else self.unit
 
+    @property
+    def tolerance_words(self) -> str:
+        """How far from the paper's number a cell may be: "5%" (of the paper's number), "1 F1", "10 points"."""
+        return f"{self.tolerance:.0%}" if self.relative else f"{self.tolerance:g} {self.delta_unit}"
+
     def delta(self, ours: float, paper: float) -> float:
         """ours - paper, in % of the paper's number where the tolerance is relative."""
         return (ours - paper) / paper * 100 if self.relative else ours - paper
@@ -226,8 +231,7 @@ class Metric:
 
     def describe(self) -> str:
         """The tolerance in words, for a table's caption."""
-        within = (f"{self.tolerance:.0%} of the paper's number" if self.relative else
-                  f"{self.tolerance:g} {'points' if self.points else self.unit}")
+        within = self.tolerance_words + (" of the paper's number" if self.relative else "")
         return (f"*reproduced* within {within}; with several seeds (ours is then their mean ± standard deviation, "
                 f"n seeds), a cell further out only by less than two standard errors of our mean "
                 f"is *within seed noise*")

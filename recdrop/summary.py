@@ -247,12 +247,6 @@ def landing_html(table: pd.DataFrame, classes: str = "landing") -> str:
     return t.drop(columns="chapter").to_html(index=False, escape=False, classes=classes, border=0)
 
 
-def _tolerance(m) -> str:
-    """A metric's tolerance in words: "within 5% of the paper's", "within 1 F1 of the paper's"."""
-    within = f"{m.tolerance:.0%}" if m.relative else f"{m.tolerance:g} {m.delta_unit}"
-    return f"within {within} of the paper's"
-
-
 def _seeds(judged) -> str:
     """"1 seed", "3 seeds", "1–3 seeds": the seed counts ``judged`` (a comparison's ``n``) rest on."""
     n = [int(x) for x in judged if x]
@@ -294,9 +288,9 @@ def table_sentences(shown: List[Shown], claims: pd.DataFrame) -> List[str]:
         ran = ran_cells(t)
         if scale == "paper":
             within = sum(verdict_of(j) is Verdict.REPRODUCED for j in ran["verdict"])
-            cells = (f"at the paper's scale, {within} of the {len(ran)} cells run are {_tolerance(e.metric)} "
-                     f"({_seeds(ran['n'])})" + (f"; {len(t) - len(ran)} of its {len(t)} cells not yet run there"
-                                                 if len(ran) < len(t) else ""))
+            cells = (f"at the paper's scale, {within} of the {len(ran)} cells run are within "
+                     f"{e.metric.tolerance_words} of the paper's ({_seeds(ran['n'])})"
+                     + (f"; {len(t) - len(ran)} of its {len(t)} cells not yet run there" if len(ran) < len(t) else ""))
         elif len(ran):
             cells = (f"not yet run at the paper's scale; at <code>{scale}</code>, {len(ran)} of {len(t)} cells on "
                      f"{_seeds(ran['n'])}, whose level is not the paper's to match")
