@@ -83,7 +83,7 @@ def load_benchmarks(folder: Path = BENCH_DIR) -> pd.DataFrame:
     return df
 
 
-def provenance(df: pd.DataFrame) -> pd.DataFrame:
+def benchmark_files(df: pd.DataFrame) -> pd.DataFrame:
     """Where and when each benchmark file was measured: one row per file, its date the one its rows
     record, else "on or after" the date of the commit they name (from git; the earliest rows have
     none). Whether the machine was idle is not recorded in any row."""
@@ -142,7 +142,7 @@ def _layer_cells(df: pd.DataFrame) -> pd.DataFrame:
     """``bench_layers.py``'s rows with what names their cell: ``input`` (``_input_names``), ``kind`` (Bi-
     for both directions), ``shape`` (hidden x steps, with the input size where it is not the hidden
     size), ``setting`` (the products' precision: TF32, or an autocast dtype), when it was ``measured``
-    (``provenance``'s date), that date's ``day``, and how torch.nn and recdrop were ``timed`` (``TIMED``)."""
+    (``benchmark_files``'s date), that date's ``day``, and how torch.nn and recdrop were ``timed`` (``TIMED``)."""
     size = _input_size(df)
     shape = df["hidden"].astype(str) + " x " + df["seq"].astype(str)
     shape = shape.where(size == df["hidden"], shape + ", input " + size.astype(int).astype(str))
@@ -164,9 +164,12 @@ def superseded_layers(df: pd.DataFrame) -> pd.Series:
     a later day measured again (kept as history)."""
     if df.empty:
         return pd.Series(False, index=df.index)
-    t = _layer_cells(df)
-    newest = t.groupby(["hardware", "input", "kind", "shape", "setting", "scheme"])["day"].transform("max")
-    return t["day"] < newest
+    return _measured_again(_layer_cells(df), ["hardware", "input", "kind", "shape", "setting", "scheme"], "day")
+
+
+def _measured_again(t: pd.DataFrame, cell: List[str], day: str) -> pd.Series:
+    """Per row of ``t``: its ``cell`` (those columns' values) was measured again on a later ``day``."""
+    return t[day] < t.groupby(cell)[day].transform("max")
 
 
 def ratio_table(df: pd.DataFrame, value: str = "ratio") -> pd.DataFrame:
@@ -351,14 +354,14 @@ def _precision(df: pd.DataFrame) -> pd.Series:
 
 
 def _measured(df: pd.DataFrame) -> pd.Series:
-    """Each row's date of measurement, as its file's ``provenance`` gives it ("—" where none is known)."""
+    """Each row's date of measurement, as its file's ``benchmark_files`` gives it ("—" where none is known)."""
     if "file" not in df:
         return pd.Series("—", index=df.index)
-    return df["file"].map(provenance(df).set_index("file")["date"]).fillna("—")
+    return df["file"].map(benchmark_files(df).set_index("file")["date"]).fillna("—")
 
 
 def _day(measured: str) -> str:
-    """The ISO day (YYYY-MM-DD) in a ``provenance`` date, which may read "on or after" it; "" where none."""
+    """The ISO day (YYYY-MM-DD) in a ``benchmark_files`` date, which may read "on or after" it; "" where none."""
     found = re.search(r"\d{4}-\d{2}-\d{2}", str(measured))
     return found.group(0) if found else ""
 
@@ -369,8 +372,7 @@ def superseded_groups(df: pd.DataFrame) -> pd.Series:
     if df.empty:
         return pd.Series(False, index=df.index)
     keyed = df.assign(_precision=_precision(df), _day=_measured(df).map(_day))
-    newest = keyed.groupby(["hardware", "model", "_precision"])["_day"].transform("max")
-    return keyed["_day"] < newest
+    return _measured_again(keyed, ["hardware", "model", "_precision"], "_day")
 
 
 def grid_answer_table(df: pd.DataFrame) -> pd.DataFrame:

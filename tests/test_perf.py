@@ -39,7 +39,7 @@ def test_ratio_table_has_a_column_per_scheme_and_the_provenance_once(tmp_path):
                                            "hidden x steps": "256 x 35", "setting": "float32", "semeniuta": 1.5,
                                            "gal": 1.25, "measured": "—", "timed": "not recorded"}
     assert table.loc[1, "hidden x steps"] == "1024 x 100" and table.loc[1, "semeniuta"] == 1.1
-    prov = perf.provenance(bench)
+    prov = perf.benchmark_files(bench)
     assert len(prov) == 1 and prov.loc[0, "commit"] == "abc" and prov.loc[0, "file"] == "m.csv"
     assert (perf.load_benchmarks(tmp_path / "empty").empty
             and perf.ratio_table(perf.load_benchmarks(tmp_path / "e")).empty)
@@ -52,7 +52,7 @@ def test_each_measurement_says_how_torch_nn_and_recdrop_were_timed(tmp_path):
     bench = perf.load_benchmarks(tmp_path)
     assert sorted(perf.ratio_table(bench)["timed"]) == ["each in a block, torch.nn's first", "in turn"]
     assert sorted(perf.answer_table(bench)["timed"]) == ["each in a block, torch.nn's first", "in turn"]
-    assert perf.provenance(bench).set_index("file").loc["b.csv", "timing"] == "each in a block"
+    assert perf.benchmark_files(bench).set_index("file").loc["b.csv", "timing"] == "each in a block"
     import sys
     sys.path.insert(0, str(perf.DATA_DIR.parent / "benchmarks"))
     import bench_layers
@@ -234,14 +234,14 @@ def test_provenance_dates_each_file_by_its_rows_or_its_commit(tmp_path):
                           cwd=perf.DATA_DIR.parent).stdout.strip()
     pd.DataFrame([{"hardware": "cpu", "commit": head, "date": "2026-11-26"}]).to_csv(tmp_path / "a.csv", index=False)
     pd.DataFrame([{"hardware": "cpu", "commit": head}]).to_csv(tmp_path / "b.csv", index=False)
-    dates = perf.provenance(perf.load_benchmarks(tmp_path)).set_index("file")["date"]
+    dates = perf.benchmark_files(perf.load_benchmarks(tmp_path)).set_index("file")["date"]
     assert dates["a.csv"] == "2026-11-26" and dates["b.csv"].startswith("on or after 20")
 
 
 def test_provenance_gives_a_batch_size_as_a_whole_number_where_a_file_has_none(tmp_path):
     pd.DataFrame([{"hardware": "cpu", "commit": "abc", "batch": 32}]).to_csv(tmp_path / "a.csv", index=False)
     pd.DataFrame([{"hardware": "cpu", "commit": "abc"}]).to_csv(tmp_path / "b.csv", index=False)
-    batch = perf.provenance(perf.load_benchmarks(tmp_path)).set_index("file")["batch"]
+    batch = perf.benchmark_files(perf.load_benchmarks(tmp_path)).set_index("file")["batch"]
     assert batch["a.csv"] == 32 and str(batch["a.csv"]) == "32" and pd.isna(batch["b.csv"])
 
 
