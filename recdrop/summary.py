@@ -111,6 +111,7 @@ class Shown:
 
     experiment: Any  # an ``experiments.Experiment``
     what: str  # the landing table's label
+    change: str  # what an ablation changes ("" for the table's own grid)
     grid: str
     scale: Optional[str]
     rows: List[Row]
@@ -129,12 +130,13 @@ def shown_tables(store: Optional[RunStore] = None) -> List[Shown]:
             continue
         scale = chapter_scale(e.name, store)
         seeds = chapter_seeds(e.name, scale, store) if scale else [0]
-        for grid, what in (("table", e.title), *((g, f"{e.title}; ablation: {change}") for g, change in e.ablations)):
+        for grid, change in (("table", ""), *e.ablations):
+            what = f"{e.title}; ablation: {change}" if change else e.title
             rows = run_grid(e.name, scale or "quick", seeds, train=False, store=store, grid=grid)
             at_paper = None if scale == "paper" else paper_comparison(e, grid, store)
             figures = [figure_at_largest_scale(e.name, figure, rows, scale, store)[2]
                        for figure in (e.figures if grid == "table" else ())]
-            out.append(Shown(e, what, grid, scale, rows, held_cells(verdict_rows(e.comparison(rows)), rows),
+            out.append(Shown(e, what, change, grid, scale, rows, held_cells(verdict_rows(e.comparison(rows)), rows),
                              None if at_paper is None else held_cells(at_paper, rows), figures))
     return out
 
@@ -226,7 +228,7 @@ def landing_stamps(store: Optional[RunStore] = None, shown: Optional[List[Shown]
                                 "where the numbers came from": stamp(runs), "chapter": e.name})
         for s in mine[1:]:  # its ablations' rows, once they have run, stamped as the chapter stamps them
             if any(r.record for r in s.rows):
-                out.append({"table": f"{e.short_title}; ablation: {s.what.split('; ablation: ')[1]}",
+                out.append({"table": f"{e.short_title}; ablation: {s.change}",
                             "scale": s.scale, "where the numbers came from": stamp(s.rows), "chapter": e.name})
     return pd.DataFrame(out, columns=["table", "scale", "where the numbers came from", "chapter"])
 
