@@ -20,7 +20,6 @@ and every other pointwise value stay in the state's float32 (``product_dtype``).
 from __future__ import annotations
 
 import contextlib
-
 import functools
 from types import ModuleType
 from typing import Optional, Tuple

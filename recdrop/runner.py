@@ -3,7 +3,7 @@
 A ``Job`` says what a worker needs to train one group (a run alone is a group of one); ``run_job``
 trains it in the calling process; ``run_groups`` runs the jobs of a list of groups, one at a time in
 this process or ``jobs`` at a time in spawned worker processes, and hands each of a group's rows on
-as the group ends: with its record where the run is done (``RunStore.finished``: a member that
+as the group ends: with its record where the run is done (``RunStore.done_record``: a member that
 finished before its group failed keeps its record), else with the error that stopped it.
 """
 from __future__ import annotations

@@ -526,7 +526,7 @@ class GroupTrainer:
 
     def done(self, members: Sequence[Tuple[ExperimentConfig, int]]) -> Dict[str, Record]:
         """Run id -> stored record, for each of ``members`` whose record finishes it: one the store keeps
-        (``RunStore.finished``), and with ``rerun``, one made by this code."""
+        (``RunStore.done_record``), and with ``rerun``, one made by this code."""
         store = self.options.store
         found = {run_id(c, s): store.done_record(c.experiment, c.scale, run_id(c, s)) for c, s in members}
         return {rid: record for rid, record in found.items()
