@@ -45,8 +45,9 @@ def check_seeds(seeds) -> List[int]:
     would train one run twice, and two workers would race for it). A bare int is refused: ``seeds=3`` reads as
     three seeds but would be seed 3 alone."""
     if isinstance(seeds, int) and not isinstance(seeds, bool):
-        raise ValueError(f"seeds is a list of seeds, got the int {seeds}: for seed {seeds} alone give [{seeds}], for "
-                         f"{seeds} seeds {list(range(seeds))} (papermill: -y 'seeds: {list(range(seeds)) or [0]}')")
+        many = f", for {seeds} seeds {list(range(seeds))}" if seeds > 1 else ""
+        raise ValueError(f"seeds is a list of seeds, got the int {seeds}: for seed {seeds} alone give [{seeds}]{many} "
+                         f"(papermill: -y 'seeds: [{seeds}]')")
     if not isinstance(seeds, (list, tuple)) or not seeds or not all(
             isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds):
         hint = " (papermill's -p gives a string: give a list with -y 'seeds: [0, 1]')" if isinstance(seeds, str) else ""
