@@ -22,6 +22,7 @@ import hashlib
 import logging
 import os
 import re
+import shutil
 import sys
 import threading
 from pathlib import Path
@@ -85,7 +86,7 @@ def compiled() -> Optional[ModuleType]:
                     # (under one name, each would rebuild it over the other's at every process start)
                     digest = hashlib.sha256(SOURCE.read_bytes() + " ".join(flags).encode()).hexdigest()[:12]
                     name = "recdrop_cpu_kernels_" + re.sub(r"\W", "_", capability.lower()) + "_" + digest  # "NO AVX"
-                    if not _in_cache(name):  # a pause of half a minute, said
+                    if not _in_cache(name) and shutil.which(os.environ.get("CXX", "c++")):  # a half-minute pause, said
                         print(f"recdrop: compiling its CPU kernels for {capability}, once for this machine "
                               "(about 30 s)", file=sys.stderr, flush=True)
                     _built[capability] = cpp_extension.load(name, [str(SOURCE)], extra_cflags=list(flags))

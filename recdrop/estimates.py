@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any, Dict, Optional, Sequence, Tuple
 
 from .config import ExperimentConfig
-from .store import CorruptCheckpointError, RunStore, hardware_as_written_now, load_checkpoint
+from .records import hardware_as_written_now
+from .store import CorruptCheckpointError, RunStore, load_checkpoint
 
 DROPOUT_FIELDS = ("scheme", "sampling", "recurrent_dropout", "scaling", "input_dropout", "output_dropout")
 RECENT_RUNS = 4  # the estimate reads this many of the newest stored runs like it (the code gets faster)

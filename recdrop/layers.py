@@ -192,10 +192,12 @@ class RecurrentLayer(DropoutSettings, nn.RNNBase):
         data = input.data if isinstance(input, PackedSequence) else input
         # what recdrop's own code checks, checked before torch.nn's forward too: one bad input, one error,
         # whether or not recurrent dropout acts (torch.nn's kernels fail on these deep inside, or not at all)
-        if isinstance(input, PackedSequence):
+        packed = isinstance(input, PackedSequence)
+        if packed:
             self.check_input(data, input.batch_sizes)  # torch.nn's check, which its packed forward skips
-        if hx is not None:
-            self._check_states(states_of(hx, self.n_states), data, None)
+        if hx is not None:  # a pack's states by its batch too, which torch.nn's packed LSTM does not check
+            shapes = self._state_shapes(int(input.batch_sizes[0])) if packed and not route.ops_recorded() else None
+            self._check_states(states_of(hx, self.n_states), data, shapes)
         if self.route(data, own=masks is not None) is not None:  # torch.nn's
             self.last_route = Route("torch.nn")
             return super(RecurrentLayer, self).forward(input, hx)  # torch.nn's forward: cuDNN, oneDNN

@@ -16,7 +16,8 @@ import pandas as pd
 
 from .cells import GATES  # gate blocks per cell, for the FLOP count
 from .paths import DATA_DIR
-from .store import atomic_write_bytes, git_commit, hardware_as_written_now, is_clean_commit
+from .records import hardware_as_written_now
+from .store import atomic_write_bytes, git_commit, is_clean_commit
 
 BENCH_DIR = DATA_DIR / "benchmarks"
 GROUP_DIR = BENCH_DIR / "groups"  # fused groups of runs against one run at a time

@@ -66,11 +66,13 @@ def stamp(rows: Iterable[Row]) -> str:
             + precision)
 
 
-def folded(summary: str, body: str, css_class: str = "") -> str:
-    """``body`` (HTML) folded under the line ``summary`` (plain text, escaped here): what a page keeps for the
-    reader who asks (stamps, commits, earlier measurements), out of the way of the one who reads the results."""
+def folded(summary: str, body: str, css_class: str = "", bold: bool = False) -> str:
+    """``body`` (HTML) folded under the line ``summary`` (plain text, escaped here; in bold with ``bold``): what
+    a page keeps for the reader who asks (stamps, commits, earlier measurements), out of the way of the one
+    who reads the results."""
     opened = f'<details class="{css_class}">' if css_class else "<details>"
-    return f"{opened}<summary>{html.escape(summary)}</summary>{body}</details>"
+    line = f"<b>{html.escape(summary)}</b>" if bold else html.escape(summary)
+    return f"{opened}<summary>{line}</summary>{body}</details>"
 
 
 def provenance(rows: Iterable[Row], what: str = "How these numbers were made") -> str:

@@ -32,7 +32,7 @@ from . import route
 from .cpu_products import cpu_fields, cpu_name
 from .paths import DATA_DIR, REPO_ROOT, cache_dir
 from .progress import say
-from .records import Record, hardware_as_written_now  # noqa: F401 (the benchmarks' too)
+from .records import Record
 
 DEFAULT_RUNS = DATA_DIR / "runs"
 

@@ -24,12 +24,13 @@ from .verdicts import Judgement, NOT_RUN, Verdict, claim_verdicts, verdict_html,
 
 QUICK = "at quick, a smoke test whose models under-fit"  # no test of a claim (see Deviations)
 
+PAPER_COLUMN = "on the paper's numbers"  # a claims table's verdict on the paper's own table
+NOT_ON_PAPER = "the paper's own numbers do not bear it out"
+
 
 def as_landed(scale: Optional[str], verdict: Judgement) -> Judgement:
     """A claim's verdict as the landing page gives it: one at ``quick`` is not judged (``QUICK``)."""
     return verdict.not_judged(QUICK) if scale == "quick" and verdict.ran else verdict
-PAPER_COLUMN = "on the paper's numbers"  # a claims table's verdict on the paper's own table
-NOT_ON_PAPER = "the paper's own numbers do not bear it out"
 
 
 def landing_claims(store: Optional[RunStore] = None) -> pd.DataFrame:
@@ -250,7 +251,8 @@ def landing_html(table: pd.DataFrame, classes: str = "landing") -> str:
 
 
 def _seeds(judged) -> str:
-    """"1 seed", "3 seeds", "1–3 seeds": the seed counts ``judged`` (a comparison's ``n``) rest on."""
+    """"1 seed", "3 seeds", "1–3 seeds": the seed counts ``judged`` (a comparison's ``n``, or its
+    ``Judgement``s' ``seeds``) rest on."""
     n = [int(x) for x in judged if x]
     if not n:
         return "no seed"

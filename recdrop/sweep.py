@@ -46,8 +46,7 @@ def check_seeds(seeds) -> List[int]:
     three seeds but would be seed 3 alone."""
     if isinstance(seeds, int) and not isinstance(seeds, bool):
         many = f", for {seeds} seeds {list(range(seeds))}" if seeds > 1 else ""
-        raise ValueError(f"seeds is a list of seeds, got the int {seeds}: for seed {seeds} alone give [{seeds}]{many} "
-                         f"(papermill: -y 'seeds: [{seeds}]')")
+        raise ValueError(f"seeds is a list of seeds, got the int {seeds}: for seed {seeds} alone give [{seeds}]{many}")
     if not isinstance(seeds, (list, tuple)) or not seeds or not all(
             isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds):
         hint = " (papermill's -p gives a string: give a list with -y 'seeds: [0, 1]')" if isinstance(seeds, str) else ""
@@ -328,9 +327,9 @@ class SweepTraining:
                     else:
                         self.ran(row, record)
         except KeyboardInterrupt:  # said where the notebook stops: its later cells run on nothing new
-            done = sum(bool(r.done) for r in todo)
+            done = sum(self.store.done_record(self.experiment, r.config.scale, r.run_id) is not None for r in todo)
             say(f"sweep {self.experiment}: interrupted with {done} of {len(todo)} runs finished and stored; the "
-                "same call again trains the others, each with a checkpoint from it")
+                "same call again trains the others, each that had started from its last checkpoint")
             raise
         finally:
             self.bar.close()
@@ -437,7 +436,11 @@ def main(argv=None) -> int:
         return 1
     try:
         if args.forecast:
-            device = check_device(args.device, available=False)  # a time for another machine's device too
+            if args.fuse is not False:
+                raise ValueError("--forecast times runs trained alone; a fused group's time is not theirs summed")
+            # a time for another machine's device too, but none past this machine's last GPU
+            device = check_device(args.device, available=str(args.device).startswith("cuda")
+                                  and torch.cuda.is_available())
             rows = run_grid(args.experiment, args.scale, args.seeds, device, args.jobs, train=False,
                             only=_parse_overrides(args.only, "--only") or None, grid=args.grid, **overrides)
             todo = [r for r in rows if not r.done]

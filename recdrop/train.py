@@ -541,13 +541,13 @@ class GroupTrainer:
                                   + ": the time budget ended before it started")
         store.refuse_unclean_code(self.env["commit"], f"{what} is")
         cpu_products.forget()  # the records name the libraries of this group's own products
-        if torch.device(self.device).type == "cpu" and route.switched_on("RECDROP_CPU_KERNELS"):
-            cpu_kernels.compiled()  # built (once a machine) before any run's clock starts: not training time
         # one process a run; on a CPU, denormals computed as zero
         with store.hold_runs(config.experiment, [run_id(c, s) for c, s in todo], self.options.wait), \
                 denormals_flushed(self.device):
             records = self.done(todo)  # finished by another process since the first look
             todo = [(c, s) for c, s in todo if run_id(c, s) not in records]
+            if self.uses_cpu_kernels(todo):
+                cpu_kernels.compiled()  # built (once a machine) before any run's clock starts: not training time
             self.alone = len(todo) == 1
             runs = [r for r in (self.start(c, s) for c, s in todo) if r is not None]
             for r in runs:
@@ -562,6 +562,12 @@ class GroupTrainer:
             raise GroupMemberError(f"{len(self.failed)} of {len(todo)} runs could not start (the others went on):\n"
                                    + "\n".join(f"  {rid}: {why}" for rid, why in self.failed.items()))
         return records
+
+    def uses_cpu_kernels(self, todo: List[Tuple[ExperimentConfig, int]]) -> bool:
+        """Whether ``todo``'s layers take the C++ kernels (``cpu_kernels.usable``): on a CPU, with the kernels
+        switched on, outside autocast, and with recurrent dropout in some run (else torch.nn's forward runs)."""
+        return (torch.device(self.device).type == "cpu" and route.switched_on("RECDROP_CPU_KERNELS")
+                and self.precision != "bf16" and any(getattr(c, "recurrent_dropout", 0) for c, _ in todo))
 
     def start(self, config: ExperimentConfig, seed: int) -> Optional[Run]:
         """The run of ``config`` and ``seed``, from its checkpoint where it has one.

@@ -87,10 +87,11 @@ def test_initial_state_wrong_shape_is_torch_nns_error(cls, rate):
 
 
 @pytest.mark.parametrize("cls", LAYERS)
-def test_an_unsorted_packs_initial_state_of_another_batch_is_refused_before_the_sort(cls):
+@pytest.mark.parametrize("rate", [0.0, 0.25], ids=["torch.nn's forward", "recdrop's"])
+def test_an_unsorted_packs_initial_state_of_another_batch_is_refused_before_the_sort(cls, rate):
     """torch.nn sorts hx into the pack's order first, and so takes 2 rows of a batch of 5 silently."""
     packed = pack_sequence([torch.randn(2, 3), torch.randn(3, 3)], enforce_sorted=False)  # batch 2
-    m = cls(3, 4, recurrent_dropout=0.25)
+    m = cls(3, 4, recurrent_dropout=rate)
     bad = torch.zeros(1, 5, 4)
     with pytest.raises(RuntimeError, match=r"Expected hidden size \(1, 2, 4\), got \[1, 5, 4\]"):
         m(packed, (bad, bad) if cls is recdrop.LSTM else bad)

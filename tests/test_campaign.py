@@ -636,6 +636,8 @@ def test_the_sweeps_forecast_trains_nothing_and_says_what_is_missing(store, monk
     assert sweep.main(["temporal_order", "--scale", "ci", "--forecast", *only]) == 0
     assert capsys.readouterr().out == (f"sweep temporal_order (ci): all {len(rows)} runs are in {store.root}; nothing "
                                        "to train\n")
+    assert sweep.main(["temporal_order", "--scale", "ci", "--forecast", "--fuse", *only]) == 1  # not a group's time
+    assert "--forecast times runs trained alone" in capsys.readouterr().err
 
 
 def test_the_command_line_runs_and_lists_a_campaign(store, tmp_path, monkeypatch, capsys, clean_code):

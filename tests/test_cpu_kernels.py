@@ -177,3 +177,22 @@ def test_a_buffer_the_kernels_cannot_read_is_refused_with_a_clear_error():
     with pytest.raises(RuntimeError, match="a mask must be a contiguous CPU tensor of the state's shape"):
         cpu_kernels.compiled().lstm_forward_step(gates, None, gates, c, torch.ones(2, 5), None, None, None, None,
                                                  c.clone(), c.clone(), c.clone(), False)  # past the wrapper's checks
+
+
+@pytest.mark.parametrize("rate", [0.0, 0.5], ids=["torch.nn's forward", "recdrop's fused"])
+def test_the_trainer_builds_the_kernels_before_a_runs_clock_and_only_where_its_layers_take_them(rate, tmp_path,
+                                                                                                 monkeypatch):
+    """The build's half minute on a machine's first run is not training time (the estimates read it), and a
+    group whose layers run torch.nn's forward does not wait for a build it never uses."""
+    from recdrop import train
+    from recdrop.experiments.temporal_order import TemporalOrderConfig, TemporalOrderTask
+    from recdrop.store import RunStore
+
+    events = []
+    monkeypatch.setattr(cpu_kernels, "compiled", lambda real=cpu_kernels.compiled: events.append("build") or real())
+    started = train.GroupTraining.__init__
+    monkeypatch.setattr(train.GroupTraining, "__init__",
+                        lambda self, *a, **k: events.append("clock") or started(self, *a, **k))
+    cfg = TemporalOrderConfig.at_scale("ci", recurrent_dropout=rate, epochs=1)
+    train.train_run(TemporalOrderTask, cfg, store=RunStore(tmp_path), progress=False)
+    assert events[:2] == (["build", "clock"] if rate else ["clock"])

@@ -475,4 +475,4 @@ def test_an_interrupted_sweep_says_what_it_kept_and_how_to_go_on(store, monkeypa
                  only={"length": "short", "scheme": "moon"}, epochs=1)
     said = capsys.readouterr()
     assert ("sweep temporal_order: interrupted with 1 of 4 runs finished and stored; the same call again trains "
-            "the others, each with a checkpoint from it") in said.out + said.err
+            "the others, each that had started from its last checkpoint") in said.out + said.err

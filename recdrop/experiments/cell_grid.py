@@ -15,7 +15,8 @@ from ..masks import check_choice
 from ..optim import OPTIMIZERS, rmsprop
 from ..paths import DATA_DIR
 from ..report import PRECISION_NAMES, curves_frame
-from ..store import RunStore, hardware_as_written_now
+from ..records import hardware_as_written_now
+from ..store import RunStore
 
 CELLS = ("RNN", "LSTM", "GRU")
 RATES = (0.0, 0.25)
