@@ -16,7 +16,7 @@ from . import progress
 from .config import SCALE_NAMES
 from .experiments import EXPERIMENTS, char_lm_chapter, temporal_order_chapter
 from .report import (ablation_effects, ablation_finding, commits_of, figure_html, folded, is_twin, plot_against_paper,
-                     provenance, ran_cells, side_by_side, styled, trained_on, verdict_rows, where_made)
+                     provenance, ran_cells, side_by_side, stored_seeds, styled, trained_on, verdict_rows, where_made)
 from .store import RunStore
 from .sweep import run_grid, stored_rows, stored_scales
 from .verdicts import Judgement, claim_verdicts
@@ -233,12 +233,13 @@ def conjecture_runs(experiment: str, scale: str, seeds, store: Optional[RunStore
     """The runs the conjecture's chapter and its landing rows judge, for Table 2 (``word_lm``) or 3
     (``char_lm``) at ``scale``: the table's own grid (its single schemes: all of its cells, 26 or 28 runs a
     seed) and the combination's (8 a seed), each for ``seeds``, trained where missing with ``train``; and
-    the seeds study's headline cells at seeds 0-2 as stored (never trained here), which give the seed noise
+    the seeds study's headline cells at every seed stored (never trained here), which give the seed noise
     (``conjecture.pooled_seed_sd``). The table's rows are its cells alone (``Experiment.table_rows``:
     Table 3's batch-size check aside)."""
     table, combined = (run_grid(experiment, scale, seeds=seeds, device=device, jobs=jobs, train=train, store=store,
                                 grid=grid) for grid in CONJECTURE_GRIDS)
-    headline = run_grid(experiment, scale, seeds=[0, 1, 2], train=False, store=store, grid="headline")
+    headline = run_grid(experiment, scale, seeds=stored_seeds(experiment, scale, store) or [0], train=False,
+                        store=store, grid="headline")
     return EXPERIMENTS[experiment].table_rows(table), combined, headline
 
 
