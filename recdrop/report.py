@@ -260,36 +260,54 @@ def compare(rows: List[Row], cells: Iterable[Tuple[Dict[str, Any], Optional[floa
         mine = [r for r in rows if all(r[k] == labels[k] for k in cell_keys)]
         runs = [r.record.metrics for r in mine if r.record]
         diverged = sum(bool(r.diverged) for r in mine)
-        values = [m[key] * factor for m in runs if m.get(key) is not None and not pd.isna(m.get(key))]
-        n = len(values)
-        mean = float(np.mean(values)) if n else float("nan")
-        sd = float(np.std(values, ddof=1)) if n > 1 else float("nan")
+        values = _values(runs, key, factor)
+        n, (mean, sd) = len(values), _mean_sd(values)
         paper = float("nan") if paper is None else float(paper)
         delta = metric.delta(mean, paper) if n and not math.isnan(paper) else None
-        ours, verdict = fmt_mean_sd(mean, sd, n, metric.digits), metric.verdict(values, paper)
+        ours = fmt_mean_sd(mean, sd, n, metric.digits)
         if diverged:  # a run whose training loss became NaN or infinite: a result, not a gap
             ours = f"{ours}; {diverged} diverged" if n else f"diverged ({diverged} run{'s' * (diverged > 1)})"
-            verdict = verdict if n or math.isnan(paper) else Judgement(Verdict.NOT_REPRODUCED, "diverged")
-        below = sorted({r.stored.scale for r in mine if r.stored is not None} - {"paper"})  # diverged ones too
-        if below and verdict is not None and verdict.ran:  # a smaller model or corpus: its level is not the paper's
-            verdict = Judgement(Verdict.NOT_JUDGED, f"{below[0]} scale", n)
         row = {**labels, "paper": paper, "ours": ours,
                "delta": None if delta is None else round(delta, 1 if metric.relative else metric.digits),
-               "verdict": verdict}
+               "verdict": _cell_verdict(metric, values, paper, mine, diverged)}
         for column, extra_of in extras:
             extra = extra_of(labels)
-            if extra is None:
-                row[column] = ""
-                continue
-            ev = [m[extra] * factor for m in runs if m.get(extra) is not None and not pd.isna(m.get(extra))]
-            if runs and not ev:  # runs whose records predate the metric
-                row[column] = "not recorded"
-                continue
-            row[column] = fmt_mean_sd(float(np.mean(ev)) if ev else float("nan"),
-                                      float(np.std(ev, ddof=1)) if len(ev) > 1 else float("nan"), len(ev),
-                                      metric.digits)
+            row[column] = "" if extra is None else _extra(runs, extra, factor, metric.digits)
         out.append({**row, "mean": mean, "sd": sd, "n": n, "diverged": diverged})
     return pd.DataFrame(out)
+
+
+def _values(runs: List[Dict[str, Any]], key: str, factor: float) -> List[float]:
+    """Metric ``key`` of each of ``runs`` (their records' metrics) that has it, times ``factor``."""
+    return [m[key] * factor for m in runs if m.get(key) is not None and not pd.isna(m.get(key))]
+
+
+def _mean_sd(values: List[float]) -> Tuple[float, float]:
+    """Their mean (NaN for none) and standard deviation over seeds (NaN for fewer than two)."""
+    return (float(np.mean(values)) if values else float("nan"),
+            float(np.std(values, ddof=1)) if len(values) > 1 else float("nan"))
+
+
+def _cell_verdict(metric: Metric, values: List[float], paper: float, mine: List[Row],
+                  diverged: int) -> Optional[Judgement]:
+    """A cell's verdict (``Metric.verdict``): *not reproduced* where its every run diverged, and *not judged
+    at this scale* where its runs (finished or diverged) ran below the paper's."""
+    verdict = metric.verdict(values, paper)
+    if diverged and not values and not math.isnan(paper):
+        verdict = Judgement(Verdict.NOT_REPRODUCED, "diverged")
+    below = sorted({r.stored.scale for r in mine if r.stored is not None} - {"paper"})
+    if below and verdict is not None and verdict.ran:  # a smaller model or corpus: its level is not the paper's
+        verdict = Judgement(Verdict.NOT_JUDGED, f"{below[0]} scale", len(values))
+    return verdict
+
+
+def _extra(runs: List[Dict[str, Any]], extra: str, factor: float, digits: int) -> str:
+    """An extra column's cell: metric ``extra`` over ``runs`` as mean ± sd; "not recorded" where runs ran
+    but their records predate the metric."""
+    values = _values(runs, extra, factor)
+    if runs and not values:
+        return "not recorded"
+    return fmt_mean_sd(*_mean_sd(values), len(values), digits)
 
 
 def difference_noise(a: pd.Series, b: pd.Series, confidence: float = 0.95) -> float:
