@@ -189,20 +189,14 @@ class RecurrentLayer(DropoutSettings, nn.RNNBase):
     def _forward(self, input: Tensor, hx, masks: Optional[Masks]):
         if not isinstance(input, (Tensor, PackedSequence)):
             raise TypeError(f"input must be a torch.Tensor or a PackedSequence, got {type(input).__name__}")
-        data = input.data if isinstance(input, PackedSequence) else input
-        # what recdrop's own code checks, checked before torch.nn's forward too: one bad input, one error,
-        # whether or not recurrent dropout acts (torch.nn's kernels fail on these deep inside, or not at all)
         packed = isinstance(input, PackedSequence)
-        if packed:
-            self.check_input(data, input.batch_sizes)  # torch.nn's check, which its packed forward skips
-        if hx is not None:  # a pack's states by its batch too, which torch.nn's packed LSTM does not check
-            shapes = self._state_shapes(int(input.batch_sizes[0])) if packed and not route.ops_recorded() else None
-            self._check_states(states_of(hx, self.n_states), data, shapes)
+        data = input.data if packed else input
         if self.route(data, own=masks is not None) is not None:  # torch.nn's
+            self._check_as_recdrop_does(input, hx)
             self.last_route = Route("torch.nn")
             return super(RecurrentLayer, self).forward(input, hx)  # torch.nn's forward: cuDNN, oneDNN
         if torch.jit.is_tracing():  # torch.nn's forward traces as one op; recdrop's own loop as its steps
-            steps = (input.batch_sizes.numel() if isinstance(input, PackedSequence)
+            steps = (input.batch_sizes.numel() if packed
                      else data.shape[-2] if self.batch_first else data.shape[0])
             warnings.warn(f"recdrop.{type(self).__name__}: a trace of its own forward (as where recurrent dropout "
                           f"acts) unrolls the loop over the traced input's {steps} steps; the traced module runs "
@@ -217,6 +211,18 @@ class RecurrentLayer(DropoutSettings, nn.RNNBase):
             output = output.squeeze(1)
             state = tuple(s.squeeze(1) for s in state)
         return output, (state if self.n_states == 2 else state[0])
+
+    def _check_as_recdrop_does(self, input, hx) -> None:
+        """Before torch.nn's forward: what recdrop's own code checks (``_check_input``, ``_forward_packed``), so
+        that one bad input gets one error whether or not recurrent dropout acts (torch.nn's kernels fail on
+        these deep inside, or not at all)."""
+        packed = isinstance(input, PackedSequence)
+        data = input.data if packed else input
+        if packed:
+            self.check_input(data, input.batch_sizes)  # torch.nn's check, which its packed forward skips
+        if hx is not None:  # a pack's states by its batch too, which torch.nn's packed LSTM does not check
+            shapes = self._state_shapes(int(input.batch_sizes[0])) if packed and not route.ops_recorded() else None
+            self._check_states(states_of(hx, self.n_states), data, shapes)
 
     def masks_for(self, x: Tensor, masks: Optional[Masks]) -> Optional[Masks]:
         """The masks of a forward call over ``x`` (T, B, ...): the given ones, checked, or fresh ones
