@@ -15,8 +15,9 @@ from IPython.display import HTML, Markdown, display
 from . import progress
 from .config import SCALE_NAMES
 from .experiments import EXPERIMENTS, char_lm_chapter, temporal_order_chapter
-from .report import (ablation_effects, ablation_finding, commits_of, figure_html, folded, is_twin, plot_against_paper,
-                     provenance, ran_cells, side_by_side, stored_seeds, styled, trained_on, verdict_rows, where_made)
+from .ablations import ablation_effects, ablation_finding, side_by_side
+from .report import (commits_of, figure_html, folded, is_twin, plot_against_paper, provenance, ran_cells, stored_seeds,
+                     styled, trained_on, verdict_rows, where_made)
 from .store import RunStore
 from .sweep import run_grid, stored_rows, stored_scales
 from .verdicts import Judgement, claim_verdicts
@@ -254,8 +255,8 @@ def show_ablations(name: str, scale: str, seeds, store: Optional[RunStore] = Non
 
 def _show_ablation(e, change: str, rows, ablated, heading: str) -> None:
     """One ablation of experiment ``e``: its runs' (``ablated``) stamp and the table's comparison on them
-    beside the table's own runs (``rows``), cell by cell (``report.ablation_effects``,
-    ``report.side_by_side``), what it found (``report.ablation_finding``), then its runs' learning curves
+    beside the table's own runs (``rows``), cell by cell (``ablations.ablation_effects``,
+    ``ablations.side_by_side``), what it found (``ablations.ablation_finding``), then its runs' learning curves
     where the experiment draws them."""
     display(Markdown(f"{heading} Ablation: {change}\n\n{provenance(ablated)}"))
     effects = ablation_effects(e.comparison, rows, ablated, e.metric)

@@ -16,7 +16,8 @@ from .chapters import (best_cell, claims_by_scale, conjecture_runs, figure_at_la
                        largest_verdicts, leading_verdicts, paper_comparison)
 from .experiments import EXPERIMENTS, conjecture, memory_loss_chapter
 from .experiments import seeds as seeds_study
-from .report import ablation_effects, ablation_finding, held_cells, ran_cells, stamp, verdict_rows
+from .ablations import ablation_effects, ablation_finding, held_cells
+from .report import ran_cells, stamp, verdict_rows
 from .records import Row
 from .store import RunStore
 from .sweep import run_grid, stored_scales

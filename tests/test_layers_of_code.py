@@ -11,8 +11,8 @@ ROOT = Path(recdrop.__file__).parent
 LAYERS = [
     {"paths", "masks", "cells", "cpu_products", "cpu_kernels", "fused", "triton_kernels", "graphs", "layers", "memory",
      "models", "optim", "paper", "route", "stacked", "step_graph", "updates"},
-    {"config", "records", "store", "estimates", "progress", "train", "verdicts", "report", "perf", "figure1", "demo",
-     "data"},  # data: its checksums and writes
+    {"config", "records", "store", "estimates", "progress", "train", "verdicts", "report", "ablations", "perf",
+     "figure1", "demo", "data"},  # data: its checksums and writes
     {"experiments"},
     {"runner", "sweep", "campaign"},
     {"chapters"},
