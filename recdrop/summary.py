@@ -226,7 +226,7 @@ def landing_stamps(store: Optional[RunStore] = None, shown: Optional[List[Shown]
                 drawn.append((row["larger"]["scale"], row["larger"]["runs"]))
             for scale, runs in drawn:
                 if any(r.record for r in runs):
-                    out.append({"table": row["what"].split(":")[0], "scale": scale,
+                    out.append({"table": row["figure"], "scale": scale,
                                 "where the numbers came from": stamp(runs), "chapter": e.name})
         for s in mine[1:]:  # its ablations' rows, once they have run, stamped as the chapter stamps them
             if any(r.record for r in s.rows):
@@ -288,7 +288,6 @@ def table_sentences(shown: List[Shown], claims: pd.DataFrame) -> List[str]:
         if s.grid != "table":
             continue
         e = s.experiment
-        number, subject = e.title.split(":", 1)
         scale, t = _strongest(s)
         ran = ran_cells(t)
         if scale == "paper":
@@ -303,7 +302,7 @@ def table_sentences(shown: List[Shown], claims: pd.DataFrame) -> List[str]:
             cells = "not yet run"
         mine = claims[(claims["chapter"] == e.name) & ~claims["table"].str.startswith(BEYOND)]
         said = _claims_sentence(mine)
-        out.append(f"<b>{number}</b> ({subject.strip()}): {cells}" + (f"; {said}" if said else "") + ".")
+        out.append(f"<b>{e.short_title}</b> ({e.subject}): {cells}" + (f"; {said}" if said else "") + ".")
         for row in s.figures:
             out.append(f"<b>{row['what'].split(':')[0]}</b> ({row['what'].split(':', 1)[1].strip()}): at "
                        f"<code>{row['scale']}</code>, {verdict_html(row['judged'])}.")

@@ -160,3 +160,14 @@ def test_the_landing_page_leads_with_a_verdict_judged_against_the_noise_over_one
         "run below only": ("reduced", str(one_seed)),
         "diverged here": ("paper", "not judged at this scale (a run it needs diverged)"),  # not for lack of seeds
         "run nowhere": ("paper", str(NOT_RUN))}
+
+
+def test_with_nothing_run_each_tables_sentence_names_it_and_what_it_measures():
+    from recdrop.store import RunStore
+    from recdrop.summary import landing_claims, shown_tables, table_sentences
+
+    store = RunStore("/nonexistent")
+    sentences = table_sentences(shown_tables(store), landing_claims(store))
+    assert sentences[0].startswith("<b>Figure 1</b> (the three schemes)")
+    table2 = "<b>Table 2</b> (word-level PTB, test perplexity): not yet run"
+    assert any(s.startswith(table2) for s in sentences), sentences

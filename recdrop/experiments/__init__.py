@@ -34,8 +34,9 @@ class Experiment:
     headline: Optional[str] = None  # the landing page's cell, where the paper's best value is shared
     curves: Optional[Callable] = None  # rows -> a figure of the learning curves of whatever ran
     checks: tuple = ()  # rows -> a table that tests the scale itself (over-fit, converged, pilot, batch size)
-    figures: tuple = ()  # (rows, scale) -> the landing page's row of a paper's figure drawn from these runs, with
-    # the rows of the cells it draws under "runs" and its claim's verdict (verdicts.claim_verdict) under "judged"
+    figures: tuple = ()  # (rows, scale) -> the landing page's row of a paper's figure drawn from these runs: its name
+    # under "figure" ("Figure 2"), the rows of the cells it draws under "runs" and its claim's verdict
+    # (verdicts.claim_verdict) under "judged"
     paper_scale_lacks: str = ""  # what its `paper` scale still lacks of the paper's setup (deviations page)
     ablations: tuple = ()  # (grid, what it changes): runs kept beside the table, in its chapter and on the landing page
     # rows -> the rows of the paper's table itself, without a check's its grid also holds (Table 3's batch size)
@@ -45,6 +46,11 @@ class Experiment:
     def short_title(self) -> str:
         """What of the paper it replicates, as a table's row names it: "Table 2" (the title before its colon)."""
         return self.title.split(":")[0]
+
+    @property
+    def subject(self) -> str:
+        """What the paper's table measures, as its title says after the colon ("word-level PTB, test perplexity")."""
+        return self.title.split(":", 1)[1].strip()
 
 
 # In the book's order.
