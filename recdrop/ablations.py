@@ -4,14 +4,13 @@ it brings ours. A table's own cells are compared in ``report``."""
 from __future__ import annotations
 
 import math
-from typing import Callable, List, Optional
+from typing import Callable, List
 
 import numpy as np
 import pandas as pd
 
 from .records import Row
 from .report import Metric, label_columns, verdict_rows
-from .verdicts import Judgement, Verdict
 
 
 def difference_noise(a: pd.Series, b: pd.Series, confidence: float = 0.95) -> float:
@@ -83,20 +82,15 @@ def ablation_effects(comparison: Callable[[List[Row]], pd.DataFrame], rows: List
         return f"{'better' if better else 'worse'} {'beyond' if abs(change) > max(noise, resolution) else 'within'}"
     out["outcome"] = [outcome(c, e) for c, e in zip(out["change"], out["noise"])]
     out["diverged"] = (abl["diverged"] > 0).to_numpy()
-    at_paper = ~base["verdict"].map(_below_paper).to_numpy()  # below it the level is not the paper's
+    at_paper = (base["below"] == "").to_numpy()  # below it the level is not the paper's
     for name in ("table", "ablation"):
         out[f"{name}_distance"] = (out[f"{name}_mean"] - out["paper"]).abs().where(at_paper)
-    ablation_below = abl["verdict"].map(_below_paper).to_numpy()  # where the table's cell has not run
+    ablation_below = (abl["below"] != "").to_numpy()  # where the table's cell has not run
     out["below_paper"] = np.where(~at_paper, base["verdict"].to_numpy(),
                                   np.where(ablation_below, abl["verdict"].to_numpy(), ""))
     counted = verdict_rows(base.reset_index())["setting"]
     out["counted"] = out["setting"].isin(counted).to_numpy()
     return out
-
-
-def _below_paper(judged: Optional[Judgement]) -> bool:
-    """A cell that ran below the paper's scale (``compare``): its level is not the paper's to match."""
-    return judged is not None and judged.ran and judged.verdict is Verdict.NOT_JUDGED
 
 
 def side_by_side(effects: pd.DataFrame, digits: int = 2) -> pd.DataFrame:

@@ -296,7 +296,8 @@ def show_other_scales(name: str, shown: str, store: Optional[RunStore] = None) -
             display(styled(table[table["ours"] != "not yet run"], e.metric.digits))
             display(figure_html(plot_against_paper(table, e.metric),
                              f"At <code>{scale}</code> scale, ours against the paper's, cell by cell: whether our "
-                             "cells keep the paper's order (a smaller scale's level is not the paper's to match)."))
+                             "cells keep the paper's order (a smaller scale's numbers are not comparable with the "
+                             "paper's)."))
         if rows and e.claims is not None:
             if scale == "quick":  # as the landing page says of a verdict at quick (summary.QUICK)
                 display(Markdown("The claims below are judged at `quick`, a smoke test whose models under-fit: "

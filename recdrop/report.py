@@ -14,6 +14,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 import numpy as np
 import pandas as pd
 
+from .config import SCALE_NAMES
 from .records import Record, Row
 from .store import RunStore
 from .verdicts import NOT_RUN, Judgement, Verdict, verdict_html
@@ -213,9 +214,10 @@ class Metric:
         return (ours - paper) / paper * 100 if self.relative else ours - paper
 
     def verdict(self, values: Sequence[float], paper: float) -> Optional[Judgement]:
-        """*reproduced*: the mean over seeds is within the tolerance. With several seeds, a mean outside
-        it counts as *not reproduced* only when it is further out than the seed noise (two standard
-        errors of the mean); nearer, it is *within seed noise*. None where the paper has no number."""
+        """*reproduced*: the mean over seeds is within the tolerance. A mean outside it counts as *not
+        reproduced* only when it is further out than the seed noise (two standard errors of the mean);
+        nearer, it is *within seed noise*. One seed has no noise to weigh: outside the tolerance, it is
+        *not judged*, saying how far out. None where the paper has no number."""
         if paper is None or math.isnan(paper):
             return None
         if not len(values):
@@ -223,13 +225,16 @@ class Metric:
         mean, n = float(np.mean(values)), len(values)
         tol = self.tolerance * 100 if self.relative else self.tolerance
         off = abs(self.delta(mean, paper))
+        one_seed = "1 seed" if n == 1 else ""
         if off <= tol:
-            return Judgement(Verdict.REPRODUCED, seeds=n)
-        if n > 1:
-            sem = float(np.std(values, ddof=1)) / math.sqrt(n)
-            noise = 2 * sem / abs(paper) * 100 if self.relative else 2 * sem
-            if off - noise <= tol:
-                return Judgement(Verdict.WITHIN_NOISE, seeds=n)
+            return Judgement(Verdict.REPRODUCED, one_seed, seeds=n)
+        if n == 1:
+            return Judgement(Verdict.NOT_JUDGED, f"outside {self.tolerance_words} on 1 seed, too few to judge "
+                                                 "against seed noise", seeds=n)
+        sem = float(np.std(values, ddof=1)) / math.sqrt(n)
+        noise = 2 * sem / abs(paper) * 100 if self.relative else 2 * sem
+        if off - noise <= tol:
+            return Judgement(Verdict.WITHIN_NOISE, seeds=n)
         return Judgement(Verdict.NOT_REPRODUCED, seeds=n)
 
     def describe(self) -> str:
@@ -237,10 +242,12 @@ class Metric:
         within = self.tolerance_words + (" of the paper's number" if self.relative else "")
         return (f"*reproduced* within {within}; with several seeds (ours is then their mean ± standard deviation, "
                 f"n seeds), a cell further out only by less than two standard errors of our mean "
-                f"is *within seed noise*")
+                f"is *within seed noise*, and one further out *not reproduced*; one seed outside it is *not judged*")
 
 
-BEHIND_OURS = ("mean", "sd", "n", "diverged")  # ``compare``'s columns of what its ``ours`` says, for code to read
+# ``compare``'s columns of what its ``ours`` says, for code to read; "below": the scale below the paper's its runs
+# ran at ("" at the paper's)
+BEHIND_OURS = ("mean", "sd", "n", "diverged", "below")
 
 
 def compare(rows: List[Row], cells: Iterable[Tuple[Dict[str, Any], Optional[float], str]],
@@ -255,7 +262,8 @@ def compare(rows: List[Row], cells: Iterable[Tuple[Dict[str, Any], Optional[floa
     None; "not recorded" where the cell's runs lack it). Columns: the labels, paper,
     ours (mean ± sd, n), delta (ours - paper, in ``metric.delta_unit``), verdict (``Metric.verdict`` at
     the paper's scale; *not judged at this scale* below it; None where the paper has no number), the extras,
-    and the numbers behind ``ours`` (``BEHIND_OURS``): mean, sd, n and how many of its runs diverged."""
+    and the numbers behind ``ours`` (``BEHIND_OURS``): mean, sd, n, how many of its runs diverged and the
+    scale below the paper's they ran at."""
     out = []
     for labels, paper, key in cells:
         mine = [r for r in rows if all(r[k] == labels[k] for k in cell_keys)]
@@ -268,13 +276,15 @@ def compare(rows: List[Row], cells: Iterable[Tuple[Dict[str, Any], Optional[floa
         ours = fmt_mean_sd(mean, sd, n, metric.digits)
         if diverged:  # a run whose training loss became NaN or infinite: a result, not a gap
             ours = f"{ours}; {diverged} diverged" if n else f"diverged ({diverged} run{'s' * (diverged > 1)})"
+        below = min(({r.stored.scale for r in mine if r.stored is not None} - {"paper"}), key=SCALE_NAMES.index,
+                    default="")
         row = {**labels, "paper": paper, "ours": ours,
                "delta": None if delta is None else round(delta, 1 if metric.relative else metric.digits),
-               "verdict": _cell_verdict(metric, values, paper, mine, diverged)}
+               "verdict": _cell_verdict(metric, values, paper, diverged, below)}
         for column, extra_of in extras:
             extra = extra_of(labels)
             row[column] = "" if extra is None else _extra(runs, extra, factor, metric.digits)
-        out.append({**row, "mean": mean, "sd": sd, "n": n, "diverged": diverged})
+        out.append({**row, "mean": mean, "sd": sd, "n": n, "diverged": diverged, "below": below})
     return pd.DataFrame(out)
 
 
@@ -289,16 +299,15 @@ def _mean_sd(values: List[float]) -> Tuple[float, float]:
             float(np.std(values, ddof=1)) if len(values) > 1 else float("nan"))
 
 
-def _cell_verdict(metric: Metric, values: List[float], paper: float, mine: List[Row],
-                  diverged: int) -> Optional[Judgement]:
+def _cell_verdict(metric: Metric, values: List[float], paper: float, diverged: int,
+                  below: str) -> Optional[Judgement]:
     """A cell's verdict (``Metric.verdict``): *not reproduced* where its every run diverged, and *not judged
-    at this scale* where its runs (finished or diverged) ran below the paper's."""
+    at this scale* where its runs (finished or diverged) ran below the paper's, at scale ``below``."""
     verdict = metric.verdict(values, paper)
     if diverged and not values and not math.isnan(paper):
         verdict = Judgement(Verdict.NOT_REPRODUCED, "diverged")
-    below = sorted({r.stored.scale for r in mine if r.stored is not None} - {"paper"})
     if below and verdict is not None and verdict.ran:  # a smaller model or corpus: its level is not the paper's
-        verdict = Judgement(Verdict.NOT_JUDGED, f"{below[0]} scale", len(values))
+        verdict = Judgement(Verdict.NOT_JUDGED, f"{below} scale", len(values))
     return verdict
 
 

@@ -297,7 +297,8 @@ def table_sentences(shown: List[Shown], claims: pd.DataFrame) -> List[str]:
                      + (f"; {len(t) - len(ran)} of its {len(t)} cells not yet run there" if len(ran) < len(t) else ""))
         elif len(ran):
             cells = (f"not yet run at the paper's scale; at <code>{scale}</code>, {len(ran)} of {len(t)} cells on "
-                     f"{_seeds(ran['n'])}, whose level is not the paper's to match")
+                     f"{_seeds(ran['n'])}: smaller models than the paper's, whose numbers are not comparable with "
+                     f"its (only the claims on their order are judged)")
         else:
             cells = "not yet run"
         mine = claims[(claims["chapter"] == e.name) & ~claims["table"].str.startswith(BEYOND)]

@@ -49,9 +49,10 @@ _LOOK = {  # symbol, colour, what it means
                            "mean; a claim the seeds disagree on, or a difference within the seed noise"),
     Verdict.NOT_REPRODUCED: ("✘", "#c62828", "a cell further out than that; a claim that fails on the mean and "
                              f"in every one of {MIN_SEEDS_TO_JUDGE} seeds or more"),
-    Verdict.NOT_JUDGED: ("·", "#6e7781", "not yet run, a run it needs diverged, a claim run on fewer than "
-                                         f"{MIN_SEEDS_TO_JUDGE} seeds (it says whether it holds on them), or a "
-                                         "scale whose level is not the paper's to match"),
+    Verdict.NOT_JUDGED: ("·", "#6e7781", "not yet run, a run it needs diverged, a cell outside the tolerance on "
+                                         f"one seed, a claim run on fewer than {MIN_SEEDS_TO_JUDGE} seeds (each says "
+                                         "how far out, or whether it holds on them), or a smaller model or corpus "
+                                         "than the paper's, whose numbers are not comparable with its"),
 }
 
 

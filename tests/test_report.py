@@ -15,15 +15,20 @@ def test_the_verdict_weighs_the_tolerance_against_seed_noise():
     m = Metric("%", digits=1, tolerance=1.0)
     assert m.verdict([], 50.0) == NOT_RUN and not m.verdict([], 50.0).ran
     assert m.verdict([50.0], float("nan")) is None  # not in the paper
-    assert m.verdict([50.9], 50.0) == "reproduced"
-    assert m.verdict([51.5], 50.0) == "not reproduced"  # one seed: no noise to weigh
+    assert m.verdict([50.9], 50.0) == "reproduced (1 seed)" and m.verdict([50.9], 50.0).seeds == 1
+    # one seed: no noise to weigh, so outside the tolerance neither refuted nor within the noise
+    one_out = "not judged at this scale (outside {} on 1 seed, too few to judge against seed noise)"
+    assert m.verdict([51.5], 50.0) == one_out.format("1 %")
+    assert verdict_of(m.verdict([51.5], 50.0)) is Verdict.NOT_JUDGED and m.verdict([51.5], 50.0).ran
+    assert m.verdict([50.8, 50.9], 50.0) == "reproduced"  # several seeds: their count is in ours' (n=2)
     # mean 51.5, sd 1.0 over 4 seeds: standard error 0.5, two of them 1.0: 0.5 out, within the noise
     assert m.verdict([50.5, 52.5, 51.0, 52.0], 50.0) == "within seed noise"
     # mean 53, the same spread: 2 out, beyond the noise
     assert m.verdict([52.0, 54.0, 52.5, 53.5], 50.0) == "not reproduced"
     rel = Metric("ppl", digits=1, tolerance=0.05, relative=True, higher_is_better=False)
-    assert rel.delta(105.0, 100.0) == 5.0 and rel.verdict([105.0], 100.0) == "reproduced"
-    assert rel.verdict([106.0], 100.0) == "not reproduced" and rel.delta_unit == "%"
+    assert rel.delta(105.0, 100.0) == 5.0 and rel.verdict([105.0], 100.0) == "reproduced (1 seed)"
+    assert rel.verdict([106.0, 106.2], 100.0) == "not reproduced" and rel.delta_unit == "%"
+    assert rel.verdict([106.0], 100.0) == one_out.format("5%")
     assert Metric("%", 1, 10.0, points=True).delta_unit == "points"
 
 
@@ -33,10 +38,11 @@ def test_compare_builds_one_row_per_cell_with_the_same_columns():
     cells = [({"cell": "a"}, 100.0, "test_acc"), ({"cell": "b"}, 100.0, "test_acc"), ({"cell": "c"}, 50.0, "test_acc"),
              ({"cell": "a"}, None, "test_acc")]
     t = compare(rows, cells, ["cell"], m, factor=100)
-    assert list(t.columns) == ["cell", "paper", "ours", "delta", "verdict", "mean", "sd", "n", "diverged"]
+    assert list(t.columns) == ["cell", "paper", "ours", "delta", "verdict", "mean", "sd", "n", "diverged", "below"]
     assert t["ours"].tolist() == ["95.0 ± 7.1 (n=2)", "30.0", "not yet run", "95.0 ± 7.1 (n=2)"]
     assert t["delta"].tolist()[:2] == [-5.0, -70.0] and pd.isna(t["delta"][2])
-    assert t["verdict"].tolist() == ["reproduced", "not reproduced", NOT_RUN, None]  # None: not in the paper
+    assert t["verdict"].tolist() == ["reproduced", "not judged at this scale (outside 10 % on 1 seed, too few to judge "
+                                     "against seed noise)", NOT_RUN, None]  # None: not in the paper
     assert t["n"].tolist() == [2, 1, 0, 2]
 
 
@@ -48,7 +54,7 @@ def test_compare_says_where_runs_diverged():
     cells = [({"cell": c}, 100.0, "test_acc") for c in "abc"] + [({"cell": "b"}, None, "test_acc")]
     t = compare(rows, cells, ["cell"], m, factor=100)
     assert t["ours"].tolist() == ["90.0; 1 diverged", "diverged (2 runs)", "not yet run", "diverged (2 runs)"]
-    assert t["verdict"].tolist() == ["reproduced", "not reproduced (diverged)", NOT_RUN, None]
+    assert t["verdict"].tolist() == ["reproduced (1 seed)", "not reproduced (diverged)", NOT_RUN, None]
     assert t["n"].tolist() == [1, 0, 0, 0] and t["diverged"].tolist() == [1, 2, 0, 2]
     quick = [row(cell="b", record={"config": {"scale": "quick"}, "diverged": where})]  # below the paper's scale
     assert compare(quick, cells[1:2], ["cell"], m, factor=100)["verdict"].tolist() == [
@@ -250,12 +256,14 @@ def test_wide_tables_show_rates_as_labels_not_floats(experiment, wide):
 def test_below_the_papers_scale_a_cell_is_not_judged_as_the_landing_page_says():
     m = Metric("%", digits=1, tolerance=10.0)
     rows = ([row(cell="a", record={"metrics": {"test_acc": 0.9}, "config": {"scale": "reduced"}})]
-            + [row(cell="b", record={"metrics": {"test_acc": 0.3}, "config": {"scale": "paper"}})])
+            + [row(cell="b", seed=s, record={"metrics": {"test_acc": v}, "config": {"scale": "paper"}})
+               for s, v in enumerate((0.3, 0.31))])
     cells = [({"cell": "a"}, 100.0, "test_acc"), ({"cell": "b"}, 100.0, "test_acc"), ({"cell": "a"}, None, "test_acc")]
     t = compare(rows, cells, ["cell"], m, factor=100)
     assert t["verdict"].tolist() == ["not judged at this scale (reduced scale)", "not reproduced", None]
+    assert t["below"].tolist() == ["reduced", "", "reduced"]
     assert [verdict_of(j) for j in t["verdict"][:2]] == [Verdict.NOT_JUDGED, Verdict.NOT_REPRODUCED]
-    assert t["delta"].tolist()[:2] == [-10.0, -70.0] and pd.isna(t["delta"][2])  # the difference is still shown
+    assert t["delta"].tolist()[:2] == [-10.0, -69.5] and pd.isna(t["delta"][2])  # the difference is still shown
 
 
 def test_one_thread_is_said_in_the_singular_and_its_two_spellings_are_one_machine():
