@@ -17,7 +17,7 @@ from .config import SCALE_NAMES
 from .experiments import EXPERIMENTS, char_lm_chapter, temporal_order_chapter
 from .ablations import ablation_effects, ablation_finding, side_by_side
 from .report import (commits_of, figure_html, folded, is_twin, plot_against_paper, provenance, ran_cells, stored_seeds,
-                     styled, trained_on, verdict_rows, where_made)
+                     styled, trained_on, verdict_rows, weighed, where_made)
 from .store import RunStore
 from .sweep import run_grid, stored_rows, stored_scales
 from .verdicts import Judgement, claim_verdicts
@@ -293,7 +293,13 @@ def show_other_scales(name: str, shown: str, store: Optional[RunStore] = None) -
         display(Markdown(f"### At `{scale}` scale\n\n{runs}"))
         if rows and e.comparison is not None:
             table = e.comparison(rows)
-            display(styled(table[table["ours"] != "not yet run"], e.metric.digits))
+            ran = table["ours"] != "not yet run"
+            if scale == "paper":  # its test cells lead the chapter (``show_paper_so_far``): the rest here
+                display(Markdown(f"Its test cells lead this chapter ({e.short_title} at the paper's scale)"
+                                 + ("; its other rows:" if (ran & ~weighed(table)).any() else ".")))
+                ran &= ~weighed(table)
+            if ran.any():
+                display(styled(table[ran], e.metric.digits))
             display(figure_html(plot_against_paper(table, e.metric),
                              f"At <code>{scale}</code> scale, ours against the paper's, cell by cell: whether our "
                              "cells keep the paper's order (a smaller scale's numbers are not comparable with the "

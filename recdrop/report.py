@@ -383,13 +383,16 @@ def ran_cells(table: pd.DataFrame) -> pd.DataFrame:
     return table[[bool(j is not None and j.ran) for j in table["verdict"]]]
 
 
-def verdict_rows(table: pd.DataFrame) -> pd.DataFrame:
-    """The rows of a comparison (``compare``'s output) that a table's verdict weighs: the paper's test
+def weighed(table: pd.DataFrame) -> pd.Series:
+    """Which rows of a comparison (``compare``'s output) a table's verdict weighs: the paper's test
     numbers (not its validation or training rows, nor cells the paper does not have)."""
-    t = table[table["verdict"].notna()]
-    if "split" in t:
-        t = t[t["split"].str.lower() == "test"]
-    return t.reset_index(drop=True)
+    rows = table["verdict"].notna()
+    return rows & (table["split"].str.lower() == "test") if "split" in table else rows
+
+
+def verdict_rows(table: pd.DataFrame) -> pd.DataFrame:
+    """The rows of a comparison that a table's verdict weighs (``weighed``), renumbered."""
+    return table[weighed(table)].reset_index(drop=True)
 
 
 def plot_against_paper(table: pd.DataFrame, metric: Optional["Metric"] = None):

@@ -343,6 +343,12 @@ def test_a_table_is_shown_at_the_largest_scale_where_every_cell_ran_with_the_pap
     so_far = cells.loc[[s for s in cells.index if s.startswith("short")][0]]
     assert len(cells) == 12 and so_far["ours"] == "100.0" and so_far["paper"] == 100
     assert (cells["ours"] == "not yet run").sum() == 11
+    shown.clear()  # under Other scales, the paper's scale points up to those cells and shows only its other rows
+    chapters.show_other_scales("temporal_order", "quick", store)
+    assert shown[0].data.startswith("### At `paper` scale")
+    assert shown[1].data == "Its test cells lead this chapter (Table 1 at the paper's scale); its other rows:"
+    rest = shown[2].data
+    assert len(rest) == 1 and rest["split"].tolist() != ["test"] and rest["ours"].tolist() == ["100.0"]
 
 
 def test_a_figures_landing_row_is_judged_at_the_largest_scale_where_its_cells_ran(tmp_path, monkeypatch):
