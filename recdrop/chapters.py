@@ -169,7 +169,7 @@ def show_paper_so_far(name: str, shown: str, store: Optional[RunStore] = None) -
     """In a table's chapter rendered below ``paper`` scale: the cells run at the paper's settings so far,
     beside the paper's numbers (``paper_comparison``, its test numbers), under a heading that counts them
     and with their stamp folded, before the chapter's own scale; nothing where the chapter shows
-    ``paper`` or none has run there."""
+    ``paper`` or none has run there. *Other scales* (``show_other_scales``) then gives only its other rows."""
     e = EXPERIMENTS[name]
     rows = stored_rows(name, "paper", store=store) if shown != "paper" else None
     t = verdict_rows(e.comparison(rows)) if rows else None  # ``paper_comparison``, on rows read once
