@@ -107,3 +107,14 @@ def test_the_chapter_says_where_the_papers_own_table_has_another_cell_best():
     note = sentiment_chapter.paper_best_note()
     assert "another cell is best on 3 of the 6 test sets" in note and "Twitter15: LSTM 0.25" in note
     assert "SMS13: GRU without recurrent dropout" in note
+
+
+def test_what_is_incomplete_about_a_test_set_is_said_once_under_table_5_not_on_each_of_its_rows():
+    from recdrop.store import RunStore
+    from recdrop.sweep import grid_rows
+
+    table = sentiment_chapter.table5(grid_rows("sentiment", "paper", [0], store=RunStore("/nonexistent")))
+    assert len(table) == 36 and not any("note" in c for c in table.columns)
+    notes = sentiment_chapter.test_set_notes().set_index("test set")["as scored here"]
+    assert len(notes) == 6 and notes["Twitter13"].startswith("3,545 of its 3,810 tweets")
+    assert notes["LiveJournal14"] == "complete"

@@ -27,7 +27,7 @@ FILES = ["twitter-2013train-A.tsv", "twitter-2013dev-A.tsv", "twitter-2013test-A
 TEST_SETS = {"Twitter13": ("twitter-2013test-A.tsv", None), "LiveJournal14": (GOLD_2014, "LJ"),
              "Twitter15": ("twitter-2015test-A.tsv", None), "Twitter14": ("twitter-2014test-A.tsv", None),
              "SMS13": (GOLD_2014, "SM"), "Sarcasm14": (GOLD_2014, "TS")}
-PARTIAL = {"Twitter13": "3,545 of its 3,810 tweets: the others can no longer be downloaded (SOURCE.md)"}
+PARTIAL = {"Twitter13": "3,545 of its 3,810 tweets: the copy scored here lacks the others' text"}
 LABELS = ("negative", "neutral", "positive")
 _LABEL = {"positive": "positive", "negative": "negative", "neutral": "neutral", "objective": "neutral",
           "objective-OR-neutral": "neutral"}

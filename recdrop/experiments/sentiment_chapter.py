@@ -35,16 +35,22 @@ def paper_f1() -> Dict[Tuple[str, float, str], float]:
 
 def table5(rows) -> "pd.DataFrame":
     """Table 5 through ``report.compare``: one row per cell, rate and test set, the final model's F1
-    against the paper's; the best-validation model's beside, and what is incomplete about the test set."""
+    against the paper's; the best-validation model's beside. What is incomplete about a test set is said
+    once, under the table (``test_set_notes``)."""
     paper = paper_f1()
     cells = [({"cell": cell, "rate": rate, "test set": name}, paper[(cell, rate, name)], f"test_f1:{name}")
              for cell in CELLS for rate in RATES for name in TEST_SETS]
     t = compare(rows, cells, ["cell", "rate"], METRIC,
                 extras=[("ours, best-valid model", lambda labels: f"best_test_f1:{labels['test set']}")])
-    notes = notes_on_test_sets()
-    t["test set note"] = [notes.get(name, "complete") for name in t["test set"]]
     t["setting"] = t["cell"] + " " + t["rate"].astype(str) + ", " + t["test set"]
     return t
+
+
+def test_set_notes() -> pd.DataFrame:
+    """Each of Table 5's test sets and what is incomplete about it, or that it repeats tweets
+    (``semeval.notes_on_test_sets``): "complete" where nothing is."""
+    notes = notes_on_test_sets()
+    return pd.DataFrame({"test set": list(TEST_SETS), "as scored here": [notes.get(t, "complete") for t in TEST_SETS]})
 
 
 def table5_wide(rows):
