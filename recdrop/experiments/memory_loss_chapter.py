@@ -155,14 +155,15 @@ def claims(rows) -> "pd.DataFrame":
                         lambda v: v[(*inverted, "train", last)] > v[(*inverted, "test", last)] and
                         v[(*inverted, "train", last)] * v[(*inverted, "test", 2)] >
                         v[(*inverted, "train", 2)] * v[(*inverted, "test", last)]))
+    named = {"semeniuta": "Ours (Semeniuta)", "gal": "Gal"}
     why = {"semeniuta": "Eq. 19: only the update vector g_t is dropped, never c",
            "gal": "the end of Sec. 3: Gal's is not affected either; it drops h_{t-1} where it enters the gates, "
                   "never c"}
     moon_at_t = ("moon", "per-step", "paper", "test", last)
     for scheme, sampling in (("semeniuta", "per-step"), ("semeniuta", "per-sequence"), ("gal", "per-step")):
         kept = (scheme, sampling, "paper", "test", last)
-        claims.append(Claim(f"{scheme} {sampling}: no such decay ({why[scheme]}): at test it keeps more of c_0 than "
-                            f"Moon per-step, by at least 100x at t = {last}", [kept, moon_at_t],
+        claims.append(Claim(f"{named[scheme]} {sampling}: no such decay ({why[scheme]}): at test it keeps more of c_0 "
+                            f"than Moon per-step, by at least 100x at t = {last}", [kept, moon_at_t],
                             lambda v, kept=kept: v[kept] > 100 * v[moon_at_t]))
     out = [(c.text, claim_verdict(c, by_seed)) for c in claims]
     return pd.DataFrame(out, columns=["prediction (paper Sec. 3)", "on ours"])
