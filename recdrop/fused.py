@@ -7,9 +7,10 @@ the gradients by hand; the recurrent weight's gradient is one matmul over all st
 Same numbers as the reference path (to float64's rounding), fewer kernels and no per-step
 graph. Higher-order gradients (``create_graph=True``: double backward, gradgradcheck) replay the
 sequence through the reference steps and let autograd differentiate that, so the gradient is itself
-differentiable; first-order backward never records anything. On a CUDA device each forward and
-backward loop runs as a CUDA graph (``recdrop.graphs``), and each step's pointwise part is one Triton
-kernel (``recdrop.triton_kernels``); on a CPU, one C++ kernel (``recdrop.cpu_kernels``).
+differentiable; first-order backward never records anything. On a CUDA device a forward or backward
+loop small enough to repay it runs as a CUDA graph (``recdrop.graphs.loop_graphed``). Where a layer's
+route takes them, each LSTM or GRU step's pointwise part is one kernel: Triton's on a GPU
+(``recdrop.triton_kernels``), C++ on a CPU (``recdrop.cpu_kernels``).
 
 Under autocast (``torch.autocast`` to bfloat16 or float16, as a mixed-precision trainer runs its
 forward) the same Functions run with their products in autocast's dtype, as torch.nn's cuDNN path
@@ -143,12 +144,12 @@ def group_linear(x: Tensor, w: Tensor, b: Optional[Tensor] = None) -> Tensor:
         raise ValueError(f"a group's weights {tuple(w.shape)} need inputs of shape (T, R, B, I) with R = {w.shape[0]}, "
                          f"got {tuple(x.shape)}")
     steps, runs, batch, _ = x.shape
-    on_cpu = _onednn_usable(x, w) and not plain_ops_needed(x, w, b)  # a CPU in float32
-    if on_cpu and onednn_linear_faster(x[:, 0], w[0], None if b is None else b[0]):
+    onednn_ok = _onednn_usable(x, w) and not plain_ops_needed(x, w, b)  # a CPU in float32, not traced
+    if onednn_ok and onednn_linear_faster(x[:, 0], w[0], None if b is None else b[0]):
         # one product per run through oneDNN (``linear``) beats MKL's ``bmm`` where oneDNN is the faster
         return torch.stack([linear(x[:, r], w[r], None if b is None else b[r]) for r in range(runs)], 1)
     xr = x.transpose(0, 1).reshape(runs, steps * batch, x.shape[-1])
-    y = _GroupLinearOnCPU.apply(xr, w, b) if on_cpu else _runs_linear(xr, w, b)
+    y = _RunsLinearDenseGrad.apply(xr, w, b) if onednn_ok else _runs_linear(xr, w, b)
     return y.view(runs, steps, batch, w.shape[1]).transpose(0, 1)  # a batch of 0 has no size to infer
 
 
@@ -158,7 +159,7 @@ def _runs_linear(xr: Tensor, w: Tensor, b: Optional[Tensor]) -> Tensor:
     return torch.bmm(xr, w.transpose(1, 2)) if b is None else torch.baddbmm(b.unsqueeze(1), xr, w.transpose(1, 2))
 
 
-class _GroupLinearOnCPU(torch.autograd.Function):
+class _RunsLinearDenseGrad(torch.autograd.Function):
     """``_runs_linear`` with its own backward, one ``bmm`` each way: the weight's gradient computed in its
     own layout (autograd's ``bmm`` backward gives it transposed, and a module's gradients are dense, as
     torch.nn's)."""
@@ -260,9 +261,8 @@ def linear(x: Tensor, w: Tensor, b: Optional[Tensor] = None) -> Tensor:
     weights ``(R, G, I)``, ``group_linear``."""
     if w.dim() == 3:
         return group_linear(x, w, b)
-    if x.dim() < 2 or plain_ops_needed(x, w, b) or not _onednn_usable(x, w, *([] if b is None else [b])):
-        return F.linear(x, w, b)
-    if not onednn_linear_faster(x, w, b):
+    if (x.dim() < 2 or plain_ops_needed(x, w, b) or not _onednn_usable(x, w, *([] if b is None else [b]))
+            or not onednn_linear_faster(x, w, b)):
         return F.linear(x, w, b)
     return _OneDNNLinear.apply(x.contiguous(), w, None if b is None else b.contiguous())  # oneDNN reads them dense
 
@@ -307,8 +307,8 @@ def _packed_steps_faster(w: Tensor, bias: Optional[Tensor], batch: int, steps: i
 
 
 # Multiply-adds of a per-step product at or below which it runs on MKL's addmm, not oneDNN's packed call:
-# oneDNN's packed call has a fixed cost a call that only a large product repays, and below this size the
-# fixed costs of both dominate (benchmarks/bench_matmul.py times the two on the products of the experiments).
+# each packed call has a fixed cost that only a large product repays, and below this size the fixed costs
+# of both dominate (benchmarks/bench_matmul.py times the two on the products of the experiments).
 SMALL_PRODUCT = 2**19
 
 
@@ -386,15 +386,21 @@ def _bias_grad(d_pre: Tensor) -> Tensor:
 
 
 def _steps(factor, steps: int, per_step: bool) -> list:
-    """The factor of every processing step: a per-step mask's slices, else the factor repeated."""
+    """The factor of every processing step: a per-step mask's slices, else the factor repeated (with
+    ``per_step``, a (T, ...) buffer's per-step views, or Nones where there is none)."""
     if per_step and isinstance(factor, Tensor):
         return list(factor.unbind(0))
     return [factor] * steps
 
 
-def _steps_of(buffer: Optional[Tensor], steps: int) -> list:
-    """A (T, ...) buffer's per-step views, or Nones where there is no buffer."""
-    return [None] * steps if buffer is None else list(buffer.unbind(0))
+def _order(steps: int, reverse: bool) -> range:
+    """The time steps in processing order: last to first for a reverse direction."""
+    return range(steps - 1, -1, -1) if reverse else range(steps)
+
+
+def _activation_grad(y: Tensor, relu: bool) -> Tensor:
+    """The derivative of the activation at its output ``y``: relu's step, or tanh's 1 - y^2."""
+    return (y > 0).to(y.dtype) if relu else 1 - y * y
 
 
 def _differentiable_backward_needed(*grads: Optional[Tensor]) -> bool:
@@ -417,7 +423,7 @@ def _replay_backward(ctx, step, inputs: tuple, n_states: int, grads: tuple) -> t
     act = ACTIVATIONS["relu" if relu else "tanh"]
     gx, states, weights = inputs[0], inputs[1:1 + n_states], inputs[1 + n_states:]
     steps = gx.shape[0]
-    order = range(steps - 1, -1, -1) if reverse else range(steps)
+    order = _order(steps, reverse)
     with torch.enable_grad():
         outs, cs = [None] * steps, [None] * steps
         for k, t in enumerate(order):
@@ -511,8 +517,8 @@ def _lstm_forward(gx, h0, c0, w_hh, gal, sem, moon, per_step, relu, reverse, ker
     # loop's Python and dispatch overhead is a good part of the time.
     gals, sems, moons = (_steps(f, steps, per_step) for f in (gal, sem, moon))
     gx_k, gates_k, c_k, tc_k, ys_k = (t.unbind(0) for t in (gx, gates_all, c_all, tc_all, ys))
-    hin_k = _steps_of(hin_all, steps)
-    gsem_k = _steps_of(gsem_all, steps)
+    hin_k = _steps(hin_all, steps, True)
+    gsem_k = _steps(gsem_all, steps, True)
     if_k, g_k, o_k = (gates_all[..., a * hidden:b * hidden].unbind(0) for a, b in ((0, 2), (2, 3), (3, 4)))
     i_k, f_k = (gates_all[..., a * hidden:(a + 1) * hidden].unbind(0) for a in (0, 1))
     h = h0
@@ -578,7 +584,6 @@ def _lstm_backward(d_ys, d_hn, d_cn, d_cs, w_hh, h0, gates_all, c_all, tc_all, y
     if reverse:
         d_ys = d_ys.flip(0)
         d_cs = None if d_cs is None else d_cs.flip(0)
-    i, f, g, o = gates_all.chunk(4, dim=-1)  # after their activations
     if run_major:
         d_gates = gates_all.new_empty(gates_all.transpose(0, 1).shape, dtype=dtype).transpose(0, 1)
     else:
@@ -590,8 +595,19 @@ def _lstm_backward(d_ys, d_hn, d_cn, d_cs, w_hh, h0, gates_all, c_all, tc_all, y
     if kernels is not None:  # the kernel computes each step's local derivatives
         dh, dc = _lstm_backward_kernels(kernels, dh, dc, d_ys, gates_all, c_all, tc_all, d_gates, times_w, gal, sem,
                                         moon, per_step, relu, d_cs)
-        return (d_gates.flip(0) if reverse else d_gates), dh.to(h0.dtype), dc, _weight_grad(d_gates, hin, dtype)
-    # Local derivatives for all steps at once: d pre-activation = (dc or dh) * local[k].
+    else:
+        o_dtc, local = _lstm_local_derivatives(gates_all, c_all, tc_all, gsem_all, sem, relu)
+        dh, dc = _lstm_backward_torch(dh, dc, d_ys, o_dtc, local, gates_all, d_gates, times_w, gal, moon, per_step,
+                                      d_cs)
+    return (d_gates.flip(0) if reverse else d_gates), dh.to(h0.dtype), dc, _weight_grad(d_gates, hin, dtype)
+
+
+def _lstm_local_derivatives(gates_all, c_all, tc_all, gsem_all, sem, relu):
+    """The LSTM's local derivatives for all steps at once: ``o act'(c_t)`` (d h_t / d c_t) and, per gate, the
+    factor with which d c_t (d h_t for the output gate) gives its pre-activation's gradient, Eqs. 4-9 with
+    Eq. 18's d(g): ``gsem_all`` holds d(g) of each step where dropout acts (else g itself is read), and
+    ``sem`` is its mask, on g's own derivative."""
+    i, f, g, o = gates_all.chunk(4, dim=-1)  # after their activations
     local = torch.addcmul(gates_all, gates_all, gates_all, value=-1.0)  # s (1 - s) for the sigmoid gates
     l_i, l_f, l_g, l_o = local.chunk(4, dim=-1)
     l_i.mul_(g if gsem_all is None else gsem_all)
@@ -599,14 +615,13 @@ def _lstm_backward(d_ys, d_hn, d_cn, d_cs, w_hh, h0, gates_all, c_all, tc_all, y
     l_o.mul_(tc_all)
     if relu:
         torch.mul(i, (g > 0).to(g.dtype), out=l_g)
-        o_dtc = o * (tc_all > 0).to(tc_all.dtype)  # d h_t / d c_t
+        o_dtc = o * (tc_all > 0).to(tc_all.dtype)
     else:  # i (1 - g^2) and o (1 - act(c)^2), each in two passes
         torch.addcmul(i, i * g, g, value=-1.0, out=l_g)
         o_dtc = torch.addcmul(o, o * tc_all, tc_all, value=-1.0)
     if sem is not None:
         l_g.mul_(sem)
-    dh, dc = _lstm_backward_torch(dh, dc, d_ys, o_dtc, local, gates_all, d_gates, times_w, gal, moon, per_step, d_cs)
-    return (d_gates.flip(0) if reverse else d_gates), dh.to(h0.dtype), dc, _weight_grad(d_gates, hin, dtype)
+    return o_dtc, local
 
 
 def _lstm_backward_torch(dh, dc, d_ys, o_dtc, local, gates_all, d_gates, times_w, gal, moon, per_step, d_cs=None):
@@ -655,7 +670,7 @@ def _lstm_backward_kernels(kernels, dh, dc, d_ys, gates_all, c_all, tc_all, d_ga
     dc = dc.clone(memory_format=torch.contiguous_format)  # updated in place by the kernel
     gal_next = None  # the final state's gradient enters without a Gal factor
     d_ys_k, gates_k, c_k, tc_k, d_gates_k = (t.unbind(0) for t in (d_ys, gates_all, c_all, tc_all, d_gates))
-    d_cs_k = _steps_of(d_cs, d_ys.shape[0])
+    d_cs_k = _steps(d_cs, d_ys.shape[0], True)
     for k in range(d_ys.shape[0] - 1, -1, -1):
         if d_cs_k[k] is not None:
             dc.add_(d_cs_k[k])
@@ -717,8 +732,8 @@ def _gru_forward(gx, h0, w_hh, b_hh, gal, sem, moon, per_step, relu, reverse, ke
     ``kernels`` each step's pointwise part in one ``gru_forward_step``."""
     gx = gx.to(h0.dtype)
     steps, hidden = gx.shape[0], h0.shape[-1]
-    act = torch.relu if relu else torch.tanh
-    order = range(steps - 1, -1, -1) if reverse else range(steps)
+    act = ACTIVATIONS["relu" if relu else "tanh"]
+    order = _order(steps, reverse)
     ys = gx.new_empty(steps, *h0.shape)
     rzn_all = gx.new_empty(gx.shape)  # r, z, n after their activations (n before d(.))
     hn_all = gx.new_empty(steps, *h0.shape)  # W_hn d(h_{t-1}) + b_hn
@@ -752,7 +767,7 @@ def _gru_backward(d_ys, d_hn_out, h0, rzn_all, hn_all, hin_all, h_prev_all, w_hh
     the gradients of gx, h_0, w_hh and b_hh; with ``kernels`` each step's pointwise part in one call
     (``_gru_backward_kernels``)."""
     steps = rzn_all.shape[0]
-    order = range(steps - 1, -1, -1) if reverse else range(steps)
+    order = _order(steps, reverse)
     d_gx_all = torch.empty_like(rzn_all)
     d_gh_all = torch.empty_like(rzn_all)
     dh = torch.zeros_like(h0) if d_hn_out is None else d_hn_out.clone()
@@ -774,7 +789,7 @@ def _gru_backward_torch(dh, d_ys, order, rzn_all, hn_all, h_prev_all, d_gx_all, 
         r, z, n = rzn[..., :hidden], rzn[..., hidden:2 * hidden], rzn[..., 2 * hidden:]
         sem_t = _at(sem, k, per_step)
         dh = scaled(dh + d_ys[t], _at(moon, k, per_step))
-        d_pre_n = scaled(dh * (1 - z), sem_t) * ((n > 0).to(n.dtype) if relu else 1 - n * n)
+        d_pre_n = scaled(dh * (1 - z), sem_t) * _activation_grad(n, relu)
         d_pre_z = dh * (h_prev_all[t] - scaled(n, sem_t)) * z * (1 - z)
         d_pre_r = d_pre_n * hn_all[t] * r * (1 - r)
         d_gx, d_gh = d_gx_all[t], d_gh_all[t]
@@ -829,8 +844,8 @@ def _rnn_forward(gx, h0, w_hh, drop_in, moon, per_step, relu, reverse, dtype):
     Moon's d(.), and d(h_{t-1}), in time order; with a product ``dtype``, the recurrent products in it."""
     gx = gx.to(h0.dtype)
     steps = gx.shape[0]
-    act = torch.relu if relu else torch.tanh
-    order = range(steps - 1, -1, -1) if reverse else range(steps)
+    act = ACTIVATIONS["relu" if relu else "tanh"]
+    order = _order(steps, reverse)
     ys = gx.new_empty(steps, *h0.shape)
     a_all = gx.new_empty(steps, *h0.shape)  # act(pre-activation), before Moon's d(.)
     hin_all = gx.new_empty(steps, *h0.shape)
@@ -847,13 +862,13 @@ def _rnn_forward(gx, h0, w_hh, drop_in, moon, per_step, relu, reverse, dtype):
 def _rnn_backward(d_ys, d_hn_out, h0, a_all, hin_all, w_hh, drop_in, moon, per_step, relu, reverse, dtype):
     """The vanilla RNN's backward (``_RNNSequence``): the gradients of gx, h_0 and w_hh."""
     steps = a_all.shape[0]
-    order = range(steps - 1, -1, -1) if reverse else range(steps)
+    order = _order(steps, reverse)
     d_pre_all = torch.empty_like(a_all)
     dh = torch.zeros_like(h0) if d_hn_out is None else d_hn_out.clone()
     times_w = _times_transposed(w_hh.transpose(-2, -1), dh.shape[-2], steps, dtype=dtype)  # d_pre @ w_hh
     for k, t in reversed(list(enumerate(order))):
         a = a_all[t]
-        d_pre = scaled(dh + d_ys[t], _at(moon, k, per_step)) * ((a > 0).to(a.dtype) if relu else 1 - a * a)
+        d_pre = scaled(dh + d_ys[t], _at(moon, k, per_step)) * _activation_grad(a, relu)
         d_pre_all[t] = d_pre
         dh = scaled(times_w(d_pre), _at(drop_in, k, per_step)).to(h0.dtype)
     return d_pre_all, dh, _weight_grad(d_pre_all, hin_all, dtype)
