@@ -338,14 +338,23 @@ def _restore(task, ck: Dict[str, Any], path) -> None:
                                      "delete it to restart that run from scratch") from e
 
 
+MASK_SEED_OFFSET = 2**32  # the masks' stream, apart from torch.manual_seed(seed)'s, which initialises
+
+
+def mask_seed(seed: int, position: Optional[Tuple[int, int]] = None) -> int:
+    """The seed of a run's own generator of its dropout masks (``mask_generator``); at a ``position``
+    (epoch, batch), of a stream of that position's own: where a checkpoint's generator state does not fit
+    this device, the masks go on from it."""
+    if position is None:
+        return MASK_SEED_OFFSET + seed
+    return MASK_SEED_OFFSET + seed + 1_000_003 * (1 + position[0] * 100_003 + position[1])  # primes: streams apart
+
+
 def mask_generator(seed: int, device: str) -> torch.Generator:
     """A run's own generator of its dropout masks, recurrent and forward: seeded from its seed
     (apart from the stream that initialises its weights), so that what it draws does not depend on the
     runs it trains beside."""
-    return torch.Generator(device=torch.device(device)).manual_seed(MASK_SEED_OFFSET + seed)
-
-
-MASK_SEED_OFFSET = 2**32  # the masks' stream, apart from torch.manual_seed(seed)'s, which initialises
+    return torch.Generator(device=torch.device(device)).manual_seed(mask_seed(seed))
 
 
 class Run:
@@ -354,7 +363,7 @@ class Run:
 
     def __init__(self, make_task: Callable[..., Task], config: ExperimentConfig, seed: int, device: str,
                  store: RunStore, env: Dict[str, str]):
-        self.config, self.seed, self.store = config, seed, store
+        self.config, self.seed = config, seed
         self.rid = run_id(config, seed)
         self.name = config.experiment
         self.ckpt_path = store.checkpoint_path(self.name, self.rid)
@@ -380,8 +389,7 @@ class Run:
             if "generator" in ck and ck.get("generator_device", "cpu") == kind:
                 self.generator.set_state(ck["generator"])
             else:  # no generator state in the checkpoint, or one of another kind of device: none fits
-                self.generator.manual_seed(MASK_SEED_OFFSET + seed
-                                           + 1_000_003 * (1 + ck["epoch"] * 100_003 + ck["batch"]))
+                self.generator.manual_seed(mask_seed(seed, (ck["epoch"], ck["batch"])))
                 if "generator" in ck:
                     warnings.warn(f"run {self.name}/{self.rid} resumes on a {kind} from a checkpoint of a "
                                   f"{ck.get('generator_device', 'cpu')}: its masks go on from a generator seeded "
@@ -589,8 +597,11 @@ class GroupTrainer:
             first = min(r.position for r in runs)
             behind = [r for r in runs if r.position == first]
             ahead = [r.position for r in runs if r.position != first]
-            for record in GroupTraining(behind, self.options, min(ahead) if ahead else None, self.diverged).run():
-                records[record.run_id] = record
+            try:
+                for record in GroupTraining(behind, self.options, min(ahead) if ahead else None).run():
+                    records[record.run_id] = record
+            finally:  # a run that diverged before a later error (the budget's) is said so too
+                self.diverged.update({r.rid: r.diverged for r in behind if r.diverged})
             caught_up = [self.start(r.config, r.seed) for r in behind if r.rid not in records]
             runs = sorted([r for r in runs if r not in behind] + [r for r in caught_up if r is not None],
                           key=lambda r: order.index(r.rid))  # the members' order, as given
@@ -666,12 +677,11 @@ class GroupTraining:
     where it did, as it would be alone, and leaves the group. ``run()`` trains to the end, or to ``until``
     (epoch, batch), where the runs checkpoint and stop, to go on with the runs already there."""
 
-    def __init__(self, runs: List[Run], options: Options, until: Optional[Tuple[int, int]] = None,
-                 diverged: Optional[Dict[str, str]] = None):
+    def __init__(self, runs: List[Run], options: Options, until: Optional[Tuple[int, int]] = None):
         self.live = list(runs)  # the runs training now
         self.lead = runs[0]
         self.task_type = type(self.lead.task)
-        self.store, self.options, self.until, self.diverged = options.store, options, until, diverged
+        self.store, self.options, self.until = options.store, options, until
         self.start = self.lead.position
         self.group = [r.rid for r in runs] if len(runs) > 1 else None
         self.batch_counts: Dict[int, int] = {}
@@ -759,8 +769,6 @@ class GroupTraining:
         r.diverged = (f"run {r.name}/{r.rid} (seed {r.seed}): training loss is {loss} at epoch {epoch + 1}, batch "
                       f"{b + 1}; it is recorded as diverged in {path}, and its last good checkpoint is kept at "
                       f"{r.ckpt_path}")
-        if self.diverged is not None:
-            self.diverged[r.rid] = r.diverged
         self.finished.append(self.store.load(r.name, r.config.scale, r.rid))
 
     def step(self, batch) -> List[Dict[str, Any]]:
