@@ -16,8 +16,8 @@ and its record's ``segments`` say which stretch ran where.
 
 A lent GPU returns only a few files from each command, so ``--pack DIR`` writes the records this
 call finished and as many checkpoints of its unfinished runs as fit (in campaign order, the most valuable
-first) into at most 6 parts of 10 MiB (a lent GPU returns at most 64 MiB), with a manifest of SHA-256 sums; a
-call whose records alone do not fit is an error. ``--unpack DIR`` checks them and puts
+first) into parts that fit what a lent GPU's command returns (``PART_BYTES``, ``MAX_PARTS``), with a manifest
+of SHA-256 sums; a call whose records alone do not fit is an error. ``--unpack DIR`` checks them and puts
 checkpoints in the cache and records in the store (which refuses records from unclean code: those
 are reported, and the call exits non-zero). A local checkpoint further on than the pack's, or one
 of a run with a clean record, is kept.
@@ -85,14 +85,14 @@ class Pending(Row):
 
     entry: Entry
     resumable: bool = False
-    rerun: bool = False  # its stored record is of uncommitted code (for ``--list``: the trainer retrains it anyway)
+    unclean_record: bool = False  # its stored record is of uncommitted code (``--list`` says so; it runs again)
     place: int = 0  # among the pending runs (``pending_runs``): the campaign's order, the most valuable first
     error: str = ""
 
     @classmethod
-    def of(cls, row: Row, entry: Entry, resumable: bool, rerun: bool, place: int = 0) -> "Pending":
+    def of(cls, row: Row, entry: Entry, resumable: bool, unclean_record: bool, place: int = 0) -> "Pending":
         return cls(**{f.name: getattr(row, f.name) for f in dataclasses.fields(Row)}, entry=entry,
-                   resumable=resumable, rerun=rerun, place=place)
+                   resumable=resumable, unclean_record=unclean_record, place=place)
 
     @property
     def experiment(self) -> str:
@@ -148,18 +148,18 @@ def pending_runs(entries: Sequence[Entry], device: str, store: RunStore) -> List
             seen.add(key)
             resumable = estimates.resumable(store.checkpoint_path(entry.experiment, row.run_id), store)
             if kind in entry.devices or resumable:
-                rerun = store.has(entry.experiment, row.config.scale, row.run_id)
-                todo.append(Pending.of(row, entry, resumable, rerun, place=len(todo)))
+                unclean = store.has(entry.experiment, row.config.scale, row.run_id)  # stored, and yet not done
+                todo.append(Pending.of(row, entry, resumable, unclean, place=len(todo)))
     return todo
 
 
-def expected_seconds(run: Pending, store: RunStore, device: Optional[str] = None,
-                     on: Optional[str] = None) -> Optional[float]:
+def pending_seconds(run: Pending, store: RunStore, device: Optional[str] = None,
+                    hardware: Optional[str] = None) -> Optional[float]:
     """What a pending run should take (``estimates.expected_seconds``), on the hardware of the stored runs like
-    it (with ``device``, only those that ran on that kind of device; with ``on``, a ``hardware``, those that
-    ran on it where any did), or the part of it left where it resumes from its checkpoint."""
+    it (with ``device``, only those that ran on that kind of device; with ``hardware``, those that ran on it
+    where any did), or the part of it left where it resumes from its checkpoint."""
     return estimates.expected_seconds(run.experiment, run.config, store, store.checkpoint_path(
-        run.experiment, run.run_id) if run.resumable else None, device, hardware=on)
+        run.experiment, run.run_id) if run.resumable else None, device, hardware=hardware)
 
 
 # --fuse: off, on, one cap, "fit", or caps per experiment (``parse_fuse``) or per experiment and scale
@@ -248,10 +248,14 @@ def run_campaign(entries: Sequence[Entry], device: str = "cpu", jobs: int = 1, b
     ``diverged`` (recorded as such) with their stored record (``stored``); ``stopped`` (checkpoint saved in this
     call), ``failed`` and ``not_started`` (none saved in this call: one it would resume is as it was), with their
     ``error``. Its log (``log``, with or without bars) says what is pending, then each run as it settles. With
-    ``whole_runs`` a group starts only where its expected time (``expected_seconds``, its members' summed; where
+    ``whole_runs`` a group starts only where its expected time (``pending_seconds``, its members' summed; where
     a member's is unknown, the group's step as ``group_times`` measured it on this machine,
     ``estimates.group_seconds``; unknown: any, but none where ``group_times`` are given) ends within the budget:
-    for a machine whose checkpoints do not outlive it, where a run stopped midway is lost."""
+    for a machine whose checkpoints do not outlive it, where a run stopped midway is lost. ``fuse="fit"``
+    sizes the groups by ``group_times`` and needs ``whole_runs``, so that none starts that would not finish."""
+    if fuse == "fit" and not (group_times and whole_runs):
+        raise ValueError("--fuse fit (fuse='fit') sizes the groups by --group-times (group_times), and needs "
+                         "--whole-runs (whole_runs=True) so that none starts that would not finish")
     device = check_device(device)
     check_jobs(jobs)
     set_precision(precision, device)
@@ -332,7 +336,7 @@ class _CampaignCall:
         if not self.whole_runs:
             return None
         # a CPU's runs time no GPU's, and where this machine at this thread count has runs, theirs
-        expected = [expected_seconds(r, self.store, self.device, self.on) for r in group]
+        expected = [pending_seconds(r, self.store, self.device, self.on) for r in group]
         if None in expected and self.group_times:
             expected = [estimates.group_seconds(self.group_times, group[0].experiment,
                                                 group[0].entry.precision or self.precision, len(group),
@@ -590,7 +594,7 @@ def main(argv=None) -> int:
             _print_pending(entries, args.device, store, args.file, hardware(args.device, worker_threads(args.jobs)))
             return 1 if refused else 0
         budget = parse_budget(args.budget or "1h")
-        fuse = _fuse_option(args)
+        fuse = parse_fuse(args.fuse)
         started = time.time()
         out = run_campaign(entries, args.device, args.jobs, budget, store, progress=not args.no_progress,
                            fuse=fuse, precision=precision_option(args), whole_runs=args.whole_runs,
@@ -658,8 +662,8 @@ def _print_pending(entries: Sequence[Entry], device: str, store: RunStore, campa
           f"the stored runs like it on a {device.split(':')[0].upper()} (?: none stored)")
     total, unknown = 0.0, 0
     for run in pending_runs(entries, device, store):
-        state = "resumes" if run.resumable else "reruns" if run.rerun else "new"
-        t = expected_seconds(run, store, device, on=on)
+        state = "resumes" if run.resumable else "reruns" if run.unclean_record else "new"
+        t = pending_seconds(run, store, device, hardware=on)
         total, unknown = total + (t or 0.0), unknown + (t is None)
         print(f"{state:8s} {'?' if t is None else f'{t / 60:.0f} min':>8s}  {run.label()}")
     print(f"about {total / 3600:.1f} hours of runs, one at a time, on {on} where it has runs like them, else on "
@@ -668,13 +672,6 @@ def _print_pending(entries: Sequence[Entry], device: str, store: RunStore, campa
              f"{'them' if unknown > 1 else 'it'} to time)" if unknown else ""))
 
 
-def _fuse_option(args: argparse.Namespace) -> Fuse:
-    """``--fuse`` as ``run_campaign``'s ``fuse``; ``fit`` needs the group times it sizes by and whole runs."""
-    fuse = parse_fuse(args.fuse)
-    if fuse == "fit" and not (args.group_times and args.whole_runs):
-        raise ValueError("--fuse fit sizes the groups by --group-times, and needs --whole-runs so that none "
-                         "starts that would not finish")
-    return fuse
 
 
 def _print_outcomes(out: Dict[str, List[Pending]], started: float) -> None:

@@ -21,7 +21,7 @@ def expected_seconds(experiment: str, config: ExperimentConfig, store: RunStore,
     ``RECENT_RUNS`` runs (not diverged) stored in ``store`` or in ``also`` at its scale whose configs
     differ from its own only in the dropout fields and the fields added since some were stored
     (``ExperimentConfig.ADDED``: the optimiser's form) and, where some of those ran, that use recurrent
-    dropout as it does (without it the layers run torch.nn's kernels, up to twice as fast on a CPU); with
+    dropout as it does (without it the layers run torch.nn's kernels, at another pace); with
     ``device`` ("cpu", "cuda"), only the runs on that kind of device; with ``hardware`` (as
     ``store.hardware`` writes it: the CPU model and threads, or the GPU), only the runs on it where any
     are stored; with ``alone``, only the runs trained alone (a fused group's runs shared its time). For a

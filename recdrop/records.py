@@ -48,7 +48,7 @@ class Record:
     group: Optional[List[str]] = None  # the run ids it trained with as one group
     precision: Optional[str] = None  # "tf32" or "bf16" where not float32
     step: Optional[str] = None  # "cuda-graph" where the whole step was one CUDA graph
-    path: Optional[str] = None  # the layers' path in training (``layers.layer_paths``)
+    path: Optional[str] = None  # the layers' path in training (``train.layer_paths``)
     switches: Optional[Dict[str, str]] = None  # recdrop's environment switches set (``route.switches``)
 
     @property

@@ -133,7 +133,7 @@ def test_the_campaign_runs_what_is_missing_in_order_and_reruns_unclean_records(t
     path = store.path("temporal_order", "ci", rec.run_id)
     path.write_text(json.dumps({**rec.json(), "commit": "0123456789-dirty", "finished": "never"}))
     rerun = [r for r in pending_runs(entries, "cpu", store) if r.run_id == rec.run_id]
-    assert rerun and rerun[0].rerun
+    assert rerun and rerun[0].unclean_record
     run_campaign(entries, "cpu", 1, 600.0, store, progress=False)
     assert json.loads(path.read_text())["finished"] != "never"
 
@@ -177,8 +177,8 @@ def test_a_spent_budget_starts_nothing(store):
 
 def test_whole_runs_start_only_where_their_expected_time_ends_within_the_budget(store, monkeypatch):
     expected = {}  # run id -> expected seconds (None: no stored run like it to time)
-    monkeypatch.setattr(campaign, "expected_seconds",
-                        lambda run, store, device=None, on=None: expected.get(run.run_id))
+    monkeypatch.setattr(campaign, "pending_seconds",
+                        lambda run, store, device=None, hardware=None: expected.get(run.run_id))
     rows = pending_runs([CI_ENTRY], "cpu", store)
     expected.update({rows[0].run_id: 1e6, rows[1].run_id: None})  # the first would not end within 600 s
     out = run_campaign([CI_ENTRY], "cpu", 1, 600.0, store, progress=False, whole_runs=True)
@@ -225,7 +225,7 @@ def test_a_run_with_a_checkpoint_refused_before_it_starts_is_not_started(store, 
     ckpt = store.checkpoint_path("temporal_order", rows[0].run_id)
     came_with = ckpt.read_bytes()
     if refused_by == "start_by":  # whole runs: neither would end within the budget
-        monkeypatch.setattr(campaign, "expected_seconds", lambda run, store, device=None, on=None: 1e6)
+        monkeypatch.setattr(campaign, "pending_seconds", lambda run, store, device=None, hardware=None: 1e6)
         out = run_campaign([CI_ENTRY], "cpu", 1, 600.0, store, progress=False, whole_runs=True)
     else:
         out = run_campaign([CI_ENTRY], "cpu", 1, 0.0, store, progress=False)
@@ -523,16 +523,16 @@ def test_a_damaged_pack_is_a_clear_error(store, tmp_path):
 def test_the_list_estimates_a_runs_time_from_the_stored_runs_like_it(store):
     rows = [Pending.of(r, CI_ENTRY, False, False)
             for r in grid_rows("temporal_order", "ci", only=CI_ENTRY.only, store=store)]
-    assert campaign.expected_seconds(rows[0], store) is None  # nothing of its kind has run
+    assert campaign.pending_seconds(rows[0], store) is None  # nothing of its kind has run
     rec = train_run(TemporalOrderTask, rows[0].config, store=store, progress=False)
-    assert campaign.expected_seconds(rows[1], store) == rec.wall_time_s
+    assert campaign.pending_seconds(rows[1], store) == rec.wall_time_s
     bigger = dataclasses.replace(rows[1], config=rows[1].config.replace(hidden_size=32))
-    assert campaign.expected_seconds(bigger, store) is None  # another model size says nothing of it
+    assert campaign.pending_seconds(bigger, store) is None  # another model size says nothing of it
     plain = dataclasses.replace(rows[1], config=rows[1].config.replace(recurrent_dropout=0.0))
-    assert campaign.expected_seconds(plain, store) == rec.wall_time_s  # no run without dropout yet: any of its size
+    assert campaign.pending_seconds(plain, store) == rec.wall_time_s  # no run without dropout yet: any of its size
     plain_rec = train_run(TemporalOrderTask, plain.config, store=store, progress=False)
-    assert campaign.expected_seconds(plain, store) == plain_rec.wall_time_s  # now the runs like it
-    assert campaign.expected_seconds(rows[1], store) == rec.wall_time_s
+    assert campaign.pending_seconds(plain, store) == plain_rec.wall_time_s  # now the runs like it
+    assert campaign.pending_seconds(rows[1], store) == rec.wall_time_s
 
 
 def test_the_estimate_reads_the_newest_runs_and_what_a_resumed_run_has_left(store, stop_after):
@@ -543,7 +543,7 @@ def test_the_estimate_reads_the_newest_runs_and_what_a_resumed_run_has_left(stor
         store.save({**rec.json(), "run_id": f"old{i}", "wall_time_s": 1000.0 if i < 2 else 10.0,
                     "finished": f"2000-01-0{i + 1}T00:00:00+00:00"})
     store.save({**rec.json(), "finished": "2000-02-01T00:00:00+00:00", "wall_time_s": 10.0})
-    assert campaign.expected_seconds(rows[1], store) == pytest.approx(10.0)  # the slow old runs are not read
+    assert campaign.pending_seconds(rows[1], store) == pytest.approx(10.0)  # the slow old runs are not read
     cfg = rows[1].config  # stopped early in its second epoch, with a checkpoint
     n_batches = len(TemporalOrderTask(cfg, "cpu", 0).batches(0))
     with pytest.raises(BudgetExhausted):
@@ -554,14 +554,14 @@ def test_the_estimate_reads_the_newest_runs_and_what_a_resumed_run_has_left(stor
     done = ck["epoch"] + ck["batch"] / n_batches
     assert 1 <= done < 2 and estimates.checkpoint_progress(path) == pytest.approx((done, ck["elapsed"]))
     resumable = dataclasses.replace(rows[1], resumable=True)
-    assert campaign.expected_seconds(resumable, store) == pytest.approx(10.0 * (1 - done / cfg.epochs))
+    assert campaign.pending_seconds(resumable, store) == pytest.approx(10.0 * (1 - done / cfg.epochs))
     elsewhere = RunStore(store.root.parent / "no-records")  # the same checkpoint, no run like it stored: its own pace
     elsewhere.checkpoint_path("temporal_order", rows[1].run_id).parent.mkdir(parents=True)
     elsewhere.checkpoint_path("temporal_order", rows[1].run_id).write_bytes(path.read_bytes())
-    assert campaign.expected_seconds(resumable, elsewhere) == pytest.approx(ck["elapsed"] / done * (cfg.epochs - done))
-    assert campaign.expected_seconds(rows[1], elsewhere) is None  # not resuming, and nothing like it
+    assert campaign.pending_seconds(resumable, elsewhere) == pytest.approx(ck["elapsed"] / done * (cfg.epochs - done))
+    assert campaign.pending_seconds(rows[1], elsewhere) is None  # not resuming, and nothing like it
     store.checkpoint_path("temporal_order", rows[1].run_id).write_bytes(b"not a checkpoint")
-    assert campaign.expected_seconds(resumable, store) == pytest.approx(10.0)  # unreadable: all of it
+    assert campaign.pending_seconds(resumable, store) == pytest.approx(10.0)  # unreadable: all of it
 
 
 def test_the_estimate_reads_this_machines_runs_where_it_has_any(store):
@@ -803,7 +803,13 @@ def test_a_bad_fuse_is_a_clear_error(words):
 
 def test_fit_needs_the_group_times_and_whole_runs(store, capsys):
     assert campaign.main(["--for", "1m", "--fuse", "fit"]) == 1
-    assert "--fuse fit sizes the groups by --group-times, and needs --whole-runs" in capsys.readouterr().err
+    assert "--fuse fit (fuse='fit') sizes the groups by --group-times" in capsys.readouterr().err
+    # called from Python too, before anything is pending or trained: not every run alone, silently
+    times = [{"experiment": "word_lm"}]
+    for kwargs in ({}, {"group_times": times}, {"whole_runs": True}):
+        with pytest.raises(ValueError, match="needs --whole-runs"):
+            run_campaign([CI_ENTRY], "cpu", 1, 60.0, store, progress=False, fuse="fit", **kwargs)
+    assert not list(store.root.rglob("*.json"))
 
 
 def test_each_entry_trains_at_its_own_precision_in_groups_of_one_precision(store, monkeypatch, tmp_path):
@@ -855,7 +861,7 @@ def test_whole_runs_go_by_this_machines_runs_at_its_workers_thread_count(store):
 
 
 def test_with_measured_group_times_a_run_not_known_to_finish_does_not_start(store, monkeypatch):
-    monkeypatch.setattr(campaign, "expected_seconds", lambda run, store, device=None, on=None: None)
+    monkeypatch.setattr(campaign, "pending_seconds", lambda run, store, device=None, hardware=None: None)
     rows = _bench_rows("word", "tf32", {1: 0.001}, 1000)  # measures the paper's word LM, not temporal order at ci
     out = run_campaign([CI_ENTRY], "cpu", 1, 600.0, store, progress=False, whole_runs=True, group_times=rows)
     assert len(out["not_started"]) == 2 and not out["finished"]

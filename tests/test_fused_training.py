@@ -213,7 +213,7 @@ def test_groups_are_formed_by_model_shape_and_seed_and_capped(store, monkeypatch
 
 def test_the_runs_with_a_checkpoint_train_together_and_first(store):
     entry = Entry(experiment="word_lm", scale="ci", why="test")
-    runs = [campaign.Pending.of(r, entry, resumable=i in (3, 4), rerun=False)
+    runs = [campaign.Pending.of(r, entry, resumable=i in (3, 4), unclean_record=False)
             for i, r in enumerate(grid_rows("word_lm", "ci", store=store))]
     ids = [r.run_id for r in runs]
     groups = campaign.campaign_groups(runs, 2, "cpu")
