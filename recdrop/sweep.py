@@ -37,7 +37,7 @@ from .progress import bar as progress_bar, say
 from .report import stored_seeds
 from .runner import Job, check_jobs, run_groups, run_job, worker_threads
 from .store import DEFAULT_RUNS, RunStore, cache_dir, git_commit, hardware
-from .train import add_precision_options, check_device, group_key, precision_option, set_precision
+from .train import add_precision_options, check_device, precision_option, set_precision
 
 
 def check_seeds(seeds) -> List[int]:
@@ -74,7 +74,7 @@ def fuse_groups(experiment: str, rows: Sequence[Row], fuse: Union[bool, int] = F
     else:
         raise ValueError(f"fuse must be True, False or a group size of at least 1, got {fuse!r}")
     make_task, _ = experiments.get(experiment)
-    keys = [group_key(make_task, r.config, r.seed) for r in rows]
+    keys = [make_task.group_key(r.config, r.seed) for r in rows]
     if rows and None in keys:
         raise ValueError(f"--fuse: the runs of {experiment} cannot share one model (its task trains one run at a "
                          "time); run them without --fuse")

@@ -18,7 +18,7 @@ import random
 import time
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Type
 
 import numpy as np
 import torch
@@ -361,7 +361,7 @@ class Run:
     """One run of a group: its config, seed, task, generator, checkpoint and curves so far. A run trained
     alone is a group of one; each run of a group checkpoints and records as it would alone."""
 
-    def __init__(self, make_task: Callable[..., Task], config: ExperimentConfig, seed: int, device: str,
+    def __init__(self, make_task: Type[Task], config: ExperimentConfig, seed: int, device: str,
                  store: RunStore, env: Dict[str, str]):
         self.config, self.seed = config, seed
         self.rid = run_id(config, seed)
@@ -407,13 +407,7 @@ class Run:
         return self.epoch, self.batch
 
 
-def group_key(make_task: Callable[..., Task], config: ExperimentConfig, seed: int):
-    """What the runs of one fused group share (``Task.group_key``); None where ``make_task``'s runs
-    train one at a time."""
-    return getattr(make_task, "group_key", Task.group_key)(config, seed)
-
-
-def train_run(make_task: Callable[..., Task], config: ExperimentConfig, seed: int = 0, **options) -> Record:
+def train_run(make_task: Type[Task], config: ExperimentConfig, seed: int = 0, **options) -> Record:
     """Train one run of ``config`` with ``seed`` (or load its record where it is done,
     ``GroupTrainer.done``): a group of one (``train_group``, whose keyword ``options`` it takes). A run
     whose training loss stops being finite is recorded as diverged, and ``NonFiniteLossError`` says
@@ -442,7 +436,7 @@ class Options:
     wait: bool = False
 
 
-def train_group(make_task: Callable[..., Task], members: Sequence[Tuple[ExperimentConfig, int]], *,
+def train_group(make_task: Type[Task], members: Sequence[Tuple[ExperimentConfig, int]], *,
                 device: str = "cpu", store: Optional[RunStore] = None, progress: bool = Options.progress,
                 checkpoint_every_s: float = Options.checkpoint_every_s,
                 callback: Optional[Callable[[str, int, int], None]] = Options.callback,
@@ -490,18 +484,18 @@ def train_group(make_task: Callable[..., Task], members: Sequence[Tuple[Experime
     return [records[run_id(*m)] for m in members]
 
 
-def check_group(make_task: Callable[..., Task], members: Sequence[Tuple[ExperimentConfig, int]],
+def check_group(make_task: Type[Task], members: Sequence[Tuple[ExperimentConfig, int]],
                 precision: str) -> None:
     """A ValueError where ``members`` cannot train as one group at ``precision``."""
-    if precision == "bf16" and not getattr(make_task, "autocasts", False):
-        raise ValueError(f"precision='bf16' is not available for {getattr(make_task, '__name__', make_task)!r}: its "
+    if precision == "bf16" and not make_task.autocasts:
+        raise ValueError(f"precision='bf16' is not available for {make_task.__name__!r}: its "
                          "training step has no autocast (Task.autocasts); use 'float32' or 'tf32'")
     if not members:
         raise ValueError("a group needs at least one run")
     rids = [run_id(c, s) for c, s in members]
     if len(set(rids)) < len(rids):
         raise ValueError(f"a group holds the same run twice: {sorted(r for r in rids if rids.count(r) > 1)}")
-    keys = {group_key(make_task, c, s) for c, s in members}
+    keys = {make_task.group_key(c, s) for c, s in members}
     if len(members) > 1 and (None in keys or len(keys) > 1):
         raise ValueError(f"these {len(members)} runs cannot train as one group: "
                          + ("their task trains one run at a time" if None in keys else
@@ -514,7 +508,7 @@ class GroupTrainer:
     starts each (from its checkpoint where it has one), and trains them in step (``catch_up``). With
     ``rerun``, a record made by other code than this (another commit) does not count as done."""
 
-    def __init__(self, make_task: Callable[..., Task], device: str, precision: str, options: Options,
+    def __init__(self, make_task: Type[Task], device: str, precision: str, options: Options,
                  rerun: bool = False):
         self.make_task, self.device, self.precision = make_task, device, precision
         self.options, self.rerun = options, rerun
