@@ -254,8 +254,9 @@ def run_campaign(entries: Sequence[Entry], device: str = "cpu", jobs: int = 1, b
     for a machine whose checkpoints do not outlive it, where a run stopped midway is lost. ``fuse="fit"``
     sizes the groups by ``group_times`` and needs ``whole_runs``, so that none starts that would not finish."""
     if fuse == "fit" and not (group_times and whole_runs):
-        raise ValueError("--fuse fit (fuse='fit') sizes the groups by --group-times (group_times), and needs "
-                         "--whole-runs (whole_runs=True) so that none starts that would not finish")
+        raise ValueError("--fuse fit (fuse='fit') sizes the groups by --group-times (group_times: none given, or "
+                         "a file without rows), and needs --whole-runs (whole_runs=True) so that none starts that "
+                         "would not finish")
     device = check_device(device)
     check_jobs(jobs)
     set_precision(precision, device)
@@ -670,8 +671,6 @@ def _print_pending(entries: Sequence[Entry], device: str, store: RunStore, campa
           "the hardware of their stored runs"
           + (f", and {unknown} run{'s' * (unknown > 1)} of no known cost (no stored run like "
              f"{'them' if unknown > 1 else 'it'} to time)" if unknown else ""))
-
-
 
 
 def _print_outcomes(out: Dict[str, List[Pending]], started: float) -> None:

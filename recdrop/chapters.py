@@ -274,10 +274,11 @@ def _show_ablation(e, change: str, rows, ablated, heading: str) -> None:
 
 def show_other_scales(name: str, shown: str, store: Optional[RunStore] = None) -> None:
     """In a chapter rendered at ``shown``: the runs stored at every other scale of experiment ``name``,
-    largest first, each with its stamp, the comparison of the cells that ran and its plot against the
-    paper's, the paper's claims judged on them, and, where the experiment has them, their learning
-    curves and the checks of the scale; then each ablation that ran there, beside the table's runs of
-    that scale (``_show_ablation``). Nothing where no other scale has runs."""
+    largest first, each with its stamp, the comparison of the cells that ran (at the paper's scale, those not
+    already leading the chapter: ``show_paper_so_far``) and its plot against the paper's, the paper's claims
+    judged on them, and, where the experiment has them, their learning curves and the checks of the scale;
+    then each ablation that ran there, beside the table's runs of that scale (``_show_ablation``). Nothing
+    where no other scale has runs."""
     e = EXPERIMENTS[name]
     for scale in reversed(SCALE_NAMES):
         grid = stored_rows(name, scale, store=store)  # None where nothing of the experiment is stored there
@@ -294,7 +295,7 @@ def show_other_scales(name: str, shown: str, store: Optional[RunStore] = None) -
         if rows and e.comparison is not None:
             table = e.comparison(rows)
             ran = table["ours"] != "not yet run"
-            if scale == "paper":  # its test cells lead the chapter (``show_paper_so_far``): the rest here
+            if scale == "paper" and (ran & weighed(table)).any():  # they lead the chapter (``show_paper_so_far``)
                 display(Markdown(f"Its test cells lead this chapter ({e.short_title} at the paper's scale)"
                                  + ("; its other rows:" if (ran & ~weighed(table)).any() else ".")))
                 ran &= ~weighed(table)

@@ -217,7 +217,7 @@ class Metric:
         """*reproduced*: the mean over seeds is within the tolerance. A mean outside it counts as *not
         reproduced* only when it is further out than the seed noise (two standard errors of the mean);
         nearer, it is *within seed noise*. One seed has no noise to weigh: outside the tolerance, it is
-        *not judged*, saying how far out. None where the paper has no number."""
+        *not judged*, saying so (the delta beside it says how far). None where the paper has no number."""
         if paper is None or math.isnan(paper):
             return None
         if not len(values):

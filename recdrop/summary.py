@@ -161,13 +161,19 @@ def _table_row(shown: Shown) -> dict:
     delta = t.loc[best, "delta"]
     ran = len(ran_cells(t))
     lacks = f"; without {e.paper_scale_lacks} (see Deviations)" if scale == "paper" and e.paper_scale_lacks else ""
+    ran_rows = ran_cells(t)
+    one_seed = sum(verdict_of(j) is Verdict.NOT_JUDGED and j.seeds == 1  # at the paper's scale: not its level
+                   for j, below in zip(ran_rows["verdict"], ran_rows["below"]) if not below)
+    if one_seed:  # the tally says "not judged at this scale": at the paper's, say why
+        lacks = (f" ({one_seed} outside {m.tolerance_words} of the paper's on 1 seed, too few to judge against seed "
+                 f"noise)") + lacks
     return {"what": shown.what, "chapter": e.name,
             "scale": (scale or "none stored") + (f" ({ran} of {len(t)} cells)" if ran < len(t) and ran else ""),
             "the paper's best cell": t.loc[best, "setting"], "paper": f"{t.loc[best, 'paper']:.{m.digits}f} {m.unit}",
             "ours": t.loc[best, "ours"] + (" (n=1)" if t.loc[best, "n"] == 1 else ""),  # beside rows of n=3
             "delta": "—" if delta is None or pd.isna(delta) else  # to the metric's digits, as the chapter's table
             f"{delta:+g} {m.delta_unit}" if m.relative else f"{delta:+.{m.digits}f} {m.delta_unit}",
-            "cells": verdict_tally(ran_cells(t)["verdict"]) + lacks if ran else "not yet run"}
+            "cells": verdict_tally(ran_rows["verdict"]) + lacks if ran else "not yet run"}
 
 
 def landing_table(store: Optional[RunStore] = None, shown: Optional[List[Shown]] = None) -> pd.DataFrame:
@@ -305,7 +311,7 @@ def table_sentences(shown: List[Shown], claims: pd.DataFrame) -> List[str]:
         said = _claims_sentence(mine)
         out.append(f"<b>{e.short_title}</b> ({e.subject}): {cells}" + (f"; {said}" if said else "") + ".")
         for row in s.figures:
-            out.append(f"<b>{row['what'].split(':')[0]}</b> ({row['what'].split(':', 1)[1].strip()}): at "
+            out.append(f"<b>{row['figure']}</b> ({row['subject']}): at "
                        f"<code>{row['scale']}</code>, {verdict_html(row['judged'])}.")
     return out
 

@@ -50,8 +50,8 @@ _LOOK = {  # symbol, colour, what it means
     Verdict.NOT_REPRODUCED: ("✘", "#c62828", "a cell further out than that; a claim that fails on the mean and "
                              f"in every one of {MIN_SEEDS_TO_JUDGE} seeds or more"),
     Verdict.NOT_JUDGED: ("·", "#6e7781", "not yet run, a run it needs diverged, a cell outside the tolerance on "
-                                         f"one seed, a claim run on fewer than {MIN_SEEDS_TO_JUDGE} seeds (each says "
-                                         "how far out, or whether it holds on them), or a smaller model or corpus "
+                                         f"one seed (it says so), a claim run on fewer than {MIN_SEEDS_TO_JUDGE} seeds "
+                                         "(it says whether it holds on them), or a smaller model or corpus "
                                          "than the paper's, whose numbers are not comparable with its"),
 }
 

@@ -52,7 +52,8 @@ def claims():
     return pd.DataFrame([
         {"table": "Table 2", "claim": "a", "scale": "reduced",
          "on ours": Judgement(Verdict.REPRODUCED, "3 of 3 seeds", 3), "chapter": "word_lm"},
-        {"table": "Table 2", "claim": "b", "scale": "paper", "on ours": Judgement(Verdict.NOT_REPRODUCED, "1 seed", 1),
+        {"table": "Table 2", "claim": "b", "scale": "paper",
+         "on ours": Judgement(Verdict.NOT_JUDGED, "fails on 1 seed, too few to judge against seed noise", 1),
          "chapter": "word_lm"},
         {"table": f"{BEYOND}: seeds", "claim": "c", "scale": "reduced",
          "on ours": Judgement(Verdict.NOT_REPRODUCED, "3 of 3 seeds", 3), "chapter": "seeds"}])
@@ -63,7 +64,8 @@ def test_a_tables_claims_are_said_by_verdict_at_the_scale_each_is_judged():
     assert said == ("its 2 claims, at <code>reduced</code> on 3 seeds: "
                     f'<span class="verdict" style="color: {Verdict.REPRODUCED.colour}">1 ✔ reproduced</span>; '
                     "at <code>paper</code> on 1 seed: "
-                    f'<span class="verdict" style="color: {Verdict.NOT_REPRODUCED.colour}">1 ✘ not reproduced</span>')
+                    f'<span class="verdict" style="color: {Verdict.NOT_JUDGED.colour}">'
+                    '1 · not judged at this scale</span>')
     assert _claims_sentence(claims()[:1].assign(**{"on ours": [NOT_RUN]})) == "its 1 claim is not yet run"
     assert beyond_sentences(claims()) == [f"c (<code>reduced</code>): {verdict_html(claims()['on ours'][2])}."]
 
@@ -72,7 +74,8 @@ def test_the_claims_table_shows_each_verdict_with_its_symbol_colour_and_a_key():
     html = landing_html(claims(), classes="landing claims")
     green = Verdict.REPRODUCED.colour
     assert f'<span class="verdict" style="color: {green}">✔ reproduced (3 of 3 seeds)</span>' in html
-    assert "✘ not reproduced (1 seed)" in html and 'href="word_lm.html"' in html
+    assert "· not judged at this scale (fails on 1 seed, too few to judge against seed noise)" in html
+    assert 'href="word_lm.html"' in html
     key = verdict_key()
     assert all(f"{v.symbol} <i>{v.value}</i>" in key for v in Verdict)
 

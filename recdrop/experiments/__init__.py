@@ -35,8 +35,8 @@ class Experiment:
     curves: Optional[Callable] = None  # rows -> a figure of the learning curves of whatever ran
     checks: tuple = ()  # rows -> a table that tests the scale itself (over-fit, converged, pilot, batch size)
     figures: tuple = ()  # (rows, scale) -> the landing page's row of a paper's figure drawn from these runs: its name
-    # under "figure" ("Figure 2"), the rows of the cells it draws under "runs" and its claim's verdict
-    # (verdicts.claim_verdict) under "judged"
+    # under "figure" ("Figure 2") and what it shows under "subject", the rows of the cells it draws under "runs"
+    # and its claim's verdict (verdicts.claim_verdict) under "judged"
     paper_scale_lacks: str = ""  # what its `paper` scale still lacks of the paper's setup (deviations page)
     ablations: tuple = ()  # (grid, what it changes): runs kept beside the table, in its chapter and on the landing page
     # rows -> the rows of the paper's table itself, without a check's its grid also holds (Table 3's batch size)
@@ -50,7 +50,7 @@ class Experiment:
     @property
     def subject(self) -> str:
         """What the paper's table measures, as its title says after the colon ("word-level PTB, test perplexity")."""
-        return self.title.split(":", 1)[1].strip()
+        return self.title.split(":", 1)[-1].strip()  # a study's title has no colon: all of it
 
 
 # In the book's order.

@@ -109,7 +109,8 @@ def figure2_row(rows, scale):
         judged = claim_verdict(claim, by_seed)
         found = (f"train {mean[(ours, 'train')]:.1f} vs {mean[(none, 'train')]:.1f}, valid {mean[(ours, 'valid')]:.1f} "
                  f"vs {mean[(none, 'valid')]:.1f} ({over}): {judged}")
-    return {"figure": "Figure 2", "what": "Figure 2: learning curves, word-level PTB", "scale": scale or "—",
+    figure, subject = "Figure 2", "learning curves, word-level PTB"
+    return {"figure": figure, "subject": subject, "what": f"{figure}: {subject}", "scale": scale or "—",
             "the paper's best cell": "with dropout: higher training, lower validation perplexity (its slower "
                                      "convergence not judged)", "ours": found,
             "judged": judged, "runs": [r for r in rows if r.cell(CELL_KEYS) in (ours, none)]}
