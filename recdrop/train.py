@@ -615,9 +615,10 @@ class StepOutputs:
     def __init__(self, read_every: Optional[int] = None):
         self.read_every = read_every
         self.steps: List[Tuple[int, int, List[Dict[str, Any]]]] = []  # (epoch, batch, outputs) a step
-        self.rows: List[torch.Tensor] = []  # the tensors among each step's outputs, stacked: one a step
+        self.rows: List[Optional[torch.Tensor]] = []  # each step's tensors among its outputs, stacked (None: none)
 
     def __len__(self) -> int:
+        """How many steps' outputs are held, not yet read."""
         return len(self.steps)
 
     @property
