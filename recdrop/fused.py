@@ -419,7 +419,7 @@ def _replay_backward(ctx, step, inputs: tuple, n_states: int, grads: tuple) -> t
     under autograd, and ``torch.autograd.grad(..., create_graph=True)`` gives the input gradients
     of ``grads`` (the gradients of its outputs: ys and the final states)."""
     gal, sem, moon = ctx.factors
-    per_step, relu, reverse = ctx.flags[:3]
+    per_step, relu, reverse = ctx.flags[:3]  # every Function's flags begin so
     act = ACTIVATIONS["relu" if relu else "tanh"]
     gx, states, weights = inputs[0], inputs[1:1 + n_states], inputs[1 + n_states:]
     steps = gx.shape[0]
@@ -471,6 +471,8 @@ class _LSTMSequence(torch.autograd.Function):
         gates_all, c_all, tc_all, ys, hin_all, gsem_all = saved  # in processing order
         ctx.save_for_backward(w_hh, h0, *saved, gx, c0)  # gx and c0 for a higher-order backward (its replay)
         ctx.factors = (gal, sem, moon)
+        # what the backward needs besides tensors; per_step, relu and reverse first in every Function's flags
+        # (``_replay_backward``)
         ctx.flags = (per_step, relu, reverse, kernels, cells)
         ctx.dtype = dtype
         cs = c_all[1:].clone() if cells else gx.new_empty(0)  # with ``cells``: c_t of every step, as the ys
