@@ -513,7 +513,10 @@ def _lstm_forward(gx, h0, c0, w_hh, gal, sem, moon, per_step, relu, reverse, ker
     tc_all = h0.new_empty(steps, *h0.shape)  # act(c_t)
     ys = h0.new_empty(steps, *h0.shape)
     # d(h_{t-1}) entering the gates; with a product dtype, in it, for the weight's gradient too
-    hin_all = h0.new_empty(steps, *h0.shape, dtype=dtype) if dtype else None if gal is None else torch.empty_like(ys)
+    if dtype is not None:
+        hin_all = h0.new_empty(steps, *h0.shape, dtype=dtype)
+    else:
+        hin_all = None if gal is None else torch.empty_like(ys)
     gsem_all = None if sem is None or kernels is not None else h0.new_empty(steps, *h0.shape)  # d(g_t), torch ops'
     # Per-step views made once (unbind), not indexed inside the loop: on small layers the
     # loop's Python and dispatch overhead is a good part of the time.
@@ -521,22 +524,25 @@ def _lstm_forward(gx, h0, c0, w_hh, gal, sem, moon, per_step, relu, reverse, ker
     gx_k, gates_k, c_k, tc_k, ys_k = (t.unbind(0) for t in (gx, gates_all, c_all, tc_all, ys))
     hin_k = _steps(hin_all, steps, True)
     gsem_k = _steps(gsem_all, steps, True)
-    if_k, g_k, o_k = (gates_all[..., a * hidden:b * hidden].unbind(0) for a, b in ((0, 2), (2, 3), (3, 4)))
-    i_k, f_k = (gates_all[..., a * hidden:(a + 1) * hidden].unbind(0) for a in (0, 1))
     h = h0
-    for k in range(steps):
-        if gal is not None:
-            h = torch.mul(h, gals[k], out=hin_k[k])  # Eq. 7
-        elif dtype is not None and (k == 0 or kernels is None):  # else the kernel wrote it
-            h = hin_k[k].copy_(h)
-        elif dtype is not None:
-            h = hin_k[k]
-        if kernels is not None:  # the sum with gx and the step's rest in one kernel (h_t in the products' dtype too)
+    if kernels is not None:  # the sum with gx and the step's rest in one kernel (h_t in the products' dtype too)
+        for k in range(steps):
+            if gal is not None:
+                h = torch.mul(h, gals[k], out=hin_k[k])  # Eq. 7
+            elif dtype is not None:  # h_0 cast here; each later h the kernel wrote in it
+                h = hin_k[k].copy_(h) if k == 0 else hin_k[k]
             low = hin_k[k + 1] if dtype is not None and gal is None and k + 1 < steps else None
             kernels.lstm_forward_step(times_w(h), c_k[k], sems[k], moons[k], gsem_k[k], c_k[k + 1], tc_k[k], ys_k[k],
                                       relu, addend=gx_k[k], gates_out=gates_k[k], h_low_out=low)
             h = ys_k[k]
-            continue
+        return gates_all, c_all, tc_all, ys, hin_all, gsem_all
+    if_k, g_k, o_k = (gates_all[..., a * hidden:b * hidden].unbind(0) for a, b in ((0, 2), (2, 3), (3, 4)))
+    i_k, f_k = (gates_all[..., a * hidden:(a + 1) * hidden].unbind(0) for a in (0, 1))
+    for k in range(steps):
+        if gal is not None:
+            h = torch.mul(h, gals[k], out=hin_k[k])  # Eq. 7
+        elif dtype is not None:
+            h = hin_k[k].copy_(h)
         times_w(h, add=gates_k[k], out=gates_k[k])  # gx + h W_hh^T, in place
         if one_sigmoid:
             torch.sigmoid_(gates_k[k])
