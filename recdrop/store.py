@@ -101,8 +101,8 @@ class CorruptCheckpointError(RuntimeError):
     pass
 
 
-# Checkpoints written before they held only tensors and plain values hold NumPy arrays (an RNG state)
-# and torch's version string: constructors of data, allowed so that those checkpoints still load.
+# A checkpoint of the older format holds NumPy arrays (an RNG state) and torch's version string besides
+# tensors and plain values: constructors of data, allowed so that it still loads.
 LEGACY_CHECKPOINT_GLOBALS = [np.zeros(1).__reduce__()[0], np.ndarray, np.dtype, type(np.dtype("uint32")),
                              torch.torch_version.TorchVersion]
 
