@@ -278,6 +278,9 @@ def run_campaign(entries: Sequence[Entry], device: str = "cpu", jobs: int = 1, b
     return call.out
 
 
+NEVER = 0.0  # a ``Job.start_by`` that every time.time() is past: the job does not start
+
+
 class _CampaignCall:
     """One call of ``run_campaign`` as its groups train: the job each group runs as (``job``), and each run's
     outcome as it settles (``took``, ``failed``), kept in ``out`` and counted on the bar and in the log."""
@@ -332,8 +335,8 @@ class _CampaignCall:
         return now is not None and now != self.checkpoints_before.get((run.experiment, run.run_id))
 
     def start_by(self, group: List[Pending]) -> Optional[float]:
-        """The latest time a group may start and still end within the budget (``whole_runs`` only); 0.0 where
-        it is not known to finish on a machine that measured its groups, None where any time will do."""
+        """The latest time a group may start and still end within the budget (``whole_runs`` only); ``NEVER``
+        where it is not known to finish on a machine that measured its groups, None where any time will do."""
         if not self.whole_runs:
             return None
         # a CPU's runs time no GPU's, and where this machine at this thread count has runs, theirs
@@ -343,7 +346,7 @@ class _CampaignCall:
                                                 group[0].entry.precision or self.precision, len(group),
                                                 group[0].config.scale)]
             if None in expected:  # not known to finish: on a machine that measured its groups, not started
-                return 0.0
+                return NEVER
         return self.deadline - sum(expected) if None not in expected else None
 
     def job(self, i: int, group: List[Pending]) -> Job:
