@@ -159,12 +159,13 @@ def _table_row(shown: Shown) -> dict:
     m = e.metric
     best = best_cell(e, t)
     delta = t.loc[best, "delta"]
-    ran = len(ran_cells(t))
-    lacks = f"; without {e.paper_scale_lacks} (see Deviations)" if scale == "paper" and e.paper_scale_lacks else ""
     ran_rows = ran_cells(t)
-    one_seed = sum(verdict_of(j) is Verdict.NOT_JUDGED and j.seeds == 1  # at the paper's scale: not its level
+    ran = len(ran_rows)
+    lacks = f"; without {e.paper_scale_lacks} (see Deviations)" if scale == "paper" and e.paper_scale_lacks else ""
+    # at the paper's scale a cell not judged is one outside the tolerance on 1 seed (below it, every cell is)
+    one_seed = sum(verdict_of(j) is Verdict.NOT_JUDGED and j.seeds == 1
                    for j, below in zip(ran_rows["verdict"], ran_rows["below"]) if not below)
-    if one_seed:  # the tally says "not judged at this scale": at the paper's, say why
+    if one_seed:  # the tally says "not judged at this scale": say why
         lacks = (f" ({one_seed} outside {m.tolerance_words} of the paper's on 1 seed, too few to judge against seed "
                  f"noise)") + lacks
     return {"what": shown.what, "chapter": e.name,
