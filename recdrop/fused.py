@@ -508,16 +508,8 @@ def _lstm_forward(gx, h0, c0, w_hh, gal, sem, moon, per_step, relu, reverse, ker
     times_w = _times_transposed(_g_rows_doubled(w_hh) if one_sigmoid else w_hh, h0.shape[-2], steps, dtype=dtype)
     gates_all = _gates_buffer(gx, h0.dtype, kernels is None, one_sigmoid)  # i, f, g, o after their activations
     minus_one = h0.new_full((), -1.0) if one_sigmoid else None
-    c_all = h0.new_empty(steps + 1, *h0.shape)  # c_0 .. c_T
-    c_all[0] = c0
-    tc_all = h0.new_empty(steps, *h0.shape)  # act(c_t)
-    ys = h0.new_empty(steps, *h0.shape)
-    # d(h_{t-1}) entering the gates; with a product dtype, in it, for the weight's gradient too
-    if dtype is not None:
-        hin_all = h0.new_empty(steps, *h0.shape, dtype=dtype)
-    else:
-        hin_all = None if gal is None else torch.empty_like(ys)
-    gsem_all = None if sem is None or kernels is not None else h0.new_empty(steps, *h0.shape)  # d(g_t), torch ops'
+    c_all, tc_all, ys, hin_all, gsem_all = _lstm_state_buffers(h0, c0, steps, gal is not None,
+                                                               sem is not None and kernels is None, dtype)
     # Per-step views made once (unbind), not indexed inside the loop: on small layers the
     # loop's Python and dispatch overhead is a good part of the time.
     gals, sems, moons = (_steps(f, steps, per_step) for f in (gal, sem, moon))
@@ -560,6 +552,20 @@ def _lstm_forward(gx, h0, c0, w_hh, gal, sem, moon, per_step, relu, reverse, ker
         tc = torch.clamp_min(c, 0.0, out=tc_k[k]) if relu else torch.tanh(c, out=tc_k[k])
         h = torch.mul(o_k[k], tc, out=ys_k[k])
     return gates_all, c_all, tc_all, ys, hin_all, gsem_all
+
+
+def _lstm_state_buffers(h0: Tensor, c0: Tensor, steps: int, gal: bool, sem: bool, dtype: Optional[torch.dtype]):
+    """The LSTM forward's buffers besides its gates: c_0 .. c_T (c_0 in place), act(c_t), h_t, then
+    d(h_{t-1}) entering the gates (with a product ``dtype``, in it, for the weight's gradient too; else
+    only with ``gal``) and d(g_t) (with ``sem``), None where not kept."""
+    c_all = h0.new_empty(steps + 1, *h0.shape)
+    c_all[0] = c0
+    tc_all, ys = h0.new_empty(steps, *h0.shape), h0.new_empty(steps, *h0.shape)
+    if dtype is not None:
+        hin_all = h0.new_empty(steps, *h0.shape, dtype=dtype)
+    else:
+        hin_all = torch.empty_like(ys) if gal else None
+    return c_all, tc_all, ys, hin_all, h0.new_empty(steps, *h0.shape) if sem else None
 
 
 def _g_rows_doubled(w_hh: Tensor) -> Tensor:
