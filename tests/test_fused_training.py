@@ -112,11 +112,12 @@ def test_a_member_agrees_with_its_run_alone_to_the_rounding_of_batched_products(
         assert close(g, a, rtol=RTOL[precision]), (g.metrics, a.metrics)
 
 
-def test_a_member_that_diverges_stops_alone_recorded_as_alone_and_the_others_finish(tmp_path, monkeypatch, float64):
-    monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "cache"))
+def nan_at_third_step(monkeypatch):
+    """The word LM's runs with lr 0.75 get a NaN loss at their third step (epoch 2, batch 1); three runs of
+    one group, the middle one so."""
     real_stepper = WordLMTask.group_stepper.__func__
 
-    def stepper(cls, tasks, graphed=True):  # the run with lr 0.75 gets a NaN loss at its third step (epoch 2, batch 1)
+    def stepper(cls, tasks, graphed=True):
         real_step = real_stepper(cls, tasks, graphed)
 
         def step(start):
@@ -130,6 +131,12 @@ def test_a_member_that_diverges_stops_alone_recorded_as_alone_and_the_others_fin
     monkeypatch.setattr(WordLMTask, "group_stepper", classmethod(stepper))
     runs = members("word_lm")[:2]
     runs.insert(1, (runs[0][0].replace(lr=0.75), 0))
+    return runs
+
+
+def test_a_member_that_diverges_stops_alone_recorded_as_alone_and_the_others_finish(tmp_path, monkeypatch, float64):
+    monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "cache"))
+    runs = nan_at_third_step(monkeypatch)
     errors = {}
     group = train_group(WordLMTask, runs, store=RunStore(tmp_path / "group"), progress=False, errors=errors)
     monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "cache-alone"))  # the group kept its last good checkpoint
@@ -143,6 +150,25 @@ def test_a_member_that_diverges_stops_alone_recorded_as_alone_and_the_others_fin
         assert not g.diverged and close(g, a, rtol=1e-9) and len(g.curves) == 2
     # a second call loads the diverged record: it is a result, not retried
     assert train_group(WordLMTask, runs, store=RunStore(tmp_path / "group"), progress=False)[1] == group[1]
+
+
+def test_a_member_that_diverged_is_said_so_when_the_group_is_stopped_after(tmp_path, monkeypatch):
+    """The group stops with an error after a member diverged (here at the end of that epoch): the caller's
+    ``errors`` still says where it diverged, and its record is stored."""
+    monkeypatch.setenv("RECDROP_CACHE", str(tmp_path / "cache"))
+    runs = nan_at_third_step(monkeypatch)
+
+    def stop(event, epoch, batch):
+        if event == "epoch" and epoch >= 1:  # epoch 2, after the divergence at its first batch
+            raise KeyboardInterrupt
+
+    errors = {}
+    store = RunStore(tmp_path / "group")
+    with pytest.raises(KeyboardInterrupt):
+        train_group(WordLMTask, runs, store=store, progress=False, errors=errors, callback=stop)
+    diverged = run_id(*runs[1])
+    assert list(errors) == [diverged] and "epoch 2, batch 1" in errors[diverged]
+    assert store.load("word_lm", runs[1][0].scale, diverged).diverged == {"epoch": 2, "batch": 1, "loss": "nan"}
 
 
 SWEEP = ["word_lm", "--scale", "ci", "--no-progress", "--fuse", "--set", "epochs=14",
