@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from .records import Row
-from .report import Metric, label_columns, verdict_rows
+from .report import Metric, label_columns, weighed
 
 
 def difference_noise(a: pd.Series, b: pd.Series, confidence: float = 0.95) -> float:
@@ -57,7 +57,7 @@ def ablation_effects(comparison: Callable[[List[Row]], pd.DataFrame], rows: List
     ablation's run diverged; each mean's distance to the paper's number where the table is at the
     paper's scale (``table_distance``, ``ablation_distance``), else the table's (or, where the table's
     cell has not run, the ablation's) *not judged at this scale* (``below_paper``); and ``counted``, whether
-    the cell is one of the paper's test numbers (``verdict_rows``: what the table's verdicts weigh). Only
+    the cell is one of the paper's test numbers (``report.weighed``: what the table's verdicts weigh). Only
     the cells the ablation's grid holds (``held_cells``): an ablation of some cells (the RNN's) has no
     others to run."""
     base = held_cells(comparison(rows), ablated).set_index("setting")
@@ -88,8 +88,7 @@ def ablation_effects(comparison: Callable[[List[Row]], pd.DataFrame], rows: List
     ablation_below = (abl["below"] != "").to_numpy()  # where the table's cell has not run
     out["below_paper"] = np.where(~at_paper, base["verdict"].to_numpy(),
                                   np.where(ablation_below, abl["verdict"].to_numpy(), ""))
-    counted = verdict_rows(base.reset_index())["setting"]
-    out["counted"] = out["setting"].isin(counted).to_numpy()
+    out["counted"] = weighed(base).to_numpy()
     return out
 
 

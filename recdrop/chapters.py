@@ -294,11 +294,11 @@ def show_other_scales(name: str, shown: str, store: Optional[RunStore] = None) -
         display(Markdown(f"### At `{scale}` scale\n\n{runs}"))
         if rows and e.comparison is not None:
             table = e.comparison(rows)
-            ran = table["ours"] != "not yet run"
-            if scale == "paper" and (ran & weighed(table)).any():  # they lead the chapter (``show_paper_so_far``)
+            ran, led = table["ours"] != "not yet run", weighed(table)
+            if scale == "paper" and (ran & led).any():  # they lead the chapter (``show_paper_so_far``)
                 display(Markdown(f"Its test cells lead this chapter ({e.short_title} at the paper's scale)"
-                                 + ("; its other rows:" if (ran & ~weighed(table)).any() else ".")))
-                ran &= ~weighed(table)
+                                 + ("; its other rows:" if (ran & ~led).any() else ".")))
+                ran &= ~led
             if ran.any():
                 display(styled(table[ran], e.metric.digits))
             display(figure_html(plot_against_paper(table, e.metric),
