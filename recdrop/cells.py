@@ -218,15 +218,21 @@ class _CellBase(DropoutSettings, nn.RNNCellBase):
             masks = {t: m.to(x) for t, m in masks.items()}  # given or kept masks act in the input's dtype
         return r.factors(masks, self.training, per_step=False)
 
+    def _checked_types(self, input: Tensor, hx, n_states: int) -> Optional[Tuple[Tensor, ...]]:
+        """Check that ``input`` is a tensor and ``hx``, where given, ``n_states`` tensors (``states_of``); the states,
+        or None. Run before either forward, torch.nn's too, so that a bad input gets one error whether or not
+        recurrent dropout acts."""
+        if not isinstance(input, Tensor):
+            raise TypeError(f"input must be a torch.Tensor, got {type(input).__name__}")
+        return None if hx is None else states_of(hx, n_states)
+
     def _prepare(self, input: Tensor, hx, n_states: int):
         """torch.nn's checks, with its errors; then x and the states batched, gx = W_ih x + b_ih, and
         whether ``input`` was batched."""
         name = type(self).__name__
-        if not isinstance(input, Tensor):
-            raise TypeError(f"input must be a torch.Tensor, got {type(input).__name__}")
+        states = self._checked_types(input, hx, n_states)
         if input.dim() not in (1, 2):
             raise ValueError(f"{name}: Expected input to be 1D or 2D, got {input.dim()}D instead")
-        states = None if hx is None else states_of(hx, n_states)
         for idx, st in enumerate(states or ()):
             if st.dim() not in (1, 2):
                 what = f"hx[{idx}]" if n_states == 2 else "hidden"
@@ -301,6 +307,7 @@ class LSTMCell(_CellBase, nn.LSTMCell):
     def forward(self, input: Tensor, hx: Optional[Tuple[Tensor, Tensor]] = None, *,
                 masks: Optional[Dict[str, Tensor]] = None) -> Tuple[Tensor, Tensor]:
         if self._torch_computes_it(masks):
+            self._checked_types(input, hx, 2)
             return super().forward(input, hx)  # torch.nn.LSTMCell's
         x, gx, (h, c), batched = self._prepare(input, hx, 2)
         gal, sem, moon = self._factors(x, masks).at(0)
@@ -316,6 +323,7 @@ class _SingleStateCell(_CellBase):
     def forward(self, input: Tensor, hx: Optional[Tensor] = None, *,
                 masks: Optional[Dict[str, Tensor]] = None) -> Tensor:
         if self._torch_computes_it(masks):
+            self._checked_types(input, hx, 1)
             return super().forward(input, hx)  # torch.nn.GRUCell's or RNNCell's
         x, gx, (h,), batched = self._prepare(input, hx, 1)
         gal, sem, moon = self._factors(x, masks).at(0)

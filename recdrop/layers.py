@@ -154,11 +154,12 @@ class RecurrentLayer(DropoutSettings, nn.RNNBase):
                    generator: Optional[torch.Generator] = None) -> Masks:
         """Raw 0/1 masks for one forward call: a list over layers x directions (torch's order,
         ``l0, l0_reverse, l1, ...``) of dicts target -> tensor ``(T, B, H)`` or ``(B, H)`` (for
-        "gal", H is ``proj_size`` where there is a projection: it drops h_{t-1})."""
+        "gal", H is ``proj_size`` where there is a projection: it drops h_{t-1}). Drawn from the ``generator``
+        given, else from the layer's own where one is set (as its forward draws them), else from torch's global one."""
         for name, n in (("seq_len", seq_len), ("batch_size", batch_size)):
             if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0:
                 raise ValueError(f"draw_masks: {name} must be an integer, 0 or more, got {n!r}")
-        return self._draw_masks(seq_len, batch_size, device, dtype, generator)
+        return self._draw_masks(seq_len, batch_size, device, dtype, self.generator if generator is None else generator)
 
     def _draw_masks(self, steps, batch, device=None, dtype=None, generator=None) -> Masks:
         """``draw_masks`` for a forward call's own sizes (symbolic or traced under torch.compile or jit.trace)."""
@@ -414,7 +415,8 @@ class RecurrentLayer(DropoutSettings, nn.RNNBase):
         """torch.nn's checks, with its errors, then ``x`` time-major and batched, the initial states
         as a tuple, and whether ``input`` was batched."""
         if input.dim() not in (2, 3):
-            raise ValueError(f"{self.kind}: Expected input to be 2D or 3D, got {input.dim()}D instead")
+            noun = " tensor" if self.kind == "RNN" else ""  # torch.nn's words differ by layer
+            raise ValueError(f"{self.kind}: Expected input to be 2D or 3D, got {input.dim()}D{noun} instead")
         batched = input.dim() == 3
         x = input if batched else input.unsqueeze(0 if self.batch_first else 1)
         states = None if hx is None else states_of(hx, self.n_states)

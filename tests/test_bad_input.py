@@ -55,8 +55,11 @@ def test_forward_dropout_and_sizes(cls):
 @pytest.mark.parametrize("rate", [0.0, 0.25], ids=["torch.nn's forward", "recdrop's"])
 def test_wrong_input_rank_and_features_are_torch_nns_errors(cls, rate):
     m = cls(3, 4, recurrent_dropout=rate)  # the same errors whichever forward runs
-    with pytest.raises(ValueError, match=f"{m.kind}: Expected input to be 2D or 3D, got 4D"):
+    with pytest.raises(ValueError) as ours:
         m(torch.randn(2, 5, 3, 1))
+    with pytest.raises(ValueError) as torch_nns:
+        getattr(torch.nn, m.kind)(3, 4)(torch.randn(2, 5, 3, 1))
+    assert str(ours.value) == str(torch_nns.value)  # torch.nn's words, which differ by layer
     with pytest.raises(ValueError, match="Expected input to be 2D or 3D, got 1D"):
         m(torch.randn(3))
     for x in (torch.randn(5, 2, 4), pack_sequence([torch.randn(3, 4)])):  # torch.nn's packed forward: a matmul's
@@ -156,6 +159,27 @@ def test_cell_bad_input_is_torch_nns_error(cls, rate):
     with pytest.raises(RuntimeError, match="hidden0 has inconsistent hidden_size: got 5, expected 4"):
         cell(torch.randn(2, 3), (bad, bad) if cls is recdrop.LSTMCell else bad)
 
+
+
+@pytest.mark.parametrize("cls", CELLS)
+def test_a_cells_bad_states_or_input_get_one_error_whether_or_not_dropout_acts(cls):
+    """torch.nn's cell forward (where no recurrent dropout acts) would raise other errors than recdrop's own
+    for these, or fail deep inside: recdrop's checks come first on both paths."""
+    cell = cls(3, 4, recurrent_dropout=0.3)
+    x, h = torch.randn(2, 3), torch.zeros(2, 4)
+    if cls is recdrop.LSTMCell:
+        bad_calls = [((x, (h,)), ValueError, "hx must be a tuple \\(h_0, c_0\\), got 1 tensors"),
+                     ((x, (h, h, h)), ValueError, "got 3 tensors"),
+                     ((x, (h, [0.0])), TypeError, "hx: c_0 must be a torch.Tensor, got list")]
+    else:
+        bad_calls = [((x, (h,)), TypeError, "hx: h_0 must be a torch.Tensor, got tuple"),
+                     ((x, [0.0]), TypeError, "hx: h_0 must be a torch.Tensor, got list")]
+    bad_calls.append((([[1.0, 2.0, 3.0]], None), TypeError, "input must be a torch.Tensor, got list"))
+    for args, error, message in bad_calls:
+        for mode in (cell.train, cell.eval):
+            mode()
+            with pytest.raises(error, match=message):
+                cell(*args)
 
 def test_given_masks_checked():
     m = recdrop.LSTM(3, 4, recurrent_dropout=0.5, scheme="semeniuta", sampling="per-step")

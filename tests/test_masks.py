@@ -143,3 +143,23 @@ def test_a_layers_generator_draws_all_its_masks_and_a_cells_too(kind):
     torch.testing.assert_close(c, d, rtol=0, atol=0)
     layer.recurrent_dropout = 0.3
     torch.testing.assert_close(outputs(0)[0], outputs(1)[0], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU", "RNN"])
+def test_draw_masks_draws_from_the_layers_generator_as_its_forward_does(kind):
+    """``forward(x, masks=m.draw_masks(T, B))`` is the forward that draws its own masks, generator set or not."""
+    m = getattr(recdrop, kind)(3, 4, recurrent_dropout=0.5).train()
+    m.generator = torch.Generator()
+    x = torch.randn(5, 2, 3)
+    m.generator.manual_seed(0)
+    torch.manual_seed(1)
+    own = m(x)[0]
+    m.generator.manual_seed(0)
+    torch.manual_seed(2)  # the global generator is not drawn from
+    torch.testing.assert_close(m(x, masks=m.draw_masks(5, 2))[0], own, rtol=0, atol=0)
+    given = torch.Generator().manual_seed(0)  # a generator passed to draw_masks is drawn from instead
+    m.generator.manual_seed(5)
+    assert all(torch.equal(a[t], b[t]) for a, b in zip(m.draw_masks(5, 2, generator=given),
+                                                       m.draw_masks(5, 2, generator=torch.Generator().manual_seed(0)))
+               for t in a)
+
