@@ -265,8 +265,9 @@ def run_grid(experiment: str, scale: str, seeds: Sequence[int] = (0,), device: s
     rows = grid_rows(experiment, scale, seeds, grid, only, store, **overrides)
     todo = [r for r in rows if not r.done]
     if train and not todo and progress:  # a rerun that trains nothing says so, and where it read the runs from
-        say(f"sweep {experiment} ({scale}): all {len(rows)} runs already in {store.root}; nothing to train "
-            "(a scratch RECDROP_RUNS trains them anew)")
+        tracked = store.root.resolve() == DEFAULT_RUNS.resolve()  # the repository's: how to train them anew
+        say(f"sweep {experiment} ({scale}): all {len(rows)} runs already in {store.root}; nothing to train"
+            + (" (an empty RECDROP_RUNS trains them anew)" if tracked else ""))
     if not train or not todo:
         return rows
     if (fuse is not False or precision != "float32") and engine != "local":

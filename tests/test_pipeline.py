@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from recdrop import train
+from recdrop import sweep as sweep_module, train
 from recdrop.config import run_id
 from recdrop.experiments.temporal_order import TemporalOrderConfig, TemporalOrderTask, generate, grid
 from recdrop.store import CorruptCheckpointError, RunStore, atomic_write_bytes
@@ -249,7 +249,7 @@ def test_device_is_checked(store):
 
 
 # -- sweep ---------------------------------------------------------------------------------------
-def test_sweep_render_only_and_train(store, capsys):
+def test_sweep_render_only_and_train(store, capsys, monkeypatch):
     rows = run_grid("temporal_order", "ci", seeds=[0], train=False, store=store)
     assert len(rows) == len(grid("ci")) == 18 and all(r.record is None for r in rows)
     rows = run_grid("temporal_order", "ci", seeds=[0], store=store, progress=False, epochs=1)
@@ -257,7 +257,11 @@ def test_sweep_render_only_and_train(store, capsys):
     capsys.readouterr()
     again = run_grid("temporal_order", "ci", seeds=[0], store=store, epochs=1)  # a rerun: all stored
     assert [r.record for r in again] == [r.record for r in rows]
-    assert f"all 18 runs already in {store.root}; nothing to train" in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert f"all 18 runs already in {store.root}; nothing to train\n" in said  # no hint to use a scratch store
+    monkeypatch.setattr(sweep_module, "DEFAULT_RUNS", store.root)  # the repository's own store: the hint
+    run_grid("temporal_order", "ci", seeds=[0], store=store, epochs=1)
+    assert "nothing to train (an empty RECDROP_RUNS trains them anew)" in capsys.readouterr().out
     with pytest.raises(ValueError, match="seeds"):
         run_grid("temporal_order", "ci", seeds=[-1], store=store)
     with pytest.raises(ValueError, match="experiment='nope'"):
