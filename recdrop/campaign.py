@@ -293,8 +293,7 @@ class _CampaignCall:
                                               "not_started": []}
         self.bar = progress_bar(total=len(todo), desc=f"campaign on {device}", disable=not progress, position=0,
                                 dynamic_ncols=True)
-        self.threads = worker_threads(jobs)
-        self.on = hardware(device, self.threads)  # as a record of its workers will name it
+        self.on = hardware(device, worker_threads(jobs))  # as a record of its workers will name it
         self.checkpoints_before = {(r.experiment, r.run_id): self.checkpoint_file(r) for r in todo}
 
     def settled(self, run: Pending, outcome: str, how: str) -> None:
@@ -351,10 +350,9 @@ class _CampaignCall:
 
     def job(self, i: int, group: List[Pending]) -> Job:
         """The worker's job for the ``i``-th group: its runs, at the group's precision, under the deadline."""
-        return Job(group[0].experiment, tuple((r.config, r.seed) for r in group), self.device, str(self.store.root),
-                   self.threads, position=1 + i % self.jobs, progress=self.progress, deadline=self.deadline,
-                   start_by=self.start_by(group),
-                   precision=group[0].entry.precision or self.precision)
+        return Job.of_group(group[0].experiment, i, group, self.jobs, self.device, self.store, progress=self.progress,
+                            deadline=self.deadline, start_by=self.start_by(group),
+                            precision=group[0].entry.precision or self.precision)
 
 
 def log(line: str) -> None:

@@ -42,6 +42,15 @@ class Job:
     precision: str = "float32"
     wait: bool = False  # for a run that another process trains, rather than refuse it
 
+    @classmethod
+    def of_group(cls, experiment: str, index: int, group: Sequence, jobs: int, device: str, store: RunStore,
+                 **settings) -> "Job":
+        """The job of a call's ``index``-th group (runs with their ``config`` and ``seed``), the groups trained
+        ``jobs`` at a time: torch's threads of one of ``jobs`` workers (``worker_threads``), its bar on its
+        worker's line below the call's; ``settings`` the other fields."""
+        return cls(experiment, tuple((r.config, r.seed) for r in group), device, str(store.root),
+                   worker_threads(jobs), position=1 + index % jobs, **settings)
+
 
 def check_jobs(jobs) -> int:
     """``jobs``, the number of worker processes: a positive int; else a ValueError."""

@@ -307,7 +307,6 @@ class SweepTraining:
                  store: RunStore, progress: bool, precision: str):
         self.experiment, self.todo, self.device, self.jobs, self.store = experiment, todo, device, jobs, store
         self.progress, self.precision = progress, precision
-        self.threads = worker_threads(jobs)
         self.bar = progress_bar(total=total, initial=total - len(todo), desc=f"sweep {experiment} ({scale})",
                                 disable=not progress, position=0, dynamic_ncols=True)
         self.failures: List[Tuple[Row, Exception]] = []
@@ -339,9 +338,8 @@ class SweepTraining:
 
     def job(self, i: int, group: Sequence[Row]) -> Job:
         """The ``i``-th group's job: its runs, their device and store, and its bar's line."""
-        return Job(self.experiment, tuple((r.config, r.seed) for r in group), self.device, str(self.store.root),
-                   self.threads, position=1 + i % self.jobs, progress=self.progress, precision=self.precision,
-                   wait=True)
+        return Job.of_group(self.experiment, i, group, self.jobs, self.device, self.store, progress=self.progress,
+                            precision=self.precision, wait=True)
 
     def ran(self, row: Row, record: Record) -> None:
         set_stored(self.store, row, record)

@@ -854,7 +854,8 @@ def test_whole_runs_go_by_this_machines_runs_at_its_workers_thread_count(store):
     rec = train_run(TemporalOrderTask, rows[0].config, store=store, progress=False)
     store.path("temporal_order", "ci", rec.run_id).unlink()
     call = campaign._CampaignCall([], "cpu", 1, store, 10_000.0, True, "float32", True, None)
-    for i, (threads, took) in enumerate([(call.threads + 1, 9_000.0), (call.threads, 3_000.0)]):
+    workers = runner.worker_threads(1)  # the threads of its one worker, which its records name
+    for i, (threads, took) in enumerate([(workers + 1, 9_000.0), (workers, 3_000.0)]):
         store.save({**rec.json(), "run_id": f"run{i}", "hardware": hardware("cpu", threads), "wall_time_s": took,
                     "finished": f"2100-01-0{i + 1}T00:00:00+00:00"})
     assert call.start_by(rows[1:2]) == pytest.approx(10_000.0 - 3_000.0)
