@@ -30,10 +30,11 @@ def test_every_verdict_is_one_of_four_with_its_seeds_beside_it():
     assert str(made[3]) == "not judged at this scale (holds on 1 seed, too few to judge against seed noise)"
     assert str(made[4]) == "not judged at this scale (fails on 1 seed, too few to judge against seed noise)"
     # the conjecture's verdicts are the same four
-    from recdrop.experiments.conjecture import _beats
-    assert verdict_of(_beats(0.5, noise=1.0)) is Verdict.WITHIN_NOISE
-    assert verdict_of(_beats(-5.0, noise=1.0)) is Verdict.REPRODUCED
-    assert verdict_of(_beats(5.0, noise=1.0)) is Verdict.NOT_REPRODUCED
+    from recdrop.experiments.conjecture import _judged
+    assert verdict_of(_judged(0.5, noise=1.0, seeds=3, lean="")) is Verdict.WITHIN_NOISE
+    assert verdict_of(_judged(-5.0, noise=1.0, seeds=3, lean="")) is Verdict.REPRODUCED
+    assert verdict_of(_judged(5.0, noise=1.0, seeds=3, lean="")) is Verdict.NOT_REPRODUCED
+    assert verdict_of(_judged(5.0, noise=1.0, seeds=1, lean="worse")) is Verdict.NOT_JUDGED  # too few seeds
     assert verdict_tally(made + made[:1]) == ("2 ✔ reproduced, 1 ≈ within seed noise, 1 ✘ not reproduced, "
                                               "3 · not judged at this scale")
     assert len(Verdict) == 4 and len({v.symbol for v in Verdict}) == len({v.colour for v in Verdict}) == 4

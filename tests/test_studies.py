@@ -122,14 +122,23 @@ def test_conjecture_table_compares_the_combination_with_its_parts():
                             (WO, "moon", 0.25, "per-step"): [120], (WO, "gal", 0.5, "per-step"): [100]})
     combo = fake_rows({(WO, COMBINED, 0.25, "per-step"): [104]})
     t = conjecture.conjecture_table("word_lm", table_rows, combo).set_index(["forward", "rate", "sampling"])
-    assert t.loc[at, "beats gal and ours"] == "not judged at this scale (no seed noise yet: the combination better)"
+    assert t.loc[at, "beats gal and ours"] == ("not judged at this scale (the combination better; one seed a cell: "
+                                               "no seed noise to judge against)")
     assert t.loc[at, [COMBINED, "moon", "gal", "semeniuta"]].tolist() == ["104.0", "120.0", "110.0", "105.0"]
     noise = fake_rows({(WO, "moon", 0.5, "per-sequence"): [100, 102, None]})  # sd 1.4: 104 vs 105 is within
     t = conjecture.conjecture_table("word_lm", table_rows, combo, noise).set_index(["forward", "rate", "sampling"])
     assert t.loc[at, "beats gal and ours"] == "within seed noise"
     quiet = fake_rows({(WO, "moon", 0.5, "per-sequence"): [100, 100.2, None]})  # sd 0.14: 104 beats 105
     t = conjecture.conjecture_table("word_lm", table_rows, combo, quiet).set_index(["forward", "rate", "sampling"])
-    assert t.loc[at, "beats gal and ours"] == "reproduced"
+    assert t.loc[at, "beats gal and ours"] == ("not judged at this scale (the combination better; 1 seed of the "
+                                               "cells compared, too few to judge against seed noise)")
+    three = fake_rows({(WO, "gal", 0.25, "per-step"): [110] * 3, (WO, "semeniuta", 0.25, "per-step"): [105] * 3})
+    t = conjecture.conjecture_table("word_lm", three, fake_rows({(WO, COMBINED, 0.25, "per-step"): [104] * 3}),
+                                    quiet).set_index(["forward", "rate", "sampling"])
+    assert t.loc[at, "beats gal and ours"] == "reproduced"  # beyond the noise, on 3 seeds of each cell compared
+    t = conjecture.conjecture_table("word_lm", three, fake_rows({(WO, COMBINED, 0.25, "per-step"): [106] * 3}),
+                                    quiet).set_index(["forward", "rate", "sampling"])
+    assert t.loc[at, "beats gal and ours"] == "not reproduced"  # worse than ours beyond the noise
     assert t.loc[(WO, 0.25, "per-sequence"), "beats gal and ours"] == NOT_RUN
     no_combo = conjecture.conjecture_table("word_lm", table_rows, fake_rows({(WO, COMBINED, 0.25, "per-step"): [None]}))
     assert (no_combo[COMBINED] == "—").all()  # not "None" or "nan"

@@ -31,21 +31,30 @@ def conjecture_table(experiment: str, table_runs, conjecture_runs, seed_runs: Op
     metric, digits = _metric(experiment)
     single = cell_values(table_rows(table_runs), metric)
     combined = cell_values(conjecture_runs, metric)
+    n_single, n_combined = cell_seeds(table_rows(table_runs), metric), cell_seeds(conjecture_runs, metric)
     sd = pooled_seed_sd([*(seed_runs or []), *conjecture_runs], metric)
     out = []
     for forward in FORWARD:
         for rate in RATES:
             for sampling in SAMPLINGS:
                 row = {"forward": forward, "rate": rate, "sampling": sampling}
-                c = combined.get((forward, COMBINED, rate, sampling))
+                cell = (forward, COMBINED, rate, sampling)
+                c = combined.get(cell)
                 # each to the metric's digits (not 278 beside 276.7), a cell not run as "—" (not "None")
                 row[COMBINED] = "—" if c is None else f"{c:.{digits}f}"
                 for scheme in SCHEMES:
                     v = single.get((forward, scheme, rate, sampling))
                     row[scheme] = "—" if v is None else f"{v:.{digits}f}"
-                parts = [single.get((forward, s, rate, sampling)) for s in ("gal", "semeniuta")]
-                row["beats gal and ours"] = (NOT_RUN if c is None or None in parts else
-                                             _beats(c - min(parts), sd.get(forward)))
+                parts = [(forward, s, rate, sampling) for s in ("gal", "semeniuta") if (forward, s, rate, sampling)
+                         in single]
+                if c is None or len(parts) < 2:
+                    row["beats gal and ours"] = NOT_RUN
+                else:
+                    better_part = min(parts, key=single.get)
+                    delta = c - single[better_part]
+                    row["beats gal and ours"] = _judged(delta, sd.get(forward),
+                                                        min(n_combined[cell], n_single[better_part]),
+                                                        f"the combination {'better' if delta < 0 else 'worse'}")
                 out.append(row)
     return pd.DataFrame(out)
 
@@ -55,14 +64,18 @@ def _within_noise(delta: float, noise: Optional[float]) -> bool:
     return noise is not None and abs(delta) <= 2 * noise
 
 
-def _beats(delta: float, noise: Optional[float]) -> Judgement:
-    """The verdict on ``delta`` (the combination minus the better part; lower is better); not judged, but
-    saying which way it leans, where no seed noise is known to judge it against."""
-    if noise is None:
-        return Judgement(Verdict.NOT_JUDGED, f"no seed noise yet: the combination {'better' if delta < 0 else 'worse'}")
+def _judged(delta: float, noise: Optional[float], seeds: int, lean: str) -> Judgement:
+    """Whether the combination beats the cell it is compared with, ``delta`` the difference (lower is better):
+    "within seed noise" within twice ``noise``; beyond it, judged only where ``seeds`` (the fewer of the two
+    cells' seeds) reach ``MIN_SEEDS_TO_JUDGE``, as for every claim (``verdicts.claim_verdict``), else not
+    judged, saying which way it leans (``lean``)."""
     if _within_noise(delta, noise):
-        return Judgement(Verdict.WITHIN_NOISE)
-    return Judgement(Verdict.REPRODUCED if delta < 0 else Verdict.NOT_REPRODUCED)
+        return Judgement(Verdict.WITHIN_NOISE, "", seeds)
+    if noise is None or seeds < MIN_SEEDS_TO_JUDGE:
+        why = ("one seed a cell: no seed noise to judge against" if noise is None else
+               f"{seeds} seed{'s' * (seeds != 1)} of the cells compared, too few to judge against seed noise")
+        return Judgement(Verdict.NOT_JUDGED, f"{lean}; {why}", seeds)
+    return Judgement(Verdict.REPRODUCED if delta < 0 else Verdict.NOT_REPRODUCED, "", seeds)
 
 
 def pooled_seed_sd(runs, metric: str) -> Dict[str, float]:
@@ -128,17 +141,13 @@ def conjecture_summary(experiment: str, table_runs, conjecture_runs, seed_runs: 
         if len(combos) < cells or len(singles) < len(SCHEMES) * cells:  # a best of some cells is no best
             verdict = Judgement(Verdict.NOT_JUDGED, f"not yet run in full ({len(combos)} of {cells} combination cells, "
                                                     f"{len(singles)} of {len(SCHEMES) * cells} single-scheme cells)")
-        elif _within_noise(delta, noise):
-            verdict = Judgement(Verdict.WITHIN_NOISE, f"{better} better by {abs(delta):.{digits}f} "
-                                                      f"{metric.split('_')[1]}", seeds)
-        elif noise is None or seeds < MIN_SEEDS_TO_JUDGE:  # as for every claim (verdicts.claim_verdict)
-            why = ("one seed a cell: no seed noise to judge against" if noise is None else
-                   f"{seeds} seed{'s' * (seeds != 1)} of the cells compared, too few to judge against seed noise")
-            verdict = Judgement(Verdict.NOT_JUDGED, f"{better} better by {abs(delta):.{digits}f} "
-                                                    f"{metric.split('_')[1]}; {why}", seeds)
         else:
-            verdict = Judgement(Verdict.REPRODUCED if delta < 0 else Verdict.NOT_REPRODUCED, f"{better} is better",
-                                seeds)
+            lean = f"{better} better by {abs(delta):.{digits}f} {metric.split('_')[1]}"
+            verdict = _judged(delta, noise, seeds, lean)
+            if verdict.verdict is Verdict.WITHIN_NOISE:
+                verdict = verdict.noted(lean)
+            elif verdict.verdict is not Verdict.NOT_JUDGED:
+                verdict = verdict.noted(f"{better} is better")
         if verdict.verdict is not Verdict.NOT_JUDGED:
             moving, compared = _unsettled(fit, {b_single, b_combo})
             if moving:
