@@ -2,6 +2,7 @@
 per machine and class of product and kept for every later process, oneDNN only where it wins nearly every
 round; or the switch's; and the libraries named in a record's path."""
 import itertools
+import platform
 
 import pytest
 import torch
@@ -11,6 +12,15 @@ from recdrop.layers import LSTM
 from recdrop.train import layer_paths
 
 needs_onednn = pytest.mark.skipif(not fused._onednn_usable(torch.ones(1)), reason="this torch has no oneDNN")
+
+
+@pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="oneDNN's CPU path is x86's here")
+def test_onednn_is_usable_on_an_x86_cpu():
+    """On x86 (CI's machines and every CPU this project trains on) torch's CPU build has oneDNN: the tests
+    marked ``needs_onednn`` must run there, not turn into skips where ``_onednn_usable`` breaks."""
+    assert torch.backends.mkldnn.is_available()
+    assert fused._onednn_usable(torch.ones(1), torch.ones(2, 2))
+    assert not fused._onednn_usable(torch.ones(1, dtype=torch.float64))  # float32 only
 
 
 @pytest.fixture(autouse=True)
