@@ -29,9 +29,9 @@ def conjecture_table(experiment: str, table_runs, conjecture_runs, seed_runs: Op
     setting, and whether the combination beats both of its parts: by more than twice the block's
     seed noise (``pooled_seed_sd``), or "within seed noise"; without it, the verdict says so."""
     metric, digits = _metric(experiment)
-    single = cell_values(table_rows(table_runs), metric)
-    combined = cell_values(conjecture_runs, metric)
-    n_single, n_combined = cell_seeds(table_rows(table_runs), metric), cell_seeds(conjecture_runs, metric)
+    rows = table_rows(table_runs)
+    single, combined = cell_values(rows, metric), cell_values(conjecture_runs, metric)
+    n_single, n_combined = cell_seeds(rows, metric), cell_seeds(conjecture_runs, metric)
     sd = pooled_seed_sd([*(seed_runs or []), *conjecture_runs], metric)
     out = []
     for forward in FORWARD:
@@ -45,8 +45,7 @@ def conjecture_table(experiment: str, table_runs, conjecture_runs, seed_runs: Op
                 for scheme in SCHEMES:
                     v = single.get((forward, scheme, rate, sampling))
                     row[scheme] = "—" if v is None else f"{v:.{digits}f}"
-                parts = [(forward, s, rate, sampling) for s in ("gal", "semeniuta") if (forward, s, rate, sampling)
-                         in single]
+                parts = [p for p in ((forward, s, rate, sampling) for s in ("gal", "semeniuta")) if p in single]
                 if c is None or len(parts) < 2:
                     row["beats gal and ours"] = NOT_RUN
                 else:
@@ -117,9 +116,9 @@ def conjecture_summary(experiment: str, table_runs, conjecture_runs, seed_runs: 
     beside are the best of those, each with its seeds). Where a run of the two cells compared is not
     settled (``_unsettled``), the verdict is called provisional."""
     metric, digits = _metric(experiment)
-    single = cell_values(table_rows(table_runs), metric)
-    combined = cell_values(conjecture_runs, metric)
-    n_single, n_combined = cell_seeds(table_rows(table_runs), metric), cell_seeds(conjecture_runs, metric)
+    rows = table_rows(table_runs)
+    single, combined = cell_values(rows, metric), cell_values(conjecture_runs, metric)
+    n_single, n_combined = cell_seeds(rows, metric), cell_seeds(conjecture_runs, metric)
     sd = pooled_seed_sd([*(seed_runs or []), *conjecture_runs], metric)
     fit = _fit([*table_runs, *conjecture_runs, *(seed_runs or [])], metric)
     out = []
