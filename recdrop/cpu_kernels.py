@@ -1,13 +1,20 @@
-"""C++ kernels for the fused LSTM's and GRU's pointwise work on a CPU: one call per step forward, one backward.
+"""C++ kernels for the fused LSTM and GRU on a CPU: the LSTM's whole loop, the GRU's pointwise work a step at a time.
 
-The CPU's counterpart of :mod:`recdrop.triton_kernels`, with the same calls and equations: for the LSTM,
-forward the gate activations, Semeniuta's d(g_t) (Eq. 9), c_t with Moon's d(.) (Eq. 8), act(c_t) and h_t
-(Eq. 6), backward the step's pre-activation gradients, with Gal's d(.) (Eq. 7) on the incoming dh; for
-the GRU the same for its gates (torch.nn's form, Eq. 13 with Gal and Moon). Each is one
-pass over the step's memory, vectorised with ATen's ``at::vec`` (the exp of ATen's own CPU kernels; tanh
-as 2 sigmoid(2x) - 1, as the torch path computes g) and its rows split over torch's intra-op threads,
-where the torch path runs about nine ops a step, each a pass and a dispatch of its own. The products
-stay with oneDNN or MKL (``cpu_products``).
+The CPU's counterpart of :mod:`recdrop.triton_kernels`, with the same equations: for the LSTM, forward the
+gate activations, Semeniuta's d(g_t) (Eq. 9), c_t with Moon's d(.) (Eq. 8), act(c_t) and h_t (Eq. 6), and
+Gal's d(h_t) (Eq. 7) for the next step's product; backward the step's pre-activation gradients, with Gal's
+d(.) on the incoming dh; for the GRU the same for its gates (torch.nn's form, Eq. 13 with Gal and Moon).
+Pointwise work is one pass over a step's memory, vectorised with ATen's ``at::vec`` (the exp of ATen's own
+CPU kernels; tanh as 2 sigmoid(2x) - 1, as the torch path computes g), where the torch path runs about nine
+ops a step, each a pass and a dispatch of its own.
+
+The LSTM's loop runs in C++ whole (``lstm_forward_sequence``, ``lstm_backward_sequence``): each step is one
+parallel region in which every thread computes the step's product for its own block of units (through
+oneDNN's batch-reduce GEMM kernel, ``at::native::cpublas::brgemm``, which needs neither a packed weight nor
+a primitive set up per call) and then those units' pointwise work, while the product's rows are still in
+its cache. One call of a oneDNN product from Python costs about as much as a third of the product itself at
+the experiments' sizes, and a step of the Python loop two such calls. The GRU's products stay with oneDNN
+or MKL (``cpu_products``), as do the LSTM's input projection and weight gradients.
 
 The source (``csrc/cpu_kernels.cpp``) is compiled on first use by ``torch.utils.cpp_extension.load``
 for the vector instructions ATen's kernels use on this CPU (``torch.backends.cpu.get_cpu_capability``),
@@ -115,27 +122,56 @@ def _factor(f, like: Tensor) -> Tuple[Optional[Tensor], Optional[float]]:
     return None, float(f)
 
 
-def lstm_forward_step(gates: Tensor, c_prev: Tensor, sem, moon, gsem_out: Optional[Tensor], c_out: Tensor,
-                      tc_out: Tensor, h_out: Tensor, relu: bool, addend: Optional[Tensor] = None,
-                      gates_out: Optional[Tensor] = None, h_low_out: Optional[Tensor] = None) -> None:
-    """``triton_kernels.lstm_forward_step`` on a CPU: from the pre-activations ``gates`` ([R,] B, 4H) (plus
-    ``addend``, gx, whose runs may lie apart), i, f, g, o to ``gates_out`` (default: over ``gates``); d(g_t),
-    c_t, act(c_t) and h_t to the ``*_out`` buffers (``gsem_out`` may be None). No ``h_low_out``: the
-    kernels do not run under autocast."""
-    if h_low_out is not None:
-        raise ValueError("recdrop.cpu_kernels computes in the state's dtype: no h_low_out")
-    compiled().lstm_forward_step(gates, addend, gates if gates_out is None else gates_out, c_prev,
-                                 *_factor(sem, c_prev), *_factor(moon, c_prev), gsem_out, c_out, tc_out, h_out, relu)
+def transposed(t: Tensor) -> Tensor:
+    """``t.t().contiguous()`` for a matrix, copied on torch's intra-op threads (ATen's transposing copy runs on
+    one); ATen's own where the kernels do not run (``usable``) or autograd would record the copy."""
+    if not usable(t) or (t.requires_grad and torch.is_grad_enabled()):
+        return t.t().contiguous()
+    return compiled().transposed(t)
 
 
-def lstm_backward_step(dh_in: Tensor, gal_next, d_y: Tensor, dc_in: Tensor, gates: Tensor, c_prev: Tensor,
-                       tc: Tensor, sem, moon, d_gates: Tensor, dc_out: Tensor, relu: bool) -> None:
-    """``triton_kernels.lstm_backward_step`` on a CPU: from the dh arriving at h_t before the next step's Gal
-    factor ``gal_next``, the output's ``d_y`` and the carried ``dc``, and the forward's i, f, g, o (``gates``),
-    c_{t-1} and act(c_t) (``tc``), this step's pre-activation gradients ``d_gates`` ([R,] B, 4H; its runs may
-    lie apart) and dc_{t-1} (``dc_out`` may be ``dc_in``)."""
-    compiled().lstm_backward_step(dh_in.contiguous(), *_factor(gal_next, dc_in), d_y.contiguous(), dc_in, gates,
-                                  c_prev, tc, *_factor(sem, dc_in), *_factor(moon, dc_in), d_gates, dc_out, relu)
+def _sequence_factor(f, like: Tensor, steps: int, per_step: bool) -> Tuple[Optional[Tensor], Optional[float]]:
+    """(mask, number) of a factor of d(.) over a sequence of ``steps``: None, a number, a mask of ``like``'s shape
+    (or one that broadcasts to it), or with ``per_step`` a mask of every step, ``(T, *like.shape)``."""
+    if f is None:
+        return None, None
+    if isinstance(f, Tensor):  # in the state's dtype, as the torch path promotes it
+        shape = (steps, *like.shape) if per_step else like.shape
+        return (f if f.shape == shape else f.expand(shape)).to(like.dtype).contiguous(), None
+    return None, float(f)
+
+
+def lstm_forward_sequence(gx: Tensor, h0: Tensor, w_hh: Tensor, gal, sem, moon, per_step: bool, gates_all: Tensor,
+                          c_all: Tensor, tc_all: Tensor, ys: Tensor, hin_all: Optional[Tensor], relu: bool) -> None:
+    """An LSTM sequence's forward in processing order, from gx ``(T, [R,] B, 4H)`` (each run's rows contiguous),
+    h_0 and c_0 (in ``c_all[0]``): each step's product h W_hh^T and its pointwise work (the gates' activations,
+    d(g_t) of Eq. 9, c_t with Moon's d(.) of Eq. 8, act(c_t), h_t of Eq. 6, and the next step's d(h_t) of Eq. 7
+    into ``hin_all`` where Gal's factor acts) in one parallel region, each thread on its own units. Fills the
+    gates after their activations, c_1 .. c_T, act(c_t) and h_t."""
+    steps = gx.shape[0]
+    w_t = transposed(w_hh) if w_hh.dim() == 2 else w_hh.transpose(-2, -1).contiguous()
+    compiled().lstm_forward_sequence(gx, h0.contiguous(), w_t,
+                                     *_sequence_factor(gal, h0, steps, per_step),
+                                     *_sequence_factor(sem, h0, steps, per_step),
+                                     *_sequence_factor(moon, h0, steps, per_step), per_step, gates_all, c_all, tc_all,
+                                     ys, hin_all, relu)
+
+
+def lstm_backward_sequence(d_ys: Tensor, dh: Tensor, dc: Tensor, d_cs: Optional[Tensor], w_hh: Tensor, gal, sem,
+                           moon, per_step: bool, gates_all: Tensor, c_all: Tensor, tc_all: Tensor,
+                           d_gates: Tensor, relu: bool) -> Tuple[Tensor, Tensor]:
+    """The backward loop of ``lstm_forward_sequence``, last step first, from the gradients of the outputs
+    ``d_ys``, of the final states ``dh`` and ``dc`` and (or None) of every c_t ``d_cs``: each step's product
+    (the next step's gate gradients times ``w_hh``) and its pointwise work in one parallel region. Fills
+    ``d_gates`` (its runs may lie apart) and returns the gradients of h_0 and c_0."""
+    dc = dc.clone(memory_format=torch.contiguous_format)  # updated in place
+    dh0 = compiled().lstm_backward_sequence(d_ys.contiguous(), dh.contiguous(), dc,
+                                            None if d_cs is None else d_cs.contiguous(), w_hh.contiguous(),
+                                            *_sequence_factor(gal, dc, d_ys.shape[0], per_step),
+                                            *_sequence_factor(sem, dc, d_ys.shape[0], per_step),
+                                            *_sequence_factor(moon, dc, d_ys.shape[0], per_step), per_step,
+                                            gates_all, c_all, tc_all, d_gates, relu)
+    return dh0, dc
 
 
 def gru_forward_step(gx: Tensor, gh: Tensor, h_prev: Tensor, sem, moon, rzn_out: Tensor, hn_out: Tensor,

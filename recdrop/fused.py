@@ -10,7 +10,8 @@ sequence through the reference steps and let autograd differentiate that, so the
 differentiable; first-order backward never records anything. On a CUDA device a forward or backward
 loop small enough to repay it runs as a CUDA graph (``recdrop.graphs.loop_graphed``). Where a layer's
 route takes them, each LSTM or GRU step's pointwise part is one kernel: Triton's on a GPU
-(``recdrop.triton_kernels``), C++ on a CPU (``recdrop.cpu_kernels``).
+(``recdrop.triton_kernels``), C++ on a CPU (``recdrop.cpu_kernels``), where the LSTM's whole loop, its
+products included, runs in C++.
 
 Under autocast (``torch.autocast`` to bfloat16 or float16, as a mixed-precision trainer runs its
 forward) the same Functions run with their products in autocast's dtype, as torch.nn's cuDNN path
@@ -108,7 +109,8 @@ def onednn_matmul(a: Tensor, b: Tensor) -> Tensor:
         # A weight's gradient (m, k) @ (k, n) over k tokens, with a transposed: oneDNN copies its left
         # operand dense, so where that costs more than copying b and the result, a goes in as the
         # weight and the transposed result is copied (as autograd would copy it into .grad).
-        return torch.ops.mkldnn._linear_pointwise(b.t().contiguous(), a, None, "none", [], "").t().contiguous()
+        transposed = cpu_kernels.transposed
+        return transposed(torch.ops.mkldnn._linear_pointwise(transposed(b), a, None, "none", [], ""))
     return torch.ops.mkldnn._linear_pointwise(a, b.t(), None, "none", [], "")
 
 
@@ -498,36 +500,30 @@ def _lstm_forward(gx, h0, c0, w_hh, gal, sem, moon, per_step, relu, reverse, ker
     """The LSTM's forward loop (``_LSTMSequence``): every buffer the backward reads, in processing order:
     the gates after their activations, c_0 .. c_T, act(c_t), h_t, d(h_{t-1}) (Gal; with a product
     ``dtype``, every step's product operand in it) and d(g_t) (Semeniuta), or None where no factor makes
-    them differ from the others; with ``kernels`` each step's pointwise part in one ``lstm_forward_step``."""
+    them differ from the others; with ``kernels`` each step's pointwise part in one ``lstm_forward_step``
+    (Triton's), or with ``cpu_kernels`` the whole loop in its ``lstm_forward_sequence``."""
     if reverse:
         gx = gx.flip(0)
     steps, hidden = gx.shape[0], h0.shape[-1]
     # tanh(x) = 2 sigmoid(2x) - 1: with g's pre-activation doubled (exactly, a power of two), one
     # sigmoid over each step's whole gates row replaces three activations on strided slices of it.
     one_sigmoid = kernels is None and not relu
-    times_w = _times_transposed(_g_rows_doubled(w_hh) if one_sigmoid else w_hh, h0.shape[-2], steps, dtype=dtype)
     gates_all = _gates_buffer(gx, h0.dtype, kernels is None, one_sigmoid)  # i, f, g, o after their activations
     minus_one = h0.new_full((), -1.0) if one_sigmoid else None
     c_all, tc_all, ys, hin_all, gsem_all = _lstm_state_buffers(h0, c0, steps, gal is not None,
                                                                sem is not None and kernels is None, dtype)
+    buffers = gates_all, c_all, tc_all, ys, hin_all, gsem_all
+    if kernels is cpu_kernels:  # the whole loop in C++
+        kernels.lstm_forward_sequence(gx, h0, w_hh, gal, sem, moon, per_step, *buffers[:5], relu)
+        return buffers
+    times_w = _times_transposed(_g_rows_doubled(w_hh) if one_sigmoid else w_hh, h0.shape[-2], steps, dtype=dtype)
+    if kernels is not None:
+        return _lstm_forward_kernels(kernels, times_w, h0, gx, buffers, (gal, sem, moon), per_step, relu, dtype)
     # Per-step views made once (unbind), not indexed inside the loop: on small layers the
     # loop's Python and dispatch overhead is a good part of the time.
     gals, sems, moons = (_steps(f, steps, per_step) for f in (gal, sem, moon))
-    gx_k, gates_k, c_k, tc_k, ys_k = (t.unbind(0) for t in (gx, gates_all, c_all, tc_all, ys))
-    hin_k = _steps(hin_all, steps, True)
-    gsem_k = _steps(gsem_all, steps, True)
+    gates_k, c_k, tc_k, ys_k, hin_k, gsem_k = _step_views(buffers, steps)
     h = h0
-    if kernels is not None:  # the sum with gx and the step's rest in one kernel (h_t in the products' dtype too)
-        for k in range(steps):
-            if gal is not None:
-                h = torch.mul(h, gals[k], out=hin_k[k])  # Eq. 7
-            elif dtype is not None:  # h_0 cast here; each later h the kernel wrote in it
-                h = hin_k[k].copy_(h) if k == 0 else hin_k[k]
-            low = hin_k[k + 1] if dtype is not None and gal is None and k + 1 < steps else None
-            kernels.lstm_forward_step(times_w(h), c_k[k], sems[k], moons[k], gsem_k[k], c_k[k + 1], tc_k[k], ys_k[k],
-                                      relu, addend=gx_k[k], gates_out=gates_k[k], h_low_out=low)
-            h = ys_k[k]
-        return gates_all, c_all, tc_all, ys, hin_all, gsem_all
     if_k, g_k, o_k = (gates_all[..., a * hidden:b * hidden].unbind(0) for a, b in ((0, 2), (2, 3), (3, 4)))
     i_k, f_k = (gates_all[..., a * hidden:(a + 1) * hidden].unbind(0) for a in (0, 1))
     for k in range(steps):
@@ -551,7 +547,33 @@ def _lstm_forward(gx, h0, c0, w_hh, gal, sem, moon, per_step, relu, reverse, ker
             c.mul_(moons[k])  # Eq. 8
         tc = torch.clamp_min(c, 0.0, out=tc_k[k]) if relu else torch.tanh(c, out=tc_k[k])
         h = torch.mul(o_k[k], tc, out=ys_k[k])
-    return gates_all, c_all, tc_all, ys, hin_all, gsem_all
+    return buffers
+
+
+def _step_views(buffers, steps: int) -> list:
+    """Each of an LSTM forward's ``buffers`` as its steps' views (c_0 .. c_T for ``c_all``), or Nones where a
+    buffer is not kept."""
+    return [_steps(t, steps, True) for t in buffers]
+
+
+def _lstm_forward_kernels(kernels, times_w, h0, gx, buffers, factors, per_step, relu, dtype):
+    """``_lstm_forward``'s loop with each step's pointwise part, the sum with gx included, in one
+    ``lstm_forward_step`` of ``kernels`` (Triton's), h_t written in the products' ``dtype`` too."""
+    steps, gal = gx.shape[0], factors[0]
+    gals, sems, moons = (_steps(f, steps, per_step) for f in factors)
+    gates_k, c_k, tc_k, ys_k, hin_k, gsem_k = _step_views(buffers, steps)
+    gx_k = gx.unbind(0)
+    h = h0
+    for k in range(steps):
+        if gal is not None:
+            h = torch.mul(h, gals[k], out=hin_k[k])  # Eq. 7
+        elif dtype is not None:  # h_0 cast here; each later h the kernel wrote in it
+            h = hin_k[k].copy_(h) if k == 0 else hin_k[k]
+        low = hin_k[k + 1] if dtype is not None and gal is None and k + 1 < steps else None
+        kernels.lstm_forward_step(times_w(h), c_k[k], sems[k], moons[k], gsem_k[k], c_k[k + 1], tc_k[k], ys_k[k],
+                                  relu, addend=gx_k[k], gates_out=gates_k[k], h_low_out=low)
+        h = ys_k[k]
+    return buffers
 
 
 def _lstm_state_buffers(h0: Tensor, c0: Tensor, steps: int, gal: bool, sem: bool, dtype: Optional[torch.dtype]):
@@ -591,7 +613,8 @@ def _lstm_backward(d_ys, d_hn, d_cn, d_cs, w_hh, h0, gates_all, c_all, tc_all, y
                    per_step, relu, reverse, kernels, dtype, run_major=False):
     """The LSTM's backward (``_LSTMSequence``) from the gradients of its outputs and ``_lstm_forward``'s
     buffers: the gradients of gx, h_0, c_0 and w_hh; with ``kernels`` each step's pointwise part in one call of
-    its ``lstm_backward_step`` (``_lstm_backward_kernels``). With a product ``dtype``, the gates' gradients are
+    its ``lstm_backward_step`` (``_lstm_backward_kernels``, Triton's), or with ``cpu_kernels`` the whole loop in
+    its ``lstm_backward_sequence``. With a product ``dtype``, the gates' gradients are
     kept in it, the operand of every product after the loop as of the recurrent one in it. With
     ``run_major`` (a group's gx in its runs' order, ``group_linear``) the gates' gradients are kept so
     too: the products after the loop then read them without a copy."""
@@ -604,8 +627,12 @@ def _lstm_backward(d_ys, d_hn, d_cn, d_cs, w_hh, h0, gates_all, c_all, tc_all, y
         d_gates = torch.empty_like(gates_all, dtype=dtype)
     dh = torch.zeros_like(h0) if d_hn is None else d_hn
     dc = torch.zeros_like(h0) if d_cn is None else d_cn
-    times_w = _times_transposed(w_hh.transpose(-2, -1), h0.shape[-2], d_ys.shape[0], dtype=dtype)  # d_gates @ w_hh
     hin = hin_all if hin_all is not None else torch.cat([h0.unsqueeze(0), ys[:-1]])
+    if kernels is cpu_kernels:  # the whole loop in C++
+        dh, dc = kernels.lstm_backward_sequence(d_ys, dh, dc, d_cs, w_hh, gal, sem, moon, per_step, gates_all, c_all,
+                                                tc_all, d_gates, relu)
+        return (d_gates.flip(0) if reverse else d_gates), dh.to(h0.dtype), dc, _weight_grad(d_gates, hin, dtype)
+    times_w = _times_transposed(w_hh.transpose(-2, -1), h0.shape[-2], d_ys.shape[0], dtype=dtype)  # d_gates @ w_hh
     if kernels is not None:  # the kernel computes each step's local derivatives
         dh, dc = _lstm_backward_kernels(kernels, dh, dc, d_ys, gates_all, c_all, tc_all, d_gates, times_w, gal, sem,
                                         moon, per_step, relu, d_cs)
@@ -676,8 +703,8 @@ def _lstm_backward_torch(dh, dc, d_ys, o_dtc, local, gates_all, d_gates, times_w
 def _lstm_backward_kernels(kernels, dh, dc, d_ys, gates_all, c_all, tc_all, d_gates, times_w, gal, sem, moon, per_step,
                            relu, d_cs=None):
     """The same loop with each step's pointwise part, its local derivatives included, in one kernel of
-    ``kernels`` (``triton_kernels`` or ``cpu_kernels``); ``d_cs``, where given, the gradient of every step's
-    c_t, added to the carried dc before its step."""
+    ``kernels`` (``triton_kernels``); ``d_cs``, where given, the gradient of every step's c_t, added to the
+    carried dc before its step."""
     # The kernels read flat memory: every tensor they touch must be contiguous (a gradient of
     # h_n.sum(), or of a permuted h_n, is not).
     d_ys, dh = d_ys.contiguous(), dh.contiguous()

@@ -10,8 +10,8 @@ that chooses, at each call):
   ``proj_size``; with ``module.fused = False``);
 - ``fused``: ``recdrop.fused``'s sequence Functions (under autocast too, with their products in its
   dtype), on a GPU with each step's pointwise part in one Triton kernel (``triton``) and each loop
-  captured as a CUDA graph (``graphs``) where they can run, on a CPU with an LSTM or GRU step's
-  pointwise part in one C++ kernel (``cpp``, ``recdrop.cpu_kernels``) where it is built.
+  captured as a CUDA graph (``graphs``) where they can run, on a CPU with the LSTM's loop or a GRU
+  step's pointwise part in C++ (``cpp``, ``recdrop.cpu_kernels``) where it is built.
 
 Above the layer, a group of runs computes as one stacked model where ``stacks`` says so (``layers.run_group``,
 ``recdrop.stacked``), and its whole training step may be one CUDA graph

@@ -104,17 +104,22 @@ def test_a_packed_batch_through_the_kernels_equals_it_without(scheme, monkeypatc
 
 
 @pytest.mark.parametrize("kind", ["LSTM", "GRU"])
-def test_a_groups_stacked_runs_through_the_kernels_equal_them_without(kind, monkeypatch):
+@pytest.mark.parametrize("dtype,hidden,tol", [(torch.float64, 6, 1e-10), (torch.float32, 70, 1e-5)],
+                         ids=["float64", "float32 over two threads"])
+def test_a_groups_stacked_runs_through_the_kernels_equal_them_without(kind, dtype, hidden, tol, monkeypatch):
     """A group's LSTM gx and gate gradients keep their runs apart (run-major): the kernels read and
-    write each run's rows where they lie."""
+    write each run's rows where they lie, and each run's products take its own weight (in float32 with
+    the units of a run split into blocks over two threads)."""
     monkeypatch.setenv("RECDROP_STACK_ON_CPU", "1")
     torch.manual_seed(0)
-    ms = [getattr(recdrop, kind)(4, 6, recurrent_dropout=p, scheme=s).double().train()
+    ms = [getattr(recdrop, kind)(4, hidden, recurrent_dropout=p, scheme=s).to(dtype).train()
           for p, s in ((0.25, "semeniuta"), (0.5, "gal"), (0.3, "moon"))]
     for r, m in enumerate(ms):
         m.generator = torch.Generator().manual_seed(r)
-    x = torch.randn(5, 3, 2, 4, dtype=torch.float64)
-    state = tuple(torch.randn(3, 2, 6, dtype=torch.float64) for _ in range(ms[0].n_states))
+    x = torch.randn(5, 3, 2, 4, dtype=dtype)
+    state = tuple(torch.randn(3, 2, hidden, dtype=dtype) for _ in range(ms[0].n_states))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
 
     def run():
         for r, m in enumerate(ms):
@@ -125,9 +130,12 @@ def test_a_groups_stacked_runs_through_the_kernels_equal_them_without(kind, monk
         (y.sum() + sum((f * (i + 1)).sum() for i, f in enumerate(finals))).backward()
         return [y, *finals] + [t.grad for t in leaves] + [p.grad.clone() for m in ms for p in m.parameters()], \
             ms[0].last_route
-    results, routes = _both_ways(monkeypatch, run)
+    try:
+        results, routes = _both_ways(monkeypatch, run)
+    finally:
+        torch.set_num_threads(threads)
     assert [(r.cpp, r.runs) for r in routes] == [(True, 3), (False, 3)]
-    _assert_close(results, 1e-10)
+    _assert_close(results, tol)
 
 
 def test_the_kernels_run_only_where_they_can(monkeypatch):
@@ -162,21 +170,40 @@ def test_where_the_kernels_cannot_be_built_the_torch_path_runs_and_says_so_once(
 
 
 def test_a_buffer_the_kernels_cannot_read_is_refused_with_a_clear_error():
-    c = torch.zeros(2, 4)
-    gates = torch.zeros(2, 16)
-    with pytest.raises(RuntimeError, match="must be a contiguous CPU tensor of the state's dtype"):
-        cpu_kernels.lstm_forward_step(gates, c, None, None, None, torch.zeros(4, 2).t(), c.clone(), c.clone(), False)
-    with pytest.raises(RuntimeError, match="must be a contiguous CPU tensor of the state's dtype"):
-        cpu_kernels.lstm_forward_step(gates, c, None, None, None, c.double(), c.clone(), c.clone(), False)
+    steps, c = 3, torch.zeros(2, 4)
+
+    def lstm_buffers(state):
+        return dict(gates_all=torch.zeros(steps, *state.shape[:-1], 16), c_all=torch.zeros(steps + 1, *state.shape),
+                    tc_all=torch.zeros(steps, *state.shape), ys=torch.zeros(steps, *state.shape))
+
+    def forward(**given):
+        args = dict(gx=torch.zeros(steps, 2, 16), h0=c, w_hh=torch.zeros(16, 4), gal=None, sem=None, moon=None,
+                    per_step=True, hin_all=None, relu=False, **lstm_buffers(c))
+        cpu_kernels.lstm_forward_sequence(**{**args, **given})
+
+    forward()  # buffers as they should be
+    with pytest.raises(RuntimeError, match=r"h_t must be a contiguous CPU tensor \(3, \[R,\] B, 4\) of the state"):
+        forward(ys=torch.zeros(steps, 4, 2).transpose(1, 2))
+    with pytest.raises(RuntimeError, match=r"the gates must be a contiguous CPU tensor \(3, \[R,\] B, 16\)"):
+        forward(gates_all=torch.zeros(steps, 2, 16, dtype=torch.float64))
+    with pytest.raises(RuntimeError, match="d\\(h_\\{t-1\\}\\) is kept where, and only where, Gal's factor acts"):
+        forward(gal=torch.ones(steps, 2, 4))
     group = torch.zeros(3, 2, 4)  # a group's states, with gx of two runs only
-    with pytest.raises(RuntimeError, match="each run's rows of addend must be contiguous"):
-        cpu_kernels.lstm_forward_step(torch.zeros(3, 2, 16), group, None, None, None, group.clone(), group.clone(),
-                                      group.clone(), False, addend=torch.zeros(2, 2, 16))
+    with pytest.raises(RuntimeError, match="each run's rows of gx must be contiguous"):
+        forward(gx=torch.zeros(steps, 2, 2, 16), h0=group, w_hh=torch.zeros(3, 16, 4), **lstm_buffers(group))
+    with pytest.raises(RuntimeError, match=r"the outputs' gradient must be a contiguous CPU tensor \(3, \[R,\] B, 4\)"):
+        buffers = lstm_buffers(c)
+        cpu_kernels.lstm_backward_sequence(torch.zeros(steps, 2, 5), c, c, None, torch.zeros(16, 4), None, None, None,
+                                           True, buffers["gates_all"], buffers["c_all"], buffers["tc_all"],
+                                           torch.zeros(steps, 2, 16), False)
     with pytest.raises(RuntimeError, match=r"the gates must be \(\[R,\] B, 3H\)"):
-        cpu_kernels.gru_forward_step(gates, gates, c, None, None, gates, c.clone(), c.clone(), False)  # 4H, not 3H
+        cpu_kernels.gru_forward_step(torch.zeros(2, 16), torch.zeros(2, 16), c, None, None, torch.zeros(2, 16),
+                                     c.clone(), c.clone(), False)  # 4H, not 3H
     with pytest.raises(RuntimeError, match="a mask must be a contiguous CPU tensor of the state's shape"):
-        cpu_kernels.compiled().lstm_forward_step(gates, None, gates, c, torch.ones(2, 5), None, None, None, None,
-                                                 c.clone(), c.clone(), c.clone(), False)  # past the wrapper's checks
+        buffers = lstm_buffers(c)
+        cpu_kernels.compiled().lstm_forward_sequence(torch.zeros(steps, 2, 16), c, torch.zeros(4, 16), None, None,
+                                                     torch.ones(2, 5), None, None, None, False, *buffers.values(),
+                                                     None, False)  # past the wrapper's checks
 
 
 @pytest.mark.parametrize("rate", [0.0, 0.5], ids=["torch.nn's forward", "recdrop's fused"])

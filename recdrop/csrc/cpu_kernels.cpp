@@ -1,10 +1,12 @@
-// The fused LSTM's and GRU's pointwise work on a CPU: one call a step forward, one backward
-// (recdrop/cpu_kernels.py).
-// Vectorised with ATen's at::vec for the instructions the build was given; rows split over the intra-op
-// threads. The same equations as the Triton kernels of recdrop/triton_kernels.py.
+// The fused LSTM's and GRU's work on a CPU (recdrop/cpu_kernels.py): the LSTM's whole loop, forward and
+// backward, each step's product and pointwise work in one parallel region; the GRU's pointwise work, one call a
+// step forward, one backward.
+// Vectorised with ATen's at::vec for the instructions the build was given, split over the intra-op threads. The
+// same equations as the Triton kernels of recdrop/triton_kernels.py.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <ATen/cpu/vec/vec.h>
+#include <ATen/native/CPUBlas.h>
 
 #include <algorithm>
 
@@ -55,10 +57,42 @@ struct Factor {
     }
   }
 
+  Factor(const T* data_, T scalar_, bool on_) : data(data_), scalar(scalar_), on(on_) {}
+
   Vectorized<T> apply(const Vectorized<T>& x, int64_t offset, int64_t count) const {
     if (!on) return x;
     return x * (data ? Vectorized<T>::loadu(data + offset, count) : Vectorized<T>(scalar));
   }
+};
+
+// A factor of d(.) over a sequence: absent, a number, a mask of the state's shape for every step (per-sequence
+// sampling), or a (T, state) mask with one slice a step (per-step sampling).
+template <typename T>
+struct SequenceFactor {
+  const T* data = nullptr;
+  int64_t step_stride = 0;
+  T scalar = T(1);
+  bool on = false;
+
+  SequenceFactor(const c10::optional<at::Tensor>& mask, c10::optional<double> number, bool per_step,
+                 const at::Tensor& state, int64_t steps) {
+    if (mask.has_value()) {
+      TORCH_CHECK(mask->device().is_cpu() && mask->is_contiguous() && mask->scalar_type() == state.scalar_type() &&
+                      (per_step ? mask->dim() == state.dim() + 1 && mask->size(0) == steps &&
+                                      mask->sizes().slice(1) == state.sizes()
+                                : mask->sizes() == state.sizes()),
+                  "recdrop.cpu_kernels: a mask must be a contiguous CPU tensor of the state's shape and dtype "
+                  "(with a leading axis of the steps where sampled per step)");
+      data = mask->data_ptr<T>();
+      step_stride = per_step ? state.numel() : 0;
+      on = true;
+    } else if (number.has_value()) {
+      scalar = T(*number);
+      on = true;
+    }
+  }
+
+  Factor<T> at(int64_t step) const { return Factor<T>(data ? data + step * step_stride : nullptr, scalar, on); }
 };
 
 void check_dense(const at::Tensor& t, const at::Tensor& state, const char* name) {
@@ -98,84 +132,257 @@ GateRows gate_rows(const at::Tensor& t, const at::Tensor& state, const char* nam
   return {batch, hidden, t.dim() == 3 ? t.stride(0) : 0};
 }
 
+// One row of an LSTM step forward, units [j0, j1): from the row's pre-activations ``pre`` (plus gx, ``add``,
+// where given apart), its gates after their activations to ``go`` (may be ``pre``), d(g_t) to ``gs`` (where
+// given), c_t, act(c_t) and h_t; ``s`` is the row's offset in the state and its masks.
 template <typename T>
-void lstm_forward(const at::Tensor& gates, const c10::optional<at::Tensor>& addend, const at::Tensor& gates_out,
-                  const at::Tensor& c_prev, const Factor<T>& sem, const Factor<T>& moon,
-                  const c10::optional<at::Tensor>& gsem_out, const at::Tensor& c_out, const at::Tensor& tc_out,
-                  const at::Tensor& h_out, bool relu) {
+inline void lstm_forward_row(const T* pre, const T* add, const T* cp, const Factor<T>& sem, const Factor<T>& moon,
+                             T* go, T* gs, T* co, T* tco, T* ho, int64_t s, int64_t H, int64_t j0, int64_t j1,
+                             bool relu) {
   using V = Vectorized<T>;
-  const int64_t H = c_prev.size(-1), rows = c_prev.numel() / std::max<int64_t>(H, 1);
-  const GateRows add_rows = addend.has_value() ? gate_rows(*addend, c_prev, "addend") : GateRows{1, H, 0};
-  const T* pre = gates.data_ptr<T>();
-  const T* add = addend.has_value() ? addend->data_ptr<T>() : nullptr;
-  const T* cp = c_prev.data_ptr<T>();
-  T* go = gates_out.data_ptr<T>();
-  T* gs = gsem_out.has_value() ? gsem_out->data_ptr<T>() : nullptr;
-  T* co = c_out.data_ptr<T>();
-  T* tco = tc_out.data_ptr<T>();
-  T* ho = h_out.data_ptr<T>();
-  at::parallel_for(0, rows, std::max<int64_t>(1, GRAIN / std::max<int64_t>(H, 1)), [&](int64_t begin, int64_t end) {
-    for (int64_t row = begin; row < end; ++row) {
-      const int64_t s = row * H, g = row * 4 * H, a = add ? add_rows.at(row) : 0;
-      for (int64_t j = 0; j < H; j += V::size()) {
-        const int64_t n = std::min<int64_t>(V::size(), H - j);
-        auto pre_activation = [&](int64_t gate) {  // the product, plus gx where given apart
-          const V x = V::loadu(pre + g + gate * H + j, n);
-          return add ? x + V::loadu(add + a + gate * H + j, n) : x;
-        };
-        const V i = sigmoid(pre_activation(0)), f = sigmoid(pre_activation(1)), o = sigmoid(pre_activation(3));
-        const V act_g = activation(pre_activation(2), relu);
-        i.store(go + g + j, n);
-        f.store(go + g + H + j, n);
-        act_g.store(go + g + 2 * H + j, n);
-        o.store(go + g + 3 * H + j, n);
-        const V dropped_g = sem.apply(act_g, s + j, n);  // Eq. 9: d(g_t)
-        if (gs) dropped_g.store(gs + s + j, n);
-        const V c = moon.apply(f * V::loadu(cp + s + j, n) + i * dropped_g, s + j, n);  // Eq. 8: d(c_t)
-        const V tc = activation(c, relu);
-        c.store(co + s + j, n);
-        tc.store(tco + s + j, n);
-        (o * tc).store(ho + s + j, n);  // Eq. 6
-      }
+  for (int64_t j = j0; j < j1; j += V::size()) {
+    const int64_t n = std::min<int64_t>(V::size(), j1 - j);
+    auto pre_activation = [&](int64_t gate) {  // the product, plus gx where given apart
+      const V x = V::loadu(pre + gate * H + j, n);
+      return add ? x + V::loadu(add + gate * H + j, n) : x;
+    };
+    const V i = sigmoid(pre_activation(0)), f = sigmoid(pre_activation(1)), o = sigmoid(pre_activation(3));
+    const V act_g = activation(pre_activation(2), relu);
+    i.store(go + j, n);
+    f.store(go + H + j, n);
+    act_g.store(go + 2 * H + j, n);
+    o.store(go + 3 * H + j, n);
+    const V dropped_g = sem.apply(act_g, s + j, n);  // Eq. 9: d(g_t)
+    if (gs) dropped_g.store(gs + s + j, n);
+    const V c = moon.apply(f * V::loadu(cp + s + j, n) + i * dropped_g, s + j, n);  // Eq. 8: d(c_t)
+    const V tc = activation(c, relu);
+    c.store(co + s + j, n);
+    tc.store(tco + s + j, n);
+    (o * tc).store(ho + s + j, n);  // Eq. 6
+  }
+}
+
+// One row of an LSTM step backward, units [j0, j1): from the dh arriving at h_t (``dhp``, before the next step's
+// Gal factor ``gal``), the output's ``dyp``, the carried dc (``dcp``, plus ``dcs``, c_t's own gradient, where
+// given) and the forward's gates ``gp`` (the row's), c_{t-1} and act(c_t), the row's pre-activation gradients
+// to ``dg`` and dc_{t-1} to ``dco`` (may be ``dcp``); ``s`` is the row's offset in the state and its masks.
+template <typename T>
+inline void lstm_backward_row(const T* dhp, const Factor<T>& gal, const T* dyp, const T* dcp, const T* dcs,
+                              const T* gp, const T* cpp, const T* tcp, const Factor<T>& sem, const Factor<T>& moon,
+                              T* dg, T* dco, int64_t s, int64_t H, int64_t j0, int64_t j1, bool relu) {
+  using V = Vectorized<T>;
+  const V one(T(1));
+  for (int64_t j = j0; j < j1; j += V::size()) {
+    const int64_t n = std::min<int64_t>(V::size(), j1 - j);
+    const V i = V::loadu(gp + j, n), f = V::loadu(gp + H + j, n);
+    const V act_g = V::loadu(gp + 2 * H + j, n), o = V::loadu(gp + 3 * H + j, n);
+    const V a = V::loadu(tcp + s + j, n);
+    // dh reaching h_t: from the next step through d(h_t) of Eq. 7, and from the output
+    const V dh = gal.apply(V::loadu(dhp + s + j, n), s + j, n) + V::loadu(dyp + s + j, n);
+    const V dc_in = dcs ? V::loadu(dcp + s + j, n) + V::loadu(dcs + s + j, n) : V::loadu(dcp + s + j, n);
+    const V dc = moon.apply(dc_in + dh * o * activation_slope(a, relu), s + j, n);  // Eq. 8
+    (dc * i * (one - i) * sem.apply(act_g, s + j, n)).store(dg + j, n);  // Eq. 9: d(g_t)
+    (dc * f * (one - f) * V::loadu(cpp + s + j, n)).store(dg + H + j, n);
+    sem.apply(dc * i * activation_slope(act_g, relu), s + j, n).store(dg + 2 * H + j, n);
+    (dh * o * (one - o) * a).store(dg + 3 * H + j, n);
+    (dc * f).store(dco + s + j, n);
+  }
+}
+
+// C = A B for row-major A (M, K) and B (K, N) with leading dimensions, on the calling thread: a part of a step's
+// product, each thread computing its own units' columns. float32 through oneDNN's batch-reduce GEMM kernel as
+// ATen exposes it (no packing of B, and no per-call setup beyond a cached kernel), else ATen's mm.
+template <typename T>
+void product(int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B, int64_t ldb, T* C, int64_t ldc) {
+  const auto options = at::TensorOptions().dtype(c10::CppTypeToScalarType<T>::value);
+  at::Tensor c = at::from_blob(C, {M, N}, {ldc, 1}, options);
+  at::mm_out(c, at::from_blob(const_cast<T*>(A), {M, K}, {lda, 1}, options),
+             at::from_blob(const_cast<T*>(B), {K, N}, {ldb, 1}, options));
+}
+
+#ifdef CPUBLAS_BRGEMM_F32F32F32
+bool brgemm_works() {  // once per process: a CPU or build without the kernel raises, or (defensively) errs
+  static const bool works = [] {
+    try {
+      const float a[4] = {1, 2, 3, 4}, b[4] = {5, 6, 7, 8};
+      float c[4] = {0, 0, 0, 0};
+      at::native::cpublas::brgemm(2, 2, 2, 2, 2, 2, false, a, b, c, false);
+      at::native::cpublas::brgemm_release(false);
+      return c[0] == 19 && c[1] == 22 && c[2] == 43 && c[3] == 50;
+    } catch (...) {
+      return false;
     }
-  });
+  }();
+  return works;
+}
+
+template <>
+void product<float>(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb,
+                    float* C, int64_t ldc) {
+  if (!brgemm_works()) {
+    const auto options = at::TensorOptions().dtype(at::kFloat);
+    at::Tensor c = at::from_blob(C, {M, N}, {ldc, 1}, options);
+    at::mm_out(c, at::from_blob(const_cast<float*>(A), {M, K}, {lda, 1}, options),
+               at::from_blob(const_cast<float*>(B), {K, N}, {ldb, 1}, options));
+    return;
+  }
+  at::native::cpublas::brgemm(M, N, K, lda, ldb, ldc, false, A, B, C, false);
+}
+#endif
+
+void release_products() {
+#ifdef CPUBLAS_BRGEMM_F32F32F32
+  if (brgemm_works()) at::native::cpublas::brgemm_release(false);
+#endif
+}
+
+// Units a thread takes at once in a sequence's step: its product's columns and their pointwise work, so that
+// each step is one parallel region and a unit's gates stay in the thread's cache between the two.
+constexpr int64_t UNITS = 64;
+// Multiply-adds below which a step's work stays on one thread.
+constexpr int64_t SEQUENCE_GRAIN = 1 << 16;
+
+// The units of a sequence's state ([R,] B, H) in blocks of UNITS, for every run: (run, first unit, units).
+struct UnitBlocks {
+  int64_t runs, batch, hidden, per_run, count, grain;
+  UnitBlocks(const at::Tensor& state, int64_t work_per_unit) {
+    hidden = state.size(-1);
+    batch = state.size(-2);
+    runs = state.dim() == 3 ? state.size(0) : 1;
+    per_run = (hidden + UNITS - 1) / UNITS;
+    count = runs * per_run;
+    grain = std::max<int64_t>(1, SEQUENCE_GRAIN / std::max<int64_t>(1, batch * std::min(hidden, UNITS) * work_per_unit));
+  }
+  int64_t run(int64_t block) const { return block / per_run; }
+  int64_t first(int64_t block) const { return (block % per_run) * UNITS; }
+  int64_t size(int64_t block) const { return std::min(UNITS, hidden - first(block)); }
+};
+
+void check_sequence(const at::Tensor& t, const at::Tensor& state, int64_t steps, int64_t width, const char* name) {
+  TORCH_CHECK(t.device().is_cpu() && t.scalar_type() == state.scalar_type() && t.is_contiguous() &&
+                  t.dim() == state.dim() + 1 && t.size(0) == steps && t.size(-1) == width &&
+                  t.sizes().slice(1, state.dim() - 1) == state.sizes().slice(0, state.dim() - 1),
+              "recdrop.cpu_kernels: ", name, " must be a contiguous CPU tensor (", steps, ", [R,] B, ", width,
+              ") of the state's dtype");
+}
+
+// A run's weight for the products: ([R,] rows, cols), contiguous.
+void check_weight(const at::Tensor& w, const at::Tensor& state, int64_t rows, int64_t cols, const char* name) {
+  TORCH_CHECK(w.device().is_cpu() && w.scalar_type() == state.scalar_type() && w.is_contiguous() &&
+                  w.dim() == state.dim() && w.size(-2) == rows && w.size(-1) == cols &&
+                  (w.dim() == 2 || w.size(0) == state.size(0)),
+              "recdrop.cpu_kernels: ", name, " must be a contiguous CPU tensor ([R,] ", rows, ", ", cols,
+              ") of the state's dtype");
 }
 
 template <typename T>
-void lstm_backward(const at::Tensor& dh_in, const Factor<T>& gal, const at::Tensor& d_y, const at::Tensor& dc_in,
-                   const at::Tensor& gates, const at::Tensor& c_prev, const at::Tensor& tc, const Factor<T>& sem,
-                   const Factor<T>& moon, const at::Tensor& d_gates, const at::Tensor& dc_out, bool relu) {
-  using V = Vectorized<T>;
-  const V one(T(1));
-  const int64_t H = dh_in.size(-1), rows = dh_in.numel() / std::max<int64_t>(H, 1);
-  const GateRows d_rows = gate_rows(d_gates, dh_in, "d_gates");
-  const T* dhp = dh_in.data_ptr<T>();
-  const T* dyp = d_y.data_ptr<T>();
-  const T* dcp = dc_in.data_ptr<T>();
-  const T* gp = gates.data_ptr<T>();
-  const T* cpp = c_prev.data_ptr<T>();
-  const T* tcp = tc.data_ptr<T>();
-  T* dg = d_gates.data_ptr<T>();
-  T* dco = dc_out.data_ptr<T>();
-  at::parallel_for(0, rows, std::max<int64_t>(1, GRAIN / std::max<int64_t>(H, 1)), [&](int64_t begin, int64_t end) {
-    for (int64_t row = begin; row < end; ++row) {
-      const int64_t s = row * H, g = row * 4 * H, d = d_rows.at(row);
-      for (int64_t j = 0; j < H; j += V::size()) {
-        const int64_t n = std::min<int64_t>(V::size(), H - j);
-        const V i = V::loadu(gp + g + j, n), f = V::loadu(gp + g + H + j, n);
-        const V act_g = V::loadu(gp + g + 2 * H + j, n), o = V::loadu(gp + g + 3 * H + j, n);
-        const V a = V::loadu(tcp + s + j, n);
-        // dh reaching h_t: from the next step through d(h_t) of Eq. 7, and from the output
-        const V dh = gal.apply(V::loadu(dhp + s + j, n), s + j, n) + V::loadu(dyp + s + j, n);
-        const V dc = moon.apply(V::loadu(dcp + s + j, n) + dh * o * activation_slope(a, relu), s + j, n);  // Eq. 8
-        (dc * i * (one - i) * sem.apply(act_g, s + j, n)).store(dg + d + j, n);  // Eq. 9: d(g_t)
-        (dc * f * (one - f) * V::loadu(cpp + s + j, n)).store(dg + d + H + j, n);
-        sem.apply(dc * i * activation_slope(act_g, relu), s + j, n).store(dg + d + 2 * H + j, n);
-        (dh * o * (one - o) * a).store(dg + d + 3 * H + j, n);
-        (dc * f).store(dco + s + j, n);
-      }
+void lstm_forward_over(const at::Tensor& gx, const at::Tensor& h0, const at::Tensor& w_t,
+                       const SequenceFactor<T>& gal, const SequenceFactor<T>& sem, const SequenceFactor<T>& moon,
+                       const at::Tensor& gates_all, const at::Tensor& c_all, const at::Tensor& tc_all,
+                       const at::Tensor& ys, const c10::optional<at::Tensor>& hin_all, bool relu) {
+  const int64_t steps = gx.size(0), H = h0.size(-1), B = h0.size(-2), state = h0.numel();
+  if (!steps || !state) return;  // an empty sequence or batch: nothing to compute
+  const UnitBlocks blocks(h0, 4 * H);
+  const GateRows add_rows = gate_rows(gx.select(0, 0), h0, "gx");
+  const int64_t add_step = gx.stride(0), gate_run = B * 4 * H, w_run = H * 4 * H;
+  const T* gxp = gx.data_ptr<T>();
+  const T* w = w_t.data_ptr<T>();
+  T* gates = gates_all.data_ptr<T>();
+  T* cs = c_all.data_ptr<T>();
+  T* tcs = tc_all.data_ptr<T>();
+  T* hs = ys.data_ptr<T>();
+  T* hin = hin_all.has_value() ? hin_all->data_ptr<T>() : nullptr;
+  if (hin && steps) {  // d(h_0), Eq. 7: every later step's is written by the step before it
+    const Factor<T> first = gal.at(0);
+    const T* h0p = h0.data_ptr<T>();
+    for (int64_t i = 0; i < state; i += Vectorized<T>::size()) {
+      const int64_t n = std::min<int64_t>(Vectorized<T>::size(), state - i);
+      first.apply(Vectorized<T>::loadu(h0p + i, n), i, n).store(hin + i, n);
     }
-  });
+  }
+  for (int64_t k = 0; k < steps; ++k) {
+    const T* h_in = hin ? hin + k * state : k ? hs + (k - 1) * state : h0.data_ptr<T>();
+    T* g = gates + k * B * 4 * H * blocks.runs;
+    const Factor<T> sem_k = sem.at(k), moon_k = moon.at(k), gal_next = gal.at(k + 1);
+    at::parallel_for(0, blocks.count, blocks.grain, [&](int64_t begin, int64_t end) {
+      for (int64_t block = begin; block < end; ++block) {
+        const int64_t r = blocks.run(block), j0 = blocks.first(block), j1 = j0 + blocks.size(block);
+        for (int64_t gate = 0; gate < 4; ++gate) {  // this block's columns of each gate: h W^T
+          product<T>(B, j1 - j0, H, h_in + r * B * H, H, w + r * w_run + gate * H + j0, 4 * H,
+                     g + r * gate_run + gate * H + j0, 4 * H);
+        }
+        for (int64_t row = r * B; row < (r + 1) * B; ++row) {
+          T* gr = g + row * 4 * H;
+          lstm_forward_row(gr, gxp + k * add_step + add_rows.at(row), cs + k * state, sem_k, moon_k, gr,
+                           static_cast<T*>(nullptr), cs + (k + 1) * state, tcs + k * state, hs + k * state, row * H,
+                           H, j0, j1, relu);
+          if (hin && k + 1 < steps) {  // d(h_t) for the next step's product, Eq. 7
+            for (int64_t j = j0; j < j1; j += Vectorized<T>::size()) {
+              const int64_t n = std::min<int64_t>(Vectorized<T>::size(), j1 - j), at = row * H + j;
+              gal_next.apply(Vectorized<T>::loadu(hs + k * state + at, n), at, n).store(hin + (k + 1) * state + at, n);
+            }
+          }
+        }
+      }
+      release_products();
+    });
+  }
+}
+
+template <typename T>
+void lstm_backward_over(const at::Tensor& d_ys, const at::Tensor& dh_n, const at::Tensor& dc,
+                        const c10::optional<at::Tensor>& d_cs, const at::Tensor& w_hh, const SequenceFactor<T>& gal,
+                        const SequenceFactor<T>& sem, const SequenceFactor<T>& moon, const at::Tensor& gates_all,
+                        const at::Tensor& c_all, const at::Tensor& tc_all, const at::Tensor& d_gates,
+                        const at::Tensor& dh, bool relu) {
+  const int64_t steps = d_ys.size(0), H = dh.size(-1), B = dh.size(-2), state = dh.numel();
+  if (!steps || !state) {  // an empty sequence or batch: the final state's gradient is the first's
+    dh.copy_(dh_n);
+    return;
+  }
+  const UnitBlocks blocks(dh, 4 * H);
+  const GateRows d_rows = gate_rows(d_gates.select(0, 0), dh, "d_gates");
+  const int64_t d_step = d_gates.stride(0), w_run = 4 * H * H;
+  const T* dyp = d_ys.data_ptr<T>();
+  const T* dcs = d_cs.has_value() ? d_cs->data_ptr<T>() : nullptr;
+  const T* w = w_hh.data_ptr<T>();
+  const T* gates = gates_all.data_ptr<T>();
+  const T* cs = c_all.data_ptr<T>();
+  const T* tcs = tc_all.data_ptr<T>();
+  const T* dh_last = dh_n.data_ptr<T>();
+  T* dg = d_gates.data_ptr<T>();
+  T* dcp = dc.data_ptr<T>();
+  T* dhp = dh.data_ptr<T>();
+  // Step k's region: dh reaching h_k (d_gates of step k + 1 times w_hh, on this block's units), then step k's
+  // pointwise backward on them; the last region's product gives dh_0.
+  for (int64_t k = steps - 1; k >= -1; --k) {
+    const bool last = k == steps - 1;
+    const Factor<T> gal_next = last ? Factor<T>(nullptr, T(1), false) : gal.at(k + 1);
+    at::parallel_for(0, blocks.count, blocks.grain, [&](int64_t begin, int64_t end) {
+      for (int64_t block = begin; block < end; ++block) {
+        const int64_t r = blocks.run(block), j0 = blocks.first(block), j1 = j0 + blocks.size(block);
+        if (!last) {
+          product<T>(B, j1 - j0, 4 * H, dg + (k + 1) * d_step + d_rows.at(r * B), 4 * H, w + r * w_run + j0, H,
+                     dhp + r * B * H + j0, H);
+        }
+        if (k < 0) continue;
+        const Factor<T> sem_k = sem.at(k), moon_k = moon.at(k);
+        for (int64_t row = r * B; row < (r + 1) * B; ++row) {
+          lstm_backward_row(last ? dh_last : dhp, gal_next, dyp + k * state, dcp, dcs ? dcs + k * state : dcs,
+                            gates + (k * state + row * H) * 4, cs + k * state, tcs + k * state, sem_k, moon_k,
+                            dg + k * d_step + d_rows.at(row), dcp, row * H, H, j0, j1, relu);
+        }
+      }
+      release_products();
+    });
+  }
+  const Factor<T> first = gal.at(0);  // d(h_0) of Eq. 7 entered the first product
+  if (first.on) {
+    for (int64_t i = 0; i < state; i += Vectorized<T>::size()) {
+      const int64_t n = std::min<int64_t>(Vectorized<T>::size(), state - i);
+      first.apply(Vectorized<T>::loadu(dhp + i, n), i, n).store(dhp + i, n);
+    }
+  }
 }
 
 template <typename T>
@@ -281,36 +488,94 @@ void gru_backward_step(const at::Tensor& dz_in, const at::Tensor& mm, const c10:
   });
 }
 
-void lstm_forward_step(const at::Tensor& gates, const c10::optional<at::Tensor>& addend, const at::Tensor& gates_out,
-                       const at::Tensor& c_prev, const c10::optional<at::Tensor>& sem, c10::optional<double> sem_number,
-                       const c10::optional<at::Tensor>& moon, c10::optional<double> moon_number,
-                       const c10::optional<at::Tensor>& gsem_out, const at::Tensor& c_out, const at::Tensor& tc_out,
-                       const at::Tensor& h_out, bool relu) {
-  check_step(c_prev, {&c_prev, &c_out, &tc_out, &h_out}, {&gates, &gates_out}, 4);
-  if (gsem_out.has_value()) check_step(c_prev, {&*gsem_out}, {}, 4);
-  AT_DISPATCH_FLOATING_TYPES(c_prev.scalar_type(), "lstm_forward_step", [&] {
-    lstm_forward<scalar_t>(gates, addend, gates_out, c_prev, Factor<scalar_t>(sem, sem_number, c_prev),
-                           Factor<scalar_t>(moon, moon_number, c_prev), gsem_out, c_out, tc_out, h_out, relu);
+// The transpose of a matrix (m, n) of any strides, contiguous (n, m): in tiles of a few input rows (rows a
+// page apart share a cache set), the output's rows split over the intra-op threads (a transposing copy in ATen
+// runs on one thread).
+at::Tensor transposed(const at::Tensor& t) {
+  TORCH_CHECK(t.dim() == 2 && t.device().is_cpu(), "recdrop.cpu_kernels: transposed takes a CPU matrix");
+  const int64_t m = t.size(0), n = t.size(1);
+  at::Tensor out = at::empty({n, m}, t.options().memory_format(at::MemoryFormat::Contiguous));
+  constexpr int64_t ROWS = 8, COLUMNS = 64;
+  AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "transposed", [&] {
+    const scalar_t* src = t.data_ptr<scalar_t>();
+    scalar_t* dst = out.data_ptr<scalar_t>();
+    const int64_t s0 = t.stride(0), s1 = t.stride(1);
+    at::parallel_for(0, (n + COLUMNS - 1) / COLUMNS, std::max<int64_t>(1, GRAIN / std::max<int64_t>(1, COLUMNS * m)),
+                     [&](int64_t begin, int64_t end) {
+      for (int64_t tile = begin; tile < end; ++tile) {
+        const int64_t j0 = tile * COLUMNS, j1 = std::min(n, j0 + COLUMNS);
+        for (int64_t i0 = 0; i0 < m; i0 += ROWS) {
+          const int64_t i1 = std::min(m, i0 + ROWS);
+          for (int64_t j = j0; j < j1; ++j) {
+            for (int64_t i = i0; i < i1; ++i) dst[j * m + i] = src[i * s0 + j * s1];
+          }
+        }
+      }
+    });
+  });
+  return out;
+}
+
+void lstm_forward_sequence(const at::Tensor& gx, const at::Tensor& h0, const at::Tensor& w_t,
+                           const c10::optional<at::Tensor>& gal, c10::optional<double> gal_number,
+                           const c10::optional<at::Tensor>& sem, c10::optional<double> sem_number,
+                           const c10::optional<at::Tensor>& moon, c10::optional<double> moon_number, bool per_step,
+                           const at::Tensor& gates_all, const at::Tensor& c_all, const at::Tensor& tc_all,
+                           const at::Tensor& ys, const c10::optional<at::Tensor>& hin_all, bool relu) {
+  TORCH_CHECK(h0.dim() == 2 || h0.dim() == 3, "recdrop.cpu_kernels: a state is (B, H) or a group's (R, B, H)");
+  check_dense(h0, h0, "h0");
+  const int64_t steps = gx.size(0), H = h0.size(-1);
+  TORCH_CHECK(gx.dim() == h0.dim() + 1, "recdrop.cpu_kernels: gx must be (T, [R,] B, 4H)");
+  check_weight(w_t, h0, H, 4 * H, "w_hh^T");
+  check_sequence(gates_all, h0, steps, 4 * H, "the gates");
+  check_sequence(c_all, h0, steps + 1, H, "c_0 .. c_T");
+  check_sequence(tc_all, h0, steps, H, "act(c_t)");
+  check_sequence(ys, h0, steps, H, "h_t");
+  TORCH_CHECK(hin_all.has_value() == (gal.has_value() || gal_number.has_value()),
+              "recdrop.cpu_kernels: d(h_{t-1}) is kept where, and only where, Gal's factor acts");
+  if (hin_all.has_value()) check_sequence(*hin_all, h0, steps, H, "d(h_{t-1})");
+  AT_DISPATCH_FLOATING_TYPES(h0.scalar_type(), "lstm_forward_sequence", [&] {
+    lstm_forward_over<scalar_t>(gx, h0, w_t, SequenceFactor<scalar_t>(gal, gal_number, per_step, h0, steps),
+                                SequenceFactor<scalar_t>(sem, sem_number, per_step, h0, steps),
+                                SequenceFactor<scalar_t>(moon, moon_number, per_step, h0, steps), gates_all, c_all,
+                                tc_all, ys, hin_all, relu);
   });
 }
 
-void lstm_backward_step(const at::Tensor& dh_in, const c10::optional<at::Tensor>& gal, c10::optional<double> gal_number,
-                        const at::Tensor& d_y, const at::Tensor& dc_in, const at::Tensor& gates,
-                        const at::Tensor& c_prev, const at::Tensor& tc, const c10::optional<at::Tensor>& sem,
-                        c10::optional<double> sem_number, const c10::optional<at::Tensor>& moon,
-                        c10::optional<double> moon_number, const at::Tensor& d_gates, const at::Tensor& dc_out,
-                        bool relu) {
-  check_step(dh_in, {&dh_in, &d_y, &dc_in, &c_prev, &tc, &dc_out}, {&gates}, 4);
-  AT_DISPATCH_FLOATING_TYPES(dh_in.scalar_type(), "lstm_backward_step", [&] {
-    lstm_backward<scalar_t>(dh_in, Factor<scalar_t>(gal, gal_number, dh_in), d_y, dc_in, gates, c_prev, tc,
-                            Factor<scalar_t>(sem, sem_number, dh_in), Factor<scalar_t>(moon, moon_number, dh_in),
-                            d_gates, dc_out, relu);
+at::Tensor lstm_backward_sequence(const at::Tensor& d_ys, const at::Tensor& dh_n, const at::Tensor& dc,
+                                  const c10::optional<at::Tensor>& d_cs, const at::Tensor& w_hh,
+                                  const c10::optional<at::Tensor>& gal, c10::optional<double> gal_number,
+                                  const c10::optional<at::Tensor>& sem, c10::optional<double> sem_number,
+                                  const c10::optional<at::Tensor>& moon, c10::optional<double> moon_number,
+                                  bool per_step, const at::Tensor& gates_all, const at::Tensor& c_all,
+                                  const at::Tensor& tc_all, const at::Tensor& d_gates, bool relu) {
+  TORCH_CHECK(dc.dim() == 2 || dc.dim() == 3, "recdrop.cpu_kernels: a state is (B, H) or a group's (R, B, H)");
+  check_step(dc, {&dc, &dh_n}, {}, 4);
+  const int64_t steps = d_ys.size(0), H = dc.size(-1);
+  check_sequence(d_ys, dc, steps, H, "the outputs' gradient");
+  if (d_cs.has_value()) check_sequence(*d_cs, dc, steps, H, "c_t's gradient");
+  check_weight(w_hh, dc, 4 * H, H, "w_hh");
+  check_sequence(gates_all, dc, steps, 4 * H, "the gates");
+  check_sequence(c_all, dc, steps + 1, H, "c_0 .. c_T");
+  check_sequence(tc_all, dc, steps, H, "act(c_t)");
+  TORCH_CHECK(d_gates.dim() == dc.dim() + 1 && d_gates.size(0) == steps, "recdrop.cpu_kernels: d_gates must be (T, [R,] B, 4H)");
+  at::Tensor dh = at::empty_like(dc);
+  AT_DISPATCH_FLOATING_TYPES(dc.scalar_type(), "lstm_backward_sequence", [&] {
+    lstm_backward_over<scalar_t>(d_ys, dh_n, dc, d_cs, w_hh, SequenceFactor<scalar_t>(gal, gal_number, per_step, dc, steps),
+                                 SequenceFactor<scalar_t>(sem, sem_number, per_step, dc, steps),
+                                 SequenceFactor<scalar_t>(moon, moon_number, per_step, dc, steps), gates_all, c_all,
+                                 tc_all, d_gates, dh, relu);
   });
+  return dh;
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("lstm_forward_step", &lstm_forward_step, "One LSTM step's pointwise forward (recdrop.cpu_kernels)");
-  m.def("lstm_backward_step", &lstm_backward_step, "One LSTM step's pointwise backward (recdrop.cpu_kernels)");
+  m.def("transposed", &transposed, "A matrix's transpose, contiguous, copied on the intra-op threads (recdrop.cpu_kernels)");
+  m.def("lstm_forward_sequence", &lstm_forward_sequence,
+        "An LSTM sequence's forward, each step's product and pointwise work in one parallel region (recdrop.cpu_kernels)");
+  m.def("lstm_backward_sequence", &lstm_backward_sequence,
+        "An LSTM sequence's backward loop, each step's product and pointwise work in one parallel region "
+        "(recdrop.cpu_kernels)");
   m.def("gru_forward_step", &gru_forward_step, "One GRU step's pointwise forward (recdrop.cpu_kernels)");
   m.def("gru_backward_step", &gru_backward_step, "One GRU step's pointwise backward (recdrop.cpu_kernels)");
 }
