@@ -149,8 +149,7 @@ def lstm_forward_sequence(gx: Tensor, h0: Tensor, w_hh: Tensor, gal, sem, moon, 
     into ``hin_all`` where Gal's factor acts) in one parallel region, each thread on its own units. Fills the
     gates after their activations, c_1 .. c_T, act(c_t) and h_t."""
     steps = gx.shape[0]
-    w_t = transposed(w_hh) if w_hh.dim() == 2 else w_hh.transpose(-2, -1).contiguous()
-    compiled().lstm_forward_sequence(gx, h0.contiguous(), w_t,
+    compiled().lstm_forward_sequence(gx, h0.contiguous(), w_hh.contiguous(),
                                      *_sequence_factor(gal, h0, steps, per_step),
                                      *_sequence_factor(sem, h0, steps, per_step),
                                      *_sequence_factor(moon, h0, steps, per_step), per_step, gates_all, c_all, tc_all,

@@ -201,7 +201,7 @@ def test_a_buffer_the_kernels_cannot_read_is_refused_with_a_clear_error():
                                      c.clone(), c.clone(), False)  # 4H, not 3H
     with pytest.raises(RuntimeError, match="a mask must be a contiguous CPU tensor of the state's shape"):
         buffers = lstm_buffers(c)
-        cpu_kernels.compiled().lstm_forward_sequence(torch.zeros(steps, 2, 16), c, torch.zeros(4, 16), None, None,
+        cpu_kernels.compiled().lstm_forward_sequence(torch.zeros(steps, 2, 16), c, torch.zeros(16, 4), None, None,
                                                      torch.ones(2, 5), None, None, None, False, *buffers.values(),
                                                      None, False)  # past the wrapper's checks
 

@@ -275,8 +275,36 @@ void check_weight(const at::Tensor& w, const at::Tensor& state, int64_t rows, in
               ") of the state's dtype");
 }
 
+// w_hh ([R,] 4H, H) re-laid for a sequence's products, each block of units' columns contiguous (its rows
+// ``size`` apart), so that a thread's product reads one dense run of memory: the forward's w_hh^T (H, 4H), a
+// block's columns of each gate in turn, or the backward's w_hh (4H, H). Block (r, j0) starts at r 4H H + 4H j0.
 template <typename T>
-void lstm_forward_over(const at::Tensor& gx, const at::Tensor& h0, const at::Tensor& w_t,
+at::Tensor weight_in_unit_blocks(const at::Tensor& w_hh, const UnitBlocks& blocks, bool transpose) {
+  const int64_t H = blocks.hidden, run = 4 * H * H;
+  at::Tensor out = at::empty({blocks.runs * run}, w_hh.options());
+  const T* src = w_hh.data_ptr<T>();
+  T* dst = out.data_ptr<T>();
+  at::parallel_for(0, blocks.count, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t block = begin; block < end; ++block) {
+      const int64_t r = blocks.run(block), j0 = blocks.first(block), n = blocks.size(block);
+      const T* w = src + r * run;
+      T* b = dst + r * run + 4 * H * j0;
+      if (transpose) {  // gate q's block: b[q H n + k n + jj] = w[(q H + j0 + jj) H + k]
+        for (int64_t q = 0; q < 4; ++q) {
+          for (int64_t jj = 0; jj < n; ++jj) {
+            for (int64_t k = 0; k < H; ++k) b[q * H * n + k * n + jj] = w[(q * H + j0 + jj) * H + k];
+          }
+        }
+      } else {  // b[k n + jj] = w[k H + j0 + jj]
+        for (int64_t k = 0; k < 4 * H; ++k) std::copy(w + k * H + j0, w + k * H + j0 + n, b + k * n);
+      }
+    }
+  });
+  return out;
+}
+
+template <typename T>
+void lstm_forward_over(const at::Tensor& gx, const at::Tensor& h0, const at::Tensor& w_hh,
                        const SequenceFactor<T>& gal, const SequenceFactor<T>& sem, const SequenceFactor<T>& moon,
                        const at::Tensor& gates_all, const at::Tensor& c_all, const at::Tensor& tc_all,
                        const at::Tensor& ys, const c10::optional<at::Tensor>& hin_all, bool relu) {
@@ -285,8 +313,9 @@ void lstm_forward_over(const at::Tensor& gx, const at::Tensor& h0, const at::Ten
   const UnitBlocks blocks(h0, 4 * H);
   const GateRows add_rows = gate_rows(gx.select(0, 0), h0, "gx");
   const int64_t add_step = gx.stride(0), gate_run = B * 4 * H, w_run = H * 4 * H;
+  const at::Tensor w_blocks = weight_in_unit_blocks<T>(w_hh, blocks, true);
   const T* gxp = gx.data_ptr<T>();
-  const T* w = w_t.data_ptr<T>();
+  const T* w = w_blocks.data_ptr<T>();
   T* gates = gates_all.data_ptr<T>();
   T* cs = c_all.data_ptr<T>();
   T* tcs = tc_all.data_ptr<T>();
@@ -308,8 +337,8 @@ void lstm_forward_over(const at::Tensor& gx, const at::Tensor& h0, const at::Ten
       for (int64_t block = begin; block < end; ++block) {
         const int64_t r = blocks.run(block), j0 = blocks.first(block), j1 = j0 + blocks.size(block);
         for (int64_t gate = 0; gate < 4; ++gate) {  // this block's columns of each gate: h W^T
-          product<T>(B, j1 - j0, H, h_in + r * B * H, H, w + r * w_run + gate * H + j0, 4 * H,
-                     g + r * gate_run + gate * H + j0, 4 * H);
+          product<T>(B, j1 - j0, H, h_in + r * B * H, H, w + r * w_run + 4 * H * j0 + gate * H * (j1 - j0),
+                     j1 - j0, g + r * gate_run + gate * H + j0, 4 * H);
         }
         for (int64_t row = r * B; row < (r + 1) * B; ++row) {
           T* gr = g + row * 4 * H;
@@ -343,9 +372,10 @@ void lstm_backward_over(const at::Tensor& d_ys, const at::Tensor& dh_n, const at
   const UnitBlocks blocks(dh, 4 * H);
   const GateRows d_rows = gate_rows(d_gates.select(0, 0), dh, "d_gates");
   const int64_t d_step = d_gates.stride(0), w_run = 4 * H * H;
+  const at::Tensor w_blocks = weight_in_unit_blocks<T>(w_hh, blocks, false);
   const T* dyp = d_ys.data_ptr<T>();
   const T* dcs = d_cs.has_value() ? d_cs->data_ptr<T>() : nullptr;
-  const T* w = w_hh.data_ptr<T>();
+  const T* w = w_blocks.data_ptr<T>();
   const T* gates = gates_all.data_ptr<T>();
   const T* cs = c_all.data_ptr<T>();
   const T* tcs = tc_all.data_ptr<T>();
@@ -362,8 +392,8 @@ void lstm_backward_over(const at::Tensor& d_ys, const at::Tensor& dh_n, const at
       for (int64_t block = begin; block < end; ++block) {
         const int64_t r = blocks.run(block), j0 = blocks.first(block), j1 = j0 + blocks.size(block);
         if (!last) {
-          product<T>(B, j1 - j0, 4 * H, dg + (k + 1) * d_step + d_rows.at(r * B), 4 * H, w + r * w_run + j0, H,
-                     dhp + r * B * H + j0, H);
+          product<T>(B, j1 - j0, 4 * H, dg + (k + 1) * d_step + d_rows.at(r * B), 4 * H,
+                     w + r * w_run + 4 * H * j0, j1 - j0, dhp + r * B * H + j0, H);
         }
         if (k < 0) continue;
         const Factor<T> sem_k = sem.at(k), moon_k = moon.at(k);
@@ -516,7 +546,7 @@ at::Tensor transposed(const at::Tensor& t) {
   return out;
 }
 
-void lstm_forward_sequence(const at::Tensor& gx, const at::Tensor& h0, const at::Tensor& w_t,
+void lstm_forward_sequence(const at::Tensor& gx, const at::Tensor& h0, const at::Tensor& w_hh,
                            const c10::optional<at::Tensor>& gal, c10::optional<double> gal_number,
                            const c10::optional<at::Tensor>& sem, c10::optional<double> sem_number,
                            const c10::optional<at::Tensor>& moon, c10::optional<double> moon_number, bool per_step,
@@ -526,7 +556,7 @@ void lstm_forward_sequence(const at::Tensor& gx, const at::Tensor& h0, const at:
   check_dense(h0, h0, "h0");
   const int64_t steps = gx.size(0), H = h0.size(-1);
   TORCH_CHECK(gx.dim() == h0.dim() + 1, "recdrop.cpu_kernels: gx must be (T, [R,] B, 4H)");
-  check_weight(w_t, h0, H, 4 * H, "w_hh^T");
+  check_weight(w_hh, h0, 4 * H, H, "w_hh");
   check_sequence(gates_all, h0, steps, 4 * H, "the gates");
   check_sequence(c_all, h0, steps + 1, H, "c_0 .. c_T");
   check_sequence(tc_all, h0, steps, H, "act(c_t)");
@@ -535,7 +565,7 @@ void lstm_forward_sequence(const at::Tensor& gx, const at::Tensor& h0, const at:
               "recdrop.cpu_kernels: d(h_{t-1}) is kept where, and only where, Gal's factor acts");
   if (hin_all.has_value()) check_sequence(*hin_all, h0, steps, H, "d(h_{t-1})");
   AT_DISPATCH_FLOATING_TYPES(h0.scalar_type(), "lstm_forward_sequence", [&] {
-    lstm_forward_over<scalar_t>(gx, h0, w_t, SequenceFactor<scalar_t>(gal, gal_number, per_step, h0, steps),
+    lstm_forward_over<scalar_t>(gx, h0, w_hh, SequenceFactor<scalar_t>(gal, gal_number, per_step, h0, steps),
                                 SequenceFactor<scalar_t>(sem, sem_number, per_step, h0, steps),
                                 SequenceFactor<scalar_t>(moon, moon_number, per_step, h0, steps), gates_all, c_all,
                                 tc_all, ys, hin_all, relu);
