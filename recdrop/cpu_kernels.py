@@ -9,12 +9,14 @@ CPU kernels; tanh as 2 sigmoid(2x) - 1, as the torch path computes g), where the
 ops a step, each a pass and a dispatch of its own.
 
 The LSTM's loop runs in C++ whole (``lstm_forward_sequence``, ``lstm_backward_sequence``): each step is one
-parallel region in which every thread computes the step's product for its own block of units (through
-oneDNN's batch-reduce GEMM kernel, ``at::native::cpublas::brgemm``, which needs neither a packed weight nor
-a primitive set up per call) and then those units' pointwise work, while the product's rows are still in
-its cache. One call of a oneDNN product from Python costs about as much as a third of the product itself at
-the experiments' sizes, and a step of the Python loop two such calls. The GRU's products stay with oneDNN
-or MKL (``cpu_products``), as do the LSTM's input projection and weight gradients.
+parallel region in which every thread computes the step's product for its own block of units and then
+those units' pointwise work, while the product's rows are still in its cache. The products run through
+oneDNN's batch-reduce GEMM kernel (``at::native::cpublas::brgemm``, which needs no per-call setup: one
+call of a oneDNN product from Python costs about as much as a third of the product itself at the
+experiments' sizes) or through ATen's mm (MKL's on x86), whichever is the faster on the machine
+(``brgemm_faster``, chosen as ``cpu_products`` chooses), with the weight laid out once per sequence so
+that each block's columns are dense. The GRU's products stay in Python, on oneDNN or MKL
+(``cpu_products``), as do the LSTM's input projection and weight gradients.
 
 The source (``csrc/cpu_kernels.cpp``) is compiled on first use by ``torch.utils.cpp_extension.load``
 for the vector instructions ATen's kernels use on this CPU (``torch.backends.cpu.get_cpu_capability``),
@@ -40,7 +42,7 @@ import torch
 from torch import Tensor
 from torch.utils import cpp_extension
 
-from . import route
+from . import cpu_products, route
 
 SOURCE = Path(__file__).with_name("csrc") / "cpu_kernels.cpp"
 
@@ -141,6 +143,34 @@ def _sequence_factor(f, like: Tensor, steps: int, per_step: bool) -> Tuple[Optio
     return None, float(f)
 
 
+def brgemm_faster(h0: Tensor, w_hh: Tensor) -> bool:
+    """Whether the LSTM loop's per-step products run on oneDNN's brgemm kernel, not ATen's mm (MKL's on x86):
+    where brgemm computes them (float32, ``brgemm_works``) and is the faster on this machine for the class of
+    the layer's sizes (``cpu_products.library``: the loop forward and backward over a few steps of zeros, each
+    way)."""
+    if h0.dtype != torch.float32 or not compiled().brgemm_works():
+        return False
+    batch, hidden, runs = h0.shape[-2], h0.shape[-1], h0.shape[0] if h0.dim() == 3 else 1
+
+    def ways():
+        steps, w = 4, torch.zeros_like(w_hh, memory_format=torch.contiguous_format)
+        state, gates = h0.new_zeros(h0.shape), h0.new_zeros(steps, *h0.shape[:-1], 4 * hidden)
+        c_all, tc_all, ys = h0.new_zeros(steps + 1, *h0.shape), h0.new_zeros(steps, *h0.shape), \
+            h0.new_zeros(steps, *h0.shape)
+        no_factors = (None,) * 6
+
+        def loop(brgemm: bool):
+            def forward_and_backward():
+                compiled().lstm_forward_sequence(gates.clone(), state, w, *no_factors, True, gates, c_all, tc_all, ys,
+                                                 None, False, brgemm)
+                compiled().lstm_backward_sequence(ys, state, state.clone(), None, w, *no_factors, True, gates, c_all,
+                                                  tc_all, gates.clone(), False, brgemm)
+            return forward_and_backward
+        return loop(False), loop(True)
+    library = cpu_products.library("an LSTM's steps in C++, forward and backward", (batch, hidden, runs), ways)
+    return library == "onednn"
+
+
 def lstm_forward_sequence(gx: Tensor, h0: Tensor, w_hh: Tensor, gal, sem, moon, per_step: bool, gates_all: Tensor,
                           c_all: Tensor, tc_all: Tensor, ys: Tensor, hin_all: Optional[Tensor], relu: bool) -> None:
     """An LSTM sequence's forward in processing order, from gx ``(T, [R,] B, 4H)`` (each run's rows contiguous),
@@ -153,7 +183,7 @@ def lstm_forward_sequence(gx: Tensor, h0: Tensor, w_hh: Tensor, gal, sem, moon, 
                                      *_sequence_factor(gal, h0, steps, per_step),
                                      *_sequence_factor(sem, h0, steps, per_step),
                                      *_sequence_factor(moon, h0, steps, per_step), per_step, gates_all, c_all, tc_all,
-                                     ys, hin_all, relu)
+                                     ys, hin_all, relu, brgemm_faster(h0, w_hh))
 
 
 def lstm_backward_sequence(d_ys: Tensor, dh: Tensor, dc: Tensor, d_cs: Optional[Tensor], w_hh: Tensor, gal, sem,
@@ -169,7 +199,7 @@ def lstm_backward_sequence(d_ys: Tensor, dh: Tensor, dc: Tensor, d_cs: Optional[
                                             *_sequence_factor(gal, dc, d_ys.shape[0], per_step),
                                             *_sequence_factor(sem, dc, d_ys.shape[0], per_step),
                                             *_sequence_factor(moon, dc, d_ys.shape[0], per_step), per_step,
-                                            gates_all, c_all, tc_all, d_gates, relu)
+                                            gates_all, c_all, tc_all, d_gates, relu, brgemm_faster(dc, w_hh))
     return dh0, dc
 
 

@@ -7,7 +7,7 @@ from torch.nn.utils.rnn import pack_sequence, pad_packed_sequence
 
 import recdrop
 from kernel_cases import GRU_SETTINGS, LSTM_SETTINGS
-from recdrop import cpu_kernels, layers
+from recdrop import cpu_kernels, cpu_products, layers
 
 pytestmark = pytest.mark.skipif(cpu_kernels.compiled() is None, reason="no C++ compiler to build the kernels")
 
@@ -169,6 +169,58 @@ def test_where_the_kernels_cannot_be_built_the_torch_path_runs_and_says_so_once(
         "its torch ops instead"]
 
 
+@pytest.mark.parametrize("library", ["onednn", "mkl"])
+def test_the_lstm_loops_products_run_on_the_library_chosen_and_equal_the_torch_path(library, monkeypatch):
+    """oneDNN's brgemm kernel or ATen's mm, as ``RECDROP_CPU_PRODUCTS`` chooses (and ``cpu_products`` by
+    default), over two threads and units in two blocks, the second partial."""
+    if library == "onednn" and not cpu_kernels.compiled().brgemm_works():
+        pytest.skip("this torch has no brgemm kernel for float32")
+    monkeypatch.setenv("RECDROP_CPU_PRODUCTS", library)
+    monkeypatch.setattr(cpu_products, "_chosen", {})
+    torch.manual_seed(0)
+    m = recdrop.LSTM(8, 70, recurrent_dropout=0.25, scheme="gal+semeniuta").train()
+    assert cpu_kernels.brgemm_faster(torch.zeros(5, 70), m.weight_hh_l0) == (library == "onednn")
+    x = torch.randn(9, 5, 8, requires_grad=True)
+    masks = m.draw_masks(9, 5)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+
+    def run():
+        m.zero_grad()
+        x.grad = None
+        y, (h, c) = m(x, masks=masks)
+        ((y * torch.linspace(-1, 1, 70)).sum() + h.sum() + (c * c).sum()).backward()
+        return [y, h, c, x.grad.clone()] + [p.grad.clone() for p in m.parameters()], m.last_route
+    try:
+        results, routes = _both_ways(monkeypatch, run)
+    finally:
+        torch.set_num_threads(threads)
+    assert routes[0].cpp and cpu_products.chosen() == library
+    _assert_close(results, 1e-5)
+
+
+@pytest.mark.parametrize("faster", ["onednn", "mkl"])
+def test_the_lstm_loops_library_is_the_one_timed_faster_here(faster, monkeypatch):
+    """By default the loop's products take the library ``cpu_products`` times the faster, for float32 only: both
+    ways it times run the loop, forward and backward."""
+    if not cpu_kernels.compiled().brgemm_works():
+        pytest.skip("this torch has no brgemm kernel for float32")
+    timed = []
+
+    def kept(key, ways):
+        timed.append(key)
+        for way in ways():
+            way()
+        return faster
+    monkeypatch.setenv("RECDROP_CPU_PRODUCTS", "measure")
+    monkeypatch.setattr(cpu_products, "_chosen", {})
+    monkeypatch.setattr(cpu_products, "kept", kept)
+    w = torch.randn(4 * 20, 20)
+    assert cpu_kernels.brgemm_faster(torch.zeros(3, 2, 20), w.expand(3, -1, -1)) == (faster == "onednn")
+    assert not cpu_kernels.brgemm_faster(torch.zeros(2, 20, dtype=torch.float64), w.double())
+    assert [key[0] for key in timed] == ["an LSTM's steps in C++, forward and backward"]
+
+
 def test_a_buffer_the_kernels_cannot_read_is_refused_with_a_clear_error():
     steps, c = 3, torch.zeros(2, 4)
 
@@ -196,6 +248,11 @@ def test_a_buffer_the_kernels_cannot_read_is_refused_with_a_clear_error():
         cpu_kernels.lstm_backward_sequence(torch.zeros(steps, 2, 5), c, c, None, torch.zeros(16, 4), None, None, None,
                                            True, buffers["gates_all"], buffers["c_all"], buffers["tc_all"],
                                            torch.zeros(steps, 2, 16), False)
+    with pytest.raises(RuntimeError, match="oneDNN's brgemm computes float32 products only"):
+        buffers = {k: v.double() for k, v in lstm_buffers(c).items()}
+        cpu_kernels.compiled().lstm_forward_sequence(torch.zeros(steps, 2, 16).double(), c.double(),
+                                                     torch.zeros(16, 4).double(), None, None, None, None, None, None,
+                                                     False, *buffers.values(), None, False, True)
     with pytest.raises(RuntimeError, match=r"the gates must be \(\[R,\] B, 3H\)"):
         cpu_kernels.gru_forward_step(torch.zeros(2, 16), torch.zeros(2, 16), c, None, None, torch.zeros(2, 16),
                                      c.clone(), c.clone(), False)  # 4H, not 3H
@@ -203,7 +260,7 @@ def test_a_buffer_the_kernels_cannot_read_is_refused_with_a_clear_error():
         buffers = lstm_buffers(c)
         cpu_kernels.compiled().lstm_forward_sequence(torch.zeros(steps, 2, 16), c, torch.zeros(16, 4), None, None,
                                                      torch.ones(2, 5), None, None, None, False, *buffers.values(),
-                                                     None, False)  # past the wrapper's checks
+                                                     None, False, False)  # past the wrapper's checks
 
 
 @pytest.mark.parametrize("rate", [0.0, 0.5], ids=["torch.nn's forward", "recdrop's fused"])

@@ -189,19 +189,11 @@ inline void lstm_backward_row(const T* dhp, const Factor<T>& gal, const T* dyp, 
   }
 }
 
-// C = A B for row-major A (M, K) and B (K, N) with leading dimensions, on the calling thread: a part of a step's
-// product, each thread computing its own units' columns. float32 through oneDNN's batch-reduce GEMM kernel as
-// ATen exposes it (no packing of B, and no per-call setup beyond a cached kernel), else ATen's mm.
-template <typename T>
-void product(int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B, int64_t ldb, T* C, int64_t ldc) {
-  const auto options = at::TensorOptions().dtype(c10::CppTypeToScalarType<T>::value);
-  at::Tensor c = at::from_blob(C, {M, N}, {ldc, 1}, options);
-  at::mm_out(c, at::from_blob(const_cast<T*>(A), {M, K}, {lda, 1}, options),
-             at::from_blob(const_cast<T*>(B), {K, N}, {ldb, 1}, options));
-}
-
+// Whether oneDNN's batch-reduce GEMM kernel, as ATen exposes it (at::native::cpublas::brgemm), computes float32
+// products here: a CPU or build without it raises, and (defensively) a wrong result counts as none. Once per
+// process.
+bool brgemm_works() {
 #ifdef CPUBLAS_BRGEMM_F32F32F32
-bool brgemm_works() {  // once per process: a CPU or build without the kernel raises, or (defensively) errs
   static const bool works = [] {
     try {
       const float a[4] = {1, 2, 3, 4}, b[4] = {5, 6, 7, 8};
@@ -214,25 +206,35 @@ bool brgemm_works() {  // once per process: a CPU or build without the kernel ra
     }
   }();
   return works;
-}
-
-template <>
-void product<float>(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb,
-                    float* C, int64_t ldc) {
-  if (!brgemm_works()) {
-    const auto options = at::TensorOptions().dtype(at::kFloat);
-    at::Tensor c = at::from_blob(C, {M, N}, {ldc, 1}, options);
-    at::mm_out(c, at::from_blob(const_cast<float*>(A), {M, K}, {lda, 1}, options),
-               at::from_blob(const_cast<float*>(B), {K, N}, {ldb, 1}, options));
-    return;
-  }
-  at::native::cpublas::brgemm(M, N, K, lda, ldb, ldc, false, A, B, C, false);
-}
+#else
+  return false;
 #endif
+}
 
-void release_products() {
+// C = A B for row-major A (M, K) and B (K, N) with leading dimensions, on the calling thread: a part of a step's
+// product, each thread computing its own units' columns. With ``brgemm`` (float32 only) through oneDNN's
+// batch-reduce GEMM kernel (no packing of B, no per-call setup beyond a cached kernel), else ATen's mm (MKL's
+// on x86; called inside a parallel region, it runs on the calling thread).
+template <typename T>
+void product(bool brgemm, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B, int64_t ldb, T* C,
+             int64_t ldc) {
 #ifdef CPUBLAS_BRGEMM_F32F32F32
-  if (brgemm_works()) at::native::cpublas::brgemm_release(false);
+  if constexpr (std::is_same_v<T, float>) {
+    if (brgemm) {
+      at::native::cpublas::brgemm(M, N, K, lda, ldb, ldc, false, A, B, C, false);
+      return;
+    }
+  }
+#endif
+  const auto options = at::TensorOptions().dtype(c10::CppTypeToScalarType<T>::value);
+  at::Tensor c = at::from_blob(C, {M, N}, {ldc, 1}, options);
+  at::mm_out(c, at::from_blob(const_cast<T*>(A), {M, K}, {lda, 1}, options),
+             at::from_blob(const_cast<T*>(B), {K, N}, {ldb, 1}, options));
+}
+
+void release_products(bool brgemm) {  // at the end of a thread's part of a region
+#ifdef CPUBLAS_BRGEMM_F32F32F32
+  if (brgemm) at::native::cpublas::brgemm_release(false);
 #endif
 }
 
@@ -307,7 +309,7 @@ template <typename T>
 void lstm_forward_over(const at::Tensor& gx, const at::Tensor& h0, const at::Tensor& w_hh,
                        const SequenceFactor<T>& gal, const SequenceFactor<T>& sem, const SequenceFactor<T>& moon,
                        const at::Tensor& gates_all, const at::Tensor& c_all, const at::Tensor& tc_all,
-                       const at::Tensor& ys, const c10::optional<at::Tensor>& hin_all, bool relu) {
+                       const at::Tensor& ys, const c10::optional<at::Tensor>& hin_all, bool relu, bool brgemm) {
   const int64_t steps = gx.size(0), H = h0.size(-1), B = h0.size(-2), state = h0.numel();
   if (!steps || !state) return;  // an empty sequence or batch: nothing to compute
   const UnitBlocks blocks(h0, 4 * H);
@@ -337,7 +339,7 @@ void lstm_forward_over(const at::Tensor& gx, const at::Tensor& h0, const at::Ten
       for (int64_t block = begin; block < end; ++block) {
         const int64_t r = blocks.run(block), j0 = blocks.first(block), j1 = j0 + blocks.size(block);
         for (int64_t gate = 0; gate < 4; ++gate) {  // this block's columns of each gate: h W^T
-          product<T>(B, j1 - j0, H, h_in + r * B * H, H, w + r * w_run + 4 * H * j0 + gate * H * (j1 - j0),
+          product<T>(brgemm, B, j1 - j0, H, h_in + r * B * H, H, w + r * w_run + 4 * H * j0 + gate * H * (j1 - j0),
                      j1 - j0, g + r * gate_run + gate * H + j0, 4 * H);
         }
         for (int64_t row = r * B; row < (r + 1) * B; ++row) {
@@ -353,7 +355,7 @@ void lstm_forward_over(const at::Tensor& gx, const at::Tensor& h0, const at::Ten
           }
         }
       }
-      release_products();
+      release_products(brgemm);
     });
   }
 }
@@ -363,7 +365,7 @@ void lstm_backward_over(const at::Tensor& d_ys, const at::Tensor& dh_n, const at
                         const c10::optional<at::Tensor>& d_cs, const at::Tensor& w_hh, const SequenceFactor<T>& gal,
                         const SequenceFactor<T>& sem, const SequenceFactor<T>& moon, const at::Tensor& gates_all,
                         const at::Tensor& c_all, const at::Tensor& tc_all, const at::Tensor& d_gates,
-                        const at::Tensor& dh, bool relu) {
+                        const at::Tensor& dh, bool relu, bool brgemm) {
   const int64_t steps = d_ys.size(0), H = dh.size(-1), B = dh.size(-2), state = dh.numel();
   if (!steps || !state) {  // an empty sequence or batch: the final state's gradient is the first's
     dh.copy_(dh_n);
@@ -392,7 +394,7 @@ void lstm_backward_over(const at::Tensor& d_ys, const at::Tensor& dh_n, const at
       for (int64_t block = begin; block < end; ++block) {
         const int64_t r = blocks.run(block), j0 = blocks.first(block), j1 = j0 + blocks.size(block);
         if (!last) {
-          product<T>(B, j1 - j0, 4 * H, dg + (k + 1) * d_step + d_rows.at(r * B), 4 * H,
+          product<T>(brgemm, B, j1 - j0, 4 * H, dg + (k + 1) * d_step + d_rows.at(r * B), 4 * H,
                      w + r * w_run + 4 * H * j0, j1 - j0, dhp + r * B * H + j0, H);
         }
         if (k < 0) continue;
@@ -403,7 +405,7 @@ void lstm_backward_over(const at::Tensor& d_ys, const at::Tensor& dh_n, const at
                             dg + k * d_step + d_rows.at(row), dcp, row * H, H, j0, j1, relu);
         }
       }
-      release_products();
+      release_products(brgemm);
     });
   }
   const Factor<T> first = gal.at(0);  // d(h_0) of Eq. 7 entered the first product
@@ -546,12 +548,18 @@ at::Tensor transposed(const at::Tensor& t) {
   return out;
 }
 
+void check_products(bool brgemm, const at::Tensor& state) {
+  TORCH_CHECK(!brgemm || (state.scalar_type() == at::kFloat && brgemm_works()),
+              "recdrop.cpu_kernels: oneDNN's brgemm computes float32 products only, where it is built (brgemm_works)");
+}
+
 void lstm_forward_sequence(const at::Tensor& gx, const at::Tensor& h0, const at::Tensor& w_hh,
                            const c10::optional<at::Tensor>& gal, c10::optional<double> gal_number,
                            const c10::optional<at::Tensor>& sem, c10::optional<double> sem_number,
                            const c10::optional<at::Tensor>& moon, c10::optional<double> moon_number, bool per_step,
                            const at::Tensor& gates_all, const at::Tensor& c_all, const at::Tensor& tc_all,
-                           const at::Tensor& ys, const c10::optional<at::Tensor>& hin_all, bool relu) {
+                           const at::Tensor& ys, const c10::optional<at::Tensor>& hin_all, bool relu,
+                           bool brgemm) {
   TORCH_CHECK(h0.dim() == 2 || h0.dim() == 3, "recdrop.cpu_kernels: a state is (B, H) or a group's (R, B, H)");
   check_dense(h0, h0, "h0");
   const int64_t steps = gx.size(0), H = h0.size(-1);
@@ -564,11 +572,12 @@ void lstm_forward_sequence(const at::Tensor& gx, const at::Tensor& h0, const at:
   TORCH_CHECK(hin_all.has_value() == (gal.has_value() || gal_number.has_value()),
               "recdrop.cpu_kernels: d(h_{t-1}) is kept where, and only where, Gal's factor acts");
   if (hin_all.has_value()) check_sequence(*hin_all, h0, steps, H, "d(h_{t-1})");
+  check_products(brgemm, h0);
   AT_DISPATCH_FLOATING_TYPES(h0.scalar_type(), "lstm_forward_sequence", [&] {
     lstm_forward_over<scalar_t>(gx, h0, w_hh, SequenceFactor<scalar_t>(gal, gal_number, per_step, h0, steps),
                                 SequenceFactor<scalar_t>(sem, sem_number, per_step, h0, steps),
                                 SequenceFactor<scalar_t>(moon, moon_number, per_step, h0, steps), gates_all, c_all,
-                                tc_all, ys, hin_all, relu);
+                                tc_all, ys, hin_all, relu, brgemm);
   });
 }
 
@@ -578,7 +587,7 @@ at::Tensor lstm_backward_sequence(const at::Tensor& d_ys, const at::Tensor& dh_n
                                   const c10::optional<at::Tensor>& sem, c10::optional<double> sem_number,
                                   const c10::optional<at::Tensor>& moon, c10::optional<double> moon_number,
                                   bool per_step, const at::Tensor& gates_all, const at::Tensor& c_all,
-                                  const at::Tensor& tc_all, const at::Tensor& d_gates, bool relu) {
+                                  const at::Tensor& tc_all, const at::Tensor& d_gates, bool relu, bool brgemm) {
   TORCH_CHECK(dc.dim() == 2 || dc.dim() == 3, "recdrop.cpu_kernels: a state is (B, H) or a group's (R, B, H)");
   check_step(dc, {&dc, &dh_n}, {}, 4);
   const int64_t steps = d_ys.size(0), H = dc.size(-1);
@@ -588,18 +597,21 @@ at::Tensor lstm_backward_sequence(const at::Tensor& d_ys, const at::Tensor& dh_n
   check_sequence(gates_all, dc, steps, 4 * H, "the gates");
   check_sequence(c_all, dc, steps + 1, H, "c_0 .. c_T");
   check_sequence(tc_all, dc, steps, H, "act(c_t)");
-  TORCH_CHECK(d_gates.dim() == dc.dim() + 1 && d_gates.size(0) == steps, "recdrop.cpu_kernels: d_gates must be (T, [R,] B, 4H)");
+  TORCH_CHECK(d_gates.dim() == dc.dim() + 1 && d_gates.size(0) == steps,
+              "recdrop.cpu_kernels: d_gates must be (T, [R,] B, 4H)");
+  check_products(brgemm, dc);
   at::Tensor dh = at::empty_like(dc);
   AT_DISPATCH_FLOATING_TYPES(dc.scalar_type(), "lstm_backward_sequence", [&] {
     lstm_backward_over<scalar_t>(d_ys, dh_n, dc, d_cs, w_hh, SequenceFactor<scalar_t>(gal, gal_number, per_step, dc, steps),
                                  SequenceFactor<scalar_t>(sem, sem_number, per_step, dc, steps),
                                  SequenceFactor<scalar_t>(moon, moon_number, per_step, dc, steps), gates_all, c_all,
-                                 tc_all, d_gates, dh, relu);
+                                 tc_all, d_gates, dh, relu, brgemm);
   });
   return dh;
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("brgemm_works", &brgemm_works, "Whether oneDNN's brgemm kernel computes float32 products here");
   m.def("transposed", &transposed, "A matrix's transpose, contiguous, copied on the intra-op threads (recdrop.cpu_kernels)");
   m.def("lstm_forward_sequence", &lstm_forward_sequence,
         "An LSTM sequence's forward, each step's product and pointwise work in one parallel region (recdrop.cpu_kernels)");
