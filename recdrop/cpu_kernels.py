@@ -126,8 +126,10 @@ def _factor(f, like: Tensor) -> Tuple[Optional[Tensor], Optional[float]]:
 
 def transposed(t: Tensor) -> Tensor:
     """``t.t().contiguous()`` for a matrix, copied on torch's intra-op threads (ATen's transposing copy runs on
-    one); ATen's own where the kernels do not run (``usable``) or autograd would record the copy."""
-    if not usable(t) or (t.requires_grad and torch.is_grad_enabled()):
+    one) where the kernels are built already (a copy is not worth a build) and run (``usable``); ATen's own
+    elsewhere, and where autograd would record the copy."""
+    if (_built.get(torch.backends.cpu.get_cpu_capability()) is None or not usable(t)
+            or (t.requires_grad and torch.is_grad_enabled())):
         return t.t().contiguous()
     return compiled().transposed(t)
 

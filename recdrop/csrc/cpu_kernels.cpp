@@ -334,7 +334,7 @@ void lstm_forward_over(const at::Tensor& gx, const at::Tensor& h0, const at::Ten
   for (int64_t k = 0; k < steps; ++k) {
     const T* h_in = hin ? hin + k * state : k ? hs + (k - 1) * state : h0.data_ptr<T>();
     T* g = gates + k * B * 4 * H * blocks.runs;
-    const Factor<T> sem_k = sem.at(k), moon_k = moon.at(k), gal_next = gal.at(k + 1);
+    const Factor<T> sem_k = sem.at(k), moon_k = moon.at(k), gal_next = gal.at(std::min(k + 1, steps - 1));
     at::parallel_for(0, blocks.count, blocks.grain, [&](int64_t begin, int64_t end) {
       for (int64_t block = begin; block < end; ++block) {
         const int64_t r = blocks.run(block), j0 = blocks.first(block), j1 = j0 + blocks.size(block);
