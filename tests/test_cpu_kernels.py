@@ -170,9 +170,11 @@ def test_where_the_kernels_cannot_be_built_the_torch_path_runs_and_says_so_once(
 
 
 @pytest.mark.parametrize("library", ["onednn", "mkl"])
-def test_the_lstm_loops_products_run_on_the_library_chosen_and_equal_the_torch_path(library, monkeypatch):
+@pytest.mark.parametrize("threads", [2, 5])
+def test_the_lstm_loops_products_run_on_the_library_chosen_and_equal_the_torch_path(library, threads, monkeypatch):
     """oneDNN's brgemm kernel or ATen's mm, as ``RECDROP_CPU_PRODUCTS`` chooses (and ``cpu_products`` by
-    default), over two threads and units in two blocks, the second partial."""
+    default), with the 70 units in blocks over the threads, the last partial: 48 and 22 on two threads,
+    four of 16 and one of 6 on five."""
     if library == "onednn" and not cpu_kernels.compiled().brgemm_works():
         pytest.skip("this torch has no brgemm kernel for float32")
     monkeypatch.setenv("RECDROP_CPU_PRODUCTS", library)
@@ -182,8 +184,8 @@ def test_the_lstm_loops_products_run_on_the_library_chosen_and_equal_the_torch_p
     assert cpu_kernels.brgemm_faster(torch.zeros(5, 70), m.weight_hh_l0) == (library == "onednn")
     x = torch.randn(9, 5, 8, requires_grad=True)
     masks = m.draw_masks(9, 5)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
 
     def run():
         m.zero_grad()
@@ -194,7 +196,7 @@ def test_the_lstm_loops_products_run_on_the_library_chosen_and_equal_the_torch_p
     try:
         results, routes = _both_ways(monkeypatch, run)
     finally:
-        torch.set_num_threads(threads)
+        torch.set_num_threads(before)
     assert routes[0].cpp and cpu_products.chosen() == library
     _assert_close(results, 1e-5)
 

@@ -238,26 +238,30 @@ void release_products(bool brgemm) {  // at the end of a thread's part of a regi
 #endif
 }
 
-// Units a thread takes at once in a sequence's step: its product's columns and their pointwise work, so that
-// each step is one parallel region and a unit's gates stay in the thread's cache between the two.
-constexpr int64_t UNITS = 64;
+// Units a thread takes at once in a sequence's step, at most: its product's columns and their pointwise work,
+// so that each step is one parallel region and a unit's gates stay in the thread's cache between the two. Fewer
+// (down to MIN_UNITS, a multiple of the vector width) where that leaves threads idle.
+constexpr int64_t UNITS = 64, MIN_UNITS = 16;
 // Multiply-adds below which a step's work stays on one thread.
 constexpr int64_t SEQUENCE_GRAIN = 1 << 16;
 
-// The units of a sequence's state ([R,] B, H) in blocks of UNITS, for every run: (run, first unit, units).
+// The units of a sequence's state ([R,] B, H) in blocks, for every run: (run, first unit, units).
 struct UnitBlocks {
-  int64_t runs, batch, hidden, per_run, count, grain;
+  int64_t runs, batch, hidden, units, per_run, count, grain;
   UnitBlocks(const at::Tensor& state, int64_t work_per_unit) {
     hidden = state.size(-1);
     batch = state.size(-2);
     runs = state.dim() == 3 ? state.size(0) : 1;
-    per_run = (hidden + UNITS - 1) / UNITS;
+    const int64_t threads = at::get_num_threads(), blocks_wanted = (threads + runs - 1) / runs;  // per run
+    const int64_t even = (hidden + blocks_wanted - 1) / blocks_wanted;
+    units = std::clamp<int64_t>((even + MIN_UNITS - 1) / MIN_UNITS * MIN_UNITS, MIN_UNITS, UNITS);
+    per_run = (hidden + units - 1) / units;
     count = runs * per_run;
-    grain = std::max<int64_t>(1, SEQUENCE_GRAIN / std::max<int64_t>(1, batch * std::min(hidden, UNITS) * work_per_unit));
+    grain = std::max<int64_t>(1, SEQUENCE_GRAIN / std::max<int64_t>(1, batch * std::min(hidden, units) * work_per_unit));
   }
   int64_t run(int64_t block) const { return block / per_run; }
-  int64_t first(int64_t block) const { return (block % per_run) * UNITS; }
-  int64_t size(int64_t block) const { return std::min(UNITS, hidden - first(block)); }
+  int64_t first(int64_t block) const { return (block % per_run) * units; }
+  int64_t size(int64_t block) const { return std::min(units, hidden - first(block)); }
 };
 
 void check_sequence(const at::Tensor& t, const at::Tensor& state, int64_t steps, int64_t width, const char* name) {
