@@ -628,12 +628,12 @@ def _lstm_backward(d_ys, d_hn, d_cn, d_cs, w_hh, h0, gates_all, c_all, tc_all, y
     dh = torch.zeros_like(h0) if d_hn is None else d_hn
     dc = torch.zeros_like(h0) if d_cn is None else d_cn
     hin = hin_all if hin_all is not None else torch.cat([h0.unsqueeze(0), ys[:-1]])
+    times_w = None if kernels is cpu_kernels else \
+        _times_transposed(w_hh.transpose(-2, -1), h0.shape[-2], d_ys.shape[0], dtype=dtype)  # d_gates @ w_hh
     if kernels is cpu_kernels:  # the whole loop in C++
         dh, dc = kernels.lstm_backward_sequence(d_ys, dh, dc, d_cs, w_hh, gal, sem, moon, per_step, gates_all, c_all,
                                                 tc_all, d_gates, relu)
-        return (d_gates.flip(0) if reverse else d_gates), dh.to(h0.dtype), dc, _weight_grad(d_gates, hin, dtype)
-    times_w = _times_transposed(w_hh.transpose(-2, -1), h0.shape[-2], d_ys.shape[0], dtype=dtype)  # d_gates @ w_hh
-    if kernels is not None:  # the kernel computes each step's local derivatives
+    elif kernels is not None:  # the kernel computes each step's local derivatives
         dh, dc = _lstm_backward_kernels(kernels, dh, dc, d_ys, gates_all, c_all, tc_all, d_gates, times_w, gal, sem,
                                         moon, per_step, relu, d_cs)
     else:
