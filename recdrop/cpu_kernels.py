@@ -176,7 +176,7 @@ def brgemm_faster(h0: Tensor, w_hh: Tensor) -> bool:
 def lstm_forward_sequence(gx: Tensor, h0: Tensor, w_hh: Tensor, gal, sem, moon, per_step: bool, gates_all: Tensor,
                           c_all: Tensor, tc_all: Tensor, ys: Tensor, hin_all: Optional[Tensor], relu: bool) -> None:
     """An LSTM sequence's forward in processing order, from gx ``(T, [R,] B, 4H)`` (each run's rows contiguous),
-    h_0 and c_0 (in ``c_all[0]``): each step's product h W_hh^T and its pointwise work (the gates' activations,
+    h_0 and c_0 (in ``c_all[0]``): each step's product d(h_{t-1}) W_hh^T and its pointwise work (the gates' activations,
     d(g_t) of Eq. 9, c_t with Moon's d(.) of Eq. 8, act(c_t), h_t of Eq. 6, and the next step's d(h_t) of Eq. 7
     into ``hin_all`` where Gal's factor acts) in one parallel region, each thread on its own units. Fills the
     gates after their activations, c_1 .. c_T, act(c_t) and h_t."""

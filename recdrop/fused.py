@@ -722,7 +722,8 @@ def _lstm_backward_kernels(kernels, dh, dc, d_ys, gates_all, c_all, tc_all, d_ga
     return scaled(dh, gal_next), dc
 
 
-# The kernels of a step's pointwise part, by the name a layer's route gives them (``route.Route``).
+# The kernels of a step's pointwise part (on a CPU the LSTM's whole loop), by the name a layer's route gives them
+# (``route.Route``).
 STEP_KERNELS = {"triton": triton_kernels, "cpp": cpu_kernels}
 
 
@@ -730,8 +731,8 @@ def lstm_sequence(gx: Tensor, h0: Tensor, c0: Tensor, w_hh: Tensor, factors: Ste
                   nonlinearity: str, reverse: bool, cells: bool = False, kernels: Optional[str] = None):
     """The LSTM over all steps of ``gx = W_ih x + b_ih + b_hh`` ``(T, B, 4H)``: outputs ``(T, B, H)`` and (h_T, c_T),
     and with ``cells`` the cell state c_t of every step ``(T, B, H)`` too; with ``kernels`` ("triton" or "cpp",
-    the layer's ``route``) each step's pointwise part in one kernel of ``STEP_KERNELS``;
-    under autocast its products in autocast's dtype (``product_dtype``).
+    the layer's ``route``) each step's pointwise part in one kernel of ``STEP_KERNELS`` ("cpp": the whole loop
+    in C++); under autocast its products in autocast's dtype (``product_dtype``).
 
     Computes what the reference loop over ``recdrop.cells.lstm_step`` computes."""
     ys, h, c, cs = _LSTMSequence.apply(gx, h0, c0, w_hh, factors.gal, factors.semeniuta, factors.moon,

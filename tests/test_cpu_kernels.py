@@ -28,6 +28,15 @@ def _assert_close(results, tol):
         torch.testing.assert_close(a, b, rtol=tol, atol=tol)
 
 
+def _loop_products(monkeypatch) -> list:
+    """The ``brgemm`` argument of every later call of the LSTM loop's C++ functions: True where the loop's
+    products ran on oneDNN's brgemm kernel, False on ATen's mm."""
+    kernels, seen = cpu_kernels.compiled(), []
+    for name in ("lstm_forward_sequence", "lstm_backward_sequence"):
+        monkeypatch.setattr(kernels, name, lambda *a, real=getattr(kernels, name): seen.append(a[-1]) or real(*a))
+    return seen
+
+
 # kernel_cases' settings, and test mode with both directions and every factor a constant (and Moon's alone)
 TEST_MODE = [("gal+semeniuta", "per-step", "paper", False, "tanh", True)]
 GRU_TEST_MODE = TEST_MODE + [("moon", "per-sequence", "paper", False, "tanh", False)]
@@ -57,7 +66,8 @@ def test_the_kernels_equal_the_torch_path_in_float64(kind, scheme, sampling, sca
     _assert_close(results, 1e-10)
 
 
-# one row, a remainder of a vector, and states large enough that their rows split over two threads
+# one row, a remainder of a vector, and states large enough to split over two threads (the GRU's rows, the LSTM's
+# blocks of units)
 @pytest.mark.parametrize("kind", ["LSTM", "GRU"])
 @pytest.mark.parametrize("batch,hidden", [(1, 3), (7, 100), (160, 32), (64, 128)])
 def test_the_kernels_equal_the_torch_path_in_float32_over_two_threads(kind, batch, hidden, monkeypatch):
@@ -109,8 +119,13 @@ def test_a_packed_batch_through_the_kernels_equals_it_without(scheme, monkeypatc
 def test_a_groups_stacked_runs_through_the_kernels_equal_them_without(kind, dtype, hidden, tol, monkeypatch):
     """A group's LSTM gx and gate gradients keep their runs apart (run-major): the kernels read and
     write each run's rows where they lie, and each run's products take its own weight (in float32 with
-    the units of a run split into blocks over two threads)."""
+    the units of a run split into blocks over two threads, the LSTM loop's products on brgemm where it
+    computes them: MKL's input projection keeps the group's gx run-major)."""
     monkeypatch.setenv("RECDROP_STACK_ON_CPU", "1")
+    monkeypatch.setenv("RECDROP_CPU_PRODUCTS", "mkl")
+    brgemm = dtype == torch.float32 and cpu_kernels.compiled().brgemm_works()
+    monkeypatch.setattr(cpu_kernels, "brgemm_faster", lambda h0, w_hh: brgemm)
+    products = _loop_products(monkeypatch)
     torch.manual_seed(0)
     ms = [getattr(recdrop, kind)(4, hidden, recurrent_dropout=p, scheme=s).to(dtype).train()
           for p, s in ((0.25, "semeniuta"), (0.5, "gal"), (0.3, "moon"))]
@@ -135,6 +150,7 @@ def test_a_groups_stacked_runs_through_the_kernels_equal_them_without(kind, dtyp
     finally:
         torch.set_num_threads(threads)
     assert [(r.cpp, r.runs) for r in routes] == [(True, 3), (False, 3)]
+    assert set(products) == ({brgemm} if kind == "LSTM" else set())
     _assert_close(results, tol)
 
 
@@ -179,6 +195,7 @@ def test_the_lstm_loops_products_run_on_the_library_chosen_and_equal_the_torch_p
         pytest.skip("this torch has no brgemm kernel for float32")
     monkeypatch.setenv("RECDROP_CPU_PRODUCTS", library)
     monkeypatch.setattr(cpu_products, "_chosen", {})
+    products = _loop_products(monkeypatch)
     torch.manual_seed(0)
     m = recdrop.LSTM(8, 70, recurrent_dropout=0.25, scheme="gal+semeniuta").train()
     assert cpu_kernels.brgemm_faster(torch.zeros(5, 70), m.weight_hh_l0) == (library == "onednn")
@@ -198,6 +215,7 @@ def test_the_lstm_loops_products_run_on_the_library_chosen_and_equal_the_torch_p
     finally:
         torch.set_num_threads(before)
     assert routes[0].cpp and cpu_products.chosen() == library
+    assert len(products) == 2 and set(products) == {library == "onednn"}  # forward and backward
     _assert_close(results, 1e-5)
 
 
@@ -207,12 +225,14 @@ def test_the_lstm_loops_library_is_the_one_timed_faster_here(faster, monkeypatch
     ways it times run the loop, forward and backward."""
     if not cpu_kernels.compiled().brgemm_works():
         pytest.skip("this torch has no brgemm kernel for float32")
-    timed = []
+    timed, products = [], _loop_products(monkeypatch)
 
     def kept(key, ways):
         timed.append(key)
-        for way in ways():
+        for way, brgemm in zip(ways(), (False, True)):  # (MKL's, oneDNN's), as cpu_products times them
+            products.clear()
             way()
+            assert products == [brgemm, brgemm]
         return faster
     monkeypatch.setenv("RECDROP_CPU_PRODUCTS", "measure")
     monkeypatch.setattr(cpu_products, "_chosen", {})
