@@ -11,9 +11,9 @@ ops a step, each a pass and a dispatch of its own.
 The LSTM's loop runs in C++ whole (``lstm_forward_sequence``, ``lstm_backward_sequence``): each step is one
 parallel region in which every thread computes the step's product for its own block of units and then
 those units' pointwise work, while the product's rows are still in its cache. The products run through
-oneDNN's batch-reduce GEMM kernel (``at::native::cpublas::brgemm``, which needs no per-call setup: one
-call of a oneDNN product from Python costs about as much as a third of the product itself at the
-experiments' sizes) or through ATen's mm (MKL's on x86), whichever is the faster on the machine
+oneDNN's batch-reduce GEMM kernel (``at::native::cpublas::brgemm``, set up once per shape, where a oneDNN
+product called from Python sets itself up at every call, a cost a step's small product feels) or through
+ATen's mm (MKL's on x86), whichever is the faster on the machine
 (``brgemm_faster``, chosen as ``cpu_products`` chooses), with the weight laid out once per sequence so
 that each block's columns are dense. The GRU's products stay in Python, on oneDNN or MKL
 (``cpu_products``), as do the LSTM's input projection and weight gradients.
