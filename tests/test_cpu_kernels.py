@@ -243,15 +243,23 @@ def test_the_lstm_loops_library_is_the_one_timed_faster_here(faster, monkeypatch
     assert [key[0] for key in timed] == ["an LSTM's steps in C++, forward and backward"]
 
 
-def test_a_transposing_copy_equals_atens_and_never_builds_the_kernels(monkeypatch):
-    t = torch.randn(70, 130)[:, ::2]  # any strides
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_a_transposing_copy_equals_atens_and_never_builds_the_kernels(dtype, monkeypatch):
+    dense = torch.randn(70, 37, dtype=dtype)  # whole tiles of 16 and partial ones, both ways
     kernels, calls = cpu_kernels.compiled(), []
     monkeypatch.setattr(kernels, "transposed", lambda x, real=kernels.transposed: calls.append(x) or real(x))
-    copied = cpu_kernels.transposed(t)
-    assert calls and copied.is_contiguous() and torch.equal(copied, t.t().contiguous())
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        for t in (dense, dense.t(), torch.randn(48, 64, dtype=dtype), dense[:, ::2], dense[::3]):  # any strides
+            copied = cpu_kernels.transposed(t)
+            assert copied.is_contiguous() and torch.equal(copied, t.t().contiguous())
+    finally:
+        torch.set_num_threads(threads)
+    assert len(calls) == 5
     monkeypatch.setattr(cpu_kernels, "_built", {})  # a process whose layers never built them
     monkeypatch.setattr(cpu_kernels.cpp_extension, "load", lambda *a, **k: pytest.fail("a copy built the kernels"))
-    assert torch.equal(cpu_kernels.transposed(t), t.t().contiguous()) and len(calls) == 1
+    assert torch.equal(cpu_kernels.transposed(dense), dense.t().contiguous()) and len(calls) == 5
 
 
 def test_a_buffer_the_kernels_cannot_read_is_refused_with_a_clear_error():

@@ -524,26 +524,29 @@ void gru_backward_step(const at::Tensor& dz_in, const at::Tensor& mm, const c10:
   });
 }
 
-// The transpose of a matrix (m, n) of any strides, contiguous (n, m): in tiles of a few input rows (rows a
-// page apart share a cache set), the output's rows split over the intra-op threads (a transposing copy in ATen
-// runs on one thread).
+// The transpose of a matrix (m, n), contiguous (n, m): where its rows are dense, in tiles of 16 by 16 transposed
+// in vector registers (at::vec::transpose_mxn), the output's rows split over the intra-op threads (a transposing
+// copy in ATen runs on one thread); otherwise ATen's own copy.
 at::Tensor transposed(const at::Tensor& t) {
   TORCH_CHECK(t.dim() == 2 && t.device().is_cpu(), "recdrop.cpu_kernels: transposed takes a CPU matrix");
+  if (t.stride(1) != 1 || t.t().is_contiguous()) return t.t().contiguous();  // nothing to copy, or no dense rows
   const int64_t m = t.size(0), n = t.size(1);
   at::Tensor out = at::empty({n, m}, t.options().memory_format(at::MemoryFormat::Contiguous));
-  constexpr int64_t ROWS = 8, COLUMNS = 64;
+  constexpr int64_t TILE = 16;
   AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "transposed", [&] {
     const scalar_t* src = t.data_ptr<scalar_t>();
     scalar_t* dst = out.data_ptr<scalar_t>();
-    const int64_t s0 = t.stride(0), s1 = t.stride(1);
-    at::parallel_for(0, (n + COLUMNS - 1) / COLUMNS, std::max<int64_t>(1, GRAIN / std::max<int64_t>(1, COLUMNS * m)),
+    const int64_t ld = t.stride(0);
+    at::parallel_for(0, (n + TILE - 1) / TILE, std::max<int64_t>(1, GRAIN / std::max<int64_t>(1, TILE * m)),
                      [&](int64_t begin, int64_t end) {
       for (int64_t tile = begin; tile < end; ++tile) {
-        const int64_t j0 = tile * COLUMNS, j1 = std::min(n, j0 + COLUMNS);
-        for (int64_t i0 = 0; i0 < m; i0 += ROWS) {
-          const int64_t i1 = std::min(m, i0 + ROWS);
-          for (int64_t j = j0; j < j1; ++j) {
-            for (int64_t i = i0; i < i1; ++i) dst[j * m + i] = src[i * s0 + j * s1];
+        const int64_t j0 = tile * TILE, columns = std::min(TILE, n - j0);
+        for (int64_t i0 = 0; i0 < m; i0 += TILE) {
+          const int64_t rows = std::min(TILE, m - i0);
+          if (rows == TILE && columns == TILE) {
+            at::vec::transpose_mxn<scalar_t, TILE, TILE>(src + i0 * ld + j0, ld, dst + j0 * m + i0, m);
+          } else {
+            at::vec::transpose_mxn<scalar_t>(src + i0 * ld + j0, ld, dst + j0 * m + i0, m, rows, columns);
           }
         }
       }
