@@ -281,6 +281,26 @@ void check_weight(const at::Tensor& w, const at::Tensor& state, int64_t rows, in
               ") of the state's dtype");
 }
 
+// dst = src^T for a (rows, columns) block of dense rows ``ld_src`` apart, into rows ``ld_dst`` apart, on the calling
+// thread: in tiles of 16 by 16 transposed in vector registers (at::vec::transpose_mxn), the edges' tiles masked.
+template <typename T>
+void transpose_block(const T* src, int64_t ld_src, T* dst, int64_t ld_dst, int64_t rows, int64_t columns) {
+  constexpr int64_t TILE = 16;
+  for (int64_t j0 = 0; j0 < columns; j0 += TILE) {
+    const int64_t n = std::min(TILE, columns - j0);
+    for (int64_t i0 = 0; i0 < rows; i0 += TILE) {
+      const int64_t m = std::min(TILE, rows - i0);
+      const T* from = src + i0 * ld_src + j0;
+      T* to = dst + j0 * ld_dst + i0;
+      if (m == TILE && n == TILE) {
+        at::vec::transpose_mxn<T, TILE, TILE>(from, ld_src, to, ld_dst);
+      } else {
+        at::vec::transpose_mxn<T>(from, ld_src, to, ld_dst, m, n);
+      }
+    }
+  }
+}
+
 // w_hh ([R,] 4H, H) re-laid for a sequence's products, each block of units' columns contiguous (its rows
 // ``size`` apart), so that a thread's product reads one dense run of memory: the forward's w_hh^T (H, 4H), a
 // block's columns of each gate in turn, or the backward's w_hh (4H, H). Block (r, j0) starts at r 4H H + 4H j0.
@@ -296,11 +316,7 @@ at::Tensor weight_in_unit_blocks(const at::Tensor& w_hh, const UnitBlocks& block
       const T* w = src + r * run;
       T* b = dst + r * run + 4 * H * j0;
       if (transpose) {  // gate q's block: b[q H n + k n + jj] = w[(q H + j0 + jj) H + k]
-        for (int64_t q = 0; q < 4; ++q) {
-          for (int64_t jj = 0; jj < n; ++jj) {
-            for (int64_t k = 0; k < H; ++k) b[q * H * n + k * n + jj] = w[(q * H + j0 + jj) * H + k];
-          }
-        }
+        for (int64_t q = 0; q < 4; ++q) transpose_block(w + (q * H + j0) * H, H, b + q * H * n, n, n, H);
       } else {  // b[k n + jj] = w[k H + j0 + jj]
         for (int64_t k = 0; k < 4 * H; ++k) std::copy(w + k * H + j0, w + k * H + j0 + n, b + k * n);
       }
@@ -532,23 +548,15 @@ at::Tensor transposed(const at::Tensor& t) {
   if (t.stride(1) != 1 || t.t().is_contiguous()) return t.t().contiguous();  // nothing to copy, or no dense rows
   const int64_t m = t.size(0), n = t.size(1);
   at::Tensor out = at::empty({n, m}, t.options().memory_format(at::MemoryFormat::Contiguous));
-  constexpr int64_t TILE = 16;
+  constexpr int64_t COLUMNS = 16;  // a thread's share: whole output rows, a tile's worth at a time
   AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "transposed", [&] {
     const scalar_t* src = t.data_ptr<scalar_t>();
     scalar_t* dst = out.data_ptr<scalar_t>();
-    const int64_t ld = t.stride(0);
-    at::parallel_for(0, (n + TILE - 1) / TILE, std::max<int64_t>(1, GRAIN / std::max<int64_t>(1, TILE * m)),
+    at::parallel_for(0, (n + COLUMNS - 1) / COLUMNS, std::max<int64_t>(1, GRAIN / std::max<int64_t>(1, COLUMNS * m)),
                      [&](int64_t begin, int64_t end) {
       for (int64_t tile = begin; tile < end; ++tile) {
-        const int64_t j0 = tile * TILE, columns = std::min(TILE, n - j0);
-        for (int64_t i0 = 0; i0 < m; i0 += TILE) {
-          const int64_t rows = std::min(TILE, m - i0);
-          if (rows == TILE && columns == TILE) {
-            at::vec::transpose_mxn<scalar_t, TILE, TILE>(src + i0 * ld + j0, ld, dst + j0 * m + i0, m);
-          } else {
-            at::vec::transpose_mxn<scalar_t>(src + i0 * ld + j0, ld, dst + j0 * m + i0, m, rows, columns);
-          }
-        }
+        const int64_t j0 = tile * COLUMNS;
+        transpose_block(src + j0, t.stride(0), dst + j0 * m, m, m, std::min(COLUMNS, n - j0));
       }
     });
   });
