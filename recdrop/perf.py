@@ -67,6 +67,10 @@ PROVENANCE = ["hardware", "device", "threads", "torch", "commit", "batch", "tf32
 TARGET_SHAPES = [(256, 35), (1024, 100)]
 TARGET_RATIO = 1.5  # recdrop with dropout / torch.nn (cuDNN) without, at most
 TARGET_LOOP_SPEEDUP = 5.0  # the plain per-step loop / the fast path, at least
+# On a CPU, recdrop's LSTM with dropout over torch.nn's (oneDNN's) without, at most, on padded input: the target's
+# name, then its layer's (hidden, steps, batch, bidirectional) and the bound.
+CPU_TARGETS = [("LSTM, hidden 256, 35 steps, batch 32", (256, 35, 32, False), 1.2),
+               ("the tagger's BiLSTM, hidden 100, 30 steps, batch 10", (100, 30, 10, True), 1.5)]
 
 
 def load_benchmarks(folder: Path = BENCH_DIR) -> pd.DataFrame:
@@ -257,6 +261,30 @@ def gpu_targets(df: pd.DataFrame) -> pd.DataFrame:
                   "measured (worst cell)": f"{worst_speedup:.2f}x",
                   "met": "yes" if worst_speedup >= TARGET_LOOP_SPEEDUP else "no"}]
     return pd.DataFrame(rows, columns=["hardware", "target", "measured (worst cell)", "met"])
+
+
+def cpu_targets(df: pd.DataFrame) -> pd.DataFrame:
+    """The CPU path's targets (``CPU_TARGETS``) on each CPU and thread count measured: recdrop's LSTM over
+    torch.nn's at the targets' shapes, the worst scheme, in the targets' case (``_targets_case``), whether each
+    target is met ("yes" / "no"), and when and how that cell was timed; on the current rows alone
+    (``earlier_layers``)."""
+    columns = ["hardware", "target", "measured (worst cell)", "met", "measured", "timed"]
+    if df.empty:
+        return pd.DataFrame(columns=columns)
+    cpu = df[(df["device"].astype(str) == "cpu") & (df["kind"] == "LSTM") & ~earlier_layers(df) & _targets_case(df)]
+    cpu = _layer_cells(cpu).assign(bidirectional=_flag(cpu, "bidirectional"))
+    rows = []
+    for hardware, g in cpu.groupby("hardware"):
+        shapes = list(zip(g["hidden"], g["seq"], g["batch"], g["bidirectional"]))
+        for name, shape, bound in CPU_TARGETS:
+            at = g[[s == shape for s in shapes]]
+            if not at.empty:
+                worst = at.loc[at["ratio"].idxmax()]
+                rows.append({"hardware": hardware, "target": f"{name}: at most {bound}x torch.nn",
+                             "measured (worst cell)": f"{worst['ratio']:.2f}x",
+                             "met": "yes" if worst["ratio"] <= bound else "no", "measured": worst["measured"],
+                             "timed": worst["timed"]})
+    return pd.DataFrame(rows, columns=columns)
 
 
 def plot_time_per_step(df: pd.DataFrame):

@@ -100,6 +100,24 @@ def test_gpu_targets_take_the_worst_current_cell_at_the_target_shapes(tmp_path):
     assert perf.gpu_targets(perf.load_benchmarks(tmp_path))["met"].tolist() == ["no", "no"]
 
 
+def test_cpu_targets_take_each_cpus_worst_scheme_at_the_lstm_and_tagger_shapes(tmp_path):
+    tagger = dict(hidden=100, seq=30, batch=10, bidirectional=True, input_size=150)
+    rows = [bench_row(ratio=1.1), bench_row(scheme="gal", ratio=1.25),  # the worst scheme counts
+            bench_row(**tagger, ratio=1.45),
+            bench_row(hidden=512, seq=100, batch=16, ratio=3.0),  # an off-target shape,
+            bench_row(input_grad=True, ratio=3.0), bench_row(kind="GRU", ratio=3.0),  # the input's gradient, a GRU,
+            bench_row(hardware="other CPU (2 threads)", ratio=1.15),
+            bench_row(device="cuda", hardware="H100", ratio=3.0, ungraphed_ms=2.0)]  # and a GPU do not
+    pd.DataFrame(rows).to_csv(tmp_path / "m.csv", index=False)
+    t = perf.cpu_targets(perf.load_benchmarks(tmp_path))
+    assert t[["hardware", "measured (worst cell)", "met"]].values.tolist() == [
+        ["cpu", "1.25x", "no"], ["cpu", "1.45x", "yes"], ["other CPU (2 threads)", "1.15x", "yes"]]
+    lstm = "LSTM, hidden 256, 35 steps, batch 32: at most 1.2x torch.nn"
+    assert t["target"].tolist() == [lstm, "the tagger's BiLSTM, hidden 100, 30 steps, batch 10: at most 1.5x torch.nn",
+                                    lstm]
+    assert perf.cpu_targets(perf.load_benchmarks(tmp_path / "none")).empty
+
+
 def test_packed_rows_and_rows_with_the_inputs_gradient_are_their_own_rows_and_not_held_to_the_targets(tmp_path):
     pd.DataFrame([bench_row(device="cuda", hardware="H100", ratio=1.2, loop_over_recdrop=6.0, ungraphed_ms=2.0),
                   bench_row(device="cuda", hardware="H100", ratio=9.0, loop_over_recdrop=1.0, packed=True),
