@@ -114,13 +114,15 @@ def usable(x: Tensor) -> bool:
             and compiled() is not None)
 
 
-def _factor(f, like: Tensor) -> Tuple[Optional[Tensor], Optional[float]]:
+def _factor(f, like: Tensor, steps: Optional[int] = None) -> Tuple[Optional[Tensor], Optional[float]]:
     """(mask, number) of a factor of d(.) that is None, a number or a tensor of ``like``'s shape (or one that
-    broadcasts to it: a group's constants at test, ``(R, 1, 1)``)."""
+    broadcasts to it: a group's constants at test, ``(R, 1, 1)``); with ``steps``, a mask of every step,
+    ``(steps, *like.shape)`` (per-step sampling over a sequence)."""
     if f is None:
         return None, None
     if isinstance(f, Tensor):  # in the state's dtype, as the torch path promotes it
-        return (f if f.shape == like.shape else f.expand_as(like)).to(like.dtype).contiguous(), None
+        shape = like.shape if steps is None else (steps, *like.shape)
+        return (f if f.shape == shape else f.expand(shape)).to(like.dtype).contiguous(), None
     return None, float(f)
 
 
@@ -132,17 +134,6 @@ def transposed(t: Tensor) -> Tensor:
             or (t.requires_grad and torch.is_grad_enabled())):
         return t.t().contiguous()
     return compiled().transposed(t)
-
-
-def _sequence_factor(f, like: Tensor, steps: int, per_step: bool) -> Tuple[Optional[Tensor], Optional[float]]:
-    """(mask, number) of a factor of d(.) over a sequence of ``steps``: None, a number, a mask of ``like``'s shape
-    (or one that broadcasts to it), or with ``per_step`` a mask of every step, ``(T, *like.shape)``."""
-    if f is None:
-        return None, None
-    if isinstance(f, Tensor):  # in the state's dtype, as the torch path promotes it
-        shape = (steps, *like.shape) if per_step else like.shape
-        return (f if f.shape == shape else f.expand(shape)).to(like.dtype).contiguous(), None
-    return None, float(f)
 
 
 def brgemm_faster(h0: Tensor, w_hh: Tensor) -> bool:
@@ -180,12 +171,10 @@ def lstm_forward_sequence(gx: Tensor, h0: Tensor, w_hh: Tensor, gal, sem, moon, 
     d(g_t) of Eq. 9, c_t with Moon's d(.) of Eq. 8, act(c_t), h_t of Eq. 6, and the next step's d(h_t) of Eq. 7
     into ``hin_all`` where Gal's factor acts) in one parallel region, each thread on its own units. Fills the
     gates after their activations, c_1 .. c_T, act(c_t) and h_t."""
-    steps = gx.shape[0]
-    compiled().lstm_forward_sequence(gx, h0.contiguous(), w_hh.contiguous(),
-                                     *_sequence_factor(gal, h0, steps, per_step),
-                                     *_sequence_factor(sem, h0, steps, per_step),
-                                     *_sequence_factor(moon, h0, steps, per_step), per_step, gates_all, c_all, tc_all,
-                                     ys, hin_all, relu, brgemm_faster(h0, w_hh))
+    steps = gx.shape[0] if per_step else None
+    compiled().lstm_forward_sequence(gx, h0.contiguous(), w_hh.contiguous(), *_factor(gal, h0, steps),
+                                     *_factor(sem, h0, steps), *_factor(moon, h0, steps), per_step, gates_all, c_all,
+                                     tc_all, ys, hin_all, relu, brgemm_faster(h0, w_hh))
 
 
 def lstm_backward_sequence(d_ys: Tensor, dh: Tensor, dc: Tensor, d_cs: Optional[Tensor], w_hh: Tensor, gal, sem,
@@ -196,12 +185,12 @@ def lstm_backward_sequence(d_ys: Tensor, dh: Tensor, dc: Tensor, d_cs: Optional[
     (the next step's gate gradients times ``w_hh``) and its pointwise work in one parallel region. Fills
     ``d_gates`` (its runs may lie apart) and returns the gradients of h_0 and c_0."""
     dc = dc.clone(memory_format=torch.contiguous_format)  # updated in place
+    steps = d_ys.shape[0] if per_step else None
     dh0 = compiled().lstm_backward_sequence(d_ys.contiguous(), dh.contiguous(), dc,
                                             None if d_cs is None else d_cs.contiguous(), w_hh.contiguous(),
-                                            *_sequence_factor(gal, dc, d_ys.shape[0], per_step),
-                                            *_sequence_factor(sem, dc, d_ys.shape[0], per_step),
-                                            *_sequence_factor(moon, dc, d_ys.shape[0], per_step), per_step,
-                                            gates_all, c_all, tc_all, d_gates, relu, brgemm_faster(dc, w_hh))
+                                            *_factor(gal, dc, steps), *_factor(sem, dc, steps),
+                                            *_factor(moon, dc, steps), per_step, gates_all, c_all, tc_all, d_gates,
+                                            relu, brgemm_faster(dc, w_hh))
     return dh0, dc
 
 
