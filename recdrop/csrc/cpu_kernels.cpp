@@ -575,8 +575,7 @@ void lstm_forward_sequence(const at::Tensor& gx, const at::Tensor& h0, const at:
                            const at::Tensor& gates_all, const at::Tensor& c_all, const at::Tensor& tc_all,
                            const at::Tensor& ys, const c10::optional<at::Tensor>& hin_all, bool relu,
                            bool brgemm) {
-  TORCH_CHECK(h0.dim() == 2 || h0.dim() == 3, "recdrop.cpu_kernels: a state is (B, H) or a group's (R, B, H)");
-  check_dense(h0, h0, "h0");
+  check_step(h0, {&h0}, {}, 4);
   const int64_t steps = gx.size(0), H = h0.size(-1);
   TORCH_CHECK(gx.dim() == h0.dim() + 1, "recdrop.cpu_kernels: gx must be (T, [R,] B, 4H)");
   check_weight(w_hh, h0, 4 * H, H, "w_hh");
@@ -603,7 +602,6 @@ at::Tensor lstm_backward_sequence(const at::Tensor& d_ys, const at::Tensor& dh_n
                                   const c10::optional<at::Tensor>& moon, c10::optional<double> moon_number,
                                   bool per_step, const at::Tensor& gates_all, const at::Tensor& c_all,
                                   const at::Tensor& tc_all, const at::Tensor& d_gates, bool relu, bool brgemm) {
-  TORCH_CHECK(dc.dim() == 2 || dc.dim() == 3, "recdrop.cpu_kernels: a state is (B, H) or a group's (R, B, H)");
   check_step(dc, {&dc, &dh_n}, {}, 4);
   const int64_t steps = d_ys.size(0), H = dc.size(-1);
   check_sequence(d_ys, dc, steps, H, "the outputs' gradient");
