@@ -37,25 +37,13 @@ inline Vectorized<T> activation_slope(const Vectorized<T>& a, bool relu) {  // f
   return relu ? Vectorized<T>::blendv(zero, one, a > zero) : one - a * a;
 }
 
-// A factor of d(.): absent, a number (the test phase's 1 - p) or a tensor of the state's shape (a mask).
+// A factor of d(.) at one step: absent, a number (the test phase's 1 - p) or a mask of the state's shape
+// (``SequenceFactor::at``; a step of its own, ``step_factor``).
 template <typename T>
 struct Factor {
   const T* data = nullptr;
   T scalar = T(1);
   bool on = false;
-
-  Factor(const c10::optional<at::Tensor>& mask, c10::optional<double> number, const at::Tensor& state) {
-    if (mask.has_value()) {
-      TORCH_CHECK(mask->device().is_cpu() && mask->sizes() == state.sizes() && mask->is_contiguous() &&
-                      mask->scalar_type() == state.scalar_type(),
-                  "recdrop.cpu_kernels: a mask must be a contiguous CPU tensor of the state's shape and dtype");
-      data = mask->data_ptr<T>();
-      on = true;
-    } else if (number.has_value()) {
-      scalar = T(*number);
-      on = true;
-    }
-  }
 
   Factor(const T* data_, T scalar_, bool on_) : data(data_), scalar(scalar_), on(on_) {}
 
@@ -94,6 +82,12 @@ struct SequenceFactor {
 
   Factor<T> at(int64_t step) const { return Factor<T>(data ? data + step * step_stride : nullptr, scalar, on); }
 };
+
+// The factor of a single step (the GRU's calls): a mask of the state's shape, a number, or none.
+template <typename T>
+Factor<T> step_factor(const c10::optional<at::Tensor>& mask, c10::optional<double> number, const at::Tensor& state) {
+  return SequenceFactor<T>(mask, number, false, state, 1).at(0);
+}
 
 void check_dense(const at::Tensor& t, const at::Tensor& state, const char* name) {
   TORCH_CHECK(t.device().is_cpu() && t.scalar_type() == state.scalar_type() && t.is_contiguous(),
@@ -521,8 +515,8 @@ void gru_forward_step(const at::Tensor& gx, const at::Tensor& gh, const at::Tens
                       const at::Tensor& rzn_out, const at::Tensor& hn_out, const at::Tensor& h_out, bool relu) {
   check_step(h_prev, {&h_prev, &hn_out, &h_out}, {&gx, &gh, &rzn_out}, 3);
   AT_DISPATCH_FLOATING_TYPES(h_prev.scalar_type(), "gru_forward_step", [&] {
-    gru_forward<scalar_t>(gx, gh, h_prev, Factor<scalar_t>(sem, sem_number, h_prev),
-                          Factor<scalar_t>(moon, moon_number, h_prev), rzn_out, hn_out, h_out, relu);
+    gru_forward<scalar_t>(gx, gh, h_prev, step_factor<scalar_t>(sem, sem_number, h_prev),
+                          step_factor<scalar_t>(moon, moon_number, h_prev), rzn_out, hn_out, h_out, relu);
   });
 }
 
@@ -534,8 +528,8 @@ void gru_backward_step(const at::Tensor& dz_in, const at::Tensor& mm, const c10:
                        const at::Tensor& dz_out, bool relu) {
   check_step(dz_in, {&dz_in, &mm, &d_y, &hn, &h_prev, &dz_out}, {&rzn, &d_gx, &d_gh}, 3);
   AT_DISPATCH_FLOATING_TYPES(dz_in.scalar_type(), "gru_backward_step", [&] {
-    gru_backward<scalar_t>(dz_in, mm, Factor<scalar_t>(gal, gal_number, dz_in), d_y,
-                           Factor<scalar_t>(moon, moon_number, dz_in), Factor<scalar_t>(sem, sem_number, dz_in), rzn,
+    gru_backward<scalar_t>(dz_in, mm, step_factor<scalar_t>(gal, gal_number, dz_in), d_y,
+                           step_factor<scalar_t>(moon, moon_number, dz_in), step_factor<scalar_t>(sem, sem_number, dz_in), rzn,
                            hn, h_prev, d_gx, d_gh, dz_out, relu);
   });
 }
